@@ -1,0 +1,7 @@
+/* meshtrain-moe: thin main; all logic lives in libmeshtrain (src/app.c). */
+#include "mt_app.h"
+
+int main(int argc, char **argv)
+{
+    return mt_app_main(MT_APP_MOE, argc, argv);
+}

@@ -1,0 +1,16 @@
+#!/bin/sh
+# install-deps.sh: install the Debian 12 packages meshtrain builds and tests
+# with, only those missing.  Uses sudo when not root.  Not installed.
+set -e
+pkgs="mpich libmpich-dev libhdf5-mpich-dev hdf5-tools libyaml-dev libopenblas-dev
+      autoconf automake libtool pkg-config make gcc python3"
+missing=
+for p in $pkgs; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && { echo "install-deps: all packages present"; exit 0; }
+sudo=
+[ "$(id -u)" -eq 0 ] || sudo=sudo
+echo "install-deps: installing$missing"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing

@@ -1,0 +1,205 @@
+/* config_emit.c: the resolved config as YAML, and the config reference.
+ *
+ * The YAML is what apps print at start and checkpoints store; it reads back
+ * into the same struct (tests/test_config_parse checks the round trip).
+ * The reference is doc/config-reference.md, generated from the schema so
+ * the documentation cannot drift from the parser (tests compare them). */
+#include "config_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Shortest %g that reads back to the same double. */
+static void fmt_double(double v, char *buf, size_t cap)
+{
+    for (int prec = 6; prec <= 17; prec++) {
+        snprintf(buf, cap, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
+    /* Keep it visibly a number with a fraction or exponent for YAML readers. */
+    if (!strpbrk(buf, ".eEn")) {
+        size_t n = strlen(buf);
+        if (n + 2 < cap)
+            strcat(buf, ".0");
+    }
+}
+
+static void write_string(FILE *out, const char *s)
+{
+    fputc('"', out);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            fputc('\\', out);
+        fputc(*s, out);
+    }
+    fputc('"', out);
+}
+
+static void write_value(FILE *out, const mt_config_t *cfg, const mt_cfg_key_t *k)
+{
+    const char *base = (const char *)cfg;
+    char buf[64];
+    switch (k->type) {
+    case MT_T_INT:
+        fprintf(out, "%lld", (long long)*(const int64_t *)(base + k->offset));
+        break;
+    case MT_T_OPT_INT: {
+        const mt_opt_int_t *o = (const mt_opt_int_t *)(base + k->offset);
+        if (o->set)
+            fprintf(out, "%lld", (long long)o->value);
+        else
+            fputs("null", out);
+        break;
+    }
+    case MT_T_FLOAT:
+        fmt_double(*(const double *)(base + k->offset), buf, sizeof buf);
+        fputs(buf, out);
+        break;
+    case MT_T_BOOL:
+        fputs(*(const bool *)(base + k->offset) ? "true" : "false", out);
+        break;
+    case MT_T_STRING:
+        write_string(out, base + k->offset);
+        break;
+    case MT_T_ENUM:
+        fputs(mt_cfg_enum_canonical(k->enums, *(const int *)(base + k->offset)), out);
+        break;
+    case MT_T_FLOAT_LIST: {
+        const double *v = (const double *)(base + k->offset);
+        int n = *(const int *)(base + k->count_offset);
+        fputc('[', out);
+        for (int i = 0; i < n; i++) {
+            fmt_double(v[i], buf, sizeof buf);
+            fprintf(out, "%s%s", i ? ", " : "", buf);
+        }
+        fputc(']', out);
+        break;
+    }
+    }
+}
+
+/* Keys directly in section `sec`, then its subsections, indented. */
+static void write_section(FILE *out, const mt_config_t *cfg, const char *sec, int indent)
+{
+    size_t sl = strlen(sec);
+    const char *leaf = strrchr(sec, '.');
+    fprintf(out, "%*s%s:\n", indent, "", leaf ? leaf + 1 : sec);
+    for (int i = 0; i < mt_cfg_nkeys; i++) {
+        const char *p = mt_cfg_keys[i].path;
+        if (strncmp(p, sec, sl) != 0 || p[sl] != '.' || strchr(p + sl + 1, '.'))
+            continue;
+        fprintf(out, "%*s%s: ", indent + 2, "", p + sl + 1);
+        write_value(out, cfg, &mt_cfg_keys[i]);
+        fputc('\n', out);
+    }
+    for (int i = 0; i < mt_cfg_nsections; i++) {
+        const char *p = mt_cfg_sections[i].path;
+        if (strncmp(p, sec, sl) == 0 && p[sl] == '.' && !strchr(p + sl + 1, '.'))
+            write_section(out, cfg, p, indent + 2);
+    }
+}
+
+void mt_config_write_yaml(const mt_config_t *cfg, FILE *out)
+{
+    for (int i = 0; i < mt_cfg_nsections; i++)
+        if (!strchr(mt_cfg_sections[i].path, '.'))
+            write_section(out, cfg, mt_cfg_sections[i].path, 0);
+    if (cfg->validated) {
+        const mt_derived_t *d = &cfg->derived;
+        fprintf(out,
+                "# derived: world_size=%lld dp_size=%lld dp_replicate=%lld dp_shard=%lld "
+                "ep_shard=%lld grad_accum_steps=%lld\n"
+                "# derived: seq_len=%lld padded_vocab=%lld head_dim=%lld stages=%lld "
+                "stages_per_rank=%lld microbatches=%lld nodes=%lld\n",
+                (long long)d->world_size, (long long)d->dp_size, (long long)d->dp_replicate,
+                (long long)d->dp_shard, (long long)d->ep_shard, (long long)d->grad_accum_steps,
+                (long long)d->seq_len, (long long)d->padded_vocab, (long long)d->head_dim,
+                (long long)d->num_stages, (long long)d->stages_per_rank,
+                (long long)d->num_microbatches, (long long)d->num_nodes);
+    }
+}
+
+size_t mt_config_to_yaml(const mt_config_t *cfg, char *buf, size_t cap)
+{
+    char *mem = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&mem, &len);
+    if (!f)
+        return 0;
+    mt_config_write_yaml(cfg, f);
+    fclose(f);
+    if (buf && cap > 0) {
+        size_t n = len < cap - 1 ? len : cap - 1;
+        memcpy(buf, mem, n);
+        buf[n] = '\0';
+    }
+    free(mem);
+    return len;
+}
+
+static void write_md_cell(FILE *out, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '|')
+            fputc('\\', out);
+        fputc(*s, out);
+    }
+}
+
+void mt_config_write_reference(FILE *out)
+{
+    mt_config_t defaults;
+    mt_config_init(&defaults);
+    fputs("# Configuration reference\n\n"
+          "<!-- Generated by `meshtrain-plan --config-reference` from src/config_schema.c; "
+          "`make check` fails when this file differs. -->\n\n"
+          "A config is one YAML document with the sections below. Field names follow NeMo "
+          "AutoModel recipes and Hugging Face `config.json`. Unknown keys, duplicate keys and "
+          "wrongly typed values are errors that name the file, line, column and full key path. "
+          "`_target_` keys (AutoModel's class selectors) are accepted anywhere and ignored. "
+          "Nullable integers accept `none`, `null` or `~`. Any key can be overridden on the "
+          "command line after `--config FILE` as `section.key=value`, e.g. "
+          "`distributed.tp_size=2` or `optimizer.betas=[0.9,0.95]`.\n\n"
+          "Cross-key rules (divisibility, strategy limits, topology) are listed with the keys "
+          "they concern; see doc/validation.md for the full list and doc/mesh.md for the mesh "
+          "layout.\n",
+          out);
+    for (int s = 0; s < mt_cfg_nsections; s++) {
+        const char *sec = mt_cfg_sections[s].path;
+        size_t sl = strlen(sec);
+        fprintf(out, "\n## `%s`\n\n%s\n\n| key | type | default | meaning and rule |\n"
+                     "|---|---|---|---|\n", sec, mt_cfg_sections[s].doc);
+        for (int i = 0; i < mt_cfg_nkeys; i++) {
+            const mt_cfg_key_t *k = &mt_cfg_keys[i];
+            if (strncmp(k->path, sec, sl) != 0 || k->path[sl] != '.' || strchr(k->path + sl + 1, '.'))
+                continue;
+            fprintf(out, "| `%s` | ", k->path + sl + 1);
+            if (k->type == MT_T_ENUM) {
+                fputs("one of ", out);
+                int first = 1;
+                for (const mt_cfg_enum_t *e = k->enums; e->name; e++) {
+                    if (e->alias)
+                        continue;
+                    fprintf(out, "%s`%s`", first ? "" : ", ", e->name);
+                    first = 0;
+                }
+            } else {
+                bool integer = k->type == MT_T_INT || k->type == MT_T_OPT_INT;
+                fputs(integer ? "integer" : mt_cfg_type_name(k), out);
+                if (integer && k->max != INT64_MAX)
+                    fprintf(out, " in [%lld, %lld]", (long long)k->min, (long long)k->max);
+                else if (integer)
+                    fprintf(out, " >= %lld", (long long)k->min);
+                if (k->type == MT_T_OPT_INT)
+                    fputs(", or none", out);
+            }
+            fputs(" | `", out);
+            write_value(out, &defaults, k);
+            fputs("` | ", out);
+            write_md_cell(out, k->doc);
+            fputs(" |\n", out);
+        }
+    }
+}

@@ -1,0 +1,329 @@
+/* config_schema.c: every configuration key, once.
+ *
+ * The table gives each key's path, type, default and meaning.  Parsing,
+ * overrides, defaults, printing and doc/config-reference.md all come from
+ * it, so a key cannot be documented without being parsed or the reverse.
+ * Cross-key rules live in config_validate.c. */
+#include "config_internal.h"
+
+#include <limits.h>
+#include <stddef.h>
+#include <string.h>
+
+#define OFF(member) offsetof(mt_config_t, member)
+#define NOMAX INT64_MAX
+
+static const mt_cfg_enum_t strategy_enum[] = {
+    {"fsdp2", MT_STRATEGY_FSDP2, false},
+    {"megatron_fsdp", MT_STRATEGY_MEGATRON_FSDP, false},
+    {"ddp", MT_STRATEGY_DDP, false},
+    {NULL, 0, false}};
+
+static const mt_cfg_enum_t schedule_enum[] = {
+    {"1f1b", MT_PP_1F1B, false},
+    {"gpipe", MT_PP_GPIPE, false},
+    {"interleaved_1f1b", MT_PP_INTERLEAVED_1F1B, false},
+    {"interleaved1f1b", MT_PP_INTERLEAVED_1F1B, true},
+    {"looped_bfs", MT_PP_LOOPED_BFS, false},
+    {"dfs", MT_PP_DFS, false},
+    {"v_schedule", MT_PP_V_SCHEDULE, false},
+    {"zero_bubble", MT_PP_ZERO_BUBBLE, false},
+    {NULL, 0, false}};
+
+static const mt_cfg_enum_t format_enum[] = {
+    {"auto", MT_DATA_AUTO, false},
+    {"llmc", MT_DATA_LLMC, false},
+    {"megatron", MT_DATA_MEGATRON, false},
+    {NULL, 0, false}};
+
+static const mt_cfg_enum_t decay_enum[] = {
+    {"cosine", MT_LR_COSINE, false},
+    {"linear", MT_LR_LINEAR, false},
+    {"constant", MT_LR_CONSTANT, false},
+    {NULL, 0, false}};
+
+static const mt_cfg_enum_t dtype_enum[] = {
+    {"float32", MT_DTYPE_FLOAT32, false},
+    {"fp32", MT_DTYPE_FLOAT32, true},
+    {"torch.float32", MT_DTYPE_FLOAT32, true},
+    {"bfloat16", MT_DTYPE_BFLOAT16, false},
+    {"bf16", MT_DTYPE_BFLOAT16, true},
+    {"torch.bfloat16", MT_DTYPE_BFLOAT16, true},
+    {NULL, 0, false}};
+
+static const mt_cfg_enum_t save_enum[] = {
+    {"hdf5", MT_SAVE_HDF5, false},
+    {"safetensors", MT_SAVE_SAFETENSORS, false},
+    {NULL, 0, false}};
+
+const mt_cfg_section_t mt_cfg_sections[] = {
+    {"model", "The model, with Hugging Face config.json field names."},
+    {"dataset", "Token data (read by the training loop)."},
+    {"packed_sequence", "Packing documents into fixed-length rows (meshtrain-cp)."},
+    {"step_scheduler", "Batch sizes and step counts."},
+    {"distributed", "Parallelism: NeMo AutoModel's `distributed:` section."},
+    {"distributed.pipeline", "Pipeline parallelism; required when pp_size > 1, ignored "
+                             "with a warning when pp_size is 1."},
+    {"distributed.moe", "Expert-parallel options; ignored with a warning when ep_size is 1."},
+    {"distributed.mp_policy", "Mixed precision (GPU backend); the CPU backend computes in float32."},
+    {"optimizer", "AdamW."},
+    {"lr_scheduler", "Learning-rate schedule."},
+    {"checkpoint", "HDF5 checkpoints."},
+    {"logging", "Step log and metrics."},
+    {"rng", "Random number generation."},
+};
+const int mt_cfg_nsections = (int)(sizeof mt_cfg_sections / sizeof mt_cfg_sections[0]);
+
+#define K_INT(p, m, d, lo, doc) {p, MT_T_INT, OFF(m), 0, 0, NULL, d, lo, NOMAX, doc}
+#define K_INTR(p, m, d, lo, hi, doc) {p, MT_T_INT, OFF(m), 0, 0, NULL, d, lo, hi, doc}
+#define K_OPT(p, m, d, lo, doc) {p, MT_T_OPT_INT, OFF(m), 0, 0, NULL, d, lo, NOMAX, doc}
+#define K_FLT(p, m, d, doc) {p, MT_T_FLOAT, OFF(m), 0, 0, NULL, d, 0, 0, doc}
+#define K_BOOL(p, m, d, doc) {p, MT_T_BOOL, OFF(m), 0, 0, NULL, d, 0, 0, doc}
+#define K_STR(p, m, d, doc) {p, MT_T_STRING, OFF(m), 0, 0, NULL, d, 0, 0, doc}
+#define K_ENUM(p, m, e, d, doc) {p, MT_T_ENUM, OFF(m), 0, 0, e, d, 0, 0, doc}
+
+const mt_cfg_key_t mt_cfg_keys[] = {
+    /* model */
+    K_INT("model.vocab_size", model.vocab_size, "32000", 1,
+          "Vocabulary size. With tp_size > 1 it is padded up to a multiple of tp_size; "
+          "the padding is masked out of the loss."),
+    K_INT("model.hidden_size", model.hidden_size, "4096", 1,
+          "Model width. Must be divisible by num_attention_heads."),
+    K_INT("model.intermediate_size", model.intermediate_size, "11008", 1,
+          "SwiGLU MLP width. Must be divisible by tp_size."),
+    K_INT("model.num_hidden_layers", model.num_hidden_layers, "32", 1,
+          "Number of decoder layers. Must split over the pipeline stages."),
+    K_INT("model.num_attention_heads", model.num_attention_heads, "32", 1,
+          "Query heads. Must divide hidden_size, be divisible by num_key_value_heads, "
+          "and be divisible by tp_size."),
+    K_OPT("model.num_key_value_heads", model.num_key_value_heads, "none", 1,
+          "Key/value heads for grouped-query attention; none means num_attention_heads. "
+          "Must divide num_attention_heads and be divisible by tp_size."),
+    K_INT("model.max_position_embeddings", model.max_position_embeddings, "4096", 1,
+          "Kept for Hugging Face config.json interchange."),
+    K_FLT("model.rope_theta", model.rope_theta, "10000.0", "RoPE base. Must be positive."),
+    K_FLT("model.rms_norm_eps", model.rms_norm_eps, "1e-6", "RMSNorm epsilon. Must be positive."),
+    K_FLT("model.initializer_range", model.initializer_range, "0.02",
+          "Standard deviation of the normal initialisation of linear and embedding weights. "
+          "Must be positive."),
+    K_BOOL("model.tie_word_embeddings", model.tie_word_embeddings, "false",
+           "lm_head shares the embedding weight."),
+    K_BOOL("model.qk_norm", model.qk_norm, "false",
+           "RMSNorm over head_dim on q and k before RoPE (Qwen3)."),
+    K_INT("model.num_experts", model.num_experts, "0", 0,
+          "Routed experts; 0 means a dense model. meshtrain-moe needs it > 0 and divisible "
+          "by ep_size; meshtrain-dense and meshtrain-cp need 0."),
+    K_INT("model.num_experts_per_tok", model.num_experts_per_tok, "2", 1,
+          "Experts each token is routed to (top-k). At most num_experts."),
+    K_INT("model.moe_intermediate_size", model.moe_intermediate_size, "1408", 1,
+          "Width of each expert's SwiGLU MLP. Must be divisible by tp_size."),
+    K_BOOL("model.norm_topk_prob", model.norm_topk_prob, "false",
+           "Renormalise the top-k routing weights to sum to 1."),
+    K_FLT("model.router_aux_loss_coef", model.router_aux_loss_coef, "0.001",
+          "Scale of the load-balancing auxiliary loss. Must not be negative."),
+
+    /* dataset */
+    K_STR("dataset.path", dataset.path, "\"\"",
+          "Training tokens: an llm.c .bin file or a Megatron .bin/.idx prefix."),
+    K_ENUM("dataset.format", dataset.format, format_enum, "auto",
+           "auto detects the format from the file's magic."),
+    K_INT("dataset.seq_length", dataset.seq_length, "2048", 1,
+          "Tokens per sample. With sequence_parallel it must be divisible by tp_size; with "
+          "cp_size > 1 (no packing) by 2 x cp_size."),
+    K_BOOL("dataset.shuffle", dataset.shuffle, "false",
+           "Visit samples in a seeded permutation per epoch instead of in order."),
+    K_INT("dataset.seed", dataset.seed, "1234", 0, "Seed of the sample permutation."),
+    K_STR("dataset.validation_path", dataset.validation_path, "\"\"",
+          "Validation tokens, evaluated every step_scheduler.val_every_steps."),
+
+    /* packed_sequence */
+    K_INT("packed_sequence.packed_sequence_size", packed_sequence.packed_sequence_size, "0", 0,
+          "Pack documents into rows of this many tokens; 0 disables packing. Needs "
+          "local_batch_size 1 and divisibility by cp_size (by 2 x cp_size when cp_size > 1)."),
+
+    /* step_scheduler */
+    K_INT("step_scheduler.global_batch_size", step_scheduler.global_batch_size, "8", 1,
+          "Samples per optimizer step over all ranks. Must be divisible by local_batch_size x "
+          "dp_size; the quotient is the number of gradient-accumulation micro-steps."),
+    K_INT("step_scheduler.local_batch_size", step_scheduler.local_batch_size, "1", 1,
+          "Samples per rank per micro-step. Must be divisible by pipeline.pp_microbatch_size."),
+    K_INT("step_scheduler.max_steps", step_scheduler.max_steps, "100", 1,
+          "Optimizer steps to train for."),
+    K_INT("step_scheduler.ckpt_every_steps", step_scheduler.ckpt_every_steps, "0", 0,
+          "Save a checkpoint every this many steps; 0 saves only at the end and on signals."),
+    K_INT("step_scheduler.val_every_steps", step_scheduler.val_every_steps, "0", 0,
+          "Evaluate the validation set every this many steps; 0 never."),
+
+    /* distributed */
+    K_ENUM("distributed.strategy", distributed.strategy, strategy_enum, "fsdp2",
+           "Data-parallel strategy: fsdp2, megatron_fsdp or ddp."),
+    K_OPT("distributed.dp_size", distributed.dp_size, "none", 1,
+          "Data-parallel size; none infers world_size / (tp x pp x cp). An explicit value "
+          "must equal that."),
+    K_OPT("distributed.dp_replicate_size", distributed.dp_replicate_size, "none", 1,
+          "HSDP replicas (fsdp2 only): dp_shard = dp_size / dp_replicate_size. Must divide "
+          "dp_size and be smaller than it."),
+    K_INT("distributed.tp_size", distributed.tp_size, "1", 1,
+          "Tensor-parallel size. Must divide the head counts and MLP widths, and a TP group "
+          "must stay inside one node."),
+    K_INT("distributed.pp_size", distributed.pp_size, "1", 1,
+          "Pipeline-parallel size. pp_size > 1 needs a `pipeline:` block."),
+    K_INT("distributed.cp_size", distributed.cp_size, "1", 1, "Context-parallel size."),
+    K_INT("distributed.ep_size", distributed.ep_size, "1", 1,
+          "Expert-parallel size. dp_size x cp_size must be divisible by it."),
+    K_BOOL("distributed.sequence_parallel", distributed.sequence_parallel, "false",
+           "Split norms and the residual stream along the sequence over TP ranks. Needs "
+           "tp_size > 1."),
+    K_BOOL("distributed.activation_checkpointing", distributed.activation_checkpointing, "false",
+           "Recompute each layer's forward during backward."),
+    K_BOOL("distributed.defer_fsdp_grad_sync", distributed.defer_fsdp_grad_sync, "true",
+           "fsdp2 only: with gradient accumulation, reduce gradients on the last micro-step "
+           "only."),
+    K_INTR("distributed.zero_dp_strategy", distributed.zero_dp_strategy, "3", 0, 3,
+           "megatron_fsdp only: 0 replicate all, 1 shard optimizer state, 2 also gradients, "
+           "3 also parameters."),
+    K_BOOL("distributed.overlap_grad_reduce", distributed.overlap_grad_reduce, "true",
+           "megatron_fsdp only: overlap gradient reduction with backward."),
+    K_BOOL("distributed.overlap_param_gather", distributed.overlap_param_gather, "true",
+           "megatron_fsdp only: overlap parameter all-gather with forward."),
+    K_INT("distributed.timeout_s", distributed.timeout_s, "1800", 1,
+          "Collective timeout in seconds."),
+    K_ENUM("distributed.pipeline.pp_schedule", distributed.pipeline.pp_schedule, schedule_enum,
+           "1f1b",
+           "One of 1f1b, gpipe, interleaved_1f1b (alias interleaved1f1b), looped_bfs, dfs, "
+           "v_schedule, zero_bubble. interleaved_1f1b, looped_bfs and dfs need at least 2 "
+           "stages per rank; v_schedule exactly 2."),
+    K_INT("distributed.pipeline.pp_microbatch_size", distributed.pipeline.pp_microbatch_size,
+          "1", 1, "Samples per pipeline microbatch. Must divide local_batch_size."),
+    K_OPT("distributed.pipeline.layers_per_stage", distributed.pipeline.layers_per_stage, "none",
+          1,
+          "Layers in each stage (the last stage takes the remainder); the stage count must be "
+          "a multiple of pp_size. none splits evenly into pp_size stages (2 x pp_size for "
+          "multi-stage schedules)."),
+    K_BOOL("distributed.pipeline.scale_grads_in_schedule",
+           distributed.pipeline.scale_grads_in_schedule, "false",
+           "Scale gradients by 1/microbatches inside the schedule instead of after it."),
+    K_BOOL("distributed.moe.reshard_after_forward", distributed.moe.reshard_after_forward,
+           "false", "Free gathered expert weights after forward."),
+    K_BOOL("distributed.moe.ignore_router_for_ac", distributed.moe.ignore_router_for_ac, "false",
+           "Do not recompute the router under activation checkpointing."),
+    K_BOOL("distributed.moe.wrap_outer_model", distributed.moe.wrap_outer_model, "true",
+           "Make the non-layer parameters (embedding, norm, lm_head) an FSDP unit."),
+    K_ENUM("distributed.mp_policy.param_dtype", distributed.mp_policy.param_dtype, dtype_enum,
+           "float32", "Parameter and activation dtype on the GPU: float32 or bfloat16."),
+    K_ENUM("distributed.mp_policy.reduce_dtype", distributed.mp_policy.reduce_dtype, dtype_enum,
+           "float32", "Gradient reduction dtype."),
+    K_ENUM("distributed.mp_policy.output_dtype", distributed.mp_policy.output_dtype, dtype_enum,
+           "float32", "Output (logits) dtype."),
+
+    /* optimizer */
+    K_FLT("optimizer.lr", optimizer.lr, "3e-4", "Peak learning rate. Must be positive."),
+    {"optimizer.betas", MT_T_FLOAT_LIST, OFF(optimizer.betas), OFF(optimizer.nbetas), 2, NULL,
+     "[0.9, 0.95]", 0, 0, "AdamW (beta1, beta2), each in [0, 1)."},
+    K_FLT("optimizer.eps", optimizer.eps, "1e-8", "AdamW epsilon. Must be positive."),
+    K_FLT("optimizer.weight_decay", optimizer.weight_decay, "0.0",
+          "Decoupled weight decay; not applied to norm weights. Must not be negative."),
+    K_FLT("optimizer.max_grad_norm", optimizer.max_grad_norm, "1.0",
+          "Clip the global gradient norm to this; 0 disables clipping."),
+
+    /* lr_scheduler */
+    K_INT("lr_scheduler.lr_warmup_steps", lr_scheduler.lr_warmup_steps, "0", 0,
+          "Linear warm-up steps."),
+    K_ENUM("lr_scheduler.lr_decay_style", lr_scheduler.lr_decay_style, decay_enum, "cosine",
+           "Decay after warm-up: cosine, linear (to min_lr at max_steps) or constant."),
+    K_FLT("lr_scheduler.min_lr", lr_scheduler.min_lr, "0.0",
+          "Final learning rate. Must be in [0, optimizer.lr]."),
+
+    /* checkpoint */
+    K_BOOL("checkpoint.enabled", checkpoint.enabled, "false", "Write checkpoints."),
+    K_STR("checkpoint.checkpoint_dir", checkpoint.checkpoint_dir, "checkpoints",
+          "Directory of step_NNNNNNNN/ checkpoints and the `latest` pointer."),
+    K_STR("checkpoint.resume", checkpoint.resume, "auto",
+          "auto resumes from the newest complete checkpoint, none starts fresh, anything else "
+          "is a checkpoint path."),
+    K_BOOL("checkpoint.save_initial", checkpoint.save_initial, "false",
+           "Write step 0 before the first update."),
+    K_INT("checkpoint.keep_last_n", checkpoint.keep_last_n, "0", 0,
+          "Keep the newest n checkpoints; 0 keeps all. Must be at least 2 when above 0."),
+    K_BOOL("checkpoint.save_consolidated", checkpoint.save_consolidated, "false",
+           "Also export a consolidated Hugging Face checkpoint."),
+    K_ENUM("checkpoint.model_save_format", checkpoint.model_save_format, save_enum, "hdf5",
+           "Format of the consolidated export: hdf5 or safetensors."),
+
+    /* logging */
+    K_STR("logging.metrics_file", logging.metrics_file, "metrics.jsonl",
+          "One JSON object per step is appended here; empty disables it."),
+    K_INT("logging.log_every_steps", logging.log_every_steps, "1", 1,
+          "Print a step line every this many steps."),
+
+    /* rng */
+    K_INT("rng.seed", rng.seed, "42", 0,
+          "Seed of the initial weights; they depend on it and the model, never on the mesh."),
+};
+const int mt_cfg_nkeys = (int)(sizeof mt_cfg_keys / sizeof mt_cfg_keys[0]);
+
+_Static_assert(sizeof mt_cfg_keys / sizeof mt_cfg_keys[0] <= MT_CFG_MAX_KEYS,
+               "raise MT_CFG_MAX_KEYS");
+_Static_assert(sizeof mt_cfg_sections / sizeof mt_cfg_sections[0] <= MT_CFG_MAX_SECTIONS,
+               "raise MT_CFG_MAX_SECTIONS");
+
+int mt_cfg_key_index(const char *path)
+{
+    for (int i = 0; i < mt_cfg_nkeys; i++)
+        if (strcmp(mt_cfg_keys[i].path, path) == 0)
+            return i;
+    return -1;
+}
+
+int mt_cfg_section_index(const char *path)
+{
+    for (int i = 0; i < mt_cfg_nsections; i++)
+        if (strcmp(mt_cfg_sections[i].path, path) == 0)
+            return i;
+    return -1;
+}
+
+const char *mt_cfg_enum_canonical(const mt_cfg_enum_t *e, int value)
+{
+    for (; e->name; e++)
+        if (e->value == value && !e->alias)
+            return e->name;
+    return "?";
+}
+
+const char *mt_cfg_type_name(const mt_cfg_key_t *k)
+{
+    switch (k->type) {
+    case MT_T_INT: return "integer";
+    case MT_T_OPT_INT: return "integer or none";
+    case MT_T_FLOAT: return "number";
+    case MT_T_BOOL: return "boolean";
+    case MT_T_STRING: return "string";
+    case MT_T_ENUM: return "enum";
+    case MT_T_FLOAT_LIST: return "list of numbers";
+    }
+    return "?";
+}
+
+const char *mt_strategy_name(mt_strategy_t s) { return mt_cfg_enum_canonical(strategy_enum, (int)s); }
+const char *mt_pp_schedule_name(mt_pp_schedule_t s) { return mt_cfg_enum_canonical(schedule_enum, (int)s); }
+const char *mt_dtype_name(mt_dtype_t d) { return mt_cfg_enum_canonical(dtype_enum, (int)d); }
+
+size_t mt_dtype_size(mt_dtype_t d) { return d == MT_DTYPE_BFLOAT16 ? 2 : 4; }
+
+const char *mt_app_kind_name(mt_app_kind_t k)
+{
+    switch (k) {
+    case MT_APP_DENSE: return "meshtrain-dense";
+    case MT_APP_MOE: return "meshtrain-moe";
+    case MT_APP_CP: return "meshtrain-cp";
+    case MT_APP_ANY: break;
+    }
+    return "meshtrain";
+}
+
+bool mt_pp_schedule_multi_stage(mt_pp_schedule_t s)
+{
+    return s == MT_PP_INTERLEAVED_1F1B || s == MT_PP_LOOPED_BFS || s == MT_PP_DFS ||
+           s == MT_PP_V_SCHEDULE;
+}

@@ -1,0 +1,659 @@
+/* config_yaml.c: YAML text and `section.key=value` overrides into an
+ * mt_config_t, through the schema table.
+ *
+ * libyaml's document API gives every node its line and column.  It accepts
+ * duplicate keys silently, so each mapping is checked here.  Values are
+ * typed strictly: a quoted "4" is not an integer.  All problems in a file
+ * are collected and reported together, each with FILE:LINE:COL and the
+ * full key path.  Cross-key rules are config_validate.c's. */
+#include "config_internal.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <yaml.h>
+
+/* ------------------------------------------------------------------ */
+/* diagnostics and suggestions                                         */
+
+void mt_diag_add(mt_diag_t *d, const char *fmt, ...)
+{
+    size_t n = strlen(d->text);
+    va_list ap;
+    d->count++;
+    if (n + 2 >= sizeof d->text)
+        return;
+    if (n > 0)
+        d->text[n++] = '\n', d->text[n] = '\0';
+    va_start(ap, fmt);
+    vsnprintf(d->text + n, sizeof d->text - n, fmt, ap);
+    va_end(ap);
+}
+
+void mt_diag_location(const mt_config_t *cfg, const mt_origin_t *o, char *buf, size_t cap)
+{
+    const char *file = cfg->source_file[0] ? cfg->source_file : "(no config file)";
+    switch (o->kind) {
+    case MT_ORIGIN_FILE:
+        snprintf(buf, cap, "%s:%d:%d: ", file, o->line, o->column);
+        break;
+    case MT_ORIGIN_OVERRIDE:
+        if (o->index >= 0 && o->index < cfg->noverrides)
+            snprintf(buf, cap, "override '%s': ", cfg->overrides[o->index]);
+        else
+            snprintf(buf, cap, "override #%d: ", o->index + 1);
+        break;
+    default:
+        snprintf(buf, cap, "%s: (default) ", file);
+    }
+}
+
+mt_status_t mt_diag_finish(const mt_diag_t *d, const char *file, int line)
+{
+    if (d->count == 0)
+        return MT_OK;
+    return mt_error_set(MT_ERR_CONFIG, file, line, "%s", d->text);
+}
+
+int mt_edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    int row[128];
+    if (lb >= sizeof row / sizeof row[0])
+        return 1 << 20;
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int up = row[j];
+            int cost = tolower((unsigned char)a[i - 1]) == tolower((unsigned char)b[j - 1]) ? 0 : 1;
+            int best = diag + cost;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            if (up + 1 < best)
+                best = up + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+const char *mt_closest_name(const char *word, const char *const *names, int n)
+{
+    const char *best = NULL;
+    int best_d = 1 << 20;
+    for (int i = 0; i < n; i++) {
+        int d = mt_edit_distance(word, names[i]);
+        if (d < best_d)
+            best_d = d, best = names[i];
+    }
+    /* A suggestion must be plausibly a typo, not any name at all. */
+    int len = (int)strlen(word);
+    int limit = len <= 4 ? 1 : len <= 8 ? 2 : 3;
+    return best_d <= limit ? best : NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* parse context                                                        */
+
+typedef struct {
+    mt_config_t *cfg;
+    yaml_document_t *doc;
+    mt_diag_t *diag;
+    mt_origin_t origin; /* template: kind and override index */
+} parse_ctx_t;
+
+static void loc_of(const parse_ctx_t *c, const yaml_node_t *n, char *buf, size_t cap)
+{
+    mt_origin_t o = c->origin;
+    if (o.kind == MT_ORIGIN_FILE && n) {
+        o.line = (int)n->start_mark.line + 1;
+        o.column = (int)n->start_mark.column + 1;
+    }
+    mt_diag_location(c->cfg, &o, buf, cap);
+}
+
+#define PERR(c, node, ...)                                                \
+    do {                                                                  \
+        char loc_[MT_PATH_MAX + 64];                                      \
+        char msg_[1024];                                                  \
+        loc_of((c), (node), loc_, sizeof loc_);                           \
+        snprintf(msg_, sizeof msg_, __VA_ARGS__);                         \
+        mt_diag_add((c)->diag, "%s%s", loc_, msg_);                       \
+    } while (0)
+
+static void mark_origin(parse_ctx_t *c, mt_origin_t *dst, const yaml_node_t *n)
+{
+    *dst = c->origin;
+    if (c->origin.kind == MT_ORIGIN_FILE && n) {
+        dst->line = (int)n->start_mark.line + 1;
+        dst->column = (int)n->start_mark.column + 1;
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* scalars                                                              */
+
+static bool is_null_scalar(const yaml_node_t *n)
+{
+    if (!n)
+        return true;
+    if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+        return false;
+    const char *s = (const char *)n->data.scalar.value;
+    return s[0] == '\0' || strcmp(s, "~") == 0 || strcasecmp(s, "null") == 0 ||
+           strcasecmp(s, "none") == 0;
+}
+
+static const char *node_kind(const yaml_node_t *n)
+{
+    if (!n)
+        return "nothing";
+    switch (n->type) {
+    case YAML_MAPPING_NODE: return "a mapping";
+    case YAML_SEQUENCE_NODE: return "a list";
+    default: return "a scalar";
+    }
+}
+
+/* Describe what was found, for "expected X, got Y". */
+static void describe(const yaml_node_t *n, char *buf, size_t cap)
+{
+    if (is_null_scalar(n))
+        snprintf(buf, cap, "null");
+    else if (n->type != YAML_SCALAR_NODE)
+        snprintf(buf, cap, "%s", node_kind(n));
+    else if (n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE)
+        snprintf(buf, cap, "'%s'", (const char *)n->data.scalar.value);
+    else
+        snprintf(buf, cap, "the quoted string \"%s\"", (const char *)n->data.scalar.value);
+}
+
+static bool plain_scalar(const yaml_node_t *n)
+{
+    return n && n->type == YAML_SCALAR_NODE && n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+}
+
+static bool parse_int(const char *s, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end != '\0')
+        return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_float(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end != '\0' || !isfinite(v))
+        return false;
+    /* strtod accepts hex and "inf"; a config number is decimal. */
+    for (const char *p = s; *p; p++)
+        if (!strchr("0123456789+-.eE", *p))
+            return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_bool(const char *s, bool *out)
+{
+    static const char *yes[] = {"true", "yes", "on"}, *no[] = {"false", "no", "off"};
+    for (int i = 0; i < 3; i++) {
+        if (strcasecmp(s, yes[i]) == 0)
+            return *out = true, true;
+        if (strcasecmp(s, no[i]) == 0)
+            return *out = false, true;
+    }
+    return false;
+}
+
+static void enum_choices(const mt_cfg_enum_t *e, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    for (; e->name; e++) {
+        size_t n = strlen(buf);
+        snprintf(buf + n, cap - n, "%s%s", n ? " | " : "", e->name);
+    }
+}
+
+/* Store node into key k; report type errors. */
+static void set_value(parse_ctx_t *c, int ki, const yaml_node_t *n)
+{
+    const mt_cfg_key_t *k = &mt_cfg_keys[ki];
+    char *base = (char *)c->cfg;
+    char got[300];
+    const char *s = (n && n->type == YAML_SCALAR_NODE) ? (const char *)n->data.scalar.value : "";
+    describe(n, got, sizeof got);
+
+    switch (k->type) {
+    case MT_T_INT:
+    case MT_T_OPT_INT: {
+        int64_t v;
+        if (k->type == MT_T_OPT_INT && is_null_scalar(n)) {
+            mt_opt_int_t *o = (mt_opt_int_t *)(base + k->offset);
+            o->set = false, o->value = 0;
+            break;
+        }
+        if (!plain_scalar(n) || is_null_scalar(n) || !parse_int(s, &v)) {
+            PERR(c, n, "%s: expected an integer%s, got %s", k->path,
+                 k->type == MT_T_OPT_INT ? " or none" : "", got);
+            return;
+        }
+        if (k->type == MT_T_OPT_INT) {
+            mt_opt_int_t *o = (mt_opt_int_t *)(base + k->offset);
+            o->set = true, o->value = v;
+        } else {
+            *(int64_t *)(base + k->offset) = v;
+        }
+        break;
+    }
+    case MT_T_FLOAT: {
+        double v;
+        if (!plain_scalar(n) || is_null_scalar(n) || !parse_float(s, &v)) {
+            PERR(c, n, "%s: expected a number, got %s", k->path, got);
+            return;
+        }
+        *(double *)(base + k->offset) = v;
+        break;
+    }
+    case MT_T_BOOL: {
+        bool v;
+        if (!plain_scalar(n) || !parse_bool(s, &v)) {
+            PERR(c, n, "%s: expected true or false, got %s", k->path, got);
+            return;
+        }
+        *(bool *)(base + k->offset) = v;
+        break;
+    }
+    case MT_T_STRING: {
+        char *dst = base + k->offset;
+        if (!n || (is_null_scalar(n) && plain_scalar(n))) {
+            dst[0] = '\0';
+            break;
+        }
+        if (!n || n->type != YAML_SCALAR_NODE) {
+            PERR(c, n, "%s: expected a string, got %s", k->path, got);
+            return;
+        }
+        if (strlen(s) >= MT_PATH_MAX) {
+            PERR(c, n, "%s: string longer than %d characters", k->path, MT_PATH_MAX - 1);
+            return;
+        }
+        strcpy(dst, s);
+        break;
+    }
+    case MT_T_ENUM: {
+        char choices[512];
+        enum_choices(k->enums, choices, sizeof choices);
+        if (!n || n->type != YAML_SCALAR_NODE || is_null_scalar(n)) {
+            PERR(c, n, "%s: expected one of %s, got %s", k->path, choices, got);
+            return;
+        }
+        const mt_cfg_enum_t *e = k->enums;
+        for (; e->name; e++)
+            if (strcasecmp(e->name, s) == 0)
+                break;
+        if (!e->name) {
+            const char *names[32];
+            int nn = 0;
+            for (const mt_cfg_enum_t *x = k->enums; x->name && nn < 32; x++)
+                names[nn++] = x->name;
+            const char *best = mt_closest_name(s, names, nn);
+            if (best)
+                PERR(c, n, "%s: expected one of %s, got %s; did you mean %s?", k->path, choices,
+                     got, best);
+            else
+                PERR(c, n, "%s: expected one of %s, got %s", k->path, choices, got);
+            return;
+        }
+        *(int *)(base + k->offset) = e->value;
+        break;
+    }
+    case MT_T_FLOAT_LIST: {
+        double vals[MT_MAX_LIST];
+        int cnt = 0;
+        if (!n || n->type != YAML_SEQUENCE_NODE) {
+            PERR(c, n, "%s: expected a list of %d numbers, got %s", k->path, k->list_len, got);
+            return;
+        }
+        for (yaml_node_item_t *it = n->data.sequence.items.start;
+             it < n->data.sequence.items.top; it++) {
+            yaml_node_t *e = yaml_document_get_node(c->doc, *it);
+            double v;
+            char eg[300];
+            describe(e, eg, sizeof eg);
+            if (!plain_scalar(e) || !parse_float((const char *)e->data.scalar.value, &v)) {
+                PERR(c, e, "%s[%d]: expected a number, got %s", k->path, cnt, eg);
+                return;
+            }
+            if (cnt < MT_MAX_LIST)
+                vals[cnt] = v;
+            cnt++;
+        }
+        if (cnt != k->list_len) {
+            PERR(c, n, "%s: expected a list of %d numbers, got %d", k->path, k->list_len, cnt);
+            return;
+        }
+        memcpy(base + k->offset, vals, sizeof(double) * (size_t)cnt);
+        *(int *)(base + k->count_offset) = cnt;
+        break;
+    }
+    }
+    mark_origin(c, &c->cfg->key_origin[ki], n);
+}
+
+/* ------------------------------------------------------------------ */
+/* mappings                                                             */
+
+/* Names directly under `prefix` (keys and sections), for suggestions. */
+static int child_names(const char *prefix, const char **names, int cap)
+{
+    size_t pl = strlen(prefix);
+    int n = 0;
+    for (int i = 0; i < mt_cfg_nkeys + mt_cfg_nsections && n < cap; i++) {
+        const char *p = i < mt_cfg_nkeys ? mt_cfg_keys[i].path : mt_cfg_sections[i - mt_cfg_nkeys].path;
+        const char *rest;
+        if (pl == 0)
+            rest = p;
+        else if (strncmp(p, prefix, pl) == 0 && p[pl] == '.')
+            rest = p + pl + 1;
+        else
+            continue;
+        if (strchr(rest, '.'))
+            continue; /* deeper */
+        names[n++] = rest;
+    }
+    return n;
+}
+
+/* Full path elsewhere in the schema whose last component is `leaf`. */
+static const char *path_with_leaf(const char *leaf)
+{
+    for (int i = 0; i < mt_cfg_nkeys + mt_cfg_nsections; i++) {
+        const char *p = i < mt_cfg_nkeys ? mt_cfg_keys[i].path : mt_cfg_sections[i - mt_cfg_nkeys].path;
+        const char *dot = strrchr(p, '.');
+        if (strcmp(dot ? dot + 1 : p, leaf) == 0)
+            return p;
+    }
+    return NULL;
+}
+
+static void unknown_key(parse_ctx_t *c, const yaml_node_t *kn, const char *prefix,
+                        const char *key)
+{
+    const char *names[128];
+    int n = child_names(prefix, names, 128);
+    const char *best = mt_closest_name(key, names, n);
+    const char *elsewhere = path_with_leaf(key);
+    char full[MT_PATH_MAX];
+    snprintf(full, sizeof full, "%s%s%s", prefix, prefix[0] ? "." : "", key);
+    if (best)
+        PERR(c, kn, "%s: unknown key; did you mean %s?", full, best);
+    else if (elsewhere)
+        PERR(c, kn, "%s: unknown key; did you mean %s?", full, elsewhere);
+    else if (prefix[0])
+        PERR(c, kn, "%s: unknown key in section '%s'", full, prefix);
+    else
+        PERR(c, kn, "%s: unknown top-level section", full);
+}
+
+static void walk_mapping(parse_ctx_t *c, const yaml_node_t *map, const char *prefix);
+
+static void handle_pair(parse_ctx_t *c, const yaml_node_t *kn, const yaml_node_t *vn,
+                        const char *prefix)
+{
+    const char *key = (const char *)kn->data.scalar.value;
+    char path[MT_PATH_MAX];
+    snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "", key);
+
+    if (strcmp(key, "_target_") == 0)
+        return; /* AutoModel's Hydra-style class selector: meaningless here */
+
+    int si = mt_cfg_section_index(path);
+    if (si >= 0) {
+        if (is_null_scalar(vn))
+            return; /* `pipeline: null` is an absent block */
+        if (vn->type != YAML_MAPPING_NODE) {
+            char got[300];
+            describe(vn, got, sizeof got);
+            PERR(c, vn, "%s: expected a mapping (a section), got %s", path, got);
+            return;
+        }
+        mark_origin(c, &c->cfg->section_origin[si], kn);
+        walk_mapping(c, vn, path);
+        return;
+    }
+    int ki = mt_cfg_key_index(path);
+    if (ki >= 0) {
+        set_value(c, ki, vn);
+        return;
+    }
+    unknown_key(c, kn, prefix, key);
+}
+
+static void walk_mapping(parse_ctx_t *c, const yaml_node_t *map, const char *prefix)
+{
+    yaml_node_pair_t *start = map->data.mapping.pairs.start, *top = map->data.mapping.pairs.top;
+    for (yaml_node_pair_t *p = start; p < top; p++) {
+        yaml_node_t *kn = yaml_document_get_node(c->doc, p->key);
+        yaml_node_t *vn = yaml_document_get_node(c->doc, p->value);
+        if (!kn || kn->type != YAML_SCALAR_NODE) {
+            PERR(c, kn, "%s: keys must be plain names, got %s", prefix[0] ? prefix : "(top level)",
+                 node_kind(kn));
+            continue;
+        }
+        const char *key = (const char *)kn->data.scalar.value;
+        bool dup = false;
+        for (yaml_node_pair_t *q = start; q < p; q++) {
+            yaml_node_t *qk = yaml_document_get_node(c->doc, q->key);
+            if (qk && qk->type == YAML_SCALAR_NODE &&
+                strcmp((const char *)qk->data.scalar.value, key) == 0) {
+                PERR(c, kn, "%s%s%s: duplicate key (first defined at line %d)", prefix,
+                     prefix[0] ? "." : "", key, (int)qk->start_mark.line + 1);
+                dup = true;
+                break;
+            }
+        }
+        if (!dup)
+            handle_pair(c, kn, vn, prefix);
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* entry points                                                         */
+
+static mt_status_t load_yaml(mt_config_t *cfg, const unsigned char *text, size_t len,
+                             const char *name)
+{
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    mt_diag_t diag = {{0}, 0};
+
+    snprintf(cfg->source_file, sizeof cfg->source_file, "%s", name);
+    if (!yaml_parser_initialize(&parser))
+        MT_FAIL(MT_ERR_NOMEM, "cannot initialise the YAML parser");
+    yaml_parser_set_input_string(&parser, text, len);
+    if (!yaml_parser_load(&parser, &doc)) {
+        mt_status_t s = mt_error_set(
+            MT_ERR_CONFIG, __FILE__, __LINE__, "%s:%d:%d: malformed YAML: %s%s%s", name,
+            (int)parser.problem_mark.line + 1, (int)parser.problem_mark.column + 1,
+            parser.problem ? parser.problem : "parse error", parser.context ? " " : "",
+            parser.context ? parser.context : "");
+        yaml_parser_delete(&parser);
+        return s;
+    }
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    parse_ctx_t c = {cfg, &doc, &diag, {MT_ORIGIN_FILE, 0, 0, 0}};
+    if (root == NULL || is_null_scalar(root)) {
+        /* An empty file is all defaults. */
+    } else if (root->type != YAML_MAPPING_NODE) {
+        PERR(&c, root, "the top level must be a mapping of sections (model:, distributed:, ...), "
+                       "got %s", node_kind(root));
+    } else {
+        walk_mapping(&c, root, "");
+    }
+    /* A second document is almost certainly a mistake ("---" in the middle). */
+    yaml_document_t extra;
+    if (diag.count == 0 && yaml_parser_load(&parser, &extra)) {
+        yaml_node_t *r2 = yaml_document_get_root_node(&extra);
+        if (r2)
+            mt_diag_add(&diag, "%s:%d:%d: a second YAML document; a config is one document", name,
+                        (int)r2->start_mark.line + 1, (int)r2->start_mark.column + 1);
+        yaml_document_delete(&extra);
+    }
+    yaml_document_delete(&doc);
+    yaml_parser_delete(&parser);
+    return mt_diag_finish(&diag, __FILE__, __LINE__);
+}
+
+mt_status_t mt_config_load_string(mt_config_t *cfg, const char *text, const char *name)
+{
+    MT_TRY(load_yaml(cfg, (const unsigned char *)text, strlen(text), name));
+    return MT_OK;
+}
+
+mt_status_t mt_config_load_file(mt_config_t *cfg, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        MT_FAIL(MT_ERR_CONFIG, "%s: cannot open the config file: %s", path, strerror(errno));
+    if (fseek(f, 0, SEEK_END) != 0) {
+        fclose(f);
+        MT_FAIL(MT_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+    }
+    long n = ftell(f);
+    rewind(f);
+    if (n < 0 || n > (16L << 20)) {
+        fclose(f);
+        MT_FAIL(MT_ERR_CONFIG, "%s: not a config file (size %ld bytes)", path, n);
+    }
+    unsigned char *buf = malloc((size_t)n + 1);
+    if (!buf) {
+        fclose(f);
+        MT_FAIL(MT_ERR_NOMEM, "%s: cannot allocate %ld bytes", path, n);
+    }
+    size_t got = fread(buf, 1, (size_t)n, f);
+    fclose(f);
+    buf[got] = '\0';
+    mt_status_t s = load_yaml(cfg, buf, got, path);
+    free(buf);
+    MT_TRY(s);
+    return MT_OK;
+}
+
+/* Parse `value` as one YAML node and store it in key ki. */
+static void set_from_text(parse_ctx_t *c, int ki, const char *value, yaml_parser_t *parser,
+                          bool *ok)
+{
+    yaml_document_t doc;
+    yaml_parser_set_input_string(parser, (const unsigned char *)value, strlen(value));
+    if (!yaml_parser_load(parser, &doc)) {
+        PERR(c, NULL, "%s: cannot parse the value '%s': %s", mt_cfg_keys[ki].path, value,
+             parser->problem ? parser->problem : "parse error");
+        *ok = false;
+        return;
+    }
+    c->doc = &doc;
+    set_value(c, ki, yaml_document_get_root_node(&doc));
+    yaml_document_delete(&doc);
+}
+
+mt_status_t mt_config_override(mt_config_t *cfg, const char *assignment)
+{
+    mt_diag_t diag = {{0}, 0};
+    int idx = cfg->noverrides;
+    if (idx < (int)(sizeof cfg->overrides / sizeof cfg->overrides[0])) {
+        snprintf(cfg->overrides[idx], sizeof cfg->overrides[idx], "%s", assignment);
+        cfg->noverrides++;
+    }
+    parse_ctx_t c = {cfg, NULL, &diag, {MT_ORIGIN_OVERRIDE, 0, 0, idx}};
+
+    const char *eq = strchr(assignment, '=');
+    if (!eq || eq == assignment)
+        MT_FAIL(MT_ERR_CONFIG,
+                "override '%s': expected section.key=value (for example distributed.tp_size=2)",
+                assignment);
+    char path[MT_PATH_MAX];
+    size_t pl = (size_t)(eq - assignment);
+    if (pl >= sizeof path)
+        MT_FAIL(MT_ERR_CONFIG, "override '%s': key too long", assignment);
+    memcpy(path, assignment, pl);
+    path[pl] = '\0';
+
+    int ki = mt_cfg_key_index(path);
+    if (ki < 0) {
+        if (mt_cfg_section_index(path) >= 0)
+            MT_FAIL(MT_ERR_CONFIG, "override '%s': %s is a section; set one of its keys (%s.KEY=VALUE)",
+                    assignment, path, path);
+        char prefix[MT_PATH_MAX];
+        const char *dot = strrchr(path, '.');
+        const char *leaf = dot ? dot + 1 : path;
+        snprintf(prefix, sizeof prefix, "%.*s", dot ? (int)(dot - path) : 0, path);
+        if (prefix[0] && mt_cfg_section_index(prefix) < 0) {
+            const char *names[128];
+            int n = child_names("", names, 128);
+            const char *best = mt_closest_name(prefix, names, n);
+            if (best)
+                MT_FAIL(MT_ERR_CONFIG, "override '%s': unknown section '%s'; did you mean %s?",
+                        assignment, prefix, best);
+            MT_FAIL(MT_ERR_CONFIG, "override '%s': unknown section '%s'", assignment, prefix);
+        }
+        unknown_key(&c, NULL, prefix, leaf);
+        return mt_diag_finish(&diag, __FILE__, __LINE__);
+    }
+
+    /* Setting a key inside a block makes the block present. */
+    char sec[MT_PATH_MAX];
+    snprintf(sec, sizeof sec, "%s", path);
+    for (char *dot = strrchr(sec, '.'); dot; dot = strrchr(sec, '.')) {
+        *dot = '\0';
+        int si = mt_cfg_section_index(sec);
+        if (si >= 0 && cfg->section_origin[si].kind == MT_ORIGIN_DEFAULT)
+            mark_origin(&c, &cfg->section_origin[si], NULL);
+    }
+
+    yaml_parser_t parser;
+    bool ok = true;
+    if (!yaml_parser_initialize(&parser))
+        MT_FAIL(MT_ERR_NOMEM, "cannot initialise the YAML parser");
+    set_from_text(&c, ki, eq + 1, &parser, &ok);
+    yaml_parser_delete(&parser);
+    return mt_diag_finish(&diag, __FILE__, __LINE__);
+}
+
+mt_status_t mt_cfg_set_default(mt_config_t *cfg, const mt_cfg_key_t *k)
+{
+    mt_diag_t diag = {{0}, 0};
+    parse_ctx_t c = {cfg, NULL, &diag, {MT_ORIGIN_DEFAULT, 0, 0, 0}};
+    yaml_parser_t parser;
+    bool ok = true;
+    if (!yaml_parser_initialize(&parser))
+        MT_FAIL(MT_ERR_NOMEM, "cannot initialise the YAML parser");
+    set_from_text(&c, (int)(k - mt_cfg_keys), k->def, &parser, &ok);
+    yaml_parser_delete(&parser);
+    return mt_diag_finish(&diag, __FILE__, __LINE__);
+}
+
+void mt_config_init(mt_config_t *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    for (int i = 0; i < mt_cfg_nkeys; i++) {
+        /* Defaults are tested to parse (tests/test_config_parse). */
+        (void)mt_cfg_set_default(cfg, &mt_cfg_keys[i]);
+        cfg->key_origin[i].kind = MT_ORIGIN_DEFAULT;
+    }
+    mt_error_clear();
+}

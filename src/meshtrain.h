@@ -1,0 +1,11 @@
+/* meshtrain.h: the public API of libmeshtrain in one include. */
+#ifndef MESHTRAIN_H
+#define MESHTRAIN_H
+
+#include "mt_status.h"
+#include "mt_config.h"
+#include "mt_mesh.h"
+#include "mt_plan.h"
+#include "mt_app.h"
+
+#endif

@@ -1,0 +1,57 @@
+/* mt_app.h: what the thin mains in apps/ call.
+ *
+ * mt_app_main is the bootstrap: the only code that touches MPI_COMM_WORLD.
+ * Everything below it takes a communicator.  Failures are agreed on by all
+ * ranks through a collective before anyone exits, so no rank is left
+ * waiting in a collective. */
+#ifndef MT_APP_H
+#define MT_APP_H
+
+#include <mpi.h>
+#include <stdio.h>
+
+#include "mt_config.h"
+#include "mt_mesh.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MT_MAX_OVERRIDES 64
+
+typedef struct {
+    const char *config_path;
+    const char *overrides[MT_MAX_OVERRIDES];
+    int noverrides;
+    int dry_run; /* validate, build the mesh, print, exit */
+    int help, version;
+} mt_app_args_t;
+
+/* Parse `--config FILE [--dry-run] [section.key=value ...]`. */
+mt_status_t mt_app_parse_args(int argc, char **argv, mt_app_args_t *args);
+
+/* Load, override and validate on rank 0 of comm, then broadcast; collective.
+ * On failure every rank returns the same status and holds rank 0's message
+ * (see mt_error_message); only rank 0 should print it. */
+mt_status_t mt_config_load_bcast(MPI_Comm comm, const mt_app_args_t *args, mt_app_kind_t app,
+                                 mt_config_t *cfg, FILE *warn);
+
+/* Combine a status over comm: every rank gets the first failing status
+ * (MT_OK only if all succeeded).  Collective. */
+mt_status_t mt_agree(MPI_Comm comm, mt_status_t local);
+
+/* Print an error the way every app does: program, rank, host, message,
+ * origin and hint. */
+void mt_report_error(FILE *err, const char *prog, int rank, mt_status_t s);
+
+/* The whole app: MPI init, config, mesh, (training), finalize.  Returns the
+ * process exit code. */
+int mt_app_main(mt_app_kind_t app, int argc, char **argv);
+
+/* meshtrain-plan, with its streams, so tests can drive it. */
+int mt_plan_main(int argc, char **argv, FILE *out, FILE *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,245 @@
+/* mt_config.h: the one validated configuration of a meshtrain run.
+ *
+ * A YAML file (NeMo AutoModel field names) plus `section.key=value`
+ * overrides fill an mt_config_t.  The struct is plain data with no
+ * pointers, so rank 0 parses it and broadcasts it as bytes; after
+ * validation it is treated as const.  Every key is described once, in the
+ * schema table (config_schema.c); parsing, overrides, printing and the
+ * reference documentation all walk that table.
+ *
+ * Validation needs the world size and the node of every rank; it does not
+ * build communicators (that is mt_mesh.h). */
+#ifndef MT_CONFIG_H
+#define MT_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "mt_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MT_PATH_MAX 1024
+#define MT_MAX_LIST 8  /* longest list value (optimizer.betas, ...) */
+
+typedef enum { MT_STRATEGY_FSDP2, MT_STRATEGY_MEGATRON_FSDP, MT_STRATEGY_DDP } mt_strategy_t;
+
+typedef enum {
+    MT_PP_1F1B,
+    MT_PP_GPIPE,
+    MT_PP_INTERLEAVED_1F1B,
+    MT_PP_LOOPED_BFS,
+    MT_PP_DFS,
+    MT_PP_V_SCHEDULE,
+    MT_PP_ZERO_BUBBLE
+} mt_pp_schedule_t;
+
+typedef enum { MT_DATA_AUTO, MT_DATA_LLMC, MT_DATA_MEGATRON } mt_data_format_t;
+typedef enum { MT_LR_COSINE, MT_LR_LINEAR, MT_LR_CONSTANT } mt_lr_decay_t;
+typedef enum { MT_DTYPE_FLOAT32, MT_DTYPE_BFLOAT16 } mt_dtype_t;
+typedef enum { MT_SAVE_HDF5, MT_SAVE_SAFETENSORS } mt_save_format_t;
+
+/* Which app is validating: each adds its own rules. */
+typedef enum { MT_APP_ANY, MT_APP_DENSE, MT_APP_MOE, MT_APP_CP } mt_app_kind_t;
+
+/* A nullable integer: AutoModel writes `dp_size: none`. */
+typedef struct {
+    bool set;
+    int64_t value;
+} mt_opt_int_t;
+
+typedef struct {
+    int64_t vocab_size, hidden_size, intermediate_size, num_hidden_layers;
+    int64_t num_attention_heads, max_position_embeddings;
+    mt_opt_int_t num_key_value_heads; /* none: num_attention_heads (resolved by validation) */
+    double rope_theta, rms_norm_eps, initializer_range;
+    bool tie_word_embeddings, qk_norm;
+    /* MoE (Qwen3-MoE names); num_experts 0 means a dense model. */
+    int64_t num_experts, num_experts_per_tok, moe_intermediate_size;
+    bool norm_topk_prob;
+    double router_aux_loss_coef;
+} mt_model_config_t;
+
+typedef struct {
+    char path[MT_PATH_MAX];
+    char validation_path[MT_PATH_MAX];
+    mt_data_format_t format;
+    int64_t seq_length;
+    bool shuffle;
+    int64_t seed;
+} mt_dataset_config_t;
+
+typedef struct {
+    int64_t packed_sequence_size;
+} mt_packed_config_t;
+
+typedef struct {
+    int64_t global_batch_size, local_batch_size, max_steps;
+    int64_t ckpt_every_steps, val_every_steps;
+} mt_step_config_t;
+
+typedef struct {
+    mt_pp_schedule_t pp_schedule;
+    int64_t pp_microbatch_size;
+    mt_opt_int_t layers_per_stage;
+    bool scale_grads_in_schedule;
+} mt_pipeline_config_t;
+
+typedef struct {
+    bool reshard_after_forward, ignore_router_for_ac, wrap_outer_model;
+} mt_moe_config_t;
+
+typedef struct {
+    mt_dtype_t param_dtype, reduce_dtype, output_dtype;
+} mt_mp_policy_t;
+
+typedef struct {
+    mt_strategy_t strategy;
+    mt_opt_int_t dp_size, dp_replicate_size;
+    int64_t tp_size, pp_size, cp_size, ep_size;
+    bool sequence_parallel, activation_checkpointing, defer_fsdp_grad_sync;
+    int64_t zero_dp_strategy;
+    bool overlap_grad_reduce, overlap_param_gather;
+    int64_t timeout_s;
+    mt_pipeline_config_t pipeline;
+    mt_moe_config_t moe;
+    mt_mp_policy_t mp_policy;
+} mt_distributed_config_t;
+
+typedef struct {
+    double lr, eps, weight_decay, max_grad_norm;
+    double betas[MT_MAX_LIST];
+    int nbetas;
+} mt_optimizer_config_t;
+
+typedef struct {
+    int64_t lr_warmup_steps;
+    mt_lr_decay_t lr_decay_style;
+    double min_lr;
+} mt_lr_config_t;
+
+typedef struct {
+    bool enabled, save_initial, save_consolidated;
+    char checkpoint_dir[MT_PATH_MAX];
+    char resume[MT_PATH_MAX]; /* "auto", "none" or a path */
+    int64_t keep_last_n;
+    mt_save_format_t model_save_format;
+} mt_checkpoint_config_t;
+
+typedef struct {
+    char metrics_file[MT_PATH_MAX];
+    int64_t log_every_steps;
+} mt_logging_config_t;
+
+typedef struct {
+    int64_t seed;
+} mt_rng_config_t;
+
+/* Where a key's value came from, for error messages. */
+typedef enum { MT_ORIGIN_DEFAULT = 0, MT_ORIGIN_FILE, MT_ORIGIN_OVERRIDE } mt_origin_kind_t;
+
+typedef struct {
+    uint8_t kind;   /* mt_origin_kind_t */
+    int32_t line;   /* 1-based, for MT_ORIGIN_FILE */
+    int32_t column; /* 1-based */
+    int32_t index;  /* override index, for MT_ORIGIN_OVERRIDE */
+} mt_origin_t;
+
+#define MT_CFG_MAX_KEYS 96
+#define MT_CFG_MAX_SECTIONS 16
+
+/* Quantities derived by validation (valid only after mt_config_validate). */
+typedef struct {
+    int64_t world_size;
+    int64_t dp_size;          /* dp_replicate * dp_shard */
+    int64_t dp_replicate;     /* 1 when not HSDP */
+    int64_t dp_shard;
+    int64_t ep_shard;         /* dp*cp/ep, 1 when ep_size is 1 */
+    int64_t grad_accum_steps; /* global / (local * dp) */
+    int64_t seq_len;          /* packed_sequence_size if > 0, else seq_length */
+    int64_t padded_vocab;     /* vocab_size rounded up to tp_size */
+    int64_t head_dim;
+    int64_t num_stages;       /* pp_size * stages_per_rank */
+    int64_t stages_per_rank;
+    int64_t num_microbatches; /* local_batch / pp_microbatch_size (1 w/o pp) */
+    int64_t ranks_per_node;   /* smallest node, for the TP rule */
+    int64_t num_nodes;
+} mt_derived_t;
+
+typedef struct mt_config {
+    mt_model_config_t model;
+    mt_dataset_config_t dataset;
+    mt_packed_config_t packed_sequence;
+    mt_step_config_t step_scheduler;
+    mt_distributed_config_t distributed;
+    mt_optimizer_config_t optimizer;
+    mt_lr_config_t lr_scheduler;
+    mt_checkpoint_config_t checkpoint;
+    mt_logging_config_t logging;
+    mt_rng_config_t rng;
+
+    mt_derived_t derived;
+    bool validated;
+
+    /* Provenance: file name, per-key and per-section origins. */
+    char source_file[MT_PATH_MAX];
+    mt_origin_t key_origin[MT_CFG_MAX_KEYS];
+    mt_origin_t section_origin[MT_CFG_MAX_SECTIONS];
+    char overrides[8][256]; /* first overrides, for messages */
+    int noverrides;
+} mt_config_t;
+
+/* ---- lifecycle ---- */
+
+/* Fill every key with its documented default. */
+void mt_config_init(mt_config_t *cfg);
+
+/* Parse a YAML file into cfg (which must have been initialised). */
+mt_status_t mt_config_load_file(mt_config_t *cfg, const char *path);
+
+/* Parse YAML text; `name` is used in messages in place of a file name. */
+mt_status_t mt_config_load_string(mt_config_t *cfg, const char *text, const char *name);
+
+/* Apply one `section.key=value` override (value is YAML: 4, true, [0.9, 0.95]). */
+mt_status_t mt_config_override(mt_config_t *cfg, const char *assignment);
+
+/* Validate for a world of `world_size` ranks, where node_of_rank[r], in [0, world_size), names
+ * the node of rank r (NULL means all ranks on one node).  Fills
+ * cfg->derived.  On failure the error message lists every violated rule,
+ * one per line.  Warnings (ignored blocks) are written to `warn` if not
+ * NULL. */
+mt_status_t mt_config_validate(mt_config_t *cfg, mt_app_kind_t app, int64_t world_size,
+                               const int *node_of_rank, FILE *warn);
+
+/* ---- output ---- */
+
+/* Write the resolved config as YAML that mt_config_load_* reads back. */
+void mt_config_write_yaml(const mt_config_t *cfg, FILE *out);
+
+/* Same into a buffer; returns the length it needs (like snprintf). */
+size_t mt_config_to_yaml(const mt_config_t *cfg, char *buf, size_t cap);
+
+/* Write the configuration reference (every key, type, default, rule) as
+ * Markdown: doc/config-reference.md is this output. */
+void mt_config_write_reference(FILE *out);
+
+/* ---- names ---- */
+const char *mt_strategy_name(mt_strategy_t s);
+const char *mt_pp_schedule_name(mt_pp_schedule_t s);
+const char *mt_dtype_name(mt_dtype_t d);
+size_t mt_dtype_size(mt_dtype_t d);
+const char *mt_app_kind_name(mt_app_kind_t k);
+/* Schedules that place two or more stages on each rank. */
+bool mt_pp_schedule_multi_stage(mt_pp_schedule_t s);
+
+/* Levenshtein distance, used for "did you mean" suggestions. */
+int mt_edit_distance(const char *a, const char *b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

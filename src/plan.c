@@ -1,0 +1,224 @@
+/* plan.c: parameter counts, per-rank memory and pipeline bubble estimates.
+ * Every formula here is written out in doc/plan.md; change both together.
+ * These are estimates for sizing an allocation, not allocator figures. */
+#include "mt_plan.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Pipeline rank that holds stage s. */
+static int64_t stage_rank(const mt_config_t *cfg, int64_t s)
+{
+    int64_t pp = cfg->distributed.pp_size;
+    if (cfg->distributed.pipeline.pp_schedule == MT_PP_V_SCHEDULE && pp > 1)
+        return s < pp ? s : 2 * pp - 1 - s; /* V: down the ranks and back up */
+    return s % pp;                          /* looped placement */
+}
+
+static int64_t stage_layers(const mt_config_t *cfg, int64_t s)
+{
+    int64_t L = cfg->model.num_hidden_layers, S = cfg->derived.num_stages;
+    const mt_opt_int_t *k = &cfg->distributed.pipeline.layers_per_stage;
+    if (cfg->distributed.pp_size > 1 && k->set)
+        return s < S - 1 ? k->value : L - (S - 1) * k->value;
+    return L / S;
+}
+
+int64_t mt_plan_layers_on_rank(const mt_config_t *cfg, int64_t pp_rank)
+{
+    int64_t n = 0;
+    for (int64_t s = 0; s < cfg->derived.num_stages; s++)
+        if (stage_rank(cfg, s) == pp_rank)
+            n += stage_layers(cfg, s);
+    return n;
+}
+
+/* Parameters of one decoder layer: TP-sharded part and replicated part. */
+static void layer_params(const mt_config_t *cfg, int64_t *sharded, int64_t *replicated)
+{
+    const mt_model_config_t *m = &cfg->model;
+    int64_t H = m->hidden_size, hd = cfg->derived.head_dim;
+    int64_t kv = m->num_key_value_heads.value;
+    int64_t attn = 2 * H * H + 2 * kv * hd * H; /* q, o; k, v */
+    int64_t mlp = m->num_experts > 0 ? m->num_experts * 3 * H * m->moe_intermediate_size
+                                     : 3 * H * m->intermediate_size;
+    *sharded = attn + mlp;
+    *replicated = 2 * H + (m->qk_norm ? 2 * hd : 0) + (m->num_experts > 0 ? m->num_experts * H : 0);
+}
+
+/* Elements stored per token per layer for backward (before any division
+ * by microbatch count); see doc/plan.md "Activations". */
+static double act_per_token_layer(const mt_config_t *cfg)
+{
+    const mt_model_config_t *m = &cfg->model;
+    const mt_distributed_config_t *d = &cfg->distributed;
+    double H = (double)m->hidden_size, tp = (double)d->tp_size;
+    double hd = (double)cfg->derived.head_dim, kv = (double)m->num_key_value_heads.value;
+    double sp = d->sequence_parallel ? tp : 1.0;
+    double stream = 4 * H / sp;                      /* x, norm1 out, x mid, norm2 out */
+    double attn = (2 * H + 2 * kv * hd + m->num_attention_heads) / tp; /* q,k,v,out,lse */
+    double mlp = m->num_experts > 0
+                     ? 3.0 * (double)m->num_experts_per_tok * (double)m->moe_intermediate_size / tp +
+                           (double)m->num_experts
+                     : 3.0 * (double)m->intermediate_size / tp;   /* gate, up, act */
+    return stream + attn + mlp;
+}
+
+/* Stage-microbatches whose activations are alive at the peak on rank 0. */
+static double inflight(const mt_config_t *cfg)
+{
+    double p = (double)cfg->distributed.pp_size, m = (double)cfg->derived.num_microbatches;
+    double v = (double)cfg->derived.stages_per_rank;
+    if (cfg->distributed.pp_size == 1)
+        return 1;
+    switch (cfg->distributed.pipeline.pp_schedule) {
+    case MT_PP_GPIPE:
+    case MT_PP_LOOPED_BFS:
+        return m * v;                                  /* all forwards first */
+    case MT_PP_1F1B:
+    case MT_PP_ZERO_BUBBLE:
+        return fmin(m, p);                             /* p warm-up forwards */
+    case MT_PP_INTERLEAVED_1F1B:
+    case MT_PP_DFS:
+        return fmin(m * v, 2 * (p - 1) + (v - 1) * p + 1);
+    case MT_PP_V_SCHEDULE:
+        return fmin(m * v, 2 * p);                     /* ZB-V: 1F1B's memory */
+    }
+    return m * v;
+}
+
+static void bubble(const mt_config_t *cfg, mt_plan_t *plan)
+{
+    double p = (double)cfg->distributed.pp_size, m = (double)cfg->derived.num_microbatches;
+    double v = (double)cfg->derived.stages_per_rank;
+    if (cfg->distributed.pp_size == 1) {
+        plan->bubble_fraction = 0, plan->bubble_formula = "no pipeline";
+        return;
+    }
+    switch (cfg->distributed.pipeline.pp_schedule) {
+    case MT_PP_GPIPE:
+    case MT_PP_1F1B:
+        plan->bubble_fraction = (p - 1) / (m + p - 1);
+        plan->bubble_formula = "(p-1)/(m+p-1)";
+        break;
+    case MT_PP_INTERLEAVED_1F1B:
+    case MT_PP_LOOPED_BFS:
+    case MT_PP_DFS:
+        plan->bubble_fraction = (p - 1) / (v * m + p - 1);
+        plan->bubble_formula = "(p-1)/(v*m+p-1)";
+        break;
+    case MT_PP_ZERO_BUBBLE:
+        plan->bubble_fraction = (p - 1) / (3 * m + p - 1);
+        plan->bubble_formula = "(p-1)/(3m+p-1) with F=B=W";
+        break;
+    case MT_PP_V_SCHEDULE:
+        if (m >= 2 * p) {
+            plan->bubble_fraction = 0;
+            plan->bubble_formula = "0 for m>=2p with F=B=W";
+        } else {
+            plan->bubble_fraction = (p - 1) / (v * m + p - 1);
+            plan->bubble_formula = "(p-1)/(v*m+p-1) bound for m<2p";
+        }
+        break;
+    }
+}
+
+mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
+{
+    memset(plan, 0, sizeof *plan);
+    if (!cfg->validated)
+        MT_FAIL(MT_ERR_RANGE, "mt_plan_compute needs a validated config");
+    const mt_model_config_t *m = &cfg->model;
+    const mt_distributed_config_t *d = &cfg->distributed;
+    const mt_derived_t *dv = &cfg->derived;
+    double tp = (double)d->tp_size;
+    int64_t H = m->hidden_size, V = dv->padded_vocab;
+
+    int64_t lsh, lrep;
+    layer_params(cfg, &lsh, &lrep);
+    plan->params_embedding = V * H;
+    plan->params_head = H + (m->tie_word_embeddings ? 0 : V * H);
+    plan->params_layer_max = lsh + lrep;
+    plan->params_total = plan->params_embedding + plan->params_head + m->num_hidden_layers * (lsh + lrep);
+
+    /* Data-parallel sharding factors for parameters, gradients, optimizer. */
+    double shard = (double)(dv->dp_shard * d->cp_size); /* fsdp2: dp_shard_cp */
+    double fp = 1, fg = 1, fo = 1;
+    bool gather_units = false;
+    if (d->strategy == MT_STRATEGY_FSDP2) {
+        fp = fg = fo = shard;
+        gather_units = true;
+    } else if (d->strategy == MT_STRATEGY_MEGATRON_FSDP) {
+        double all = (double)(dv->dp_size * d->cp_size);
+        fo = d->zero_dp_strategy >= 1 ? all : 1;
+        fg = d->zero_dp_strategy >= 2 ? all : 1;
+        fp = d->zero_dp_strategy >= 3 ? all : 1;
+        gather_units = d->zero_dp_strategy >= 3;
+    }
+    double pbytes = (double)mt_dtype_size(d->mp_policy.param_dtype);
+    double gbytes = (double)mt_dtype_size(d->mp_policy.reduce_dtype);
+    double obytes = 8 + (d->mp_policy.param_dtype == MT_DTYPE_FLOAT32 ? 0 : 4); /* m, v (+master) */
+    double act_bytes = pbytes;
+
+    /* Experts: split over ep, then FSDP over ep_shard instead of dp_shard_cp. */
+    double expert_frac = 0;
+    if (m->num_experts > 0)
+        expert_frac = (double)(m->num_experts * 3 * H * m->moe_intermediate_size) / (double)lsh;
+
+    plan->bytes_total = -1;
+    for (int64_t r = 0; r < d->pp_size; r++) {
+        double layers = (double)mt_plan_layers_on_rank(cfg, r);
+        double sharded = layers * (double)lsh / tp, repl = layers * (double)lrep;
+        if (r == 0)
+            sharded += (double)plan->params_embedding / tp;
+        if (r == (d->pp_size > 1 && d->pipeline.pp_schedule == MT_PP_V_SCHEDULE ? 0 : d->pp_size - 1))
+            sharded += (double)(plan->params_head - H) / tp, repl += (double)H;
+        if (d->pp_size > 1 && m->tie_word_embeddings &&
+            r == (d->pipeline.pp_schedule == MT_PP_V_SCHEDULE ? 0 : d->pp_size - 1))
+            sharded += (double)plan->params_embedding / tp; /* untied copy on the last stage */
+        double p_rank = sharded + repl;
+        double expert = 0;
+        if (expert_frac > 0) { /* expert weights: /ep, then /ep_shard under fsdp2 */
+            expert = layers * (double)lsh * expert_frac / tp;
+            p_rank -= expert;
+            expert /= (double)d->ep_size;
+        }
+        double e_shard = d->strategy == MT_STRATEGY_FSDP2 ? (double)dv->ep_shard : 1;
+        /* FSDP working set: the gathered current and prefetched next unit (a
+         * layer; with EP only this rank's experts are gathered). */
+        double unit = (double)plan->params_layer_max -
+                      (expert_frac > 0 ? (double)lsh * expert_frac * (1.0 - 1.0 / (double)d->ep_size) : 0);
+        double work = gather_units ? 2.0 * unit / tp : 0;
+        double params = (p_rank / fp + expert / e_shard) * pbytes + work * pbytes;
+        double grads = (p_rank / fg + expert / e_shard) * gbytes +
+                       (gather_units ? unit / tp * gbytes : 0);
+        double optim = (p_rank / fo + expert / e_shard) * obytes;
+
+        double tokens = (double)(d->pp_size > 1 ? d->pipeline.pp_microbatch_size
+                                                : cfg->step_scheduler.local_batch_size) *
+                        (double)dv->seq_len / (double)d->cp_size;
+        double per_layer = act_per_token_layer(cfg) * tokens * act_bytes;
+        double stage_layers_avg = layers / (double)dv->stages_per_rank;
+        double acts;
+        double nflight = inflight(cfg);
+        if (d->activation_checkpointing) /* layer inputs kept, one layer recomputed */
+            acts = nflight * stage_layers_avg * tokens * (double)H /
+                       (d->sequence_parallel ? tp : 1) * act_bytes + per_layer;
+        else
+            acts = nflight * stage_layers_avg * per_layer;
+        bool last = r == (d->pp_size > 1 && d->pipeline.pp_schedule == MT_PP_V_SCHEDULE ? 0
+                                                                                        : d->pp_size - 1);
+        if (last) /* fp32 logits of one microbatch for the loss */
+            acts += tokens * (double)V / tp * 4.0;
+        double total = params + grads + optim + acts;
+        if (total > plan->bytes_total) {
+            plan->worst_pp_rank = (int)r;
+            plan->layers_on_worst = (int64_t)layers;
+            plan->bytes_params = params, plan->bytes_grads = grads, plan->bytes_optim = optim;
+            plan->bytes_activations = acts, plan->bytes_total = total;
+            plan->inflight_microbatches = nflight;
+        }
+    }
+    bubble(cfg, plan);
+    return MT_OK;
+}

@@ -1,0 +1,235 @@
+/* test_plan: meshtrain-plan's numbers and output.  Parameter counts against
+ * a hand count of the tiny model, the memory formulas of doc/plan.md on
+ * layouts where they reduce to simple products, stage placement, the
+ * bubble formulas, and the text and JSON reports (driven in-process through
+ * mt_plan_main with temporary files). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mt_app.h"
+#include "mt_plan.h"
+#include "mt_test.h"
+
+static const char *srcdir(void)
+{
+    const char *s = getenv("abs_top_srcdir");
+    return s ? s : ".";
+}
+
+static mt_config_t cfg;
+
+/* tiny.yaml plus overrides (';'-separated), validated for `world`. */
+static int setup(int64_t world, const char *overrides)
+{
+    char path[4096], buf[1024];
+    snprintf(path, sizeof path, "%s/share/configs/tiny.yaml", srcdir());
+    mt_config_init(&cfg);
+    if (mt_config_load_file(&cfg, path) != MT_OK) {
+        CHECK(0, "load tiny.yaml: %s", mt_error_message());
+        return 0;
+    }
+    snprintf(buf, sizeof buf, "%s", overrides ? overrides : "");
+    for (char *tok = strtok(buf, ";"); tok; tok = strtok(NULL, ";"))
+        if (mt_config_override(&cfg, tok) != MT_OK) {
+            CHECK(0, "%s: %s", tok, mt_error_message());
+            return 0;
+        }
+    mt_status_t s = mt_config_validate(&cfg, MT_APP_ANY, world, NULL, NULL);
+    CHECK(s == MT_OK, "validate (%s): %s", overrides ? overrides : "", mt_error_message());
+    return s == MT_OK;
+}
+
+static int near(double a, double b) { return fabs(a - b) <= 1e-9 * fmax(1.0, fabs(b)); }
+
+static void test_params(void)
+{
+    mt_plan_t p;
+    if (!setup(1, "distributed.strategy=ddp"))
+        return;
+    CHECK(mt_plan_compute(&cfg, &p) == MT_OK, "%s", mt_error_message());
+    /* tiny: V 512, H 128, I 352, 4 layers, 4 heads of 32, 2 kv heads. */
+    int64_t layer = 2 * 128 * 128 + 2 * (2 * 32) * 128 + 3 * 128 * 352 + 2 * 128;
+    CHECK(p.params_layer_max == layer, "layer %lld != %lld", (long long)p.params_layer_max,
+          (long long)layer);
+    CHECK(p.params_embedding == 512 * 128, "embedding");
+    CHECK(p.params_head == 128 + 512 * 128, "untied head");
+    int64_t total = 512 * 128 + 128 + 512 * 128 + 4 * layer;
+    CHECK(p.params_total == total, "total %lld != %lld", (long long)p.params_total, (long long)total);
+    /* ddp on one rank, fp32: params 4 B, grads 4 B, AdamW 8 B per parameter. */
+    CHECK(near(p.bytes_params, 4.0 * (double)total), "ddp params bytes %.0f", p.bytes_params);
+    CHECK(near(p.bytes_grads, 4.0 * (double)total), "ddp grad bytes");
+    CHECK(near(p.bytes_optim, 8.0 * (double)total), "ddp optimizer bytes");
+    /* activations: per token per layer 4H + (2H + 2 kv hd + heads) + 3I, plus fp32 logits */
+    double tokens = 2 * 128; /* local_batch 2 x seq 128 */
+    double per = 4 * 128 + (2 * 128 + 2 * 2 * 32 + 4) + 3 * 352;
+    CHECK(near(p.bytes_activations, 4 * per * tokens * 4 + tokens * 512 * 4),
+          "activations %.0f", p.bytes_activations);
+    CHECK(p.bubble_fraction == 0, "no bubble without pp");
+
+    if (!setup(1, "model.tie_word_embeddings=true"))
+        return;
+    mt_plan_compute(&cfg, &p);
+    CHECK(p.params_head == 128 && p.params_total == total - 512 * 128, "tied head");
+
+    /* fsdp2 over 4 ranks: a quarter of everything, plus two gathered layers. */
+    if (!setup(4, "step_scheduler.global_batch_size=8"))
+        return;
+    mt_plan_compute(&cfg, &p);
+    CHECK(near(p.bytes_params, 4.0 * (double)total / 4 + 2 * 4.0 * (double)layer),
+          "fsdp2 params %.0f", p.bytes_params);
+    CHECK(near(p.bytes_optim, 8.0 * (double)total / 4), "fsdp2 optimizer");
+
+    /* bf16 parameters add an fp32 master copy to the optimizer state. */
+    if (!setup(1, "distributed.strategy=ddp;distributed.mp_policy.param_dtype=bfloat16"))
+        return;
+    mt_plan_compute(&cfg, &p);
+    CHECK(near(p.bytes_params, 2.0 * (double)total) && near(p.bytes_optim, 12.0 * (double)total),
+          "bf16 params %.0f optim %.0f", p.bytes_params, p.bytes_optim);
+
+    /* megatron_fsdp zero levels shard progressively. */
+    for (int z = 0; z <= 3; z++) {
+        char ov[256];
+        snprintf(ov, sizeof ov, "distributed.strategy=megatron_fsdp;distributed.zero_dp_strategy=%d;"
+                 "step_scheduler.global_batch_size=8", z);
+        if (!setup(4, ov))
+            return;
+        mt_plan_compute(&cfg, &p);
+        double t = (double)total;
+        CHECK(near(p.bytes_optim, 8 * t / (z >= 1 ? 4 : 1)), "zero %d optimizer", z);
+        CHECK(near(p.bytes_grads, 4 * t / (z >= 2 ? 4 : 1) + (z >= 3 ? 4.0 * (double)layer : 0)),
+              "zero %d grads", z);
+        CHECK(near(p.bytes_params, 4 * t / (z >= 3 ? 4 : 1) + (z >= 3 ? 8.0 * (double)layer : 0)),
+              "zero %d params", z);
+    }
+}
+
+static void test_pipeline(void)
+{
+    mt_plan_t p;
+    const char *base = "model.num_hidden_layers=8;step_scheduler.local_batch_size=8;"
+                       "step_scheduler.global_batch_size=8;distributed.pp_size=4;";
+    char ov[512];
+    struct { const char *sched; double bubble; } cases[] = {
+        {"gpipe", 3.0 / 11}, {"1f1b", 3.0 / 11}, {"interleaved_1f1b", 3.0 / 19},
+        {"looped_bfs", 3.0 / 19}, {"dfs", 3.0 / 19}, {"zero_bubble", 3.0 / 27},
+        {"v_schedule", 0.0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(ov, sizeof ov, "%sdistributed.pipeline.pp_schedule=%s", base, cases[i].sched);
+        if (!setup(4, ov))
+            return;
+        mt_plan_compute(&cfg, &p);
+        CHECK(near(p.bubble_fraction, cases[i].bubble), "%s bubble %.4f, expected %.4f",
+              cases[i].sched, p.bubble_fraction, cases[i].bubble);
+        for (int r = 0; r < 4; r++)
+            CHECK(mt_plan_layers_on_rank(&cfg, r) == 2, "%s: rank %d layers", cases[i].sched, r);
+    }
+    /* v_schedule with few microbatches falls back to the interleaved bound. */
+    snprintf(ov, sizeof ov, "%sdistributed.pipeline.pp_schedule=v_schedule;"
+             "step_scheduler.local_batch_size=4;step_scheduler.global_batch_size=4", base);
+    if (setup(4, ov)) {
+        mt_plan_compute(&cfg, &p);
+        CHECK(near(p.bubble_fraction, 3.0 / 11), "v_schedule m<2p: %.4f", p.bubble_fraction);
+    }
+    /* layers_per_stage: 8 layers at 3 per stage on pp 3 = stages of 3, 3, 2. */
+    if (setup(3, "model.num_hidden_layers=8;distributed.pp_size=3;step_scheduler.global_batch_size=2;"
+                 "distributed.pipeline.layers_per_stage=3")) {
+        CHECK(mt_plan_layers_on_rank(&cfg, 0) == 3 && mt_plan_layers_on_rank(&cfg, 2) == 2,
+              "uneven stages");
+    }
+    /* V placement: rank 0 holds stages 0 and 2p-1.  10 layers at 3 per
+     * stage: stages of 3, 3, 3, 1; rank 0 gets 3 + 1, rank 1 gets 3 + 3. */
+    if (setup(2, "model.num_hidden_layers=10;distributed.pp_size=2;step_scheduler.global_batch_size=2;"
+                 "distributed.pipeline.pp_schedule=v_schedule;distributed.pipeline.layers_per_stage=3")) {
+        CHECK(mt_plan_layers_on_rank(&cfg, 0) == 4 && mt_plan_layers_on_rank(&cfg, 1) == 6,
+              "V placement: %lld and %lld layers", (long long)mt_plan_layers_on_rank(&cfg, 0),
+              (long long)mt_plan_layers_on_rank(&cfg, 1));
+    }
+    mt_error_clear();
+    /* gpipe keeps every microbatch alive; 1f1b at most p. */
+    snprintf(ov, sizeof ov, "%sdistributed.pipeline.pp_schedule=gpipe", base);
+    if (setup(4, ov)) {
+        mt_plan_compute(&cfg, &p);
+        CHECK(p.inflight_microbatches == 8, "gpipe in flight %.0f", p.inflight_microbatches);
+    }
+    snprintf(ov, sizeof ov, "%sdistributed.pipeline.pp_schedule=1f1b", base);
+    if (setup(4, ov)) {
+        mt_plan_compute(&cfg, &p);
+        CHECK(p.inflight_microbatches == 4, "1f1b in flight %.0f", p.inflight_microbatches);
+    }
+}
+
+/* Run mt_plan_main, capture stdout and stderr. */
+static int run_plan(char *out, size_t ocap, char *err, size_t ecap, int argc, char **argv)
+{
+    FILE *fo = tmpfile(), *fe = tmpfile();
+    int rc = mt_plan_main(argc, argv, fo, fe);
+    rewind(fo);
+    rewind(fe);
+    size_t n = fread(out, 1, ocap - 1, fo);
+    out[n] = '\0';
+    n = fread(err, 1, ecap - 1, fe);
+    err[n] = '\0';
+    fclose(fo);
+    fclose(fe);
+    return rc;
+}
+
+static void test_cli(void)
+{
+    static char out[1 << 16], err[1 << 14];
+    char path[4096];
+    snprintf(path, sizeof path, "%s/share/configs/llama3-70b-tp8-pp4.yaml", srcdir());
+    char *a1[] = {"meshtrain-plan", "--config", path, "--world-size", "64", "--ranks-per-node", "8"};
+    int rc = run_plan(out, sizeof out, err, sizeof err, 7, a1);
+    CHECK(rc == 0, "plan rc %d: %s", rc, err);
+    CHECK_CONTAINS(out, "is valid for meshtrain-dense on 64 ranks");
+    CHECK_CONTAINS(out, "mesh                 pp 4 x dp_replicate 1 x dp_shard 2 x cp 1 x tp 8");
+    CHECK_CONTAINS(out, "64 ranks on 8 nodes (8 per node)");
+    CHECK_CONTAINS(out, "tp            8 groups of 8: [0,1,2,3,4,5,6,7] [8,9,10,11,12,13,14,15]");
+    CHECK_CONTAINS(out, "pp            16 groups of 4: [0,16,32,48]");
+    CHECK_CONTAINS(out, "(8 more; --all-groups lists them)");
+    CHECK_CONTAINS(out, "interleaved_1f1b, 8 stages (2 per rank), 16 microbatches of 1");
+    CHECK_CONTAINS(out, "parameters           70.55B");
+    CHECK_CONTAINS(out, "pipeline bubble        8.6% ((p-1)/(v*m+p-1), p=4 m=16 v=2)");
+    CHECK_CONTAINS(out, "memory per rank");
+
+    /* TP spanning nodes is caught by plan too. */
+    char *a2[] = {"meshtrain-plan", "--config", path, "--world-size", "64", "--ranks-per-node", "4"};
+    rc = run_plan(out, sizeof out, err, sizeof err, 7, a2);
+    CHECK(rc == 1, "tp across nodes rc %d", rc);
+    CHECK_CONTAINS(err, "spans two nodes");
+
+    /* JSON lists every group. */
+    char *a3[] = {"meshtrain-plan", "--config", path, "--world-size", "64", "--json"};
+    rc = run_plan(out, sizeof out, err, sizeof err, 6, a3);
+    CHECK(rc == 0, "json rc %d: %s", rc, err);
+    CHECK_CONTAINS(out, "\"tp\": 8");
+    CHECK_CONTAINS(out, "\"pp\": [[0, 16, 32, 48], [1, 17, 33, 49]");
+    CHECK_CONTAINS(out, "\"bubble_fraction\": 0.085714");
+
+    /* overrides, usage errors */
+    char *a4[] = {"meshtrain-plan", "--config", path, "--world-size", "64", "distributed.tp_size=3"};
+    rc = run_plan(out, sizeof out, err, sizeof err, 6, a4);
+    CHECK(rc == 1, "invalid override rc %d", rc);
+    CHECK_CONTAINS(err, "override 'distributed.tp_size=3'");
+    char *a5[] = {"meshtrain-plan", "--config", path};
+    rc = run_plan(out, sizeof out, err, sizeof err, 3, a5);
+    CHECK(rc == 2, "missing --world-size rc %d", rc);
+    char *a6[] = {"meshtrain-plan", "--config", path, "--world-size", "zero"};
+    rc = run_plan(out, sizeof out, err, sizeof err, 5, a6);
+    CHECK(rc == 2 && strstr(err, "positive integer"), "bad world size rc %d", rc);
+    char *a7[] = {"meshtrain-plan", "--config-reference"};
+    rc = run_plan(out, sizeof out, err, sizeof err, 2, a7);
+    CHECK(rc == 0, "reference rc %d", rc);
+    CHECK_CONTAINS(out, "| `tp_size` | integer >= 1 | `1` |");
+}
+
+int main(void)
+{
+    test_params();
+    test_pipeline();
+    test_cli();
+    return mt_test_exit("test_plan");
+}
