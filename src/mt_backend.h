@@ -1,0 +1,119 @@
+/* mt_backend.h: the one interface every compute kernel sits behind.
+ *
+ * The model (model.c) calls kernels only through an mt_backend_t table, so
+ * the CUDA backend can be added beside the CPU one without touching model
+ * code.  The CPU backend (kernels_cpu_*.c, one file per op family) is the
+ * reference: fp32, GEMMs through CBLAS, everything else in OpenMP loops.
+ *
+ * Conventions for every kernel:
+ *  - tensors are dense, row-major float32;
+ *  - activations are [n_tokens, features] with n_tokens = B*T, token index
+ *    b*T + t; q is [B*T, n_heads*head_dim] with head h at columns
+ *    h*head_dim..(h+1)*head_dim (the layout q_proj produces, no transposes);
+ *  - "_backward" kernels ACCUMULATE (+=) into parameter gradients and
+ *    OVERWRITE activation gradients unless the comment says otherwise;
+ *  - kernels are deterministic: the same inputs and thread count give
+ *    bit-identical outputs (no atomics, no OpenMP reduction clauses whose
+ *    combine order can vary).  Activation checkpointing and resume rely on
+ *    this;
+ *  - kernels never allocate; scratch comes from the caller. */
+#ifndef MT_BACKEND_H
+#define MT_BACKEND_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mt_backend mt_backend_t;
+
+struct mt_backend {
+    const char *name;
+
+    /* C[M,N] = op(A) @ op(B) + beta * C, row-major; op(A) is [M,K]
+     * (A stored [K,M] when trans_a), op(B) is [K,N] (B stored [N,K] when
+     * trans_b).  beta 0 overwrites, 1 accumulates. */
+    void (*matmul)(float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k,
+                   bool trans_a, bool trans_b, float beta);
+
+    /* out[i,:] = table[tokens[i],:]; dtable[tokens[i],:] += dout[i,:].
+     * The backward adds rows in token order (deterministic). */
+    void (*embedding_forward)(float *out, const int32_t *tokens, const float *table,
+                              int64_t n_tokens, int64_t dim);
+    void (*embedding_backward)(float *dtable, const float *dout, const int32_t *tokens,
+                               int64_t n_tokens, int64_t dim);
+
+    /* RMSNorm over the last dim, for n rows: rstd[i] = 1/sqrt(mean(x_i^2)+eps),
+     * out = x * rstd * w.  Backward: dx = (overwritten), dw += over rows. */
+    void (*rmsnorm_forward)(float *out, float *rstd, const float *x, const float *w, int64_t n,
+                            int64_t dim, float eps);
+    void (*rmsnorm_backward)(float *dx, float *dw, const float *dout, const float *x,
+                             const float *w, const float *rstd, int64_t n, int64_t dim);
+
+    /* RoPE in place on x [n_tokens, n_heads*head_dim], Hugging Face
+     * rotate_half pairing: element i pairs with i + head_dim/2, angle
+     * pos[token] * theta^(-2i/head_dim) for i < head_dim/2.  The backward
+     * applies the inverse rotation in place to the gradient. */
+    void (*rope_forward)(float *x, const int32_t *pos, int64_t n_tokens, int64_t n_heads,
+                         int64_t head_dim, double theta);
+    void (*rope_backward)(float *dx, const int32_t *pos, int64_t n_tokens, int64_t n_heads,
+                          int64_t head_dim, double theta);
+
+    /* Causal grouped-query attention, scale 1/sqrt(head_dim).
+     * q [B*T, nh*hd], k and v [B*T, nkv*hd]; query head h uses kv head
+     * h / (nh/nkv).  doc_start: NULL, or per token the index (within its
+     * row) of the first token of its document; token t then attends to
+     * t' with doc_start[t] <= t' <= t (block-diagonal causal, for packing).
+     * out [B*T, nh*hd]; lse [B, nh, T] = log-sum-exp of the scaled scores
+     * (kept for backward).  Backward overwrites dq, dk, dv. */
+    void (*attention_forward)(float *out, float *lse, const float *q, const float *k,
+                              const float *v, const int32_t *doc_start, int64_t B, int64_t T,
+                              int64_t nh, int64_t nkv, int64_t hd);
+    void (*attention_backward)(float *dq, float *dk, float *dv, const float *dout,
+                               const float *out, const float *lse, const float *q,
+                               const float *k, const float *v, const int32_t *doc_start,
+                               int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd);
+
+    /* SwiGLU: out = silu(gate) * up over n elements.  Backward overwrites
+     * dgate and dup (which may alias gate and up: the kernel reads each
+     * element before writing it). */
+    void (*swiglu_forward)(float *out, const float *gate, const float *up, int64_t n);
+    void (*swiglu_backward)(float *dgate, float *dup, const float *dout, const float *gate,
+                            const float *up, int64_t n);
+
+    /* Softmax cross-entropy over rows of logits [n, V] of which the first
+     * v_valid columns are real (the rest is vocabulary padding, masked out).
+     * Targets equal to -100 are ignored.  Returns the SUM of the losses of
+     * the non-ignored rows (double, summed in row order); writes the number
+     * of non-ignored rows to *count.  If dlogits is not NULL it receives
+     * (softmax - onehot) * grad_scale for non-ignored rows and 0 for ignored
+     * rows and padding columns; dlogits may alias logits. */
+    double (*cross_entropy)(float *dlogits, const float *logits, const int32_t *targets,
+                            int64_t n, int64_t V, int64_t v_valid, float grad_scale,
+                            int64_t *count);
+
+    /* y += x over n elements. */
+    void (*add)(float *y, const float *x, int64_t n);
+
+    /* Sum of squares of x (double accumulation, deterministic order). */
+    double (*sum_squares)(const float *x, int64_t n);
+
+    /* x *= s over n elements. */
+    void (*scale)(float *x, float s, int64_t n);
+
+    /* One AdamW step (decoupled weight decay, bias correction) with step
+     * number t >= 1:  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+     * p -= lr * (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd * p). */
+    void (*adamw)(float *p, const float *g, float *m, float *v, int64_t n, float lr, float b1,
+                  float b2, float eps, float wd, int64_t t);
+};
+
+/* The CPU reference backend. */
+const mt_backend_t *mt_backend_cpu(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,90 @@
+/* mt_checkpoint.h: HDF5 checkpoints that any mesh can read.
+ *
+ * checkpoint_dir/step_NNNNNNNN/ holds one HDF5 file, model.h5, and a
+ * SHA-256 manifest.  In the file:
+ *   /model/<HF name>                 full logical tensors, float32, shaped as
+ *                                    in PyTorch ([out, in] for linears)
+ *   /optim/<HF name>/exp_avg, /optim/<HF name>/exp_avg_sq
+ *   /optim/step                      int64 scalar
+ *   /train/{step, consumed_samples, data_epoch, rng_seed, rng_offset}  int64 scalars
+ *   /meta attributes: format "meshtrain-checkpoint", version 1, config
+ *                     (the resolved YAML), mesh (a one-line description),
+ *                     world_size
+ * Every rank writes and reads only its own hyperslab (rows
+ * [row_offset, row_offset+row_count) of dim 0) collectively through MPI-IO,
+ * so no rank ever holds another's shard.
+ *
+ * Writes are atomic: the directory is written as step_NNNNNNNN.tmp, the
+ * manifest (manifest.sha256: "<hex>  model.h5") is written last, then the
+ * directory is renamed and the `latest` file (one line, the directory name)
+ * is replaced by rename.  A checkpoint whose manifest is missing or does
+ * not match is never loaded silently. */
+#ifndef MT_CHECKPOINT_H
+#define MT_CHECKPOINT_H
+
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "mt_config.h"
+#include "mt_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MT_CKPT_FORMAT "meshtrain-checkpoint"
+#define MT_CKPT_VERSION 1
+
+typedef struct {
+    char path[256];       /* dataset path in the file: "/model/model.norm.weight" */
+    int ndim;
+    int64_t shape[4];     /* full logical shape */
+    int64_t row_offset;   /* this rank's rows of dim 0 */
+    int64_t row_count;    /* 0 is allowed (a rank with nothing of this tensor) */
+    float *data;          /* row_count * prod(shape[1..]) floats */
+} mt_ckpt_tensor_t;
+
+typedef struct {
+    int64_t step;             /* optimizer steps completed */
+    int64_t consumed_samples; /* global samples consumed */
+    int64_t data_epoch;
+    int64_t rng_seed;
+    int64_t rng_offset;
+} mt_train_state_t;
+
+/* Collective over comm.  Writes checkpoint_dir/step_NNNNNNNN atomically,
+ * updates `latest`, then deletes the oldest step_* directories beyond
+ * keep_last_n (0 keeps all). */
+mt_status_t mt_ckpt_save(MPI_Comm comm, const char *checkpoint_dir, const mt_ckpt_tensor_t *t,
+                         int n, const mt_train_state_t *state, const char *config_yaml,
+                         const char *mesh_desc, int64_t keep_last_n);
+
+/* Verify the manifest of one step directory: MT_OK, or MT_ERR_IO naming
+ * what is missing or which hash differs.  Not collective. */
+mt_status_t mt_ckpt_verify(const char *step_dir);
+
+/* Newest complete, verified step directory under checkpoint_dir into
+ * out (cap bytes); *found = 0 if there is none.  Corrupt or partial ones
+ * are skipped with a warning on `warn` (if not NULL).  Not collective. */
+mt_status_t mt_ckpt_find_latest(const char *checkpoint_dir, char *out, size_t cap, int *found,
+                                FILE *warn);
+
+/* Collective over comm.  Verifies the manifest, checks format and version,
+ * checks every tensor's shape against t[i].shape, and reads each rank's
+ * hyperslab into t[i].data.  state may be NULL. */
+mt_status_t mt_ckpt_load(MPI_Comm comm, const char *step_dir, const mt_ckpt_tensor_t *t, int n,
+                         mt_train_state_t *state);
+
+/* Read the stored config text (malloc'd into *yaml). Not collective. */
+mt_status_t mt_ckpt_read_config(const char *step_dir, char **yaml);
+
+/* SHA-256 of a file as 64 hex characters plus NUL. */
+mt_status_t mt_sha256_file(const char *path, char hex[65]);
+/* SHA-256 of a buffer (tests use the FIPS 180-4 vectors). */
+void mt_sha256(const void *data, size_t len, unsigned char digest[32]);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

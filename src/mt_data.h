@@ -1,0 +1,106 @@
+/* mt_data.h: token datasets and the sampling contract.
+ *
+ * Two memory-mapped, validated formats:
+ *  - llm.c token files: a header of 256 int32 (magic 20240520, version 1,
+ *    token count at header[2]) then uint16 tokens; the file size must equal
+ *    header + tokens exactly;
+ *  - Megatron-LM indexed datasets: PREFIX.idx (magic "MMIDIDX\0\0",
+ *    version 1, a dtype code, sequence sizes and pointers, document index)
+ *    plus PREFIX.bin.
+ * Every token is checked against the vocabulary once, at open.  A bad file
+ * is an MT_ERR_IO error naming the file and what is wrong.
+ *
+ * Sampling is fixed by contract so runs compare across meshes and tools
+ * (doc/data.md): sample i is tokens[i*S .. i*S+S] (inputs the first S,
+ * targets the last S, S = seq_len); with shuffle off, step t uses samples
+ * t*G .. t*G+G-1 in order (G = global batch); DP rank d takes the d-th
+ * contiguous block of G/dp; its micro-steps take consecutive local-batch
+ * slices of that block.  With shuffle on, sample indices go through a
+ * permutation fixed by (seed, epoch).  Epochs roll over. */
+#ifndef MT_DATA_H
+#define MT_DATA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdint.h>
+
+#include "mt_config.h"
+#include "mt_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Special tokens of the byte-level tokenizer (meshtrain-data): ids 0..255
+ * are bytes. */
+#define MT_TOKEN_EOD 256   /* end of document */
+#define MT_TOKEN_PAD 257
+#define MT_TOKENIZER_VOCAB 258
+#define MT_IGNORE_INDEX (-100)
+
+typedef struct {
+    char path[MT_PATH_MAX];   /* as given (llm.c file or Megatron prefix) */
+    mt_data_format_t format;  /* resolved: MT_DATA_LLMC or MT_DATA_MEGATRON */
+    int64_t n_tokens;
+    int token_bytes;          /* 2 or 4 */
+    const void *tokens;       /* into the mapping */
+    /* Document starts as token offsets: doc_start[0] = 0, ...,
+     * doc_start[n_docs] = n_tokens.  llm.c files: split at MT_TOKEN_EOD
+     * (the EOD token ends its document). */
+    int64_t n_docs;
+    int64_t *doc_start;       /* owned */
+    /* mappings (owned) */
+    void *map[2];
+    size_t map_len[2];
+} mt_dataset_t;
+
+/* Open, map and validate.  fmt MT_DATA_AUTO detects by magic: a file with
+ * the llm.c magic, or PREFIX.idx/.bin (PATH may be the prefix, PREFIX.bin
+ * or PREFIX.idx).  Every token must be < vocab_size. */
+mt_status_t mt_dataset_open(mt_dataset_t *ds, const char *path, mt_data_format_t fmt,
+                            int64_t vocab_size);
+void mt_dataset_close(mt_dataset_t *ds);
+
+/* Copy tokens [start, start+n) as int32. */
+void mt_dataset_read(const mt_dataset_t *ds, int64_t start, int64_t n, int32_t *out);
+
+/* Samples of length seq_len: floor((n_tokens - 1) / seq_len). */
+int64_t mt_dataset_num_samples(const mt_dataset_t *ds, int64_t seq_len);
+
+typedef struct {
+    int64_t num_samples;
+    int64_t seq_len;
+    bool shuffle;
+    uint64_t seed;
+} mt_sampler_t;
+
+/* Dataset sample index of the c-th sample drawn since the start of
+ * training (c counts across epochs). */
+int64_t mt_sampler_index(const mt_sampler_t *s, int64_t c);
+
+/* Fill one micro-batch: `local` samples for DP rank dp_rank of dp_size at
+ * optimizer step `step` (0-based), micro-step `micro`, with global batch
+ * `global`.  inputs and targets are [local, seq_len]. */
+void mt_data_fill_batch(const mt_dataset_t *ds, const mt_sampler_t *s, int64_t step,
+                        int64_t global, int64_t dp_rank, int64_t dp_size, int64_t micro,
+                        int64_t local, int32_t *inputs, int32_t *targets);
+
+/* ---- writing (meshtrain-data, tests) ---- */
+
+/* Byte-level tokenization: bytes are ids 0..255. Returns tokens written. */
+int64_t mt_tokenize_bytes(const unsigned char *text, int64_t len, int32_t *out);
+
+/* Write an llm.c token file (uint16) or a Megatron prefix (.bin/.idx,
+ * uint16 tokens, one sequence per document).  doc_start as above. */
+mt_status_t mt_write_llmc(const char *path, const int32_t *tokens, int64_t n);
+mt_status_t mt_write_megatron(const char *prefix, const int32_t *tokens, int64_t n,
+                              const int64_t *doc_start, int64_t n_docs);
+
+/* The whole meshtrain-data tool, with its streams, so tests can drive it. */
+int mt_data_main(int argc, char **argv, FILE *out, FILE *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
