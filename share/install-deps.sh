@@ -2,7 +2,7 @@
 # install-deps.sh: install the Debian 12 packages meshtrain builds and tests
 # with, only those missing.  Uses sudo when not root.  Not installed.
 set -e
-pkgs="mpich libmpich-dev libhdf5-mpich-dev hdf5-tools libyaml-dev libopenblas-dev
+pkgs="mpich libmpich-dev libhdf5-mpich-dev hdf5-tools libyaml-dev libopenblas-dev libopenblas-openmp-dev
       autoconf automake libtool pkg-config make gcc python3"
 missing=
 for p in $pkgs; do

@@ -7,6 +7,7 @@
 #include <config.h>
 
 #include "mt_app.h"
+#include "mt_train.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +117,16 @@ void mt_report_error(FILE *err, const char *prog, int rank, mt_status_t s)
     fflush(err);
 }
 
+/* Rank 0 reports its failure; another rank reports its own only when rank
+ * 0 did not fail, so an error every rank hits is printed once.  Collective. */
+static void report_agreed(MPI_Comm comm, const char *prog, int rank, mt_status_t local)
+{
+    int root_failed = local != MT_OK;
+    MPI_Bcast(&root_failed, 1, MPI_INT, 0, comm);
+    if (local != MT_OK && (rank == 0 || !root_failed))
+        mt_report_error(stderr, prog, rank, local);
+}
+
 static void usage(FILE *out, const char *prog)
 {
     fprintf(out,
@@ -181,8 +192,7 @@ int mt_app_main(mt_app_kind_t app, int argc, char **argv)
     }
 
     mt_status_t local = mt_mesh_init(&mesh, world, cfg);
-    if (local != MT_OK)
-        mt_report_error(stderr, prog, rank, local);
+    report_agreed(world, prog, rank, local);
     s = mt_agree(world, local);
     if (s != MT_OK)
         goto out;
@@ -196,10 +206,20 @@ int mt_app_main(mt_app_kind_t app, int argc, char **argv)
         if (rank == 0)
             printf("%s: dry run: the config and the %d-rank mesh are valid\n", prog, size);
         code = 0;
+    } else if (app == MT_APP_DENSE) {
+        mt_train_result_t res;
+        local = mt_train(world, cfg, &mesh, rank == 0 ? stdout : NULL, &res);
+        report_agreed(world, prog, rank, local);
+        s = mt_agree(world, local);
+        code = s == MT_OK ? 0 : 1;
+        if (s == MT_OK && rank == 0)
+            printf("%s: done after step %lld%s\n", prog, (long long)res.last_step,
+                   res.stopped_by_signal ? " (stopped by a signal; resume with checkpoint.resume: "
+                                           "auto)" : "");
     } else {
         local = mt_error_set(MT_ERR_UNSUPPORTED, __FILE__, __LINE__,
-                             "%s cannot train yet: this release validates configs and builds "
-                             "the mesh only", prog);
+                             "%s cannot train yet: this release validates its configs and "
+                             "builds the mesh only", prog);
         mt_error_hint("run with --dry-run to check a config on an allocation");
         if (rank == 0)
             mt_report_error(stderr, prog, rank, local);

@@ -7,5 +7,12 @@
 #include "mt_mesh.h"
 #include "mt_plan.h"
 #include "mt_app.h"
+#include "mt_backend.h"
+#include "mt_data.h"
+#include "mt_checkpoint.h"
+#include "mt_rng.h"
+#include "mt_model.h"
+#include "mt_optim.h"
+#include "mt_train.h"
 
 #endif

@@ -1,0 +1,53 @@
+/* checkpoint_internal.h: what the checkpoint files share: checkpoint.c
+ * (collective entry points, agreement), checkpoint_dir.c (step
+ * directories, manifest, pruning; rank 0 or not collective) and
+ * checkpoint_io.c (the HDF5 file).  Not installed: callers use
+ * mt_checkpoint.h. */
+#ifndef MT_CHECKPOINT_INTERNAL_H
+#define MT_CHECKPOINT_INTERNAL_H
+
+#include "mt_checkpoint.h"
+
+#define MT_CKPT_FILE "model.h5"
+#define MT_CKPT_MANIFEST "manifest.sha256"
+#define MT_CKPT_STEP_PREFIX "step_"
+#define MT_CKPT_PATH_CAP 4096 /* paths built here; longer ones are refused */
+
+/* Collective.  MT_OK if every rank passed MT_OK; otherwise every rank
+ * returns the status of the lowest failing rank and carries its message
+ * and hint, so any rank can report it and all report the same thing. */
+mt_status_t mt_ckpt_agree(MPI_Comm comm, mt_status_t local);
+
+/* out = dir/name (out holds MT_CKPT_PATH_CAP); MT_ERR_RANGE if too long. */
+mt_status_t mt_ckpt_join(char *out, const char *dir, const char *name);
+
+/* rm -rf: 0, or -1 with errno.  A missing path counts as removed. */
+int mt_ckpt_remove_tree(const char *path);
+
+/* Rank 0 of a save: mkdir -p dir, then a fresh, empty tmp. */
+mt_status_t mt_ckpt_prepare(const char *dir, const char *tmp);
+
+/* Rank 0 of a save, after model.h5 is closed everywhere: write the
+ * manifest, rename tmp to dir/name (replacing an older copy), replace
+ * `latest`, prune to keep (0 keeps all). */
+mt_status_t mt_ckpt_publish(const char *dir, const char *name, const char *tmp, int64_t step,
+                            int64_t keep);
+
+/* Collective.  Create `file` (truncating) and write /meta, /train,
+ * /optim/step and every tensor's hyperslab.  config and mesh must be the
+ * same on every rank.  Failures are agreed: every rank returns the same. */
+mt_status_t mt_ckpt_h5_write(MPI_Comm comm, const char *file, const mt_ckpt_tensor_t *t, int n,
+                             const mt_train_state_t *state, const char *config,
+                             const char *mesh);
+
+/* Collective.  Open `file`, check /meta format and version, check each
+ * tensor's shape and read its hyperslab; read /train into state if not
+ * NULL.  Failures are agreed. */
+mt_status_t mt_ckpt_h5_read(MPI_Comm comm, const char *file, const mt_ckpt_tensor_t *t, int n,
+                            mt_train_state_t *state);
+
+/* Not collective: open `file` with the serial driver, check the format and
+ * return a malloc'd copy of the /meta config attribute. */
+mt_status_t mt_ckpt_h5_read_config(const char *file, char **yaml);
+
+#endif

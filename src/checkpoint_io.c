@@ -1,0 +1,565 @@
+/* checkpoint_io.c: the HDF5 file of a checkpoint (model.h5), written and
+ * read collectively through MPI-IO, one hyperslab of rows per rank.
+ *
+ * Every collective step here ends in mt_ckpt_agree, so a failure on one
+ * rank (a dataset that cannot be created, a shape that does not match)
+ * makes all ranks leave together instead of some waiting in the next
+ * collective.  HDF5's own error printing is switched off while we work:
+ * the innermost HDF5 message is folded into ours instead.
+ *
+ * This file knows nothing about directories, manifests or `latest`; that
+ * is checkpoint.c. */
+#include "checkpoint_internal.h"
+
+#include <hdf5.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h" /* PACKAGE_VERSION for /meta software */
+
+static const char *const train_fields[5] = {"step", "consumed_samples", "data_epoch", "rng_seed",
+                                            "rng_offset"};
+
+/* ------------------------------------------------------------ HDF5 errors */
+
+typedef struct {
+    H5E_auto2_t func;
+    void *data;
+} h5_quiet_t;
+
+static void h5_quiet_begin(h5_quiet_t *q)
+{
+    H5Eget_auto2(H5E_DEFAULT, &q->func, &q->data);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
+static void h5_quiet_end(const h5_quiet_t *q) { H5Eset_auto2(H5E_DEFAULT, q->func, q->data); }
+
+typedef struct {
+    char *buf;
+    size_t cap;
+} h5_reason_t;
+
+static herr_t keep_innermost(unsigned n, const H5E_error2_t *e, void *data)
+{
+    h5_reason_t *r = data;
+    if (e->desc && e->desc[0])
+        snprintf(r->buf, r->cap, "%s", e->desc);
+    return 0;
+}
+
+/* The innermost description on HDF5's error stack (walking downward, the
+ * last entry is where the error was first detected), then clear it. */
+static const char *h5_reason(char *buf, size_t cap)
+{
+    h5_reason_t r = {buf, cap};
+    buf[0] = '\0';
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, keep_innermost, &r);
+    H5Eclear2(H5E_DEFAULT);
+    if (!buf[0])
+        snprintf(buf, cap, "no detail from HDF5");
+    return buf;
+}
+
+__attribute__((format(printf, 3, 4))) static mt_status_t h5_fail(const char *src, int line,
+                                                                const char *fmt, ...)
+{
+    char what[1024], why[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    h5_reason(why, sizeof why);
+    return mt_error_set(MT_ERR_IO, src, line, "%s (HDF5: %s)", what, why);
+}
+
+#define H5_FAIL(...) return h5_fail(__FILE__, __LINE__, __VA_ARGS__)
+
+static void h5_close(hid_t *id, herr_t (*close)(hid_t))
+{
+    if (*id >= 0)
+        close(*id);
+    *id = -1;
+}
+
+/* ------------------------------------------------------------ small pieces */
+
+typedef struct {
+    hid_t file, lcpl, dcpl, dxpl;
+    const char *name; /* the file's path, for messages */
+    int rank;
+} h5_ctx_t;
+
+static void shape_text(char *buf, size_t cap, int ndim, const int64_t *dims)
+{
+    size_t used = (size_t)snprintf(buf, cap, "[");
+    for (int d = 0; d < ndim && used < cap; d++)
+        used += (size_t)snprintf(buf + used, cap - used, "%s%lld", d ? ", " : "", (long long)dims[d]);
+    if (used < cap)
+        snprintf(buf + used, cap - used, "]");
+}
+
+/* Select rows [row_offset, row_offset + row_count) of dim 0 in fs and
+ * return a memory space of the same shape; select nothing in either when
+ * this rank has no rows, so it still joins the collective transfer. */
+static hid_t select_rows(hid_t fs, const mt_ckpt_tensor_t *t)
+{
+    hsize_t start[4] = {0}, count[4];
+    hsize_t nelem = 1;
+    for (int d = 0; d < t->ndim; d++) {
+        count[d] = (hsize_t)(d == 0 ? t->row_count : t->shape[d]);
+        nelem *= count[d];
+    }
+    start[0] = (hsize_t)t->row_offset;
+    if (nelem == 0) {
+        hsize_t one = 1;
+        hid_t ms = H5Screate_simple(1, &one, NULL);
+        if (ms >= 0 && (H5Sselect_none(ms) < 0 || H5Sselect_none(fs) < 0))
+            h5_close(&ms, H5Sclose);
+        return ms;
+    }
+    if (H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) < 0)
+        return -1;
+    return H5Screate_simple(t->ndim, count, NULL);
+}
+
+/* 1 if every component of path exists, 0 if one does not, <0 on error.
+ * (H5Lexists on "/a/b/c" fails outright when "/a/b" is missing.) */
+static htri_t path_exists(hid_t file, const char *path)
+{
+    char buf[sizeof ((mt_ckpt_tensor_t *)0)->path];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = strchr(buf + 1, '/');; p = strchr(p + 1, '/')) {
+        if (p)
+            *p = '\0';
+        htri_t e = H5Lexists(file, buf, H5P_DEFAULT);
+        if (e <= 0 || !p)
+            return e;
+        *p = '/';
+    }
+}
+
+static mt_status_t attr_string(const h5_ctx_t *c, hid_t obj, const char *name, const char *value)
+{
+    hid_t type = H5Tcopy(H5T_C_S1), space = H5Screate(H5S_SCALAR), a = -1;
+    herr_t rc = -1;
+    if (type >= 0 && space >= 0 && H5Tset_size(type, strlen(value) + 1) >= 0 &&
+        H5Tset_strpad(type, H5T_STR_NULLTERM) >= 0 && H5Tset_cset(type, H5T_CSET_UTF8) >= 0 &&
+        (a = H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT)) >= 0)
+        rc = H5Awrite(a, type, value);
+    h5_close(&a, H5Aclose);
+    h5_close(&space, H5Sclose);
+    h5_close(&type, H5Tclose);
+    if (rc < 0)
+        H5_FAIL("%s: cannot write attribute /meta %s", c->name, name);
+    return MT_OK;
+}
+
+static mt_status_t attr_int(const h5_ctx_t *c, hid_t obj, const char *name, hid_t file_type,
+                            int64_t value)
+{
+    hid_t space = H5Screate(H5S_SCALAR), a = -1;
+    herr_t rc = -1;
+    if (space >= 0 && (a = H5Acreate2(obj, name, file_type, space, H5P_DEFAULT, H5P_DEFAULT)) >= 0)
+        rc = H5Awrite(a, H5T_NATIVE_INT64, &value);
+    h5_close(&a, H5Aclose);
+    h5_close(&space, H5Sclose);
+    if (rc < 0)
+        H5_FAIL("%s: cannot write attribute /meta %s", c->name, name);
+    return MT_OK;
+}
+
+/* A string attribute as a malloc'd copy (fixed or variable length, so
+ * files edited by other tools still read); *out = NULL when absent. */
+static mt_status_t read_attr_string(const char *fname, hid_t file, const char *obj,
+                                    const char *name, char **out)
+{
+    *out = NULL;
+    htri_t ex = H5Aexists_by_name(file, obj, name, H5P_DEFAULT);
+    if (ex < 0)
+        H5_FAIL("%s: cannot look up attribute %s %s", fname, obj, name);
+    if (ex == 0)
+        return MT_OK;
+    hid_t a = H5Aopen_by_name(file, obj, name, H5P_DEFAULT, H5P_DEFAULT), ft = -1, mt = -1;
+    mt_status_t s = MT_OK;
+    if (a < 0 || (ft = H5Aget_type(a)) < 0) {
+        s = h5_fail(__FILE__, __LINE__, "%s: cannot open attribute %s %s", fname, obj, name);
+    } else if (H5Tget_class(ft) != H5T_STRING) {
+        s = mt_error_set(MT_ERR_IO, __FILE__, __LINE__, "%s: attribute %s %s is not a string",
+                         fname, obj, name);
+    } else if (H5Tis_variable_str(ft) > 0) {
+        char *p = NULL;
+        if ((mt = H5Tcopy(H5T_C_S1)) < 0 || H5Tset_size(mt, H5T_VARIABLE) < 0 ||
+            H5Aread(a, mt, &p) < 0)
+            s = h5_fail(__FILE__, __LINE__, "%s: cannot read attribute %s %s", fname, obj, name);
+        else if (!(*out = strdup(p ? p : "")))
+            s = mt_error_set(MT_ERR_NOMEM, __FILE__, __LINE__, "attribute %s %s", obj, name);
+        if (p)
+            H5free_memory(p);
+    } else {
+        size_t size = H5Tget_size(ft);
+        char *buf = calloc(size + 1, 1);
+        if (!buf)
+            s = mt_error_set(MT_ERR_NOMEM, __FILE__, __LINE__, "attribute %s %s: %zu bytes", obj,
+                             name, size);
+        else if (H5Aread(a, ft, buf) < 0)
+            s = h5_fail(__FILE__, __LINE__, "%s: cannot read attribute %s %s", fname, obj, name);
+        if (s == MT_OK)
+            *out = buf;
+        else
+            free(buf);
+    }
+    h5_close(&mt, H5Tclose);
+    h5_close(&ft, H5Tclose);
+    h5_close(&a, H5Aclose);
+    return s;
+}
+
+static mt_status_t read_attr_int(const char *fname, hid_t file, const char *obj, const char *name,
+                                 int64_t *v, int *present)
+{
+    *present = 0;
+    htri_t ex = H5Aexists_by_name(file, obj, name, H5P_DEFAULT);
+    if (ex < 0)
+        H5_FAIL("%s: cannot look up attribute %s %s", fname, obj, name);
+    if (ex == 0)
+        return MT_OK;
+    hid_t a = H5Aopen_by_name(file, obj, name, H5P_DEFAULT, H5P_DEFAULT), ft = -1;
+    mt_status_t s = MT_OK;
+    if (a < 0 || (ft = H5Aget_type(a)) < 0)
+        s = h5_fail(__FILE__, __LINE__, "%s: cannot open attribute %s %s", fname, obj, name);
+    else if (H5Tget_class(ft) != H5T_INTEGER)
+        s = mt_error_set(MT_ERR_IO, __FILE__, __LINE__, "%s: attribute %s %s is not an integer",
+                         fname, obj, name);
+    else if (H5Aread(a, H5T_NATIVE_INT64, v) < 0)
+        s = h5_fail(__FILE__, __LINE__, "%s: cannot read attribute %s %s", fname, obj, name);
+    else
+        *present = 1;
+    h5_close(&ft, H5Tclose);
+    h5_close(&a, H5Aclose);
+    return s;
+}
+
+/* The format check every reader makes before trusting anything else. */
+static mt_status_t check_format(const char *fname, hid_t file, int check_version)
+{
+    htri_t ex = H5Lexists(file, "/meta", H5P_DEFAULT);
+    if (ex < 0)
+        H5_FAIL("%s: cannot look up /meta", fname);
+    if (ex == 0)
+        MT_FAIL(MT_ERR_IO, "%s: not a meshtrain checkpoint: it has no /meta group", fname);
+    char *format = NULL;
+    MT_TRY(read_attr_string(fname, file, "/meta", "format", &format));
+    if (!format || strcmp(format, MT_CKPT_FORMAT) != 0) {
+        mt_error_set(MT_ERR_IO, __FILE__, __LINE__,
+                     "%s: not a meshtrain checkpoint: /meta format is %s%s%s, expected \"%s\"",
+                     fname, format ? "\"" : "", format ? format : "missing", format ? "\"" : "",
+                     MT_CKPT_FORMAT);
+        free(format);
+        return MT_ERR_IO;
+    }
+    free(format);
+    if (!check_version)
+        return MT_OK;
+    int64_t version = 0;
+    int present;
+    MT_TRY(read_attr_int(fname, file, "/meta", "version", &version, &present));
+    if (!present)
+        MT_FAIL(MT_ERR_IO, "%s: /meta has no version attribute: the file is damaged", fname);
+    if (version != MT_CKPT_VERSION) {
+        mt_error_set(MT_ERR_IO, __FILE__, __LINE__,
+                     "%s: checkpoint format version %lld; this build of meshtrain reads version %d "
+                     "only",
+                     fname, (long long)version, MT_CKPT_VERSION);
+        mt_error_hint("load it with the meshtrain release that wrote it (see /meta software)");
+        return MT_ERR_IO;
+    }
+    return MT_OK;
+}
+
+/* ------------------------------------------------------------ writing */
+
+static mt_status_t write_scalar(const h5_ctx_t *c, const char *path, int64_t v)
+{
+    hid_t fs = H5Screate(H5S_SCALAR), ms = H5Screate(H5S_SCALAR), d = -1;
+    herr_t rc = -1;
+    if (fs >= 0 && ms >= 0 &&
+        (d = H5Dcreate2(c->file, path, H5T_STD_I64LE, fs, c->lcpl, c->dcpl, H5P_DEFAULT)) >= 0) {
+        /* One writer; the others join the collective with nothing. */
+        if (c->rank == 0 || (H5Sselect_none(fs) >= 0 && H5Sselect_none(ms) >= 0))
+            rc = H5Dwrite(d, H5T_NATIVE_INT64, ms, fs, c->dxpl, &v);
+    }
+    h5_close(&d, H5Dclose);
+    h5_close(&ms, H5Sclose);
+    h5_close(&fs, H5Sclose);
+    if (rc < 0)
+        H5_FAIL("%s: cannot write %s", c->name, path);
+    return MT_OK;
+}
+
+static mt_status_t write_meta(const h5_ctx_t *c, const mt_train_state_t *st, const char *config,
+                              const char *mesh, int world_size)
+{
+    hid_t g = H5Gcreate2(c->file, "/meta", c->lcpl, H5P_DEFAULT, H5P_DEFAULT);
+    if (g < 0)
+        H5_FAIL("%s: cannot create /meta", c->name);
+    mt_status_t s = attr_string(c, g, "format", MT_CKPT_FORMAT);
+    if (s == MT_OK)
+        s = attr_int(c, g, "version", H5T_STD_I32LE, MT_CKPT_VERSION);
+    if (s == MT_OK)
+        s = attr_string(c, g, "config", config);
+    if (s == MT_OK)
+        s = attr_string(c, g, "mesh", mesh);
+    if (s == MT_OK)
+        s = attr_int(c, g, "world_size", H5T_STD_I64LE, world_size);
+    if (s == MT_OK)
+        s = attr_string(c, g, "software", "meshtrain " PACKAGE_VERSION);
+    H5Gclose(g);
+    MT_TRY(s);
+
+    const int64_t v[5] = {st->step, st->consumed_samples, st->data_epoch, st->rng_seed,
+                          st->rng_offset};
+    char path[64];
+    for (int i = 0; i < 5; i++) {
+        snprintf(path, sizeof path, "/train/%s", train_fields[i]);
+        MT_TRY(write_scalar(c, path, v[i]));
+    }
+    MT_TRY(write_scalar(c, "/optim/step", st->step));
+    return MT_OK;
+}
+
+/* Create the dataset (collective) and select this rank's rows (local). */
+static mt_status_t create_tensor(const h5_ctx_t *c, const mt_ckpt_tensor_t *t, hid_t *d,
+                                 hid_t *fs, hid_t *ms)
+{
+    hsize_t dims[4];
+    for (int k = 0; k < t->ndim; k++)
+        dims[k] = (hsize_t)t->shape[k];
+    if ((*fs = H5Screate_simple(t->ndim, dims, NULL)) < 0)
+        H5_FAIL("%s: %s: cannot make its dataspace", c->name, t->path);
+    if ((*d = H5Dcreate2(c->file, t->path, H5T_IEEE_F32LE, *fs, c->lcpl, c->dcpl, H5P_DEFAULT)) < 0)
+        H5_FAIL("%s: cannot create dataset %s", c->name, t->path);
+    if ((*ms = select_rows(*fs, t)) < 0)
+        H5_FAIL("%s: %s: cannot select rows [%lld, %lld)", c->name, t->path,
+                (long long)t->row_offset, (long long)(t->row_offset + t->row_count));
+    return MT_OK;
+}
+
+static mt_status_t write_tensor(MPI_Comm comm, const h5_ctx_t *c, const mt_ckpt_tensor_t *t)
+{
+    hid_t d = -1, fs = -1, ms = -1;
+    static float nothing; /* HDF5 wants a buffer even for an empty selection */
+    mt_status_t s = mt_ckpt_agree(comm, create_tensor(c, t, &d, &fs, &ms));
+    if (s == MT_OK && H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, c->dxpl, t->data ? t->data : &nothing) < 0)
+        s = h5_fail(__FILE__, __LINE__, "%s: writing rows [%lld, %lld) of %s failed", c->name,
+                    (long long)t->row_offset, (long long)(t->row_offset + t->row_count), t->path);
+    h5_close(&ms, H5Sclose);
+    h5_close(&fs, H5Sclose);
+    h5_close(&d, H5Dclose);
+    return s;
+}
+
+static mt_status_t make_plists(h5_ctx_t *c, hid_t *fapl, MPI_Comm comm, int create)
+{
+    if ((*fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0 ||
+        H5Pset_fapl_mpio(*fapl, comm, MPI_INFO_NULL) < 0)
+        H5_FAIL("%s: cannot set up MPI-IO file access", c->name);
+    /* Format 1.8 or later: attributes over 64 KiB (a long config) go to
+     * dense storage instead of failing. */
+    if (create && H5Pset_libver_bounds(*fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST) < 0)
+        H5_FAIL("%s: cannot set the file format bounds", c->name);
+    if ((c->lcpl = H5Pcreate(H5P_LINK_CREATE)) < 0 ||
+        H5Pset_create_intermediate_group(c->lcpl, 1) < 0)
+        H5_FAIL("%s: cannot set up link creation", c->name);
+    /* Every byte is written by some rank, so filling first is wasted I/O. */
+    if ((c->dcpl = H5Pcreate(H5P_DATASET_CREATE)) < 0 ||
+        H5Pset_alloc_time(c->dcpl, H5D_ALLOC_TIME_EARLY) < 0 ||
+        H5Pset_fill_time(c->dcpl, H5D_FILL_TIME_NEVER) < 0)
+        H5_FAIL("%s: cannot set up dataset creation", c->name);
+    if ((c->dxpl = H5Pcreate(H5P_DATASET_XFER)) < 0 ||
+        H5Pset_dxpl_mpio(c->dxpl, H5FD_MPIO_COLLECTIVE) < 0)
+        H5_FAIL("%s: cannot set up collective transfer", c->name);
+    return MT_OK;
+}
+
+/* Close everything; a failing H5Fclose (a flush that hits a full disk)
+ * becomes the status when nothing failed before. */
+static mt_status_t close_ctx(MPI_Comm comm, h5_ctx_t *c, hid_t *fapl, mt_status_t s)
+{
+    herr_t rc = 0;
+    if (c->file >= 0)
+        rc = H5Fclose(c->file);
+    c->file = -1;
+    h5_close(&c->dxpl, H5Pclose);
+    h5_close(&c->dcpl, H5Pclose);
+    h5_close(&c->lcpl, H5Pclose);
+    h5_close(fapl, H5Pclose);
+    if (s != MT_OK)
+        return s; /* already agreed */
+    if (rc < 0)
+        s = h5_fail(__FILE__, __LINE__, "%s: closing the file failed", c->name);
+    return mt_ckpt_agree(comm, s);
+}
+
+mt_status_t mt_ckpt_h5_write(MPI_Comm comm, const char *file, const mt_ckpt_tensor_t *t, int n,
+                             const mt_train_state_t *state, const char *config, const char *mesh)
+{
+    h5_ctx_t c = {-1, -1, -1, -1, file, 0};
+    hid_t fapl = -1;
+    int size;
+    MT_MPI_TRY(MPI_Comm_rank(comm, &c.rank));
+    MT_MPI_TRY(MPI_Comm_size(comm, &size));
+    h5_quiet_t q;
+    h5_quiet_begin(&q);
+
+    mt_status_t s = make_plists(&c, &fapl, comm, 1);
+    if (s == MT_OK && (c.file = H5Fcreate(file, H5F_ACC_TRUNC, H5P_DEFAULT, fapl)) < 0)
+        s = h5_fail(__FILE__, __LINE__, "%s: cannot create the checkpoint file", file);
+    s = mt_ckpt_agree(comm, s);
+    if (s == MT_OK)
+        s = mt_ckpt_agree(comm, write_meta(&c, state, config, mesh, size));
+    for (int i = 0; i < n && s == MT_OK; i++)
+        s = mt_ckpt_agree(comm, write_tensor(comm, &c, &t[i]));
+    s = close_ctx(comm, &c, &fapl, s);
+    h5_quiet_end(&q);
+    return s;
+}
+
+/* ------------------------------------------------------------ reading */
+
+static mt_status_t open_tensor(const h5_ctx_t *c, const mt_ckpt_tensor_t *t, hid_t *d, hid_t *fs,
+                               hid_t *ms)
+{
+    htri_t ex = path_exists(c->file, t->path);
+    if (ex < 0)
+        H5_FAIL("%s: cannot look up %s", c->name, t->path);
+    if (ex == 0)
+        MT_FAIL(MT_ERR_IO, "%s: no tensor %s in the checkpoint", c->name, t->path);
+    if ((*d = H5Dopen2(c->file, t->path, H5P_DEFAULT)) < 0)
+        H5_FAIL("%s: %s is not a dataset", c->name, t->path);
+    hid_t type = H5Dget_type(*d);
+    H5T_class_t cls = type >= 0 ? H5Tget_class(type) : H5T_NO_CLASS;
+    h5_close(&type, H5Tclose);
+    if (cls != H5T_FLOAT)
+        MT_FAIL(MT_ERR_IO, "%s: %s is not a floating-point dataset", c->name, t->path);
+
+    hsize_t dims[H5S_MAX_RANK];
+    int nd;
+    if ((*fs = H5Dget_space(*d)) < 0 || (nd = H5Sget_simple_extent_ndims(*fs)) < 0 ||
+        nd > H5S_MAX_RANK || H5Sget_simple_extent_dims(*fs, dims, NULL) < 0)
+        H5_FAIL("%s: cannot read the shape of %s", c->name, t->path);
+    int same = nd == t->ndim;
+    int64_t file_shape[H5S_MAX_RANK];
+    for (int k = 0; k < nd; k++) {
+        file_shape[k] = (int64_t)dims[k];
+        same = same && file_shape[k] == t->shape[k];
+    }
+    if (!same) {
+        char have[128], want[128];
+        shape_text(have, sizeof have, nd, file_shape);
+        shape_text(want, sizeof want, t->ndim, t->shape);
+        mt_error_set(MT_ERR_IO, __FILE__, __LINE__,
+                     "%s: %s has shape %s in the checkpoint, expected %s", c->name, t->path, have,
+                     want);
+        mt_error_hint("the checkpoint was written for a different model; its config is the "
+                      "/meta config attribute (h5dump -a /meta/config %s)",
+                      c->name);
+        return MT_ERR_IO;
+    }
+    if ((*ms = select_rows(*fs, t)) < 0)
+        H5_FAIL("%s: %s: cannot select rows [%lld, %lld)", c->name, t->path,
+                (long long)t->row_offset, (long long)(t->row_offset + t->row_count));
+    return MT_OK;
+}
+
+static mt_status_t read_tensor(MPI_Comm comm, const h5_ctx_t *c, const mt_ckpt_tensor_t *t)
+{
+    hid_t d = -1, fs = -1, ms = -1;
+    static float nothing;
+    mt_status_t s = mt_ckpt_agree(comm, open_tensor(c, t, &d, &fs, &ms));
+    if (s == MT_OK && H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, c->dxpl, t->data ? t->data : &nothing) < 0)
+        s = h5_fail(__FILE__, __LINE__, "%s: reading rows [%lld, %lld) of %s failed", c->name,
+                    (long long)t->row_offset, (long long)(t->row_offset + t->row_count), t->path);
+    h5_close(&ms, H5Sclose);
+    h5_close(&fs, H5Sclose);
+    h5_close(&d, H5Dclose);
+    return s;
+}
+
+static mt_status_t read_state(const h5_ctx_t *c, mt_train_state_t *st)
+{
+    int64_t v[5];
+    char path[64];
+    for (int i = 0; i < 5; i++) {
+        snprintf(path, sizeof path, "/train/%s", train_fields[i]);
+        htri_t ex = path_exists(c->file, path);
+        if (ex < 0)
+            H5_FAIL("%s: cannot look up %s", c->name, path);
+        if (ex == 0)
+            MT_FAIL(MT_ERR_IO, "%s: no %s: the file is not a complete meshtrain checkpoint",
+                    c->name, path);
+        hid_t d = H5Dopen2(c->file, path, H5P_DEFAULT);
+        herr_t rc = d < 0 ? -1 : H5Dread(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, &v[i]);
+        h5_close(&d, H5Dclose);
+        if (rc < 0)
+            H5_FAIL("%s: cannot read %s", c->name, path);
+    }
+    st->step = v[0];
+    st->consumed_samples = v[1];
+    st->data_epoch = v[2];
+    st->rng_seed = v[3];
+    st->rng_offset = v[4];
+    return MT_OK;
+}
+
+mt_status_t mt_ckpt_h5_read(MPI_Comm comm, const char *file, const mt_ckpt_tensor_t *t, int n,
+                            mt_train_state_t *state)
+{
+    h5_ctx_t c = {-1, -1, -1, -1, file, 0};
+    hid_t fapl = -1;
+    MT_MPI_TRY(MPI_Comm_rank(comm, &c.rank));
+    h5_quiet_t q;
+    h5_quiet_begin(&q);
+
+    mt_status_t s = make_plists(&c, &fapl, comm, 0);
+    if (s == MT_OK && (c.file = H5Fopen(file, H5F_ACC_RDONLY, fapl)) < 0)
+        s = h5_fail(__FILE__, __LINE__, "%s: cannot open as HDF5", file);
+    s = mt_ckpt_agree(comm, s);
+    if (s == MT_OK)
+        s = mt_ckpt_agree(comm, check_format(file, c.file, 1));
+    for (int i = 0; i < n && s == MT_OK; i++)
+        s = mt_ckpt_agree(comm, read_tensor(comm, &c, &t[i]));
+    if (s == MT_OK && state)
+        s = mt_ckpt_agree(comm, read_state(&c, state));
+    s = close_ctx(comm, &c, &fapl, s);
+    h5_quiet_end(&q);
+    return s;
+}
+
+mt_status_t mt_ckpt_h5_read_config(const char *file, char **yaml)
+{
+    *yaml = NULL;
+    h5_quiet_t q;
+    h5_quiet_begin(&q);
+    mt_status_t s = MT_OK;
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS), f = -1;
+#if H5_VERSION_GE(1, 10, 7) && !(H5_VERS_MAJOR == 1 && H5_VERS_MINOR == 12 && H5_VERS_RELEASE == 0)
+    /* Reading only: do not fail on file systems without flock (Lustre). */
+    if (fapl >= 0)
+        H5Pset_file_locking(fapl, 0, 1);
+#endif
+    if (fapl < 0 || (f = H5Fopen(file, H5F_ACC_RDONLY, fapl)) < 0)
+        s = h5_fail(__FILE__, __LINE__, "%s: cannot open as HDF5", file);
+    if (s == MT_OK)
+        s = check_format(file, f, 0);
+    if (s == MT_OK)
+        s = read_attr_string(file, f, "/meta", "config", yaml);
+    if (s == MT_OK && !*yaml)
+        s = mt_error_set(MT_ERR_IO, __FILE__, __LINE__, "%s: /meta has no config attribute",
+                         file);
+    h5_close(&f, H5Fclose);
+    h5_close(&fapl, H5Pclose);
+    h5_quiet_end(&q);
+    return s;
+}

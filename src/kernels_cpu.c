@@ -1,0 +1,140 @@
+/* kernels_cpu.c: the CPU reference backend's table (mt_backend_cpu) and its
+ * dense linear-algebra and optimizer kernels: matmul through CBLAS, add,
+ * scale, sum_squares and AdamW.
+ *
+ * The other op families live beside it (kernels_cpu_norm.c, _rope.c,
+ * _attention.c, _mlp.c, _loss.c).  This file does not choose BLAS threads:
+ * OpenBLAS decides those itself (OPENBLAS_NUM_THREADS), and sgemm gives the
+ * same bits for the same inputs and thread count.  Every other kernel here
+ * gives the same bits at ANY OpenMP thread count. */
+#include <cblas.h>
+#include <limits.h>
+#include <math.h>
+
+#include "kernels_cpu_internal.h"
+
+/* ------------------------------------------------------------------ matmul */
+
+static void mt_cpu_matmul(float *c, const float *a, const float *b, int64_t m, int64_t n,
+                          int64_t k, bool trans_a, bool trans_b, float beta)
+{
+    MT_CPU_REQUIRE(m >= 0 && n >= 0 && k >= 0, "matmul", "m=%lld n=%lld k=%lld", (long long)m,
+                   (long long)n, (long long)k);
+    MT_CPU_REQUIRE(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX, "matmul",
+                   "CBLAS takes int dims: m=%lld n=%lld k=%lld", (long long)m, (long long)n,
+                   (long long)k);
+    if (m == 0 || n == 0)
+        return;
+    if (k == 0) { /* op(A) @ op(B) is zero; CBLAS rejects lda = 0 here */
+        for (int64_t i = 0; i < m * n; i++)
+            c[i] = beta == 0.0f ? 0.0f : beta * c[i];
+        return;
+    }
+    const int lda = (int)(trans_a ? m : k);
+    const int ldb = (int)(trans_b ? k : n);
+    /* Reference BLAS semantics: beta == 0 writes C without reading it, so
+     * an uninitialised (even NaN) C is overwritten; test_kernels checks it. */
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, 1.0f, a, lda, b, ldb,
+                beta, c, (int)n);
+}
+
+/* ------------------------------------------------------------------ elementwise */
+
+static void mt_cpu_add(float *restrict y, const float *restrict x, int64_t n)
+{
+#pragma omp parallel for simd schedule(static) if (n > MT_CPU_PAR_MIN)
+    for (int64_t i = 0; i < n; i++)
+        y[i] += x[i];
+}
+
+static void mt_cpu_scale(float *restrict x, float s, int64_t n)
+{
+#pragma omp parallel for simd schedule(static) if (n > MT_CPU_PAR_MIN)
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= s;
+}
+
+/* The number of chunks depends on n only, never on the thread count, and
+ * the chunk sums are added in chunk order: the result is the same at any
+ * thread count. */
+#define SUMSQ_CHUNK_MIN ((int64_t)1 << 14)
+#define SUMSQ_MAX_CHUNKS 256
+
+static double mt_cpu_sum_squares(const float *restrict x, int64_t n)
+{
+    MT_CPU_REQUIRE(n >= 0, "sum_squares", "n=%lld", (long long)n);
+    int64_t nchunks = (n + SUMSQ_CHUNK_MIN - 1) / SUMSQ_CHUNK_MIN;
+    if (nchunks > SUMSQ_MAX_CHUNKS)
+        nchunks = SUMSQ_MAX_CHUNKS;
+    if (nchunks < 1)
+        nchunks = 1;
+    double partial[SUMSQ_MAX_CHUNKS];
+
+#pragma omp parallel for schedule(static) if (nchunks > 1)
+    for (int64_t ch = 0; ch < nchunks; ch++) {
+        const int64_t lo = n / nchunks * ch + (ch < n % nchunks ? ch : n % nchunks);
+        const int64_t hi = lo + n / nchunks + (ch < n % nchunks ? 1 : 0);
+        partial[ch] = mt_cpu_dot_f64(x + lo, NULL, hi - lo);
+    }
+    double total = 0.0;
+    for (int64_t ch = 0; ch < nchunks; ch++)
+        total += partial[ch];
+    return total;
+}
+
+/* ------------------------------------------------------------------ AdamW */
+
+static void mt_cpu_adamw(float *restrict p, const float *restrict g, float *restrict m,
+                         float *restrict v, int64_t n, float lr, float b1, float b2, float eps,
+                         float wd, int64_t t)
+{
+    MT_CPU_REQUIRE(t >= 1, "adamw", "step t=%lld (steps count from 1)", (long long)t);
+    /* Bias corrections in double: b2^t for b2 = 0.999 loses digits in
+     * float after a few thousand steps. */
+    const double bc1 = 1.0 - pow((double)b1, (double)t);
+    const double bc2 = 1.0 - pow((double)b2, (double)t);
+    const float step = (float)((double)lr / bc1);
+    const float inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
+    const float decay = lr * wd;
+    const float one_b1 = 1.0f - b1, one_b2 = 1.0f - b2;
+
+#pragma omp parallel for simd schedule(static) if (n > MT_CPU_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        const float gi = g[i];
+        const float mi = b1 * m[i] + one_b1 * gi;
+        const float vi = b2 * v[i] + one_b2 * (gi * gi);
+        m[i] = mi;
+        v[i] = vi;
+        const float denom = sqrtf(vi) * inv_sqrt_bc2 + eps;
+        const float pi = p[i];
+        p[i] = pi - decay * pi - step * (mi / denom);
+    }
+}
+
+/* ------------------------------------------------------------------ table */
+
+static const mt_backend_t mt_cpu_backend = {
+    .name = "cpu",
+    .matmul = mt_cpu_matmul,
+    .embedding_forward = mt_cpu_embedding_forward,
+    .embedding_backward = mt_cpu_embedding_backward,
+    .rmsnorm_forward = mt_cpu_rmsnorm_forward,
+    .rmsnorm_backward = mt_cpu_rmsnorm_backward,
+    .rope_forward = mt_cpu_rope_forward,
+    .rope_backward = mt_cpu_rope_backward,
+    .attention_forward = mt_cpu_attention_forward,
+    .attention_backward = mt_cpu_attention_backward,
+    .swiglu_forward = mt_cpu_swiglu_forward,
+    .swiglu_backward = mt_cpu_swiglu_backward,
+    .cross_entropy = mt_cpu_cross_entropy,
+    .add = mt_cpu_add,
+    .sum_squares = mt_cpu_sum_squares,
+    .scale = mt_cpu_scale,
+    .adamw = mt_cpu_adamw,
+};
+
+const mt_backend_t *mt_backend_cpu(void)
+{
+    return &mt_cpu_backend;
+}

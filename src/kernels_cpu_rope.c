@@ -1,0 +1,69 @@
+/* kernels_cpu_rope.c: rotary position embedding (RoPE) of the CPU backend,
+ * in place, forward and backward, Hugging Face rotate_half pairing:
+ *
+ *   out_i        = x_i cos a_i - x_{i+h} sin a_i      (i < h = head_dim/2)
+ *   out_{i+h}    = x_{i+h} cos a_i + x_i sin a_i,     a_i = pos * theta^(-2i/head_dim)
+ *
+ * and the backward applies the transpose (the inverse rotation) to the
+ * gradient.  The angle is formed in double and cos/sin are taken in double,
+ * then rounded to float: Hugging Face forms pos * inv_freq in float32, which
+ * at position 8192 is already ~5e-4 rad off, so expect small differences
+ * from a PyTorch run at long positions.  Nothing is cached between calls:
+ * the inverse frequencies live in a per-call table on the stack and cos/sin
+ * are recomputed per token, so the result depends only on the arguments.
+ * It does not support odd head_dim (there is no rotate_half pairing). */
+#include <math.h>
+
+#include "kernels_cpu_internal.h"
+
+/* Inverse frequencies per call on the stack: head_dim is at most this. */
+#define ROPE_MAX_HEAD_DIM 4096
+
+/* sign = +1 rotates by +a (forward), -1 by -a (backward: R(a)^T = R(-a)). */
+static void rope_apply(float *restrict x, const int32_t *restrict pos, int64_t n_tokens,
+                       int64_t n_heads, int64_t head_dim, double theta, double sign,
+                       const char *kernel)
+{
+    MT_CPU_REQUIRE(head_dim > 0 && head_dim % 2 == 0 && head_dim <= ROPE_MAX_HEAD_DIM, kernel,
+                   "head_dim=%lld must be even and <= %d", (long long)head_dim,
+                   ROPE_MAX_HEAD_DIM);
+    MT_CPU_REQUIRE(theta > 0.0, kernel, "theta=%g", theta);
+    const int64_t half = head_dim / 2;
+    double inv_freq[ROPE_MAX_HEAD_DIM / 2];
+    for (int64_t i = 0; i < half; i++)
+        inv_freq[i] = pow(theta, -2.0 * (double)i / (double)head_dim);
+    const int64_t row = n_heads * head_dim;
+
+#pragma omp parallel for schedule(static) if (n_tokens * row > MT_CPU_PAR_MIN)
+    for (int64_t t = 0; t < n_tokens; t++) {
+        float cs[ROPE_MAX_HEAD_DIM / 2], sn[ROPE_MAX_HEAD_DIM / 2];
+        const double p = (double)pos[t];
+        for (int64_t i = 0; i < half; i++) {
+            const double a = p * inv_freq[i];
+            cs[i] = (float)cos(a);
+            sn[i] = (float)(sign * sin(a));
+        }
+        for (int64_t h = 0; h < n_heads; h++) {
+            float *restrict x1 = x + t * row + h * head_dim;
+            float *restrict x2 = x1 + half;
+#pragma omp simd
+            for (int64_t i = 0; i < half; i++) {
+                const float a = x1[i], b = x2[i];
+                x1[i] = a * cs[i] - b * sn[i];
+                x2[i] = b * cs[i] + a * sn[i];
+            }
+        }
+    }
+}
+
+void mt_cpu_rope_forward(float *x, const int32_t *pos, int64_t n_tokens, int64_t n_heads,
+                         int64_t head_dim, double theta)
+{
+    rope_apply(x, pos, n_tokens, n_heads, head_dim, theta, 1.0, "rope_forward");
+}
+
+void mt_cpu_rope_backward(float *dx, const int32_t *pos, int64_t n_tokens, int64_t n_heads,
+                          int64_t head_dim, double theta)
+{
+    rope_apply(dx, pos, n_tokens, n_heads, head_dim, theta, -1.0, "rope_backward");
+}

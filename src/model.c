@@ -1,0 +1,182 @@
+/* model.c: Llama forward and hand-written backward for one device.
+ *
+ * Layer l computes, with h = rmsnorm(x):
+ *   x += o_proj(attention(rope(q_proj(h)), rope(k_proj(h)), v_proj(h)))
+ *   x += down_proj(silu(gate_proj(h)) * up_proj(h))
+ * then the final norm, lm_head and cross-entropy.  Linear weights are
+ * [out, in] as in PyTorch, so y = x W^T.  Every kernel call goes through
+ * m->be.  Under activation checkpointing only each layer's input is kept,
+ * and the layer's forward is recomputed into shared scratch right before
+ * its backward; the kernels are deterministic, so the gradients are
+ * bit-identical to the stored-activation path.  Arenas: model_arena.c. */
+#include "mt_model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mt_rng.h"
+
+mt_param_t *mt_model_param(mt_model_t *m, const char *name)
+{
+    for (int i = 0; i < m->nparams; i++)
+        if (strcmp(m->params[i].name, name) == 0)
+            return &m->params[i];
+    return NULL;
+}
+
+void mt_model_init_weights(mt_model_t *m, uint64_t seed)
+{
+    for (int i = 0; i < m->nparams; i++) {
+        mt_param_t *p = &m->params[i];
+        if (p->is_norm) {
+            for (int64_t j = 0; j < p->numel; j++)
+                p->data[j] = 1.0f;
+            continue;
+        }
+        /* Element e of the logical tensor is normal(seed, name, e), so any
+         * shard of it can be generated alone. */
+        mt_rng_fill_normal(p->data, p->numel, seed, mt_rng_stream(p->name), 0,
+                           (float)m->init_std);
+        /* Vocabulary padding rows (tp padding) start at zero. */
+        if ((p == m->embed || p == m->lm_head) && m->V > m->V_valid)
+            memset(p->data + m->V_valid * m->H, 0,
+                   sizeof(float) * (size_t)((m->V - m->V_valid) * m->H));
+    }
+}
+
+void mt_model_zero_grad(mt_model_t *m)
+{
+    memset(m->grad_mem, 0, sizeof(float) * (size_t)m->numel);
+}
+
+double mt_model_flops_per_token(const mt_model_t *m)
+{
+    double mm = 0;
+    for (int i = 0; i < m->nparams; i++)
+        if (m->params[i].ndim == 2 && &m->params[i] != m->embed)
+            mm += (double)m->params[i].numel;
+    if (m->tied)
+        mm += (double)(m->V * m->H); /* lm_head is a matmul even when tied */
+    return 6.0 * mm + 6.0 * (double)m->L * (double)m->T * (double)m->H;
+}
+
+/* y[N,out] = x[N,in] W^T, W [out,in] */
+static void linear(const mt_model_t *m, float *y, const float *x, const mt_param_t *w)
+{
+    m->be->matmul(y, x, w->data, m->N, w->shape[0], w->shape[1], false, true, 0.0f);
+}
+
+/* dx[N,in] (= or +=) dy[N,out] W; dW += dy^T x */
+static void linear_backward(const mt_model_t *m, float *dx, float beta_dx, const float *dy,
+                            const float *x, const mt_param_t *w)
+{
+    m->be->matmul(w->grad, dy, x, w->shape[0], w->shape[1], m->N, true, false, 1.0f);
+    if (dx)
+        m->be->matmul(dx, dy, w->data, m->N, w->shape[1], w->shape[0], false, false, beta_dx);
+}
+
+static void layer_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, float *x_out)
+{
+    const mt_backend_t *be = m->be;
+    const mt_layer_params_t *p = &m->layers[l];
+    int64_t N = m->N, H = m->H;
+
+    be->rmsnorm_forward(a->h1, a->rstd1, a->x, p->attn_norm->data, N, H, m->eps);
+    if (m->qk_norm) {
+        linear(m, a->q_raw, a->h1, p->wq);
+        linear(m, a->k_raw, a->h1, p->wk);
+        be->rmsnorm_forward(a->q, a->q_rstd, a->q_raw, p->q_norm->data, N * m->nh, m->hd, m->eps);
+        be->rmsnorm_forward(a->k, a->k_rstd, a->k_raw, p->k_norm->data, N * m->nkv, m->hd, m->eps);
+    } else {
+        linear(m, a->q, a->h1, p->wq);
+        linear(m, a->k, a->h1, p->wk);
+    }
+    linear(m, a->v, a->h1, p->wv);
+    be->rope_forward(a->q, m->pos, N, m->nh, m->hd, m->theta);
+    be->rope_forward(a->k, m->pos, N, m->nkv, m->hd, m->theta);
+    be->attention_forward(a->att, a->lse, a->q, a->k, a->v, NULL, m->B, m->T, m->nh, m->nkv, m->hd);
+    /* x_mid = x + att Wo^T */
+    memcpy(a->x_mid, a->x, sizeof(float) * (size_t)(N * H));
+    be->matmul(a->x_mid, a->att, p->wo->data, N, H, m->nh * m->hd, false, true, 1.0f);
+
+    be->rmsnorm_forward(a->h2, a->rstd2, a->x_mid, p->mlp_norm->data, N, H, m->eps);
+    linear(m, a->g, a->h2, p->wgate);
+    linear(m, a->u, a->h2, p->wup);
+    be->swiglu_forward(a->a, a->g, a->u, N * m->I);
+    memcpy(x_out, a->x_mid, sizeof(float) * (size_t)(N * H));
+    be->matmul(x_out, a->a, p->wdown->data, N, H, m->I, false, true, 1.0f);
+}
+
+/* m->dres holds d(loss)/d(layer output); on return, d/d(layer input). */
+static void layer_backward(mt_model_t *m, int l, mt_layer_acts_t *a)
+{
+    const mt_backend_t *be = m->be;
+    mt_layer_params_t *p = &m->layers[l];
+    int64_t N = m->N, H = m->H;
+
+    /* MLP: out = x_mid + a Wd^T */
+    linear_backward(m, m->dI, 0.0f, m->dres, a->a, p->wdown);      /* dI = d a */
+    be->swiglu_backward(a->g, a->u, m->dI, a->g, a->u, N * m->I);  /* g, u <- dg, du */
+    m->be->matmul(p->wgate->grad, a->g, a->h2, m->I, H, N, true, false, 1.0f);
+    m->be->matmul(p->wup->grad, a->u, a->h2, m->I, H, N, true, false, 1.0f);
+    be->matmul(m->dh, a->g, p->wgate->data, N, H, m->I, false, false, 0.0f);
+    be->matmul(m->dh, a->u, p->wup->data, N, H, m->I, false, false, 1.0f);
+    be->rmsnorm_backward(m->dtmp, p->mlp_norm->grad, m->dh, a->x_mid, p->mlp_norm->data, a->rstd2,
+                         N, H);
+    be->add(m->dres, m->dtmp, N * H);                              /* d x_mid */
+
+    /* attention: x_mid = x + att Wo^T */
+    linear_backward(m, m->datt, 0.0f, m->dres, a->att, p->wo);
+    be->attention_backward(m->dq, m->dk, m->dv, m->datt, a->att, a->lse, a->q, a->k, a->v, NULL,
+                           m->B, m->T, m->nh, m->nkv, m->hd);
+    be->rope_backward(m->dq, m->pos, N, m->nh, m->hd, m->theta);
+    be->rope_backward(m->dk, m->pos, N, m->nkv, m->hd, m->theta);
+    if (m->qk_norm) { /* dq, dk are w.r.t. the normed q, k: back through the norms */
+        be->rmsnorm_backward(m->datt, p->q_norm->grad, m->dq, a->q_raw, p->q_norm->data, a->q_rstd,
+                             N * m->nh, m->hd);
+        memcpy(m->dq, m->datt, sizeof(float) * (size_t)(N * m->nh * m->hd));
+        be->rmsnorm_backward(m->datt, p->k_norm->grad, m->dk, a->k_raw, p->k_norm->data, a->k_rstd,
+                             N * m->nkv, m->hd);
+        memcpy(m->dk, m->datt, sizeof(float) * (size_t)(N * m->nkv * m->hd));
+    }
+    linear_backward(m, m->dh, 0.0f, m->dq, a->h1, p->wq);
+    linear_backward(m, m->dh, 1.0f, m->dk, a->h1, p->wk);
+    linear_backward(m, m->dh, 1.0f, m->dv, a->h1, p->wv);
+    be->rmsnorm_backward(m->dtmp, p->attn_norm->grad, m->dh, a->x, p->attn_norm->data, a->rstd1,
+                         N, H);
+    be->add(m->dres, m->dtmp, N * H);                              /* d x */
+}
+
+double mt_model_step(mt_model_t *m, const int32_t *tokens, const int32_t *targets,
+                     bool backward, float grad_scale, int64_t *count)
+{
+    const mt_backend_t *be = m->be;
+    int64_t N = m->N, H = m->H;
+
+    be->embedding_forward(m->acts[0].x, tokens, m->embed->data, N, H);
+    for (int l = 0; l < m->L; l++) {
+        float *out = l + 1 < m->L ? m->acts[l + 1].x : m->x_final;
+        layer_forward(m, l, &m->acts[l], out);
+    }
+    be->rmsnorm_forward(m->xf, m->rstdf, m->x_final, m->final_norm->data, N, H, m->eps);
+    m->be->matmul(m->logits, m->xf, m->lm_head->data, N, m->V, H, false, true, 0.0f);
+    double loss = be->cross_entropy(backward ? m->logits : NULL, m->logits, targets, N, m->V,
+                                    m->V_valid, grad_scale, count);
+    if (!backward)
+        return loss;
+
+    /* logits now hold d loss / d logits */
+    linear_backward(m, m->dh, 0.0f, m->logits, m->xf, m->lm_head);
+    be->rmsnorm_backward(m->dres, m->final_norm->grad, m->dh, m->x_final, m->final_norm->data,
+                         m->rstdf, N, H);
+    for (int l = m->L - 1; l >= 0; l--) {
+        mt_layer_acts_t *a = &m->acts[l];
+        if (m->checkpointing) /* recompute this layer's activations into scratch */
+            layer_forward(m, l, a, m->datt);
+        layer_backward(m, l, a);
+    }
+    be->embedding_backward(m->embed->grad, m->dres, tokens, N, H);
+    return loss;
+}

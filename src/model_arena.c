@@ -1,0 +1,191 @@
+/* model_arena.c: the model's parameters (with Hugging Face names) and the
+ * arenas behind them.  Everything the forward and backward touch is carved
+ * out of three allocations made here, once: parameters, gradients (one
+ * contiguous block each, in parameter order, so the optimizer and the
+ * gradient reductions see flat buffers) and activations. */
+#include "mt_model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    mt_model_t *m;
+    int64_t offset; /* running element offset into param/grad arenas */
+} builder_t;
+
+static mt_param_t *add_param(builder_t *b, const char *name, int64_t rows, int64_t cols,
+                             bool norm)
+{
+    mt_param_t *p = &b->m->params[b->m->nparams++];
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->ndim = cols > 0 ? 2 : 1;
+    p->shape[0] = rows;
+    p->shape[1] = cols > 0 ? cols : 1;
+    p->numel = rows * (cols > 0 ? cols : 1);
+    p->is_norm = p->no_decay = norm;
+    p->data = (float *)(intptr_t)b->offset; /* fixed up once the arena exists */
+    b->offset += p->numel;
+    return p;
+}
+
+/* Carve n floats from the activation arena (NULL arena: count only). */
+static float *carve(float *base, int64_t *off, int64_t n)
+{
+    float *p = base ? base + *off : NULL;
+    *off += n;
+    return p;
+}
+
+static void layer_acts(const mt_model_t *m, float *base, int64_t *off, mt_layer_acts_t *a,
+                       bool with_x)
+{
+    int64_t N = m->N, H = m->H, Q = m->nh * m->hd, KV = m->nkv * m->hd;
+    if (with_x)
+        a->x = carve(base, off, N * H);
+    a->h1 = carve(base, off, N * H);
+    a->rstd1 = carve(base, off, N);
+    if (m->qk_norm) {
+        a->q_raw = carve(base, off, N * Q);
+        a->k_raw = carve(base, off, N * KV);
+        a->q_rstd = carve(base, off, N * m->nh);
+        a->k_rstd = carve(base, off, N * m->nkv);
+    } else {
+        a->q_raw = a->k_raw = a->q_rstd = a->k_rstd = NULL;
+    }
+    a->q = carve(base, off, N * Q);
+    a->k = carve(base, off, N * KV);
+    a->v = carve(base, off, N * KV);
+    a->att = carve(base, off, N * Q);
+    a->lse = carve(base, off, N * m->nh);
+    a->x_mid = carve(base, off, N * H);
+    a->h2 = carve(base, off, N * H);
+    a->rstd2 = carve(base, off, N);
+    a->g = carve(base, off, N * m->I);
+    a->u = carve(base, off, N * m->I);
+    a->a = carve(base, off, N * m->I);
+}
+
+/* Lay out every activation buffer; with base NULL only counts. */
+static int64_t layout_acts(mt_model_t *m, float *base)
+{
+    int64_t off = 0, N = m->N, H = m->H, Q = m->nh * m->hd, KV = m->nkv * m->hd;
+    if (m->checkpointing) {
+        for (int l = 0; l < m->L; l++)
+            m->acts[l].x = carve(base, &off, N * H);
+        layer_acts(m, base, &off, &m->scratch, false);
+        for (int l = 0; l < m->L; l++) {
+            float *x = m->acts[l].x;
+            m->acts[l] = m->scratch;
+            m->acts[l].x = x;
+        }
+    } else {
+        for (int l = 0; l < m->L; l++)
+            layer_acts(m, base, &off, &m->acts[l], true);
+    }
+    m->x_final = carve(base, &off, N * H);
+    m->xf = carve(base, &off, N * H);
+    m->rstdf = carve(base, &off, N);
+    m->logits = carve(base, &off, N * m->V);
+    m->dres = carve(base, &off, N * H);
+    m->dtmp = carve(base, &off, N * H);
+    m->dh = carve(base, &off, N * H);
+    m->datt = carve(base, &off, N * (Q > H ? Q : H));
+    m->dq = carve(base, &off, N * Q);
+    m->dk = carve(base, &off, N * KV);
+    m->dv = carve(base, &off, N * KV);
+    m->dI = carve(base, &off, N * m->I);
+    return off;
+}
+
+mt_status_t mt_model_init(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
+                          int64_t B, int64_t T)
+{
+    memset(m, 0, sizeof *m);
+    if (!cfg->validated)
+        MT_FAIL(MT_ERR_RANGE, "mt_model_init needs a validated config");
+    const mt_model_config_t *mc = &cfg->model;
+    m->be = be;
+    m->V = cfg->derived.padded_vocab, m->V_valid = mc->vocab_size;
+    m->H = mc->hidden_size, m->I = mc->intermediate_size, m->L = mc->num_hidden_layers;
+    m->nh = mc->num_attention_heads, m->nkv = mc->num_key_value_heads.value;
+    m->hd = cfg->derived.head_dim;
+    m->eps = (float)mc->rms_norm_eps, m->theta = mc->rope_theta, m->init_std = mc->initializer_range;
+    m->tied = mc->tie_word_embeddings, m->qk_norm = mc->qk_norm;
+    m->checkpointing = cfg->distributed.activation_checkpointing;
+    m->B = B, m->T = T, m->N = B * T;
+    if (m->hd % 2)
+        MT_FAIL(MT_ERR_CONFIG, "head_dim %lld must be even for RoPE", (long long)m->hd);
+
+    int maxp = 3 + 11 * (int)m->L;
+    m->params = calloc((size_t)maxp, sizeof *m->params);
+    m->layers = calloc((size_t)m->L, sizeof *m->layers);
+    m->acts = calloc((size_t)m->L, sizeof *m->acts);
+    m->pos = malloc(sizeof *m->pos * (size_t)m->N);
+    if (!m->params || !m->layers || !m->acts || !m->pos) {
+        mt_model_free(m);
+        MT_FAIL(MT_ERR_NOMEM, "model tables for %lld layers", (long long)m->L);
+    }
+
+    builder_t b = {m, 0};
+    int64_t H = m->H, Q = m->nh * m->hd, KV = m->nkv * m->hd;
+    char name[MT_PARAM_NAME_MAX];
+    m->embed = add_param(&b, "model.embed_tokens.weight", m->V, H, false);
+    for (int l = 0; l < m->L; l++) {
+        mt_layer_params_t *p = &m->layers[l];
+#define LP(field, suffix, rows, cols, norm)                                           \
+    do {                                                                                \
+        snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);                  \
+        p->field = add_param(&b, name, rows, cols, norm);                               \
+    } while (0)
+        LP(attn_norm, "input_layernorm.weight", H, 0, true);
+        LP(wq, "self_attn.q_proj.weight", Q, H, false);
+        LP(wk, "self_attn.k_proj.weight", KV, H, false);
+        LP(wv, "self_attn.v_proj.weight", KV, H, false);
+        LP(wo, "self_attn.o_proj.weight", H, Q, false);
+        if (m->qk_norm) {
+            LP(q_norm, "self_attn.q_norm.weight", m->hd, 0, true);
+            LP(k_norm, "self_attn.k_norm.weight", m->hd, 0, true);
+        }
+        LP(mlp_norm, "post_attention_layernorm.weight", H, 0, true);
+        LP(wgate, "mlp.gate_proj.weight", m->I, H, false);
+        LP(wup, "mlp.up_proj.weight", m->I, H, false);
+        LP(wdown, "mlp.down_proj.weight", H, m->I, false);
+#undef LP
+    }
+    m->final_norm = add_param(&b, "model.norm.weight", H, 0, true);
+    m->lm_head = m->tied ? m->embed : add_param(&b, "lm_head.weight", m->V, H, false);
+    m->numel = b.offset;
+
+    m->param_mem = malloc(sizeof(float) * (size_t)m->numel);
+    m->grad_mem = calloc((size_t)m->numel, sizeof(float));
+    m->act_numel = layout_acts(m, NULL);
+    m->act_mem = malloc(sizeof(float) * (size_t)m->act_numel);
+    if (!m->param_mem || !m->grad_mem || !m->act_mem) {
+        int64_t p = m->numel, a = m->act_numel;
+        mt_model_free(m);
+        MT_FAIL(MT_ERR_NOMEM, "model arenas: %lld parameters and %lld activation floats",
+                (long long)p, (long long)a);
+    }
+    for (int i = 0; i < m->nparams; i++) {
+        int64_t off = (int64_t)(intptr_t)m->params[i].data;
+        m->params[i].data = m->param_mem + off;
+        m->params[i].grad = m->grad_mem + off;
+    }
+    layout_acts(m, m->act_mem);
+    for (int64_t i = 0; i < m->N; i++)
+        m->pos[i] = (int32_t)(i % T);
+    return MT_OK;
+}
+
+void mt_model_free(mt_model_t *m)
+{
+    free(m->params);
+    free(m->layers);
+    free(m->acts);
+    free(m->pos);
+    free(m->param_mem);
+    free(m->grad_mem);
+    free(m->act_mem);
+    memset(m, 0, sizeof *m);
+}

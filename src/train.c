@@ -1,0 +1,292 @@
+/* train.c: the training loop (data -> forward/backward -> clip -> AdamW),
+ * with resume, checkpoints, pre-emption signals, validation, the step log
+ * and metrics.jsonl.  Everything the loop needs is allocated before the
+ * first step.  Checkpoint tensor lists: train_ckpt.c. */
+#include <config.h>
+
+#include "mt_train.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mt_backend.h"
+#include "mt_checkpoint.h"
+#include "mt_data.h"
+#include "mt_model.h"
+#include "mt_optim.h"
+#include "train_internal.h"
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig) { stop_signal = sig; }
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double mt_measure_sgemm_gflops(int64_t n, int reps)
+{
+    const mt_backend_t *be = mt_backend_cpu();
+    float *a = malloc(sizeof(float) * (size_t)(n * n)), *b = malloc(sizeof(float) * (size_t)(n * n));
+    float *c = malloc(sizeof(float) * (size_t)(n * n));
+    double best = 0;
+    if (a && b && c) {
+        for (int64_t i = 0; i < n * n; i++)
+            a[i] = (float)(i % 7) * 0.1f, b[i] = (float)(i % 5) * 0.1f;
+        be->matmul(c, a, b, n, n, n, false, false, 0.0f); /* warm-up */
+        for (int r = 0; r < reps; r++) {
+            double t = now_s();
+            be->matmul(c, a, b, n, n, n, false, false, 0.0f);
+            double g = 2.0 * (double)n * (double)n * (double)n / (now_s() - t) / 1e9;
+            if (g > best)
+                best = g;
+        }
+    }
+    free(a), free(b), free(c);
+    return best;
+}
+
+static void fmt_hms(double s, char *buf, size_t cap)
+{
+    long t = (long)(s + 0.5);
+    snprintf(buf, cap, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
+}
+
+/* Mean loss over up to 64 micro-batches of the validation set, in order. */
+static double validation_loss(mt_model_t *m, const mt_dataset_t *val, int32_t *tok, int32_t *tgt)
+{
+    mt_sampler_t vs = {mt_dataset_num_samples(val, m->T), m->T, false, 0};
+    int64_t batches = vs.num_samples / m->B;
+    if (batches > 64)
+        batches = 64;
+    double sum = 0;
+    int64_t count = 0;
+    for (int64_t i = 0; i < batches; i++) {
+        int64_t c = 0;
+        mt_data_fill_batch(val, &vs, i, m->B, 0, 1, 0, m->B, tok, tgt);
+        sum += mt_model_step(m, tok, tgt, false, 0.0f, &c);
+        count += c;
+    }
+    return count ? sum / (double)count : NAN;
+}
+
+typedef struct {
+    mt_dataset_t data, val;
+    int have_val;
+    mt_model_t model;
+    mt_adamw_t opt;
+    int32_t *tokens, *targets;   /* [accum][B*T] */
+    mt_train_ckpt_t ckpt;
+} run_t;
+
+static void run_free(run_t *r)
+{
+    mt_dataset_close(&r->data);
+    if (r->have_val)
+        mt_dataset_close(&r->val);
+    mt_model_free(&r->model);
+    mt_adamw_free(&r->opt);
+    free(r->tokens);
+    free(r->targets);
+    mt_train_ckpt_free(&r->ckpt);
+}
+
+static mt_status_t setup(run_t *r, const mt_config_t *cfg)
+{
+    const mt_backend_t *be = mt_backend_cpu();
+    int64_t B = cfg->step_scheduler.local_batch_size, T = cfg->derived.seq_len;
+    int64_t accum = cfg->derived.grad_accum_steps;
+    if (!cfg->dataset.path[0])
+        MT_FAIL(MT_ERR_CONFIG, "dataset.path is empty: set it to an llm.c .bin file or a Megatron "
+                "prefix (make one with meshtrain-data)");
+    MT_TRY(mt_dataset_open(&r->data, cfg->dataset.path, cfg->dataset.format, cfg->model.vocab_size));
+    if (mt_dataset_num_samples(&r->data, T) < 1)
+        MT_FAIL(MT_ERR_CONFIG, "%s: %lld tokens are fewer than one sample of seq_len %lld + 1",
+                cfg->dataset.path, (long long)r->data.n_tokens, (long long)T);
+    if (cfg->dataset.validation_path[0]) {
+        MT_TRY(mt_dataset_open(&r->val, cfg->dataset.validation_path, cfg->dataset.format,
+                               cfg->model.vocab_size));
+        r->have_val = 1;
+    }
+    MT_TRY(mt_model_init(&r->model, cfg, be, B, T));
+    mt_model_init_weights(&r->model, (uint64_t)cfg->rng.seed);
+    MT_TRY(mt_adamw_init(&r->opt, r->model.numel));
+    r->tokens = malloc(sizeof(int32_t) * (size_t)(accum * B * T));
+    r->targets = malloc(sizeof(int32_t) * (size_t)(accum * B * T));
+    if (!r->tokens || !r->targets)
+        MT_FAIL(MT_ERR_NOMEM, "batch buffers");
+    MT_TRY(mt_train_ckpt_init(&r->ckpt, &r->model, &r->opt));
+    return MT_OK;
+}
+
+static void write_metrics(FILE *f, int64_t step, double loss, double gnorm, double lr,
+                          int64_t tokens, double dt, double tps, double mfu, double val)
+{
+    if (!f)
+        return;
+    fprintf(f, "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
+               "\"tokens\": %lld, \"step_time_s\": %.6f, \"tokens_per_s\": %.3f, \"mfu\": %.6f",
+            (long long)step, loss, gnorm, lr, (long long)tokens, dt, tps, mfu);
+    if (!isnan(val))
+        fprintf(f, ", \"val_loss\": %.9g", val);
+    fputs("}\n", f);
+    fflush(f);
+}
+
+mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mesh, FILE *out,
+                     mt_train_result_t *res)
+{
+    int rank, size;
+    MT_MPI_TRY(MPI_Comm_rank(comm, &rank));
+    MT_MPI_TRY(MPI_Comm_size(comm, &size));
+    memset(res, 0, sizeof *res);
+    res->resumed_from_step = -1;
+    if (size != 1)
+        MT_FAIL(MT_ERR_UNSUPPORTED, "this release trains on one rank; the config was validated "
+                "for %d ranks (data parallelism is the next release)", size);
+    (void)mesh;
+
+    run_t *r = calloc(1, sizeof *r);
+    if (!r)
+        MT_FAIL(MT_ERR_NOMEM, "run state");
+    mt_status_t s = setup(r, cfg);
+    if (s != MT_OK) {
+        mt_error_trace(__FILE__, __LINE__);
+        run_free(r), free(r);
+        return s;
+    }
+    mt_model_t *m = &r->model;
+    int64_t N = m->N, accum = cfg->derived.grad_accum_steps;
+    int64_t G = cfg->step_scheduler.global_batch_size, T = m->T;
+    mt_sampler_t sampler = {mt_dataset_num_samples(&r->data, T), T, cfg->dataset.shuffle,
+                            (uint64_t)cfg->dataset.seed};
+
+    /* ---- resume ---- */
+    int64_t start = 0;
+    s = mt_train_resume(comm, cfg, &r->ckpt, &start, out);
+    if (s != MT_OK)
+        goto fail;
+    res->resumed_from_step = start > 0 || r->ckpt.resumed ? (int)start : -1;
+    if (cfg->checkpoint.enabled && cfg->checkpoint.save_initial && start == 0) {
+        s = mt_train_save(comm, cfg, &r->ckpt, 0, G);
+        if (s != MT_OK)
+            goto fail;
+    }
+
+    double peak = mt_measure_sgemm_gflops(1024, 3);
+    double flops_tok = mt_model_flops_per_token(m);
+    FILE *metrics = NULL;
+    if (rank == 0 && cfg->logging.metrics_file[0]) {
+        metrics = fopen(cfg->logging.metrics_file, start > 0 ? "a" : "w");
+        if (!metrics) {
+            s = mt_error_set(MT_ERR_IO, __FILE__, __LINE__, "%s: cannot open the metrics file",
+                             cfg->logging.metrics_file);
+            goto fail;
+        }
+    }
+    if (rank == 0 && out) {
+        fprintf(out, "training: %lld parameters, %lld steps from step %lld, %lld tokens/step "
+                     "(%lld micro-steps of %lld x %lld), sgemm peak %.1f GFLOP/s\n",
+                (long long)m->numel, (long long)cfg->step_scheduler.max_steps, (long long)start,
+                (long long)(G * T), (long long)accum, (long long)m->B, (long long)T, peak);
+        fflush(out);
+    }
+
+    struct sigaction sa, old_term, old_usr1;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    stop_signal = 0;
+    sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGUSR1, &sa, &old_usr1);
+
+    double t_run = now_s(), loss = NAN;
+    int64_t max_steps = cfg->step_scheduler.max_steps, step;
+    for (step = start + 1; step <= max_steps; step++) {
+        double t0 = now_s();
+        int64_t count = 0;
+        for (int64_t u = 0; u < accum; u++) {
+            mt_data_fill_batch(&r->data, &sampler, step - 1, G, 0, 1, u, m->B, r->tokens + u * N,
+                               r->targets + u * N);
+            for (int64_t i = 0; i < N; i++)
+                count += r->targets[u * N + i] != MT_IGNORE_INDEX;
+        }
+        mt_model_zero_grad(m);
+        double sum = 0;
+        float scale = count ? 1.0f / (float)count : 0.0f;
+        for (int64_t u = 0; u < accum; u++) {
+            int64_t c = 0;
+            sum += mt_model_step(m, r->tokens + u * N, r->targets + u * N, true, scale, &c);
+        }
+        loss = count ? sum / (double)count : NAN;
+        double gnorm = sqrt(mt_grad_sumsq(m));
+        double coef = mt_clip_coef(gnorm, cfg->optimizer.max_grad_norm);
+        if (coef < 1.0)
+            m->be->scale(m->grad_mem, (float)coef, m->numel);
+        double lr = mt_lr_at(cfg, step);
+        mt_adamw_step(&r->opt, m, &cfg->optimizer, lr);
+        double dt = now_s() - t0;
+
+        double val = NAN;
+        if (r->have_val && cfg->step_scheduler.val_every_steps > 0 &&
+            step % cfg->step_scheduler.val_every_steps == 0)
+            val = validation_loss(m, &r->val, r->tokens, r->targets);
+        double tps = (double)(G * T) / dt, mfu = peak > 0 ? flops_tok * tps / (peak * 1e9) : 0;
+        if (rank == 0) {
+            write_metrics(metrics, step, loss, gnorm, lr, G * T, dt, tps, mfu, val);
+            if (out && (step % cfg->logging.log_every_steps == 0 || step == max_steps ||
+                        step == start + 1)) {
+                char el[32], eta[32];
+                double elapsed = now_s() - t_run;
+                fmt_hms(elapsed, el, sizeof el);
+                fmt_hms(elapsed / (double)(step - start) * (double)(max_steps - step), eta,
+                        sizeof eta);
+                fprintf(out, "step %6lld/%lld | loss %.6f | lr %.3e | grad_norm %.4f | %.0f tok/s "
+                             "| mfu %.1f%% | %.3f s",
+                        (long long)step, (long long)max_steps, loss, lr, gnorm, tps, 100 * mfu, dt);
+                if (!isnan(val))
+                    fprintf(out, " | val_loss %.6f", val);
+                fprintf(out, "\nprogress %5.1f%% | elapsed %s | ETA %s\n",
+                        100.0 * (double)step / (double)max_steps, el, eta);
+                fflush(out);
+            }
+        }
+        res->steps_done++, res->last_step = step, res->last_loss = loss;
+
+        int stop = stop_signal != 0, any_stop = 0;
+        MPI_Allreduce(&stop, &any_stop, 1, MPI_INT, MPI_MAX, comm);
+        bool periodic = cfg->step_scheduler.ckpt_every_steps > 0 &&
+                        step % cfg->step_scheduler.ckpt_every_steps == 0;
+        if (cfg->checkpoint.enabled && (periodic || step == max_steps || any_stop)) {
+            s = mt_train_save(comm, cfg, &r->ckpt, step, G);
+            if (s != MT_OK)
+                break;
+        }
+        if (any_stop) {
+            if (rank == 0 && out)
+                fprintf(out, "signal received: %s after step %lld; exiting\n",
+                        cfg->checkpoint.enabled ? "checkpoint written" : "checkpointing is "
+                        "disabled, nothing saved", (long long)step);
+            res->stopped_by_signal = 1;
+            break;
+        }
+    }
+    sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGUSR1, &old_usr1, NULL);
+    if (metrics)
+        fclose(metrics);
+    if (s != MT_OK)
+        goto fail;
+    run_free(r), free(r);
+    return MT_OK;
+fail:
+    mt_error_trace(__FILE__, __LINE__);
+    run_free(r), free(r);
+    return s;
+}

@@ -1,0 +1,122 @@
+/* train_ckpt.c: what the training loop saves and restores.  The model and
+ * optimizer state go in as full logical tensors under Hugging Face names
+ * (mt_checkpoint.h does the HDF5 and the atomic write); the training state
+ * is the step, the samples consumed and the seeds, which with the sampling
+ * contract fix the data position exactly. */
+#include "train_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "mt_mesh.h"
+
+static void set_tensor(mt_ckpt_tensor_t *t, const char *path, const mt_param_t *p, int64_t rows,
+                       float *data)
+{
+    snprintf(t->path, sizeof t->path, "%s", path);
+    t->ndim = p->ndim;
+    t->shape[0] = rows;
+    t->shape[1] = p->ndim > 1 ? p->shape[1] : 1;
+    t->row_offset = 0;
+    t->row_count = rows;
+    t->data = data;
+}
+
+mt_status_t mt_train_ckpt_init(mt_train_ckpt_t *c, mt_model_t *m, mt_adamw_t *opt)
+{
+    memset(c, 0, sizeof *c);
+    c->model = m, c->opt = opt;
+    c->t = calloc((size_t)m->nparams * 3, sizeof *c->t);
+    if (!c->t)
+        MT_FAIL(MT_ERR_NOMEM, "checkpoint tensor list");
+    int np = m->nparams;
+    for (int i = 0; i < np; i++) {
+        const mt_param_t *p = &m->params[i];
+        int64_t off = p->data - m->param_mem;
+        int64_t rows = (p == m->embed || p == m->lm_head) ? m->V_valid : p->shape[0];
+        char path[256];
+        snprintf(path, sizeof path, "/model/%s", p->name);
+        set_tensor(&c->t[i], path, p, rows, p->data);
+        snprintf(path, sizeof path, "/optim/%s/exp_avg", p->name);
+        set_tensor(&c->t[np + i], path, p, rows, opt->exp_avg + off);
+        snprintf(path, sizeof path, "/optim/%s/exp_avg_sq", p->name);
+        set_tensor(&c->t[2 * np + i], path, p, rows, opt->exp_avg_sq + off);
+    }
+    c->n = 3 * np;
+    return MT_OK;
+}
+
+void mt_train_ckpt_free(mt_train_ckpt_t *c)
+{
+    free(c->t);
+    memset(c, 0, sizeof *c);
+}
+
+mt_status_t mt_train_save(MPI_Comm comm, const mt_config_t *cfg, mt_train_ckpt_t *c,
+                          int64_t step, int64_t G)
+{
+    size_t need = mt_config_to_yaml(cfg, NULL, 0) + 1;
+    char *yaml = malloc(need);
+    if (!yaml)
+        MT_FAIL(MT_ERR_NOMEM, "config text");
+    mt_config_to_yaml(cfg, yaml, need);
+    char mesh[256];
+    snprintf(mesh, sizeof mesh, "world %lld: pp %lld x dp_replicate %lld x dp_shard %lld x cp %lld "
+             "x tp %lld", (long long)cfg->derived.world_size, (long long)cfg->distributed.pp_size,
+             (long long)cfg->derived.dp_replicate, (long long)cfg->derived.dp_shard,
+             (long long)cfg->distributed.cp_size, (long long)cfg->distributed.tp_size);
+    mt_train_state_t st = {step, step * G, 0, cfg->rng.seed, 0};
+    mt_status_t s = mt_ckpt_save(comm, cfg->checkpoint.checkpoint_dir, c->t, c->n, &st, yaml, mesh,
+                                 cfg->checkpoint.keep_last_n);
+    free(yaml);
+    MT_TRY(s);
+    return MT_OK;
+}
+
+mt_status_t mt_train_resume(MPI_Comm comm, const mt_config_t *cfg, mt_train_ckpt_t *c,
+                            int64_t *start, FILE *out)
+{
+    int rank;
+    MPI_Comm_rank(comm, &rank);
+    *start = 0;
+    const char *mode = cfg->checkpoint.resume;
+    char dir[MT_PATH_MAX + 64] = "";
+    if (mode[0] == '\0' || strcmp(mode, "none") == 0)
+        return MT_OK;
+    if (strcmp(mode, "auto") == 0) {
+        if (!cfg->checkpoint.enabled)
+            return MT_OK;
+        int found = 0;
+        mt_status_t s = MT_OK;
+        if (rank == 0)
+            s = mt_ckpt_find_latest(cfg->checkpoint.checkpoint_dir, dir, sizeof dir, &found,
+                                    out ? out : stderr);
+        int st[2] = {(int)s, found};
+        MT_MPI_TRY(MPI_Bcast(st, 2, MPI_INT, 0, comm));
+        if (st[0] != MT_OK) {
+            if (rank != 0)
+                MT_FAIL((mt_status_t)st[0], "rank 0 could not search %s for checkpoints",
+                        cfg->checkpoint.checkpoint_dir);
+            MT_TRY(s);
+        }
+        if (!st[1])
+            return MT_OK;
+        MT_MPI_TRY(MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, comm));
+    } else {
+        snprintf(dir, sizeof dir, "%s", mode);
+    }
+    mt_train_state_t state;
+    MT_TRY(mt_ckpt_load(comm, dir, c->t, c->n, &state));
+    c->opt->step = state.step;
+    c->resumed = 1;
+    *start = state.step;
+    if (rank == 0 && out) {
+        fprintf(out, "resumed from %s at step %lld (%lld samples consumed)\n", dir,
+                (long long)state.step, (long long)state.consumed_samples);
+        fflush(out);
+    }
+    if (state.step >= cfg->step_scheduler.max_steps && rank == 0 && out)
+        fprintf(out, "the checkpoint is at or past max_steps %lld: nothing to train\n",
+                (long long)cfg->step_scheduler.max_steps);
+    return MT_OK;
+}

@@ -1,0 +1,37 @@
+/* train_internal.h: checkpoint glue of the training loop (train_ckpt.c).
+ * Not installed. */
+#ifndef MT_TRAIN_INTERNAL_H
+#define MT_TRAIN_INTERNAL_H
+
+#include <mpi.h>
+#include <stdio.h>
+
+#include "mt_checkpoint.h"
+#include "mt_config.h"
+#include "mt_model.h"
+#include "mt_optim.h"
+
+typedef struct {
+    mt_model_t *model;
+    mt_adamw_t *opt;
+    mt_ckpt_tensor_t *t; /* parameters, then exp_avg, then exp_avg_sq */
+    int n;
+    int resumed;
+} mt_train_ckpt_t;
+
+/* The tensor list: /model/<name>, /optim/<name>/exp_avg, .../exp_avg_sq,
+ * full logical tensors (vocabulary padding rows are not stored). */
+mt_status_t mt_train_ckpt_init(mt_train_ckpt_t *c, mt_model_t *m, mt_adamw_t *opt);
+void mt_train_ckpt_free(mt_train_ckpt_t *c);
+
+/* Save after `step` updates (global batch G).  Collective. */
+mt_status_t mt_train_save(MPI_Comm comm, const mt_config_t *cfg, mt_train_ckpt_t *c,
+                          int64_t step, int64_t G);
+
+/* checkpoint.resume: auto (newest complete checkpoint, if checkpointing is
+ * enabled), none, or a step directory.  Sets *start to the step to
+ * continue after (0 for a fresh start).  Collective. */
+mt_status_t mt_train_resume(MPI_Comm comm, const mt_config_t *cfg, mt_train_ckpt_t *c,
+                            int64_t *start, FILE *out);
+
+#endif

@@ -1,0 +1,1213 @@
+/* test_kernels: every kernel of the CPU backend (mt_backend_cpu) against a
+ * naive double-precision reference written here, backward kernels also
+ * against central finite differences of their forward, plus the contract's
+ * side rules: accumulate vs overwrite, aliasing, ignore_index and padding,
+ * and determinism.  No MPI.
+ *
+ * Tolerances.  Errors are measured NORMWISE: max_i |got_i - ref_i| divided
+ * by max_i |ref_i| (elementwise relative error is meaningless for entries
+ * that cancel to ~0).  fp32 unit roundoff is u = 6e-8.
+ *  - forward and elementwise kernels vs the double reference: 2e-6 (a few
+ *    u times the depth of the short sums involved; measured <= 3.5e-7)
+ *    except matmul, checked per element against the standard bound
+ *    |c - ref| <= 2 (k+1) u sum_k |a||b| (+ |beta c|), and sum_squares
+ *    against (n+1) * 1.2e-16 relative (double sums of exact float squares);
+ *  - attention and RMSNorm backward vs the analytic double reference: 1e-5
+ *    (they chain two or three fp32 reductions; measured <= 8e-7);
+ *  - the AdamW step p_new - p: 1e-4 (a 1e-3 step read off floats near 1
+ *    resolves only 6e-8 / 1e-3 = 6e-5; measured 9e-6);
+ *  - finite differences: L = sum(forward(x) * R) is evaluated in double
+ *    from the fp32 forward, with h = 1e-2 on O(1) inputs.  The error of
+ *    (L(x+h) - L(x-h)) / 2h is the truncation h^2/6 |L'''| ~ 2e-5 plus the
+ *    rounding noise ~ sqrt(N) u |L| / h ~ 1e-5 for our N <= 1000 outputs,
+ *    so we require 2e-3 normwise over the sampled entries (measured
+ *    <= 7e-5): loose enough for fp32, tight enough that a missing term,
+ *    a wrong scale or a transposed index (all O(1) errors) fails.
+ * Set MT_TEST_VERBOSE=1 to print every measured error.
+ *
+ * Determinism: each kernel runs twice at 2 threads and must give the same
+ * bytes; all but matmul (OpenBLAS owns its threads) must also give the same
+ * bytes at 1 and 3 threads, which the CPU backend guarantees.  Violated
+ * preconditions must abort with the kernel's name (in a forked child).
+ * Shapes are small; the whole program runs in well under a second. */
+#include <math.h>
+#include <omp.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kernels_cpu_internal.h"
+#include "mt_backend.h"
+#include "mt_test.h"
+
+static const mt_backend_t *be;
+static int verbose;
+
+/* ------------------------------------------------------------------ helpers */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static double urand(void) /* [0, 1) */
+{
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (double)((rng_state * 2685821657736338717ull) >> 11) / 9007199254740992.0;
+}
+
+static int64_t irand(int64_t n) { return (int64_t)(urand() * (double)n); }
+
+static float *fnew(int64_t n)
+{
+    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    if (!p)
+        abort();
+    return p;
+}
+
+static double *dnew(int64_t n)
+{
+    double *p = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+    if (!p)
+        abort();
+    return p;
+}
+
+static float *frand(int64_t n, double scale)
+{
+    float *p = fnew(n);
+    for (int64_t i = 0; i < n; i++)
+        p[i] = (float)((2.0 * urand() - 1.0) * scale);
+    return p;
+}
+
+static float *fcopy(const float *x, int64_t n)
+{
+    float *p = fnew(n);
+    memcpy(p, x, (size_t)n * sizeof(float));
+    return p;
+}
+
+static void ffill(float *x, int64_t n, float v)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = v;
+}
+
+/* Normwise error of got against ref (see the top comment); NaN fails. */
+static double norm_err(const float *got, const double *ref, int64_t n, int64_t *worst)
+{
+    double emax = 0.0, rmax = 0.0;
+    *worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - ref[i]);
+        if (!(e <= emax)) { /* also catches NaN */
+            emax = isnan(e) ? INFINITY : e;
+            *worst = i;
+        }
+        if (fabs(ref[i]) > rmax)
+            rmax = fabs(ref[i]);
+    }
+    return emax / (rmax > 0.0 ? rmax : 1.0);
+}
+
+/* floor: a magnitude below which max|ref| is not trusted as the scale,
+ * for outputs that are differences of much larger terms (0 if none). */
+static void check_close_floor(const char *what, const float *got, const double *ref, int64_t n,
+                              double tol, double floor)
+{
+    int64_t w;
+    double rmax = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        rmax = fabs(ref[i]) > rmax ? fabs(ref[i]) : rmax;
+    double e = norm_err(got, ref, n, &w);
+    if (floor > rmax && rmax > 0.0)
+        e *= rmax / floor;
+    else if (floor > rmax)
+        e /= floor;
+    if (verbose)
+        printf("  %-44s err %.2e (tol %.0e)\n", what, e, tol);
+    CHECK(e <= tol, "%s: normwise error %.3g > %.3g (worst [%lld]: got %.9g, ref %.9g)", what, e,
+          tol, (long long)w, n ? got[w] : 0.0f, n ? ref[w] : 0.0);
+}
+
+static void check_close(const char *what, const float *got, const double *ref, int64_t n,
+                        double tol)
+{
+    check_close_floor(what, got, ref, n, tol, 0.0);
+}
+
+/* Finite differences of L(x) = loss() with respect to x[idx] for nsamp
+ * random idx, against the analytic gradient grad[idx], normwise over the
+ * samples: max |fd - g| / max(max |g|, floor) <= 2e-3.  floor is 0 except
+ * where the exact gradient is ~0 and rounding noise dominates (attention
+ * with one key, RMSNorm with dim = 1); there the caller passes the scale
+ * of the gradient's terms. */
+typedef double (*loss_fn)(void *ctx);
+
+static void check_fd(const char *what, float *x, int64_t n, const float *grad, loss_fn loss,
+                     void *ctx, int nsamp, double h, double floor)
+{
+    double gmax = floor, emax = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        gmax = fabs(grad[i]) > gmax ? fabs(grad[i]) : gmax;
+    int64_t wi = 0;
+    double wfd = 0.0;
+    const double tol = 2e-3;
+    for (int s = 0; s < nsamp && n > 0; s++) {
+        const int64_t i = s < n && nsamp >= n ? s : irand(n);
+        const float x0 = x[i];
+        x[i] = (float)(x0 + h);
+        const double hp = (double)x[i] - x0; /* the step actually taken */
+        const double lp = loss(ctx);
+        x[i] = (float)(x0 - h);
+        const double hm = x0 - (double)x[i];
+        const double lm = loss(ctx);
+        x[i] = x0;
+        const double fd = (lp - lm) / (hp + hm);
+        const double e = fabs(fd - grad[i]);
+        if (!(e <= emax)) {
+            emax = isnan(e) ? INFINITY : e;
+            wi = i;
+            wfd = fd;
+        }
+    }
+    const double rel = emax / (gmax > 0.0 ? gmax : 1.0);
+    if (verbose)
+        printf("  %-44s fd  %.2e (tol %.0e)\n", what, rel, tol);
+    CHECK(rel <= tol,
+          "%s: finite differences differ by %.3g normwise (> %.3g) at [%lld]: fd %.9g, "
+          "analytic %.9g",
+          what, rel, tol, (long long)wi, wfd, grad[wi]);
+}
+
+/* Determinism: run() fills the output buffers (and resets any in-place
+ * input itself).  Same bytes twice at 2 threads; with all_counts, also the
+ * same bytes at 1 and 3 threads. */
+#define DET_MAX 4
+typedef struct {
+    void *buf[DET_MAX];
+    size_t bytes[DET_MAX];
+    int n;
+} det_outs_t;
+
+static void check_deterministic(const char *what, void (*run)(void *), void *ctx,
+                                const det_outs_t *o, int all_counts)
+{
+    void *ref[DET_MAX];
+    omp_set_num_threads(2);
+    run(ctx);
+    for (int b = 0; b < o->n; b++) {
+        ref[b] = malloc(o->bytes[b] ? o->bytes[b] : 1);
+        memcpy(ref[b], o->buf[b], o->bytes[b]);
+    }
+    const int counts[] = {2, 1, 3};
+    for (int c = 0; c < (all_counts ? 3 : 1); c++) {
+        omp_set_num_threads(counts[c]);
+        for (int b = 0; b < o->n; b++)
+            memset(o->buf[b], 0xA5, o->bytes[b]);
+        run(ctx);
+        for (int b = 0; b < o->n; b++)
+            CHECK(memcmp(ref[b], o->buf[b], o->bytes[b]) == 0,
+                  "%s: output %d differs between runs at 2 and %d threads", what, b, counts[c]);
+    }
+    for (int b = 0; b < o->n; b++)
+        free(ref[b]);
+    omp_set_num_threads(1);
+}
+
+/* ------------------------------------------------------------------ exp */
+
+static void test_expf(void)
+{
+    double worst = 0.0;
+    float wx = 0.0f;
+    for (int i = 0; i <= 200000; i++) {
+        const float x = -87.0f + 175.0f * (float)i / 200000.0f;
+        const double e = exp((double)x);
+        const double r = fabs((double)mt_cpu_expf(x) - e) / e;
+        if (r > worst) {
+            worst = r;
+            wx = x;
+        }
+    }
+    if (verbose)
+        printf("  mt_cpu_expf max relative error %.3g (tol %.2g = 2 ulp)\n", worst,
+               2.0 * 1.1920929e-7);
+    CHECK(worst <= 2.0 * 1.1920929e-7, "mt_cpu_expf: relative error %.3g at x=%g > 2 ulp", worst,
+          wx);
+    CHECK(mt_cpu_expf(0.0f) == 1.0f, "exp(0) = %.9g", mt_cpu_expf(0.0f));
+    CHECK(mt_cpu_expf(-INFINITY) == 0.0f && mt_cpu_expf(-100.0f) == 0.0f, "underflow not 0");
+    CHECK(isinf(mt_cpu_expf(INFINITY)) && isinf(mt_cpu_expf(100.0f)), "overflow not inf");
+    CHECK(isnan(mt_cpu_expf(NAN)), "exp(NaN) not NaN");
+}
+
+/* ------------------------------------------------------------------ matmul */
+
+typedef struct {
+    float *c, *a, *b;
+    int64_t m, n, k;
+    bool ta, tb;
+} mm_ctx_t;
+
+static void mm_run(void *p)
+{
+    mm_ctx_t *x = p;
+    be->matmul(x->c, x->a, x->b, x->m, x->n, x->k, x->ta, x->tb, 0.0f);
+}
+
+static void test_matmul(void)
+{
+    const int64_t shapes[][3] = {{1, 1, 1}, {7, 5, 3}, {33, 17, 65}, {64, 48, 40}, {3, 130, 9}};
+    const float betas[] = {0.0f, 1.0f, 0.5f};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int tr = 0; tr < 4; tr++)
+            for (int bi = 0; bi < 3; bi++) {
+                const int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+                const bool ta = tr & 1, tb = tr & 2;
+                const float beta = betas[bi];
+                float *a = frand(m * k, 1.0), *b = frand(k * n, 1.0), *c = frand(m * n, 1.0);
+                float *c0 = fcopy(c, m * n);
+                if (beta == 0.0f) /* overwrite: whatever C held must not leak in */
+                    ffill(c, m * n, NAN);
+                be->matmul(c, a, b, m, n, k, ta, tb, beta);
+                int bad = 0;
+                int64_t wi = 0;
+                double werr = 0.0, wbound = 0.0;
+                for (int64_t i = 0; i < m; i++)
+                    for (int64_t j = 0; j < n; j++) {
+                        double ref = beta == 0.0f ? 0.0 : (double)beta * c0[i * n + j];
+                        double bound = fabs(ref);
+                        for (int64_t l = 0; l < k; l++) {
+                            const double av = ta ? a[l * m + i] : a[i * k + l];
+                            const double bv = tb ? b[j * k + l] : b[l * n + j];
+                            ref += av * bv;
+                            bound += fabs(av * bv);
+                        }
+                        bound *= 2.0 * (double)(k + 1) * 5.9604645e-8;
+                        const double err = fabs((double)c[i * n + j] - ref);
+                        if (!(err <= bound)) {
+                            bad++;
+                            wi = i * n + j;
+                            werr = err;
+                            wbound = bound;
+                        }
+                    }
+                CHECK(bad == 0,
+                      "matmul m=%lld n=%lld k=%lld ta=%d tb=%d beta=%g: %d elements outside the "
+                      "error bound (e.g. [%lld] err %.3g > %.3g)",
+                      (long long)m, (long long)n, (long long)k, ta, tb, beta, bad, (long long)wi,
+                      werr, wbound);
+                free(a), free(b), free(c), free(c0);
+            }
+
+    /* k = 0: C = beta C */
+    float c[6] = {1, 2, 3, 4, 5, 6}, dummy = 0.0f;
+    be->matmul(c, &dummy, &dummy, 2, 3, 0, false, false, 0.5f);
+    CHECK(c[0] == 0.5f && c[5] == 3.0f, "matmul k=0 beta=0.5: c = %g .. %g", c[0], c[5]);
+    be->matmul(c, &dummy, &dummy, 2, 3, 0, false, false, 0.0f);
+    CHECK(c[0] == 0.0f && c[5] == 0.0f, "matmul k=0 beta=0 did not zero C");
+
+    mm_ctx_t x = {.m = 96, .n = 80, .k = 72, .ta = false, .tb = true};
+    x.a = frand(x.m * x.k, 1.0);
+    x.b = frand(x.n * x.k, 1.0);
+    x.c = fnew(x.m * x.n);
+    det_outs_t o = {{x.c}, {(size_t)(x.m * x.n) * sizeof(float)}, 1};
+    check_deterministic("matmul", mm_run, &x, &o, 0);
+    free(x.a), free(x.b), free(x.c);
+}
+
+/* ------------------------------------------------------------------ add, scale, sum_squares */
+
+typedef struct {
+    const float *x;
+    int64_t n;
+    double r;
+} ss_ctx_t;
+
+static void ss_run(void *p)
+{
+    ss_ctx_t *c = p;
+    c->r = be->sum_squares(c->x, c->n);
+}
+
+static void test_elementwise(void)
+{
+    const int64_t sizes[] = {0, 1, 7, 1000, 100003};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        const int64_t n = sizes[s];
+        float *x = frand(n, 2.0), *y = frand(n, 2.0), *y0 = fcopy(y, n);
+        int bad = 0;
+        omp_set_num_threads(2);
+        be->add(y, x, n);
+        for (int64_t i = 0; i < n; i++)
+            bad += y[i] != y0[i] + x[i];
+        CHECK(bad == 0, "add n=%lld: %d elements differ from y + x", (long long)n, bad);
+        memcpy(y, y0, (size_t)n * sizeof(float));
+        be->scale(y, -0.375f, n);
+        bad = 0;
+        for (int64_t i = 0; i < n; i++)
+            bad += y[i] != y0[i] * -0.375f;
+        CHECK(bad == 0, "scale n=%lld: %d elements differ from x * s", (long long)n, bad);
+        omp_set_num_threads(1);
+        free(x), free(y), free(y0);
+    }
+
+    const int64_t ss_sizes[] = {0, 1, 5, 16384, 16385, 300007, 5000000};
+    for (size_t s = 0; s < sizeof ss_sizes / sizeof ss_sizes[0]; s++) {
+        const int64_t n = ss_sizes[s];
+        float *x = frand(n, 3.0);
+        double ref = 0.0;
+        for (int64_t i = 0; i < n; i++)
+            ref += (double)x[i] * x[i]; /* products of floats are exact in double */
+        const double got = be->sum_squares(x, n);
+        const double tol = (double)(n + 1) * 1.2e-16 * ref;
+        CHECK(fabs(got - ref) <= tol, "sum_squares n=%lld: %.17g vs %.17g", (long long)n, got,
+              ref);
+        if (n == 300007) {
+            ss_ctx_t c = {x, n, 0.0};
+            det_outs_t o = {{&c.r}, {sizeof c.r}, 1};
+            check_deterministic("sum_squares", ss_run, &c, &o, 1);
+        }
+        free(x);
+    }
+}
+
+/* ------------------------------------------------------------------ AdamW */
+
+typedef struct {
+    float *p, *m, *v;
+    const float *p0, *m0, *v0, *g;
+    int64_t n;
+} adam_ctx_t;
+
+static void adam_run(void *q)
+{
+    adam_ctx_t *c = q;
+    memcpy(c->p, c->p0, (size_t)c->n * sizeof(float));
+    memcpy(c->m, c->m0, (size_t)c->n * sizeof(float));
+    memcpy(c->v, c->v0, (size_t)c->n * sizeof(float));
+    be->adamw(c->p, c->g, c->m, c->v, c->n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7);
+}
+
+static void test_adamw(void)
+{
+    /* hand-computed (exact decimal arithmetic of the formula in mt_backend.h) */
+    {
+        float p[2] = {1.0f, -2.0f}, g[2] = {0.5f, -3e-3f}, m[2] = {0, 0}, v[2] = {0, 0};
+        be->adamw(p, g, m, v, 2, 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, 1);
+        CHECK(fabs(p[0] - 0.899000002) <= 1e-7 && fabs(p[1] - -1.898000333) <= 2e-7,
+              "adamw t=1: p = %.9g %.9g, want 0.899000002 -1.898000333", p[0], p[1]);
+        /* m and v carry float's b1, b2: 1 - 0.999f = 9.9998713e-4, not 1e-3 */
+        const double m0 = (1.0 - (double)0.9f) * 0.5, m1 = (1.0 - (double)0.9f) * (double)-3e-3f;
+        const double v0 = (1.0 - (double)0.999f) * 0.25,
+                     v1 = (1.0 - (double)0.999f) * (double)-3e-3f * (double)-3e-3f;
+        CHECK(fabs(m[0] - m0) <= 1e-6 * fabs(m0) && fabs(m[1] - m1) <= 1e-6 * fabs(m1),
+              "adamw t=1: m = %.9g %.9g, want %.9g %.9g", m[0], m[1], m0, m1);
+        CHECK(fabs(v[0] - v0) <= 1e-6 * v0 && fabs(v[1] - v1) <= 1e-6 * v1,
+              "adamw t=1: v = %.9g %.9g, want %.9g %.9g", v[0], v[1], v0, v1);
+    }
+    {
+        float p[2] = {0.5f, -0.25f}, g[2] = {0.2f, -0.05f}, m[2] = {0.1f, 0.02f},
+              v[2] = {0.01f, 0.004f};
+        be->adamw(p, g, m, v, 2, 1e-3f, 0.9f, 0.99f, 1e-6f, 0.1f, 3);
+        CHECK(fabs(p[0] - 0.499260730) <= 1e-7 && fabs(p[1] - -0.250105962) <= 1e-7,
+              "adamw t=3: p = %.9g %.9g, want 0.499260730 -0.250105962", p[0], p[1]);
+        CHECK(fabs(m[0] - 0.11) <= 2e-6 * 0.11 && fabs(m[1] - 0.013) <= 2e-6 * 0.013,
+              "adamw t=3: m = %.9g %.9g, want 0.11 0.013", m[0], m[1]);
+        CHECK(fabs(v[0] - 0.0103) <= 2e-6 * 0.0103 && fabs(v[1] - 0.003985) <= 2e-6 * 0.003985,
+              "adamw t=3: v = %.9g %.9g, want 0.0103 0.003985", v[0], v[1]);
+    }
+    /* random vector against the double formula, and determinism */
+    const int64_t n = 70001;
+    adam_ctx_t c = {.n = n};
+    c.p0 = frand(n, 1.0);
+    c.g = frand(n, 0.1);
+    c.m0 = frand(n, 0.01);
+    float *v0 = frand(n, 1e-3);
+    for (int64_t i = 0; i < n; i++)
+        v0[i] = fabsf(v0[i]);
+    c.v0 = v0;
+    c.p = fnew(n), c.m = fnew(n), c.v = fnew(n);
+    adam_run(&c);
+    double *rp = dnew(n), *rm = dnew(n), *rv = dnew(n);
+    const double bc1 = 1 - pow(0.9f, 7), bc2 = 1 - pow(0.95f, 7);
+    for (int64_t i = 0; i < n; i++) {
+        const double g = c.g[i];
+        rm[i] = 0.9f * (double)c.m0[i] + (1 - 0.9f) * g;
+        rv[i] = 0.95f * (double)c.v0[i] + (1 - 0.95f) * g * g;
+        const double upd = rm[i] / bc1 / (sqrt(rv[i] / bc2) + 1e-8f);
+        rp[i] = c.p0[i] - (double)1e-3f * (upd + (double)0.1f * c.p0[i]);
+        rp[i] -= c.p0[i]; /* compare the step, not p, so the tolerance means something */
+    }
+    float *step = fnew(n);
+    for (int64_t i = 0; i < n; i++)
+        step[i] = c.p[i] - c.p0[i];
+    check_close("adamw step vs double formula (t=7)", step, rp, n, 1e-4);
+    check_close("adamw m", c.m, rm, n, 2e-6);
+    check_close("adamw v", c.v, rv, n, 2e-6);
+    const size_t nb = (size_t)n * sizeof(float);
+    det_outs_t o = {{c.p, c.m, c.v}, {nb, nb, nb}, 3};
+    check_deterministic("adamw", adam_run, &c, &o, 1);
+    free((void *)c.p0), free((void *)c.g), free((void *)c.m0), free(v0);
+    free(c.p), free(c.m), free(c.v), free(rp), free(rm), free(rv), free(step);
+}
+
+/* ------------------------------------------------------------------ embedding */
+
+typedef struct {
+    float *out, *dtable, *table, *dout, *R;
+    int32_t *tok;
+    int64_t n, V, dim;
+} emb_ctx_t;
+
+static void emb_run(void *p)
+{
+    emb_ctx_t *c = p;
+    be->embedding_forward(c->out, c->tok, c->table, c->n, c->dim);
+    ffill(c->dtable, c->V * c->dim, 1.0f);
+    be->embedding_backward(c->dtable, c->dout, c->tok, c->n, c->dim);
+}
+
+static double emb_loss(void *p)
+{
+    emb_ctx_t *c = p;
+    be->embedding_forward(c->out, c->tok, c->table, c->n, c->dim);
+    double l = 0.0;
+    for (int64_t i = 0; i < c->n * c->dim; i++)
+        l += (double)c->out[i] * c->R[i];
+    return l;
+}
+
+static void test_embedding(void)
+{
+    const int64_t cfg[][3] = {{1, 1, 1}, {13, 5, 7}, {300, 11, 130}}; /* n, V, dim */
+    for (size_t s = 0; s < sizeof cfg / sizeof cfg[0]; s++) {
+        emb_ctx_t c = {.n = cfg[s][0], .V = cfg[s][1], .dim = cfg[s][2]};
+        const int64_t n = c.n, V = c.V, dim = c.dim;
+        c.tok = malloc((size_t)n * sizeof(int32_t));
+        for (int64_t i = 0; i < n; i++)
+            c.tok[i] = (int32_t)irand(V); /* repeats: V < n */
+        c.table = frand(V * dim, 1.0);
+        c.dout = frand(n * dim, 1.0);
+        c.R = c.dout;
+        c.out = fnew(n * dim);
+        c.dtable = fnew(V * dim);
+        emb_run(&c);
+        int bad = 0;
+        for (int64_t i = 0; i < n; i++)
+            bad += memcmp(c.out + i * dim, c.table + (int64_t)c.tok[i] * dim,
+                          (size_t)dim * sizeof(float)) != 0;
+        CHECK(bad == 0, "embedding_forward n=%lld dim=%lld: %d rows are not the table rows",
+              (long long)n, (long long)dim, bad);
+        /* backward: dtable (pre-filled with 1) += rows in token order, bit for bit */
+        float *ref = fnew(V * dim);
+        ffill(ref, V * dim, 1.0f);
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < dim; j++)
+                ref[(int64_t)c.tok[i] * dim + j] += c.dout[i * dim + j];
+        CHECK(memcmp(ref, c.dtable, (size_t)(V * dim) * sizeof(float)) == 0,
+              "embedding_backward n=%lld dim=%lld: not the token-order sum added to the "
+              "pre-filled 1.0",
+              (long long)n, (long long)dim);
+        /* finite differences of L = sum(out R) over the table */
+        float *grad = fnew(V * dim);
+        for (int64_t i = 0; i < V * dim; i++)
+            grad[i] = c.dtable[i] - 1.0f;
+        check_fd("embedding_backward fd", c.table, V * dim, grad, emb_loss, &c, 24, 1e-2, 0.0);
+        if (s == 2) {
+            det_outs_t o = {{c.out, c.dtable},
+                            {(size_t)(n * dim) * sizeof(float), (size_t)(V * dim) * sizeof(float)},
+                            2};
+            check_deterministic("embedding", emb_run, &c, &o, 1);
+        }
+        free(c.tok), free(c.table), free(c.dout), free(c.out), free(c.dtable), free(ref),
+            free(grad);
+    }
+}
+
+/* ------------------------------------------------------------------ RMSNorm */
+
+typedef struct {
+    float *x, *w, *out, *rstd, *dout, *dx, *dw;
+    int64_t n, dim;
+    float eps;
+} rms_ctx_t;
+
+static void rms_run(void *p)
+{
+    rms_ctx_t *c = p;
+    be->rmsnorm_forward(c->out, c->rstd, c->x, c->w, c->n, c->dim, c->eps);
+    ffill(c->dx, c->n * c->dim, NAN); /* overwritten */
+    ffill(c->dw, c->dim, 1.0f);       /* accumulated */
+    be->rmsnorm_backward(c->dx, c->dw, c->dout, c->x, c->w, c->rstd, c->n, c->dim);
+}
+
+static double rms_loss(void *p)
+{
+    rms_ctx_t *c = p;
+    be->rmsnorm_forward(c->out, c->rstd, c->x, c->w, c->n, c->dim, c->eps);
+    double l = 0.0;
+    for (int64_t i = 0; i < c->n * c->dim; i++)
+        l += (double)c->out[i] * c->dout[i];
+    return l;
+}
+
+static void test_rmsnorm(void)
+{
+    const int64_t cfg[][2] = {{1, 1}, {5, 7}, {13, 64}, {4, 130}, {300, 200}};
+    for (size_t s = 0; s < sizeof cfg / sizeof cfg[0]; s++) {
+        rms_ctx_t c = {.n = cfg[s][0], .dim = cfg[s][1], .eps = 1e-5f};
+        const int64_t n = c.n, dim = c.dim;
+        c.x = frand(n * dim, 2.0);
+        c.w = frand(dim, 1.5);
+        c.dout = frand(n * dim, 1.0);
+        c.out = fnew(n * dim), c.rstd = fnew(n), c.dx = fnew(n * dim), c.dw = fnew(dim);
+        rms_run(&c);
+
+        double *rout = dnew(n * dim), *rr = dnew(n), *rdx = dnew(n * dim), *rdw = dnew(dim);
+        for (int64_t i = 0; i < n; i++) {
+            const float *x = c.x + i * dim, *g = c.dout + i * dim;
+            double ms = 0.0, gwx = 0.0;
+            for (int64_t j = 0; j < dim; j++) {
+                ms += (double)x[j] * x[j];
+                gwx += (double)g[j] * c.w[j] * x[j];
+            }
+            const double r = 1.0 / sqrt(ms / dim + (double)c.eps);
+            rr[i] = r;
+            for (int64_t j = 0; j < dim; j++) {
+                rout[i * dim + j] = x[j] * r * c.w[j];
+                rdx[i * dim + j] = r * g[j] * c.w[j] - r * r * r * gwx / dim * x[j];
+                rdw[j] += (double)g[j] * x[j] * r;
+            }
+        }
+        char what[96];
+        snprintf(what, sizeof what, "rmsnorm out n=%lld dim=%lld", (long long)n, (long long)dim);
+        check_close(what, c.out, rout, n * dim, 2e-6);
+        check_close("rmsnorm rstd", c.rstd, rr, n, 2e-6);
+        /* dx = r g w - (...) x cancels to ~0 for dim = 1: scale by |r g w| */
+        double dx_scale = 0.0;
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < dim; j++)
+                dx_scale = fmax(dx_scale, rr[i] * fabs((double)c.dout[i * dim + j] * c.w[j]));
+        check_close_floor("rmsnorm dx", c.dx, rdx, n * dim, 1e-5, dx_scale);
+        float *dw = fnew(dim);
+        for (int64_t j = 0; j < dim; j++)
+            dw[j] = c.dw[j] - 1.0f; /* dw accumulates onto the pre-filled 1.0 */
+        check_close("rmsnorm dw (accumulated onto 1.0)", dw, rdw, dim, 1e-5);
+
+        if (n * dim <= 1000) {
+            float *dx = fcopy(c.dx, n * dim);
+            check_fd("rmsnorm dx fd", c.x, n * dim, dx, rms_loss, &c, 32, 1e-2, dx_scale);
+            check_fd("rmsnorm dw fd", c.w, dim, dw, rms_loss, &c, 32, 1e-2, 0.0);
+            free(dx);
+        } else {
+            det_outs_t o = {{c.out, c.rstd, c.dx, c.dw},
+                            {(size_t)(n * dim) * sizeof(float), (size_t)n * sizeof(float),
+                             (size_t)(n * dim) * sizeof(float), (size_t)dim * sizeof(float)},
+                            4};
+            check_deterministic("rmsnorm", rms_run, &c, &o, 1);
+        }
+        free(c.x), free(c.w), free(c.dout), free(c.out), free(c.rstd), free(c.dx), free(c.dw);
+        free(rout), free(rr), free(rdx), free(rdw), free(dw);
+    }
+}
+
+/* ------------------------------------------------------------------ RoPE */
+
+typedef struct {
+    float *x, *buf, *R;
+    int32_t *pos;
+    int64_t n, nh, hd;
+    double theta;
+} rope_ctx_t;
+
+static double rope_loss(void *p)
+{
+    rope_ctx_t *c = p;
+    const int64_t N = c->n * c->nh * c->hd;
+    memcpy(c->buf, c->x, (size_t)N * sizeof(float));
+    be->rope_forward(c->buf, c->pos, c->n, c->nh, c->hd, c->theta);
+    double l = 0.0;
+    for (int64_t i = 0; i < N; i++)
+        l += (double)c->buf[i] * c->R[i];
+    return l;
+}
+
+static void rope_run(void *p)
+{
+    rope_ctx_t *c = p;
+    const int64_t N = c->n * c->nh * c->hd;
+    memcpy(c->buf, c->x, (size_t)N * sizeof(float));
+    be->rope_forward(c->buf, c->pos, c->n, c->nh, c->hd, c->theta);
+    be->rope_backward(c->buf, c->pos, c->n, c->nh, c->hd, c->theta);
+}
+
+static void test_rope(void)
+{
+    /* the pairing, by hand: hd = 4, pos = 1, theta = 10000: angles 1 and 1/100 */
+    {
+        float x[4] = {1, 0, 0, 0}, y[4] = {0, 1, 0, 0};
+        const int32_t pos = 1;
+        be->rope_forward(x, &pos, 1, 1, 4, 10000.0);
+        be->rope_forward(y, &pos, 1, 1, 4, 10000.0);
+        CHECK(fabs(x[0] - cos(1.0)) < 1e-7 && x[1] == 0 && fabs(x[2] - sin(1.0)) < 1e-7 &&
+                  x[3] == 0,
+              "rope pairing: e0 -> %g %g %g %g, want cos1 0 sin1 0", x[0], x[1], x[2], x[3]);
+        CHECK(fabs(y[1] - cos(0.01)) < 1e-7 && fabs(y[3] - sin(0.01)) < 1e-7 && y[0] == 0 &&
+                  y[2] == 0,
+              "rope pairing: e1 -> %g %g %g %g, want 0 cos.01 0 sin.01", y[0], y[1], y[2], y[3]);
+    }
+    const int64_t cfg[][3] = {{3, 1, 2}, {7, 3, 8}, {16, 2, 32}, {300, 4, 64}}; /* n, nh, hd */
+    for (size_t s = 0; s < sizeof cfg / sizeof cfg[0]; s++) {
+        rope_ctx_t c = {.n = cfg[s][0], .nh = cfg[s][1], .hd = cfg[s][2], .theta = 500000.0};
+        const int64_t n = c.n, nh = c.nh, hd = c.hd, N = n * nh * hd, half = hd / 2;
+        c.pos = malloc((size_t)n * sizeof(int32_t));
+        for (int64_t t = 0; t < n; t++)
+            c.pos[t] = t == 0 ? 0 : (int32_t)irand(t % 2 ? 100 : 131072); /* incl. long positions */
+        c.x = frand(N, 1.0);
+        c.R = frand(N, 1.0);
+        c.buf = fnew(N);
+        memcpy(c.buf, c.x, (size_t)N * sizeof(float));
+        be->rope_forward(c.buf, c.pos, n, nh, hd, c.theta);
+        double *ref = dnew(N), *rback = dnew(N);
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t h = 0; h < nh; h++)
+                for (int64_t i = 0; i < half; i++) {
+                    const double a = c.pos[t] * pow(c.theta, -2.0 * i / hd);
+                    const int64_t o = t * nh * hd + h * hd;
+                    const double x1 = c.x[o + i], x2 = c.x[o + i + half];
+                    const double r1 = c.R[o + i], r2 = c.R[o + i + half];
+                    ref[o + i] = x1 * cos(a) - x2 * sin(a);
+                    ref[o + i + half] = x2 * cos(a) + x1 * sin(a);
+                    rback[o + i] = r1 * cos(a) + r2 * sin(a); /* R(a)^T */
+                    rback[o + i + half] = r2 * cos(a) - r1 * sin(a);
+                }
+        check_close("rope forward vs double", c.buf, ref, N, 2e-6);
+        CHECK(memcmp(c.buf, c.x, (size_t)(nh * hd) * sizeof(float)) == 0,
+              "rope at position 0 is not the identity");
+        float *grad = fcopy(c.R, N);
+        be->rope_backward(grad, c.pos, n, nh, hd, c.theta);
+        check_close("rope backward vs double R^T", grad, rback, N, 2e-6);
+        /* backward(forward(x)) = x */
+        memcpy(c.buf, c.x, (size_t)N * sizeof(float));
+        be->rope_forward(c.buf, c.pos, n, nh, hd, c.theta);
+        be->rope_backward(c.buf, c.pos, n, nh, hd, c.theta);
+        double *xd = dnew(N);
+        for (int64_t i = 0; i < N; i++)
+            xd[i] = c.x[i];
+        check_close("rope backward(forward(x)) = x", c.buf, xd, N, 1e-6);
+        if (N <= 1000)
+            check_fd("rope backward fd", c.x, N, grad, rope_loss, &c, 32, 1e-2, 0.0);
+        else {
+            det_outs_t o = {{c.buf}, {(size_t)N * sizeof(float)}, 1};
+            check_deterministic("rope", rope_run, &c, &o, 1);
+        }
+        free(c.pos), free(c.x), free(c.R), free(c.buf), free(ref), free(rback), free(grad),
+            free(xd);
+    }
+}
+
+/* ------------------------------------------------------------------ attention */
+
+typedef struct {
+    int64_t B, T, nh, nkv, hd;
+    const int32_t *ds;
+    float *q, *k, *v, *out, *lse, *R, *dq, *dk, *dv;
+} att_ctx_t;
+
+static void att_forward(att_ctx_t *c)
+{
+    be->attention_forward(c->out, c->lse, c->q, c->k, c->v, c->ds, c->B, c->T, c->nh, c->nkv,
+                          c->hd);
+}
+
+static void att_run(void *p)
+{
+    att_ctx_t *c = p;
+    att_forward(c);
+    const int64_t nq = c->B * c->T * c->nh * c->hd, nk = c->B * c->T * c->nkv * c->hd;
+    ffill(c->dq, nq, NAN); /* the backward overwrites */
+    ffill(c->dk, nk, NAN);
+    ffill(c->dv, nk, NAN);
+    be->attention_backward(c->dq, c->dk, c->dv, c->R, c->out, c->lse, c->q, c->k, c->v, c->ds,
+                           c->B, c->T, c->nh, c->nkv, c->hd);
+}
+
+static double att_loss(void *p)
+{
+    att_ctx_t *c = p;
+    att_forward(c);
+    double l = 0.0;
+    for (int64_t i = 0; i < c->B * c->T * c->nh * c->hd; i++)
+        l += (double)c->out[i] * c->R[i];
+    return l;
+}
+
+/* Straightforward double attention: materialises each row's P. */
+static void ref_attention(const att_ctx_t *c, double *out, double *lse, double *dq, double *dk,
+                          double *dv)
+{
+    const int64_t B = c->B, T = c->T, nh = c->nh, nkv = c->nkv, hd = c->hd;
+    const double scale = 1.0 / sqrt((double)hd);
+    double *P = dnew(T), *dP = dnew(T);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < nh; h++) {
+            const int64_t g = h / (nh / nkv);
+            for (int64_t t = 0; t < T; t++) {
+                const int64_t lo = c->ds ? c->ds[b * T + t] : 0;
+                const float *qt = c->q + (b * T + t) * nh * hd + h * hd;
+                const float *gt = c->R + (b * T + t) * nh * hd + h * hd;
+                double m = -INFINITY, z = 0.0;
+                for (int64_t j = lo; j <= t; j++) {
+                    const float *kj = c->k + (b * T + j) * nkv * hd + g * hd;
+                    double s = 0.0;
+                    for (int64_t d = 0; d < hd; d++)
+                        s += (double)qt[d] * kj[d];
+                    P[j] = s * scale;
+                    m = P[j] > m ? P[j] : m;
+                }
+                for (int64_t j = lo; j <= t; j++)
+                    z += exp(P[j] - m);
+                lse[(b * nh + h) * T + t] = m + log(z);
+                double D = 0.0;
+                for (int64_t j = lo; j <= t; j++) {
+                    P[j] = exp(P[j] - m) / z;
+                    const float *vj = c->v + (b * T + j) * nkv * hd + g * hd;
+                    dP[j] = 0.0;
+                    for (int64_t d = 0; d < hd; d++) {
+                        out[(b * T + t) * nh * hd + h * hd + d] += P[j] * vj[d];
+                        dP[j] += (double)gt[d] * vj[d];
+                    }
+                    D += P[j] * dP[j];
+                }
+                for (int64_t j = lo; j <= t; j++) {
+                    const double dS = P[j] * (dP[j] - D);
+                    const float *kj = c->k + (b * T + j) * nkv * hd + g * hd;
+                    for (int64_t d = 0; d < hd; d++) {
+                        dq[(b * T + t) * nh * hd + h * hd + d] += scale * dS * kj[d];
+                        dk[(b * T + j) * nkv * hd + g * hd + d] += scale * dS * qt[d];
+                        dv[(b * T + j) * nkv * hd + g * hd + d] += P[j] * gt[d];
+                    }
+                }
+            }
+        }
+    free(P), free(dP);
+}
+
+/* Random packing: each row is split into documents of random lengths. */
+static int32_t *make_doc_start(int64_t B, int64_t T, int64_t maxlen)
+{
+    int32_t *ds = malloc((size_t)(B * T) * sizeof(int32_t));
+    for (int64_t b = 0; b < B; b++) {
+        int64_t start = 0, left = 1 + irand(maxlen);
+        for (int64_t t = 0; t < T; t++) {
+            if (left-- == 0) {
+                start = t;
+                left = irand(maxlen);
+            }
+            ds[b * T + t] = (int32_t)start;
+        }
+    }
+    return ds;
+}
+
+static void test_attention(void)
+{
+    /* B, T, nh, nkv, hd, doc mask (max doc length, 0 = none) */
+    const int64_t cfg[][6] = {
+        {1, 1, 1, 1, 8, 0},   {2, 13, 4, 4, 8, 0},   {2, 13, 4, 2, 16, 5},
+        {1, 9, 8, 2, 32, 0},  {2, 70, 2, 1, 8, 0},   {1, 70, 4, 1, 16, 20},
+        {2, 130, 4, 2, 32, 0}, {2, 130, 4, 4, 16, 40}, {3, 33, 6, 3, 8, 7},
+    };
+    for (size_t s = 0; s < sizeof cfg / sizeof cfg[0]; s++) {
+        att_ctx_t c = {.B = cfg[s][0], .T = cfg[s][1], .nh = cfg[s][2], .nkv = cfg[s][3],
+                       .hd = cfg[s][4]};
+        const int64_t B = c.B, T = c.T, nh = c.nh, nkv = c.nkv, hd = c.hd;
+        const int64_t nq = B * T * nh * hd, nk = B * T * nkv * hd;
+        int32_t *ds = cfg[s][5] ? make_doc_start(B, T, cfg[s][5]) : NULL;
+        c.ds = ds;
+        c.q = frand(nq, 1.5), c.k = frand(nk, 1.5), c.v = frand(nk, 1.0), c.R = frand(nq, 1.0);
+        c.out = fnew(nq), c.lse = fnew(B * nh * T);
+        c.dq = fnew(nq), c.dk = fnew(nk), c.dv = fnew(nk);
+        att_run(&c);
+
+        double *rout = dnew(nq), *rlse = dnew(B * nh * T), *rdq = dnew(nq), *rdk = dnew(nk),
+               *rdv = dnew(nk);
+        ref_attention(&c, rout, rlse, rdq, rdk, rdv);
+        char tag[80], what[128];
+        snprintf(tag, sizeof tag, "B=%lld T=%lld nh=%lld nkv=%lld hd=%lld%s", (long long)B,
+                 (long long)T, (long long)nh, (long long)nkv, (long long)hd, ds ? " docs" : "");
+        snprintf(what, sizeof what, "attention out %s", tag);
+        check_close(what, c.out, rout, nq, 2e-6);
+        snprintf(what, sizeof what, "attention lse %s", tag);
+        check_close(what, c.lse, rlse, B * nh * T, 2e-6);
+        snprintf(what, sizeof what, "attention dq %s", tag);
+        check_close(what, c.dq, rdq, nq, 1e-5);
+        snprintf(what, sizeof what, "attention dk %s", tag);
+        check_close(what, c.dk, rdk, nk, 1e-5);
+        snprintf(what, sizeof what, "attention dv %s", tag);
+        check_close(what, c.dv, rdv, nk, 1e-5);
+
+        if (nq <= 2000) {
+            float *dq = fcopy(c.dq, nq), *dk = fcopy(c.dk, nk), *dv = fcopy(c.dv, nk);
+            /* with one key per row (T = 1) dq and dk are exactly 0: use dv's scale */
+            double floor = 0.0;
+            for (int64_t i = 0; T == 1 && i < nk; i++)
+                floor = fmax(floor, fabs(dv[i]));
+            snprintf(what, sizeof what, "attention dq fd %s", tag);
+            check_fd(what, c.q, nq, dq, att_loss, &c, 16, 1e-2, floor);
+            snprintf(what, sizeof what, "attention dk fd %s", tag);
+            check_fd(what, c.k, nk, dk, att_loss, &c, 16, 1e-2, floor);
+            snprintf(what, sizeof what, "attention dv fd %s", tag);
+            check_fd(what, c.v, nk, dv, att_loss, &c, 16, 1e-2, 0.0);
+            free(dq), free(dk), free(dv);
+        }
+        if (T >= 70) {
+            det_outs_t o = {{c.out, c.lse, c.dq, c.dk},
+                            {(size_t)nq * sizeof(float), (size_t)(B * nh * T) * sizeof(float),
+                             (size_t)nq * sizeof(float), (size_t)nk * sizeof(float)},
+                            4};
+            snprintf(what, sizeof what, "attention %s", tag);
+            check_deterministic(what, att_run, &c, &o, 1);
+            det_outs_t o2 = {{c.dv}, {(size_t)nk * sizeof(float)}, 1};
+            check_deterministic(what, att_run, &c, &o2, 1);
+        }
+        free(ds), free(c.q), free(c.k), free(c.v), free(c.R), free(c.out), free(c.lse);
+        free(c.dq), free(c.dk), free(c.dv), free(rout), free(rlse), free(rdq), free(rdk),
+            free(rdv);
+    }
+
+    /* A document mask equal to "one document per row" is plain causal. */
+    {
+        att_ctx_t c = {.B = 2, .T = 40, .nh = 4, .nkv = 2, .hd = 16};
+        const int64_t nq = 2 * 40 * 4 * 16, nk = nq / 2;
+        int32_t *zeros = calloc(80, sizeof(int32_t));
+        c.q = frand(nq, 1.0), c.k = frand(nk, 1.0), c.v = frand(nk, 1.0), c.R = frand(nq, 1.0);
+        c.out = fnew(nq), c.lse = fnew(2 * 4 * 40), c.dq = fnew(nq), c.dk = fnew(nk),
+        c.dv = fnew(nk);
+        att_run(&c);
+        float *out = fcopy(c.out, nq), *dk = fcopy(c.dk, nk);
+        c.ds = zeros;
+        att_run(&c);
+        CHECK(memcmp(out, c.out, (size_t)nq * sizeof(float)) == 0 &&
+                  memcmp(dk, c.dk, (size_t)nk * sizeof(float)) == 0,
+              "attention: doc_start all 0 differs from no mask");
+        free(zeros), free(c.q), free(c.k), free(c.v), free(c.R), free(c.out), free(c.lse),
+            free(c.dq), free(c.dk), free(c.dv), free(out), free(dk);
+    }
+}
+
+/* ------------------------------------------------------------------ SwiGLU */
+
+typedef struct {
+    float *gate, *up, *out, *dout, *dg, *du;
+    int64_t n;
+} swi_ctx_t;
+
+static void swi_run(void *p)
+{
+    swi_ctx_t *c = p;
+    be->swiglu_forward(c->out, c->gate, c->up, c->n);
+    ffill(c->dg, c->n, NAN);
+    ffill(c->du, c->n, NAN);
+    be->swiglu_backward(c->dg, c->du, c->dout, c->gate, c->up, c->n);
+}
+
+static double swi_loss(void *p)
+{
+    swi_ctx_t *c = p;
+    be->swiglu_forward(c->out, c->gate, c->up, c->n);
+    double l = 0.0;
+    for (int64_t i = 0; i < c->n; i++)
+        l += (double)c->out[i] * c->dout[i];
+    return l;
+}
+
+static void test_swiglu(void)
+{
+    const int64_t sizes[] = {1, 7, 300, 100003};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        swi_ctx_t c = {.n = sizes[s]};
+        const int64_t n = c.n;
+        c.gate = frand(n, 6.0), c.up = frand(n, 2.0), c.dout = frand(n, 1.0);
+        if (n >= 7) { /* the saturated tails */
+            c.gate[0] = -120.0f, c.gate[1] = 120.0f, c.gate[2] = -30.0f, c.gate[3] = 0.0f;
+        }
+        c.out = fnew(n), c.dg = fnew(n), c.du = fnew(n);
+        swi_run(&c);
+        double *ro = dnew(n), *rg = dnew(n), *ru = dnew(n);
+        for (int64_t i = 0; i < n; i++) {
+            const double g = c.gate[i], u = c.up[i], d = c.dout[i];
+            const double sg = 1.0 / (1.0 + exp(-g));
+            ro[i] = g * sg * u;
+            rg[i] = d * u * sg * (1.0 + g * (1.0 - sg));
+            ru[i] = d * g * sg;
+        }
+        check_close("swiglu out", c.out, ro, n, 2e-6);
+        check_close("swiglu dgate", c.dg, rg, n, 2e-6);
+        check_close("swiglu dup", c.du, ru, n, 2e-6);
+        CHECK(isfinite(c.out[0]) && isfinite(c.dg[0]), "swiglu at gate = -120 is not finite");
+
+        /* in place: dgate == gate, dup == up gives the same bits */
+        float *g2 = fcopy(c.gate, n), *u2 = fcopy(c.up, n);
+        be->swiglu_backward(g2, u2, c.dout, g2, u2, n);
+        CHECK(memcmp(g2, c.dg, (size_t)n * sizeof(float)) == 0 &&
+                  memcmp(u2, c.du, (size_t)n * sizeof(float)) == 0,
+              "swiglu_backward n=%lld in place (dgate==gate, dup==up) differs", (long long)n);
+        free(g2), free(u2);
+
+        if (n <= 300) {
+            float *dg = fcopy(c.dg, n), *du = fcopy(c.du, n);
+            check_fd("swiglu dgate fd", c.gate, n, dg, swi_loss, &c, 32, 1e-2, 0.0);
+            check_fd("swiglu dup fd", c.up, n, du, swi_loss, &c, 32, 1e-2, 0.0);
+            free(dg), free(du);
+        } else {
+            det_outs_t o = {{c.out, c.dg, c.du},
+                            {(size_t)n * sizeof(float), (size_t)n * sizeof(float),
+                             (size_t)n * sizeof(float)},
+                            3};
+            check_deterministic("swiglu", swi_run, &c, &o, 1);
+        }
+        free(c.gate), free(c.up), free(c.dout), free(c.out), free(c.dg), free(c.du);
+        free(ro), free(rg), free(ru);
+    }
+}
+
+/* ------------------------------------------------------------------ cross-entropy */
+
+typedef struct {
+    float *logits, *dl;
+    int32_t *tgt;
+    int64_t n, V, vv, count;
+    float gs;
+    double loss;
+} ce_ctx_t;
+
+static void ce_run(void *p)
+{
+    ce_ctx_t *c = p;
+    c->loss = be->cross_entropy(c->dl, c->logits, c->tgt, c->n, c->V, c->vv, c->gs, &c->count);
+}
+
+static double ce_loss(void *p)
+{
+    ce_ctx_t *c = p;
+    int64_t cnt;
+    const double l = be->cross_entropy(NULL, c->logits, c->tgt, c->n, c->V, c->vv, c->gs, &cnt);
+    return l * c->gs;
+}
+
+static void test_cross_entropy(void)
+{
+    /* n, V, v_valid */
+    const int64_t cfg[][3] = {{1, 1, 1},       {1, 5, 3},       {9, 37, 29},
+                              {17, 64, 64},    {8, 1300, 1200}, {300, 150, 131},
+                              {600, 150, 150}, {40, 2000, 1900}};
+    for (size_t s = 0; s < sizeof cfg / sizeof cfg[0]; s++) {
+        ce_ctx_t c = {.n = cfg[s][0], .V = cfg[s][1], .vv = cfg[s][2], .gs = 0.37f};
+        const int64_t n = c.n, V = c.V, vv = c.vv;
+        c.logits = frand(n * V, 4.0);
+        c.tgt = malloc((size_t)n * sizeof(int32_t));
+        int64_t want_count = 0;
+        for (int64_t i = 0; i < n; i++) {
+            c.tgt[i] = (n > 1 && i % 4 == 1) ? -100 : (int32_t)irand(vv);
+            want_count += c.tgt[i] != -100;
+            for (int64_t j = vv; j < V; j++)
+                c.logits[i * V + j] = NAN; /* padding must never be read */
+            if (i % 5 == 2)
+                for (int64_t j = 0; j < vv; j++) /* far from 0: needs a stable log-sum-exp */
+                    c.logits[i * V + j] += 3000.0f;
+            if (i % 5 == 3) /* rising: each 512-column block raises the running max */
+                for (int64_t j = 0; j < vv; j++)
+                    c.logits[i * V + j] += 0.02f * (float)j;
+        }
+        c.dl = fnew(n * V);
+        ffill(c.dl, n * V, NAN);
+        ce_run(&c);
+
+        double rloss = 0.0, *rdl = dnew(n * V);
+        for (int64_t i = 0; i < n; i++) {
+            if (c.tgt[i] == -100)
+                continue;
+            const float *l = c.logits + i * V;
+            double m = -INFINITY, z = 0.0;
+            for (int64_t j = 0; j < vv; j++)
+                m = l[j] > m ? l[j] : m;
+            for (int64_t j = 0; j < vv; j++)
+                z += exp(l[j] - m);
+            rloss += m + log(z) - l[c.tgt[i]];
+            for (int64_t j = 0; j < vv; j++)
+                rdl[i * V + j] = (exp(l[j] - m) / z - (j == c.tgt[i])) * c.gs;
+        }
+        CHECK(c.count == want_count, "cross_entropy n=%lld: count %lld, want %lld", (long long)n,
+              (long long)c.count, (long long)want_count);
+        CHECK(fabs(c.loss - rloss) <= 1e-6 * fabs(rloss) + 1e-6,
+              "cross_entropy n=%lld V=%lld v_valid=%lld: loss %.12g, want %.12g", (long long)n,
+              (long long)V, (long long)vv, c.loss, rloss);
+        char what[96];
+        snprintf(what, sizeof what, "cross_entropy dlogits n=%lld V=%lld v=%lld", (long long)n,
+                 (long long)V, (long long)vv);
+        check_close(what, c.dl, rdl, n * V, 2e-6);
+        int bad = 0;
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < V; j++)
+                if ((c.tgt[i] == -100 || j >= vv) && c.dl[i * V + j] != 0.0f)
+                    bad++;
+        CHECK(bad == 0, "cross_entropy: %d padding/ignored entries of dlogits are not 0", bad);
+
+        /* dlogits == NULL: same loss; dlogits == logits: same bits */
+        int64_t cnt2 = -1;
+        const double l2 = be->cross_entropy(NULL, c.logits, c.tgt, n, V, vv, c.gs, &cnt2);
+        CHECK(l2 == c.loss && cnt2 == c.count, "cross_entropy without dlogits: %.17g vs %.17g",
+              l2, c.loss);
+        float *alias = fcopy(c.logits, n * V);
+        int64_t cnt3 = -1;
+        const double l3 = be->cross_entropy(alias, alias, c.tgt, n, V, vv, c.gs, &cnt3);
+        CHECK(l3 == c.loss && cnt3 == c.count &&
+                  memcmp(alias, c.dl, (size_t)(n * V) * sizeof(float)) == 0,
+              "cross_entropy with dlogits == logits differs from separate buffers");
+        free(alias);
+
+        if (n <= 20) {
+            /* finite differences of grad_scale * loss, one row's real columns at a time */
+            float *g = fcopy(c.dl, n * V);
+            for (int64_t i = 0; i < n && i < 6; i++) {
+                if (c.tgt[i] == -100 || i % 5 == 2)
+                    continue; /* ignored rows have no gradient; +3000 rows lose fd precision */
+                snprintf(what, sizeof what, "cross_entropy fd row %lld (V=%lld v=%lld)",
+                         (long long)i, (long long)V, (long long)vv);
+                check_fd(what, c.logits + i * V, vv, g + i * V, ce_loss, &c, 16, 1e-2, 0.0);
+            }
+            free(g);
+        } else {
+            det_outs_t o = {{c.dl, &c.loss, &c.count},
+                            {(size_t)(n * V) * sizeof(float), sizeof c.loss, sizeof c.count},
+                            3};
+            check_deterministic("cross_entropy", ce_run, &c, &o, 1);
+        }
+        free(c.logits), free(c.tgt), free(c.dl), free(rdl);
+    }
+}
+
+/* ------------------------------------------------------------------ preconditions */
+
+/* Kernels cannot return an error: a violated precondition must stop the
+ * process (SIGABRT) with a message naming the kernel.  Each case runs in a
+ * child process. */
+static void expect_abort(const char *what, const char *needle, void (*fn)(void))
+{
+    int fds[2];
+    if (pipe(fds) != 0) {
+        CHECK(0, "pipe failed");
+        return;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        dup2(fds[1], 2);
+        alarm(10);
+        fn();
+        _exit(0); /* the kernel returned: the precondition was not enforced */
+    }
+    close(fds[1]);
+    char msg[1024] = "";
+    size_t len = 0;
+    ssize_t got;
+    while (len + 1 < sizeof msg && (got = read(fds[0], msg + len, sizeof msg - 1 - len)) > 0)
+        len += (size_t)got;
+    msg[len] = '\0';
+    close(fds[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "%s: child did not abort (status %d)", what,
+          st);
+    CHECK_CONTAINS(msg, needle);
+}
+
+static void bad_target(void)
+{
+    float logits[4] = {0, 1, 2, 3};
+    const int32_t tgt[1] = {3}; /* v_valid = 3: column 3 is padding */
+    int64_t cnt;
+    be->cross_entropy(NULL, logits, tgt, 1, 4, 3, 1.0f, &cnt);
+}
+
+static void bad_token(void)
+{
+    float table[4] = {0}, out[2];
+    const int32_t tok[1] = {-1};
+    be->embedding_forward(out, tok, table, 1, 2);
+}
+
+static void bad_gqa(void)
+{
+    float buf[64] = {0};
+    be->attention_forward(buf, buf, buf, buf, buf, NULL, 1, 1, 3, 2, 8);
+}
+
+static void bad_doc_start(void)
+{
+    float q[16] = {0}, k[16] = {0}, v[16] = {0}, out[16], lse[2];
+    const int32_t ds[2] = {0, 2}; /* token 1 cannot start after itself */
+    be->attention_forward(out, lse, q, k, v, ds, 1, 2, 1, 1, 8);
+}
+
+static void bad_rope(void)
+{
+    float x[3] = {0};
+    const int32_t pos[1] = {0};
+    be->rope_forward(x, pos, 1, 1, 3, 10000.0);
+}
+
+static void bad_adam_step(void)
+{
+    float p = 0, g = 0, m = 0, v = 0;
+    be->adamw(&p, &g, &m, &v, 1, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 0);
+}
+
+static void test_preconditions(void)
+{
+    omp_set_num_threads(1);
+    expect_abort("cross_entropy target in padding", "cross_entropy", bad_target);
+    expect_abort("embedding negative token", "tokens[0] = -1", bad_token);
+    expect_abort("attention nh % nkv != 0", "nh must be a multiple of nkv", bad_gqa);
+    expect_abort("attention doc_start > t", "doc_start[1] = 2", bad_doc_start);
+    expect_abort("rope odd head_dim", "must be even", bad_rope);
+    expect_abort("adamw t = 0", "steps count from 1", bad_adam_step);
+}
+
+/* ------------------------------------------------------------------ main */
+
+int main(void)
+{
+    const char *ve = getenv("MT_TEST_VERBOSE");
+    verbose = ve && *ve && strcmp(ve, "0") != 0;
+    omp_set_num_threads(1);
+    be = mt_backend_cpu();
+    CHECK(be && strcmp(be->name, "cpu") == 0, "mt_backend_cpu() name");
+    CHECK(be->matmul && be->embedding_forward && be->embedding_backward && be->rmsnorm_forward &&
+              be->rmsnorm_backward && be->rope_forward && be->rope_backward &&
+              be->attention_forward && be->attention_backward && be->swiglu_forward &&
+              be->swiglu_backward && be->cross_entropy && be->add && be->sum_squares &&
+              be->scale && be->adamw,
+          "mt_backend_cpu() has an empty slot");
+
+    test_expf();
+    test_matmul();
+    test_elementwise();
+    test_adamw();
+    test_embedding();
+    test_rmsnorm();
+    test_rope();
+    test_attention();
+    test_swiglu();
+    test_cross_entropy();
+    test_preconditions();
+    return mt_test_exit("test_kernels");
+}
