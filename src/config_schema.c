@@ -186,6 +186,10 @@ const mt_cfg_key_t mt_cfg_keys[] = {
            "megatron_fsdp only: overlap gradient reduction with backward."),
     K_BOOL("distributed.overlap_param_gather", distributed.overlap_param_gather, "true",
            "megatron_fsdp only: overlap parameter all-gather with forward."),
+    K_FLT("distributed.ddp_bucket_cap_mb", distributed.ddp_bucket_cap_mb, "25.0",
+          "ddp only: gradients are all-reduced in buckets of about this many MiB (whole "
+          "parameters), each started as soon as backward has finished its gradients. Must be "
+          "positive."),
     K_INT("distributed.timeout_s", distributed.timeout_s, "1800", 1,
           "Collective timeout in seconds."),
     K_ENUM("distributed.pipeline.pp_schedule", distributed.pipeline.pp_schedule, schedule_enum,

@@ -81,7 +81,10 @@ static bool key_set(const mt_config_t *cfg, const char *path)
     mt_config_t *def = calloc(1, sizeof *def);
     if (!def)
         return true;
-    size_t size = k->type == MT_T_BOOL ? sizeof(bool) : k->type == MT_T_INT ? sizeof(int64_t) : 0;
+    size_t size = k->type == MT_T_BOOL    ? sizeof(bool)
+                  : k->type == MT_T_INT   ? sizeof(int64_t)
+                  : k->type == MT_T_FLOAT ? sizeof(double)
+                                          : 0;
     bool differs = true;
     if (size && mt_cfg_set_default(def, k) == MT_OK)
         differs = memcmp((const char *)cfg + k->offset, (const char *)def + k->offset, size) != 0;
@@ -126,6 +129,9 @@ static void check_ranges(vctx_t *v)
     if (m->router_aux_loss_coef < 0)
         verr(v, "model.router_aux_loss_coef", "must not be negative, got %g",
              m->router_aux_loss_coef);
+    if (!(cfg->distributed.ddp_bucket_cap_mb > 0))
+        verr(v, "distributed.ddp_bucket_cap_mb", "must be positive, got %g",
+             cfg->distributed.ddp_bucket_cap_mb);
     const mt_optimizer_config_t *o = &cfg->optimizer;
     if (!(o->lr > 0))
         verr(v, "optimizer.lr", "must be positive, got %g", o->lr);
@@ -247,6 +253,9 @@ static void check_sizes(vctx_t *v, int64_t world)
                      axes[i], (long long)vals[i]);
         }
     }
+    if (d->strategy != MT_STRATEGY_DDP && key_set(cfg, "distributed.ddp_bucket_cap_mb"))
+        verr(v, "distributed.ddp_bucket_cap_mb", "is a ddp option; strategy is %s",
+             mt_strategy_name(d->strategy));
     if (d->strategy != MT_STRATEGY_FSDP2 && key_set(cfg, "distributed.defer_fsdp_grad_sync"))
         verr(v, "distributed.defer_fsdp_grad_sync", "is an fsdp2 option; strategy is %s",
              mt_strategy_name(d->strategy));

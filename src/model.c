@@ -171,12 +171,18 @@ double mt_model_step(mt_model_t *m, const int32_t *tokens, const int32_t *target
     linear_backward(m, m->dh, 0.0f, m->logits, m->xf, m->lm_head);
     be->rmsnorm_backward(m->dres, m->final_norm->grad, m->dh, m->x_final, m->final_norm->data,
                          m->rstdf, N, H);
+    if (m->grad_ready) /* untied lm_head sits after the final norm; tied, it is the embedding */
+        m->grad_ready(m->grad_ready_ctx, m->final_norm->data - m->param_mem);
     for (int l = m->L - 1; l >= 0; l--) {
         mt_layer_acts_t *a = &m->acts[l];
         if (m->checkpointing) /* recompute this layer's activations into scratch */
             layer_forward(m, l, a, m->datt);
         layer_backward(m, l, a);
+        if (m->grad_ready)
+            m->grad_ready(m->grad_ready_ctx, m->layers[l].attn_norm->data - m->param_mem);
     }
     be->embedding_backward(m->embed->grad, m->dres, tokens, N, H);
+    if (m->grad_ready)
+        m->grad_ready(m->grad_ready_ctx, 0);
     return loss;
 }

@@ -104,6 +104,7 @@ typedef struct {
     bool sequence_parallel, activation_checkpointing, defer_fsdp_grad_sync;
     int64_t zero_dp_strategy;
     bool overlap_grad_reduce, overlap_param_gather;
+    double ddp_bucket_cap_mb;
     int64_t timeout_s;
     mt_pipeline_config_t pipeline;
     mt_moe_config_t moe;

@@ -74,6 +74,14 @@ typedef struct {
     float *x_final, *xf, *rstdf, *logits;
     float *dres, *dtmp, *dh, *datt, *dq, *dk, *dv, *dI;
     int32_t *pos;        /* [N] positions */
+
+    /* Called during backward each time the gradients of every parameter
+     * at arena offset >= from are final for this micro-step (offsets only
+     * go down: lm_head and the final norm, then layer L-1 ... 0, then the
+     * embedding at 0).  The parallelize layer uses it to start gradient
+     * reductions while backward goes on.  NULL: no hook. */
+    void (*grad_ready)(void *ctx, int64_t from);
+    void *grad_ready_ctx;
 } mt_model_t;
 
 /* Shape from a validated config (padded vocabulary, head_dim, ...), for a

@@ -14,6 +14,8 @@
 
 #include "mt_backend.h"
 #include "mt_checkpoint.h"
+#include "mt_comm.h"
+#include "mt_ddp.h"
 #include "mt_data.h"
 #include "mt_model.h"
 #include "mt_optim.h"
@@ -83,6 +85,7 @@ typedef struct {
     mt_adamw_t opt;
     int32_t *tokens, *targets;   /* [accum][B*T] */
     mt_train_ckpt_t ckpt;
+    mt_ddp_t ddp;
 } run_t;
 
 static void run_free(run_t *r)
@@ -95,6 +98,7 @@ static void run_free(run_t *r)
     free(r->tokens);
     free(r->targets);
     mt_train_ckpt_free(&r->ckpt);
+    mt_ddp_free(&r->ddp);
 }
 
 static mt_status_t setup(run_t *r, const mt_config_t *cfg)
@@ -147,15 +151,23 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
     MT_MPI_TRY(MPI_Comm_size(comm, &size));
     memset(res, 0, sizeof *res);
     res->resumed_from_step = -1;
-    if (size != 1)
-        MT_FAIL(MT_ERR_UNSUPPORTED, "this release trains on one rank; the config was validated "
-                "for %d ranks (data parallelism is the next release)", size);
-    (void)mesh;
+    if (size != 1 && cfg->distributed.strategy != MT_STRATEGY_DDP)
+        MT_FAIL(MT_ERR_UNSUPPORTED, "strategy %s trains on one rank in this release; the config "
+                "was validated for %d ranks: use distributed.strategy=ddp for data parallelism "
+                "(fsdp2 and megatron_fsdp sharding are the next release)",
+                mt_strategy_name(cfg->distributed.strategy), size);
+    /* ddp validation guarantees tp = pp = cp = ep = 1: the dp group is everyone */
+    MPI_Comm dp = mesh->group[MT_GROUP_DP];
+    int dp_rank = mesh->group_rank[MT_GROUP_DP], dp_size = mesh->group_size[MT_GROUP_DP];
+    mt_comm_set_wait_mode(mesh->node);
 
     run_t *r = calloc(1, sizeof *r);
     if (!r)
         MT_FAIL(MT_ERR_NOMEM, "run state");
     mt_status_t s = setup(r, cfg);
+    if (s == MT_OK)
+        s = mt_ddp_init(&r->ddp, dp, &r->model,
+                        (int64_t)(cfg->distributed.ddp_bucket_cap_mb * 1048576.0));
     if (s != MT_OK) {
         mt_error_trace(__FILE__, __LINE__);
         run_free(r), free(r);
@@ -179,7 +191,7 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
             goto fail;
     }
 
-    double peak = mt_measure_sgemm_gflops(1024, 3);
+    double peak = mt_measure_sgemm_gflops(1024, 3) * (double)size;
     double flops_tok = mt_model_flops_per_token(m);
     FILE *metrics = NULL;
     if (rank == 0 && cfg->logging.metrics_file[0]) {
@@ -210,20 +222,30 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
     int64_t max_steps = cfg->step_scheduler.max_steps, step;
     for (step = start + 1; step <= max_steps; step++) {
         double t0 = now_s();
-        int64_t count = 0;
+        int64_t count = 0, local_count = 0;
         for (int64_t u = 0; u < accum; u++) {
-            mt_data_fill_batch(&r->data, &sampler, step - 1, G, 0, 1, u, m->B, r->tokens + u * N,
-                               r->targets + u * N);
+            mt_data_fill_batch(&r->data, &sampler, step - 1, G, dp_rank, dp_size, u, m->B,
+                               r->tokens + u * N, r->targets + u * N);
             for (int64_t i = 0; i < N; i++)
-                count += r->targets[u * N + i] != MT_IGNORE_INDEX;
+                local_count += r->targets[u * N + i] != MT_IGNORE_INDEX;
         }
+        /* the loss is a token mean over the whole global batch */
+        s = mt_allreduce(&local_count, &count, 1, MPI_INT64_T, MPI_SUM, dp);
+        if (s != MT_OK)
+            break;
         mt_model_zero_grad(m);
-        double sum = 0;
+        double local_sum = 0, sum = 0;
         float scale = count ? 1.0f / (float)count : 0.0f;
         for (int64_t u = 0; u < accum; u++) {
             int64_t c = 0;
-            sum += mt_model_step(m, r->tokens + u * N, r->targets + u * N, true, scale, &c);
+            mt_ddp_begin(&r->ddp, u == accum - 1);
+            local_sum += mt_model_step(m, r->tokens + u * N, r->targets + u * N, true, scale, &c);
         }
+        s = mt_ddp_finish(&r->ddp);
+        if (s == MT_OK)
+            s = mt_allreduce(&local_sum, &sum, 1, MPI_DOUBLE, MPI_SUM, dp);
+        if (s != MT_OK)
+            break;
         loss = count ? sum / (double)count : NAN;
         double gnorm = sqrt(mt_grad_sumsq(m));
         double coef = mt_clip_coef(gnorm, cfg->optimizer.max_grad_norm);

@@ -16,9 +16,22 @@ data="$abs_top_builddir/share/data/tiny-corpus.bin"
 set_run() { echo "dataset.path=$data checkpoint.checkpoint_dir=$workdir/$1 logging.metrics_file=$workdir/$1.jsonl"; }
 losses() { sed -n 's/.*"step": \([0-9]*\), "loss": \([^,]*\),.*/\1 \2/p' "$1" | sort -n -k1,1 -u; }
 
-# A: uninterrupted
-expect_rc 0 "$dense" --config "$cfg" $(set_run A)
+# A: uninterrupted, with a validation loss every 10 steps
+expect_rc 0 "$dense" --config "$cfg" $(set_run A) dataset.validation_path="$data" \
+    step_scheduler.val_every_steps=10
 expect_in "$out" "done after step 40" "run A"
+expect_in "$out" "| val_loss " "validation loss in the log"
+checks=$((checks + 1))
+[ "$(grep -c '"val_loss"' "$workdir/A.jsonl")" -eq 4 ] || fail "expected 4 val_loss entries"
+checks=$((checks + 1))
+python3 -c "import json,sys; [json.loads(l) for l in open(sys.argv[1])]" "$workdir/A.jsonl" ||
+    fail "metrics.jsonl lines are not JSON"
+
+# save_initial writes step 0 before the first update
+expect_rc 0 "$dense" --config "$cfg" $(set_run S) checkpoint.save_initial=true step_scheduler.max_steps=2
+checks=$((checks + 1))
+[ -d "$workdir/S/step_00000000" ] && [ -d "$workdir/S/step_00000002" ] &&
+    [ "$(cat "$workdir/S/latest")" = "step_00000002" ] || fail "save_initial: $(ls "$workdir/S")"
 
 # B: stopped by SIGUSR1 once step 7 is logged, then resumed
 "$dense" --config "$cfg" $(set_run B) > "$workdir/B1.out" 2>&1 &

@@ -1,0 +1,38 @@
+/* mt_comm.h: waiting for non-blocking MPI operations without starving the
+ * ranks that share a core.
+ *
+ * MPICH's blocking calls busy-poll.  With more ranks than cores (tests
+ * oversubscribe 8 ranks on 2 cores; some sites oversubscribe on purpose)
+ * that costs a scheduler time slice per message.  mt_wait_all tests the
+ * requests, and when the node is oversubscribed, sleeps between tests with
+ * a short backoff.  It measured 26 ms -> 3 ms per 8-rank all-reduce on 2
+ * cores.  On a node with a core per rank it spins like MPI_Waitall. */
+#ifndef MT_COMM_H
+#define MT_COMM_H
+
+#include <mpi.h>
+
+#include "mt_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { MT_WAIT_AUTO, MT_WAIT_SPIN, MT_WAIT_SLEEP } mt_wait_mode_t;
+
+/* Decide once from the node communicator: sleep when it has more ranks
+ * than online cores.  MESHTRAIN_WAIT=spin|sleep overrides. */
+void mt_comm_set_wait_mode(MPI_Comm node);
+mt_wait_mode_t mt_comm_wait_mode(void);
+
+/* Complete n requests (MPI_REQUEST_NULL entries are fine). */
+mt_status_t mt_wait_all(int n, MPI_Request *reqs);
+
+/* A blocking all-reduce that waits politely (MPI_Iallreduce + mt_wait_all). */
+mt_status_t mt_allreduce(const void *send, void *recv, int count, MPI_Datatype type, MPI_Op op,
+                         MPI_Comm comm);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,54 @@
+/* mt_ddp.h: the ddp strategy's gradient reduction.
+ *
+ * Parameters are replicated; gradients are summed over the data-parallel
+ * group in buckets of about distributed.ddp_bucket_cap_mb.  A bucket's
+ * MPI_Iallreduce starts as soon as backward has finished every gradient in
+ * it (the model's grad_ready hook), so communication overlaps the rest of
+ * backward.  With gradient accumulation only the last micro-step reduces
+ * (like PyTorch DDP's no_sync).  The model's loss scale is 1 / (global
+ * token count), so the summed gradient is the global token mean. */
+#ifndef MT_DDP_H
+#define MT_DDP_H
+
+#include <mpi.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "mt_model.h"
+#include "mt_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int64_t offset, count; /* range of the gradient arena */
+} mt_ddp_bucket_t;
+
+typedef struct {
+    MPI_Comm comm;
+    int size;
+    mt_model_t *model;
+    mt_ddp_bucket_t *buckets; /* from the end of the arena backwards */
+    MPI_Request *reqs;        /* one per bucket */
+    int nbuckets, next;       /* next bucket to launch */
+    bool sync;                /* reduce during this backward */
+    mt_status_t error;        /* first MPI failure inside the hook */
+    char error_msg[512];
+} mt_ddp_t;
+
+/* Buckets over the model's parameters, in backward order; registers the
+ * model's grad_ready hook.  comm is the data-parallel group. */
+mt_status_t mt_ddp_init(mt_ddp_t *d, MPI_Comm comm, mt_model_t *m, int64_t bucket_bytes);
+void mt_ddp_free(mt_ddp_t *d);
+
+/* Before each micro-step's backward: sync true on the last one. */
+void mt_ddp_begin(mt_ddp_t *d, bool sync);
+
+/* After the last micro-step: launch what is left, wait for every bucket. */
+mt_status_t mt_ddp_finish(mt_ddp_t *d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
