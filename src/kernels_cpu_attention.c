@@ -11,227 +11,392 @@
  *             dk = c dS^T q,  dv = P^T dout  (dk, dv summed over the nh/nkv
  *             query heads of the group).
  *
- * Layout: keys are processed in blocks of KB rows transposed into a small
- * [hd][KB] buffer, so scores and dP are unit-stride AXPYs over the block
- * instead of horizontal dot products; fully masked blocks (t' > t, or
- * t' < lo_t) are skipped.  The forward keeps a running max and sum (online
- * softmax) so scratch does not grow with T.  All scratch is on the stack
- * (a few tens of KiB for hd = 64..128), nothing is allocated.
+ * Tiling: the query rows of kv head g are the pairs (token t, query head hh
+ * of the group), flattened as f = t*group + hh; a token's group heads are
+ * adjacent in q, and stacking them lets GQA share each key block among all
+ * of them.  A tile is `rows` consecutive flattened rows (64, fewer when
+ * hd > 64), packed into a stack buffer with q scaled by c.  Keys come in
+ * blocks of up to KB = 128, read in place.  Each (tile, key block) step is
+ * a few cblas_sgemm calls plus one elementwise pass over the block:
+ *   forward   S = Qs K^T;  mask, running max/sum, P = exp(S - max)
+ *             (online softmax);  O = O*corr + P V
+ *   backward  S = Qs K^T, dP = dO V^T;  P = exp(S - lse), dS = P (dP - D);
+ *             dV += P^T dO,  dK += dS^T Qs,  dQ += dS K
+ * Key blocks run from the tile's first visible key (the smallest doc_start
+ * of its rows) to its last token, the last block cut there.  Every key in
+ * that range is visible to some row of the tile (each token sees itself),
+ * so only masked entries inside the blocks are computed and thrown away:
+ * the triangle above the diagonal in the tile's own tokens, about 12% of
+ * the products at T = 256 and 1.5% at T = 2048 (plus, with documents, the
+ * keys before a row's doc_start).  exp is evaluated for visible entries
+ * only, by exp_neg below (a faster mt_cpu_expf for arguments <= 0, its
+ * loops also built for AVX2 with the same bits).
  *
- * Parallelism and determinism: the forward runs (b, h, query tile) items
- * in parallel; each output row is computed by one thread with a fixed
- * sequence of operations.  The backward runs (b, kv head) tasks in
- * parallel; each task owns its dk/dv rows and the dq rows of its query
- * heads and adds contributions in a fixed order (key block, query head,
- * query row), so no atomics are needed.  Results are bit-identical at any
- * thread count.  The backward's parallelism is B*nkv: with fewer tasks than
- * threads some threads idle (a two-pass dq/dkdv split would fix that at
- * ~40% more arithmetic).  No dropout, no sliding window, no bias/ALiBi,
- * no KV cache. */
+ * Memory: all scratch is on the stack, fixed by the constants below
+ * whatever the shapes: 64 KiB per thread in the forward, 112 KiB in the
+ * backward.  Nothing is allocated here; OpenBLAS packs operands into its
+ * own buffer pool, as it does for every matmul.
+ *
+ * Parallelism and determinism: the forward runs (b, g, tile) items in
+ * parallel; the backward runs (b, g) tasks, each owning the dk/dv rows of
+ * its kv head and the dq rows of its query heads and walking its tiles in
+ * order, key blocks in order inside a tile, so the contributions to dk and
+ * dv arrive in a fixed order without atomics.  The decomposition depends on
+ * the shapes only, and each sgemm runs whole on the thread that calls it:
+ * inside the parallel region every thread sets its own nthreads ICV to 1,
+ * so an OpenMP-threaded OpenBLAS (what configure picks) stays
+ * single-threaded.  Results are therefore bit-identical at any OpenMP
+ * thread count.  (A pthreads OpenBLAS splits the larger calls over its own
+ * pool, whose size OPENBLAS_NUM_THREADS fixes: still independent of the
+ * OpenMP thread count, but slow beside OpenMP.)  The backward's parallelism
+ * is B*nkv: with fewer tasks than threads some threads idle.
+ *
+ * Not done here: dropout, sliding windows, bias/ALiBi, a KV cache, reduced
+ * precision. */
+#include <cblas.h>
+#include <limits.h>
 #include <math.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "kernels_cpu_internal.h"
 
-#define FWD_QT 32       /* query rows per forward item */
-#define BWD_QT 16       /* query rows per backward tile */
-#define KB_MAX 64       /* keys per block */
-#define KT_FLOATS 16384 /* a transposed key block holds at most this many floats */
-#define HD_MAX 1024     /* largest head_dim served (KB >= 16) */
+#define ROWS 64          /* flattened query rows per tile, at most */
+#define TILE_FLOATS 4096 /* rows * hd <= this: a packed tile is 16 KiB */
+#define KB 128           /* keys per block */
+#define HD_MAX 1024      /* largest head_dim served (4 rows per tile) */
 
-#define LANES 16       /* register tile: 16 floats = 4 SSE / 2 AVX registers */
+typedef struct {
+    int64_t B, T, nh, nkv, hd, group, qstride, kvstride, rows, ntiles;
+    float scale;
+    const int32_t *doc_start;
+    const char *kernel;
+} geom_t;
 
-/* Keys per block: a multiple of LANES, at most KB_MAX, and kbw * hd <= KT_FLOATS. */
-static int64_t key_block(int64_t hd)
-{
-    int64_t kb = KT_FLOATS / hd / LANES * LANES;
-    return kb > KB_MAX ? KB_MAX : kb;
-}
-
-static void check_shapes(const char *kernel, int64_t B, int64_t T, int64_t nh, int64_t nkv,
-                         int64_t hd)
+static geom_t make_geom(const char *kernel, const int32_t *doc_start, int64_t B, int64_t T,
+                        int64_t nh, int64_t nkv, int64_t hd)
 {
     MT_CPU_REQUIRE(B >= 0 && T >= 0 && nkv >= 1 && nh >= nkv && nh % nkv == 0, kernel,
                    "B=%lld T=%lld nh=%lld nkv=%lld (nh must be a multiple of nkv)",
                    (long long)B, (long long)T, (long long)nh, (long long)nkv);
-    MT_CPU_REQUIRE(hd >= 1 && hd <= HD_MAX, kernel, "hd=%lld, supported 1..%d", (long long)hd,
-                   HD_MAX);
+    MT_CPU_REQUIRE(hd >= 1 && hd <= HD_MAX && nh * hd <= INT_MAX, kernel,
+                   "hd=%lld, supported 1..%d (and nh*hd <= INT_MAX)", (long long)hd, HD_MAX);
+    geom_t G = {.B = B, .T = T, .nh = nh, .nkv = nkv, .hd = hd, .group = nh / nkv,
+                .qstride = nh * hd, .kvstride = nkv * hd, .doc_start = doc_start,
+                .kernel = kernel};
+    G.rows = TILE_FLOATS / hd < ROWS ? TILE_FLOATS / hd : ROWS;
+    G.ntiles = (T * G.group + G.rows - 1) / G.rows;
+    G.scale = (float)(1.0 / sqrt((double)hd));
+    return G;
 }
 
-/* First key of row t of batch row b (0 without a document mask). */
-static inline int64_t row_lo(const int32_t *doc_start, int64_t b, int64_t T, int64_t t,
-                             const char *kernel)
+/* C = op(A) op(B) + beta C, row-major, on the calling thread (see above). */
+static inline void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
+                         int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                         int64_t ldc)
 {
-    if (!doc_start)
-        return 0;
-    const int64_t lo = doc_start[b * T + t];
-    MT_CPU_REQUIRE(lo >= 0 && lo <= t, kernel, "doc_start[%lld] = %lld, must be in [0, %lld]",
-                   (long long)(b * T + t), (long long)lo, (long long)t);
-    return lo;
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
 }
 
-/* kt[d][c] = k_(j0+c)[d] for c < nj, zero for nj <= c < kbw. */
-static inline void transpose_block(float *restrict kt, const float *restrict k, int64_t stride,
-                                   int64_t nj, int64_t kbw, int64_t hd)
+/* S = A B^T into the score buffer s (rows KB apart).  Zeroing it here and
+ * accumulating gives the bits of beta = 0 and is faster than OpenBLAS's
+ * own beta = 0 pass over C (about 15% on these small products). */
+static inline void scores(float *s, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                          const float *b, int64_t ldb)
 {
-    for (int64_t c = 0; c < nj; c++) {
-        const float *restrict kr = k + c * stride;
-        for (int64_t d = 0; d < hd; d++)
-            kt[d * kbw + c] = kr[d];
-    }
-    if (nj < kbw)
-        for (int64_t d = 0; d < hd; d++)
-            for (int64_t c = nj; c < kbw; c++)
-                kt[d * kbw + c] = 0.0f;
+    memset(s, 0, (size_t)(m * KB) * sizeof(float));
+    sgemm(false, true, m, n, k, a, lda, b, ldb, 1.0f, s, KB);
 }
 
-/* s[c] = sum_d x[d] kt[d][c] for c in [c0, c1), accumulated over d in
- * order, LANES columns at a time held in registers.  Whole LANES-aligned
- * chunks are computed, so s[] entries just outside [c0, c1) get values too
- * (kt is zero-padded to kbw columns); callers ignore them.  Each s[c] gets
- * the same bits whatever the range, and forward and backward both form
- * scores here, so the backward's S matches the forward's exactly. */
-static inline void block_dots(float *restrict s, const float *restrict x, const float *restrict kt,
-                              int64_t kbw, int64_t hd, int64_t c0, int64_t c1)
+/* Called first thing inside the parallel region: nested parallelism (an
+ * OpenMP OpenBLAS's) of this thread becomes single-threaded.  It sets the
+ * ICV of the region's implicit task only, so the caller's is untouched. */
+static inline void single_threaded_blas(void)
 {
-    for (int64_t cb = c0 / LANES * LANES; cb < c1; cb += LANES) {
-        mt_v4f a0 = {0, 0, 0, 0}, a1 = a0, a2 = a0, a3 = a0;
-        const float *restrict kr = kt + cb;
-        for (int64_t d = 0; d < hd; d++, kr += kbw) {
-            const float xd = x[d];
-            a0 += xd * mt_v4f_load(kr);
-            a1 += xd * mt_v4f_load(kr + 4);
-            a2 += xd * mt_v4f_load(kr + 8);
-            a3 += xd * mt_v4f_load(kr + 12);
+#ifdef _OPENMP
+    omp_set_num_threads(1);
+#endif
+}
+
+/* Rows f0..f0+n of kv head g of batch row b: the token hi[r] (also its last
+ * visible key), the first visible key lo[r], the row's offset in q, out,
+ * dout, dq (qoff[r]) and in lse (loff[r]).  Returns the smallest lo. */
+static int64_t tile_rows(const geom_t *G, int64_t b, int64_t g, int64_t f0, int64_t n,
+                         int64_t *lo, int64_t *hi, int64_t *qoff, int64_t *loff)
+{
+    int64_t minlo = INT64_MAX;
+    for (int64_t r = 0; r < n; r++) {
+        const int64_t t = (f0 + r) / G->group, h = g * G->group + (f0 + r) % G->group;
+        int64_t l = 0;
+        if (G->doc_start) {
+            l = G->doc_start[b * G->T + t];
+            MT_CPU_REQUIRE(l >= 0 && l <= t, G->kernel,
+                           "doc_start[%lld] = %lld, must be in [0, %lld]",
+                           (long long)(b * G->T + t), (long long)l, (long long)t);
         }
-        mt_v4f_store(s + cb, a0);
-        mt_v4f_store(s + cb + 4, a1);
-        mt_v4f_store(s + cb + 8, a2);
-        mt_v4f_store(s + cb + 12, a3);
+        lo[r] = l;
+        hi[r] = t;
+        qoff[r] = (b * G->T + t) * G->qstride + h * G->hd;
+        loff[r] = (b * G->nh + h) * G->T + t;
+        minlo = l < minlo ? l : minlo;
+    }
+    return minlo;
+}
+
+/* dst[r][:] = src[off[r] .. off[r]+hd) * s for r < n, rows hd apart. */
+static void pack_rows(float *restrict dst, const float *restrict src, const int64_t *off,
+                      int64_t n, int64_t hd, float s)
+{
+    for (int64_t r = 0; r < n; r++) {
+        const float *restrict x = src + off[r];
+#pragma omp simd
+        for (int64_t d = 0; d < hd; d++)
+            dst[r * hd + d] = x[d] * s;
     }
 }
 
-/* y[d] += sum_r a[r] X[r][d] for d < hd, X rows `stride` apart, summed over
- * r in order (so each y[d] gets the bits of n successive AXPYs), LANES
- * outputs at a time held in registers. */
-static inline void gemv_t_acc(float *restrict y, const float *restrict a, const float *restrict X,
-                              int64_t stride, int64_t n, int64_t hd)
+/* Visible columns [*c0, *c1) of row r in the key block j0..j0+nj (empty
+ * when *c0 >= *c1). */
+static inline void row_cols(const int64_t *lo, const int64_t *hi, int64_t r, int64_t j0,
+                            int64_t nj, int64_t *c0, int64_t *c1)
 {
-    int64_t d0 = 0;
-    for (; d0 + LANES <= hd; d0 += LANES) {
-        mt_v4f y0 = mt_v4f_load(y + d0), y1 = mt_v4f_load(y + d0 + 4),
-               y2 = mt_v4f_load(y + d0 + 8), y3 = mt_v4f_load(y + d0 + 12);
-        const float *restrict xr = X + d0;
-        for (int64_t r = 0; r < n; r++, xr += stride) {
-            const float ar = a[r];
-            y0 += ar * mt_v4f_load(xr);
-            y1 += ar * mt_v4f_load(xr + 4);
-            y2 += ar * mt_v4f_load(xr + 8);
-            y3 += ar * mt_v4f_load(xr + 12);
-        }
-        mt_v4f_store(y + d0, y0);
-        mt_v4f_store(y + d0 + 4, y1);
-        mt_v4f_store(y + d0 + 8, y2);
-        mt_v4f_store(y + d0 + 12, y3);
+    *c0 = (lo[r] > j0 ? lo[r] : j0) - j0;
+    *c1 = (hi[r] < j0 + nj - 1 ? hi[r] : j0 + nj - 1) - j0 + 1;
+}
+
+/* ------------------------------------------------------------------ row helpers */
+
+/* s[c] = 0 for c < c0 and c1 <= c < nj (mostly nothing: skip the calls) */
+static inline void zero_outside(float *s, int64_t c0, int64_t c1, int64_t nj)
+{
+    if (c0 > 0)
+        memset(s, 0, (size_t)c0 * sizeof(float));
+    if (c1 < nj)
+        memset(s + c1, 0, (size_t)(nj - c1) * sizeof(float));
+}
+
+/* exp(x) for the softmax arguments here, all <= 0 (up to rounding):
+ * mt_cpu_expf's range reduction, polynomial and exponent bits, with the
+ * polynomial in Estrin form (a shorter dependency chain, about 25% faster)
+ * and only the lower clamp.  Max relative error 8.1e-8 over [-87, 0], the
+ * same as mt_cpu_expf, whose bits it gives on all but 1e-4 of the inputs;
+ * exactly 0 below -87 and for -inf; NaN for NaN.  Not valid above 88. */
+static inline float exp_neg(float x)
+{
+    const int under = x < -87.0f;
+    const float xc = mt_cpu_select(under, -87.0f, x);
+    const float t = xc * 1.44269504088896341f + 12582912.0f; /* + 1.5*2^23 rounds */
+    const float n = t - 12582912.0f;
+    float r = xc - n * 0.693359375f; /* ln2 split in two for an exact n ln2 */
+    r = r - n * -2.12194440e-4f;
+    const float r2 = r * r;
+    const float a = r * 1.9875691500e-4f + 1.3981999507e-3f;
+    const float b = r * 8.3334519073e-3f + 4.1665795894e-2f;
+    const float c = r * 1.6666665459e-1f + 5.0000001201e-1f;
+    const float p = (a * r2 + b) * r2 + c;
+    uint32_t ti, ei;
+    memcpy(&ti, &t, sizeof ti);
+    ei = (ti - 0x4B400000u + 127u) << 23; /* 2^n from the low bits of t */
+    float e;
+    memcpy(&e, &ei, sizeof e);
+    return mt_cpu_select(under, 0.0f, ((p * r2 + r) + 1.0f) * e);
+}
+
+/* The exp loops are the largest cost outside BLAS.  On x86-64 GCC compiles
+ * them twice, for SSE2 and for AVX2 (8 lanes), and the loader picks one
+ * for the CPU (ifunc).  Both do the same IEEE operations lane by lane (no
+ * FMA: AVX2 does not imply it), so the results are the same bits on any
+ * x86-64; a -march build that already has AVX2 skips the clones. */
+#if defined(__GNUC__) && __GNUC__ >= 6 && !defined(__clang__) && defined(__x86_64__) && \
+    defined(__linux__) && !defined(__AVX2__)
+#define MT_EXP_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define MT_EXP_CLONES
+#endif
+
+/* s[c] = exp(s[c] - m) for c < n */
+MT_EXP_CLONES static void exp_row(float *restrict s, int64_t n, float m)
+{
+#pragma omp simd
+    for (int64_t c = 0; c < n; c++)
+        s[c] = exp_neg(s[c] - m);
+}
+
+/* p[c] = exp(p[c] - L) (P from S), ds[c] = p[c] (ds[c] - D) (dS from dP),
+ * for c < n */
+MT_EXP_CLONES static void grad_row(float *restrict p, float *restrict ds, int64_t n, float L,
+                                   float D)
+{
+#pragma omp simd
+    for (int64_t c = 0; c < n; c++) {
+        const float pc = exp_neg(p[c] - L);
+        p[c] = pc;
+        ds[c] = pc * (ds[c] - D);
     }
-    for (; d0 + 4 <= hd; d0 += 4) {
-        mt_v4f y0 = mt_v4f_load(y + d0);
-        const float *restrict xr = X + d0;
-        for (int64_t r = 0; r < n; r++, xr += stride)
-            y0 += a[r] * mt_v4f_load(xr);
-        mt_v4f_store(y + d0, y0);
+}
+
+/* max of s[0..n), n >= 1 (exact, so the order does not matter), 8 lanes
+ * in two independent chains */
+static inline float row_max(const float *s, int64_t n)
+{
+    mt_v4f m0 = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, m1 = m0;
+    int64_t c = 0;
+    for (; c + 8 <= n; c += 8) {
+        const mt_v4f x0 = mt_v4f_load(s + c), x1 = mt_v4f_load(s + c + 4);
+        const mt_v4i g0 = x0 > m0, g1 = x1 > m1;
+        m0 = (mt_v4f)((g0 & (mt_v4i)x0) | (~g0 & (mt_v4i)m0));
+        m1 = (mt_v4f)((g1 & (mt_v4i)x1) | (~g1 & (mt_v4i)m1));
     }
-    for (; d0 < hd; d0++) {
-        float y0 = y[d0];
-        for (int64_t r = 0; r < n; r++)
-            y0 += a[r] * X[r * stride + d0];
-        y[d0] = y0;
+    float mx = s[0];
+    for (int i = 0; i < 4; i++) {
+        mx = m0[i] > mx ? m0[i] : mx;
+        mx = m1[i] > mx ? m1[i] : mx;
     }
+    for (; c < n; c++)
+        mx = s[c] > mx ? s[c] : mx;
+    return mx;
 }
 
 /* ------------------------------------------------------------------ forward */
+
+/* Forward of tile f0..f0+n of (b, g): its out rows and lse entries. */
+static void forward_tile(const geom_t *G, float *restrict out, float *restrict lse,
+                         const float *restrict q, const float *restrict k,
+                         const float *restrict v, int64_t b, int64_t g, int64_t f0, int64_t n)
+{
+    const int64_t hd = G->hd, kvs = G->kvstride;
+    float Qs[TILE_FLOATS], O[TILE_FLOATS], S[ROWS * KB], m[ROWS], l[ROWS];
+    int64_t lo[ROWS], hi[ROWS], qoff[ROWS], loff[ROWS];
+    const int64_t minlo = tile_rows(G, b, g, f0, n, lo, hi, qoff, loff);
+    const int64_t last = hi[n - 1];
+    pack_rows(Qs, q, qoff, n, hd, G->scale);
+    memset(O, 0, (size_t)(n * hd) * sizeof(float));
+    for (int64_t r = 0; r < n; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+    }
+    const int64_t kvoff = b * G->T * kvs + g * hd;
+
+    for (int64_t j0 = minlo; j0 <= last; j0 += KB) {
+        const int64_t nj = last + 1 - j0 < KB ? last + 1 - j0 : KB;
+        scores(S, n, nj, hd, Qs, hd, k + kvoff + j0 * kvs, kvs);
+        for (int64_t r = 0; r < n; r++) {
+            float *restrict s = S + r * KB;
+            int64_t c0, c1;
+            row_cols(lo, hi, r, j0, nj, &c0, &c1);
+            if (c0 >= c1) { /* row fully masked in this block */
+                memset(s, 0, (size_t)nj * sizeof(float));
+                continue;
+            }
+            const float bmax = row_max(s + c0, c1 - c0);
+            const float mnew = bmax > m[r] ? bmax : m[r];
+            const float corr = exp_neg(m[r] - mnew); /* 0 on the row's first block */
+            exp_row(s + c0, c1 - c0, mnew);
+            zero_outside(s, c0, c1, nj);
+            l[r] = l[r] * corr + mt_cpu_sum8(s + c0, c1 - c0);
+            m[r] = mnew;
+            if (corr != 1.0f) {
+                float *restrict o = O + r * hd;
+#pragma omp simd
+                for (int64_t d = 0; d < hd; d++)
+                    o[d] *= corr;
+            }
+        }
+        sgemm(false, false, n, hd, nj, S, KB, v + kvoff + j0 * kvs, kvs, 1.0f, O, hd);
+    }
+
+    for (int64_t r = 0; r < n; r++) {
+        float *restrict orow = out + qoff[r];
+        const float *restrict o = O + r * hd;
+        const float inv = 1.0f / l[r];
+#pragma omp simd
+        for (int64_t d = 0; d < hd; d++)
+            orow[d] = o[d] * inv;
+        lse[loff[r]] = m[r] + logf(l[r]);
+    }
+}
+
+/* ------------------------------------------------------------------ backward */
+
+/* Backward of tile f0..f0+n of (b, g): writes its dq rows, adds to the
+ * dk/dv rows of the key blocks it sees. */
+static void backward_tile(const geom_t *G, float *restrict dq, float *restrict dk,
+                          float *restrict dv, const float *restrict dout,
+                          const float *restrict out, const float *restrict lse,
+                          const float *restrict q, const float *restrict k,
+                          const float *restrict v, int64_t b, int64_t g, int64_t f0, int64_t n)
+{
+    const int64_t hd = G->hd, kvs = G->kvstride;
+    float Qs[TILE_FLOATS], dO[TILE_FLOATS], dQ[TILE_FLOATS], P[ROWS * KB], dS[ROWS * KB];
+    float D[ROWS], L[ROWS];
+    int64_t lo[ROWS], hi[ROWS], qoff[ROWS], loff[ROWS];
+    const int64_t minlo = tile_rows(G, b, g, f0, n, lo, hi, qoff, loff);
+    const int64_t last = hi[n - 1];
+    pack_rows(Qs, q, qoff, n, hd, G->scale);
+    pack_rows(dO, dout, qoff, n, hd, 1.0f);
+    memset(dQ, 0, (size_t)(n * hd) * sizeof(float));
+    for (int64_t r = 0; r < n; r++) {
+        D[r] = mt_cpu_dot8(dO + r * hd, out + qoff[r], hd);
+        L[r] = lse[loff[r]];
+    }
+    const int64_t kvoff = b * G->T * kvs + g * hd;
+
+    for (int64_t j0 = minlo; j0 <= last; j0 += KB) {
+        const int64_t nj = last + 1 - j0 < KB ? last + 1 - j0 : KB;
+        const float *kb = k + kvoff + j0 * kvs, *vb = v + kvoff + j0 * kvs;
+        scores(P, n, nj, hd, Qs, hd, kb, kvs);  /* S, as in the forward */
+        scores(dS, n, nj, hd, dO, hd, vb, kvs); /* dP */
+        for (int64_t r = 0; r < n; r++) {
+            float *restrict p = P + r * KB, *restrict ds = dS + r * KB;
+            int64_t c0, c1;
+            row_cols(lo, hi, r, j0, nj, &c0, &c1);
+            if (c0 >= c1)
+                c0 = c1 = nj; /* row fully masked in this block: all zeros */
+            grad_row(p + c0, ds + c0, c1 - c0, L[r], D[r]);
+            zero_outside(p, c0, c1, nj); /* masked entries: exact zeros for the products */
+            zero_outside(ds, c0, c1, nj);
+        }
+        sgemm(true, false, nj, hd, n, P, KB, dO, hd, 1.0f, dv + kvoff + j0 * kvs, kvs);
+        sgemm(true, false, nj, hd, n, dS, KB, Qs, hd, 1.0f, dk + kvoff + j0 * kvs, kvs);
+        sgemm(false, false, n, hd, nj, dS, KB, kb, kvs, 1.0f, dQ, hd);
+    }
+
+    for (int64_t r = 0; r < n; r++) {
+        float *restrict dqr = dq + qoff[r];
+        const float *restrict x = dQ + r * hd;
+#pragma omp simd
+        for (int64_t d = 0; d < hd; d++)
+            dqr[d] = x[d] * G->scale;
+    }
+}
+
+/* ------------------------------------------------------------------ entry points */
 
 void mt_cpu_attention_forward(float *restrict out, float *restrict lse, const float *restrict q,
                               const float *restrict k, const float *restrict v,
                               const int32_t *restrict doc_start, int64_t B, int64_t T, int64_t nh,
                               int64_t nkv, int64_t hd)
 {
-    const char *kernel = "attention_forward";
-    check_shapes(kernel, B, T, nh, nkv, hd);
-    const int64_t group = nh / nkv, qstride = nh * hd, kvstride = nkv * hd;
-    const int64_t kbw = key_block(hd);
-    const float scale = (float)(1.0 / sqrt((double)hd));
-    const int64_t ntiles = (T + FWD_QT - 1) / FWD_QT;
-    const int64_t nitems = B * nh * ntiles;
-
+    const geom_t G = make_geom("attention_forward", doc_start, B, T, nh, nkv, hd);
+    const int64_t nbg = B * nkv, nitems = nbg * G.ntiles, nflat = T * G.group;
     const int par = nitems > 1 && B * T * T * nh * hd > MT_CPU_PAR_MIN;
-    /* Items cycle over threads one at a time so the cheap early tiles and
-     * the expensive late tiles of each head spread evenly. */
-#pragma omp parallel for schedule(static, 1) if (par)
-    for (int64_t item = 0; item < nitems; item++) {
-        const int64_t bh = item / ntiles, i0 = item % ntiles * FWD_QT;
-        const int64_t b = bh / nh, h = bh % nh, g = h / group;
-        const int64_t nr = T - i0 < FWD_QT ? T - i0 : FWD_QT;
-        float qs[FWD_QT * hd], kt[hd * kbw], s[KB_MAX];
-        float m[FWD_QT], l[FWD_QT];
-        int64_t lo[FWD_QT];
-        int64_t minlo = i0;
-        for (int64_t r = 0; r < nr; r++) {
-            const int64_t i = i0 + r;
-            lo[r] = row_lo(doc_start, b, T, i, kernel);
-            minlo = lo[r] < minlo ? lo[r] : minlo;
-            const float *restrict qr = q + (b * T + i) * qstride + h * hd;
-            float *restrict orow = out + (b * T + i) * qstride + h * hd;
-            for (int64_t d = 0; d < hd; d++) {
-                qs[r * hd + d] = qr[d] * scale;
-                orow[d] = 0.0f; /* the output row doubles as the accumulator */
-            }
-            m[r] = -INFINITY;
-            l[r] = 0.0f;
-        }
-        const int64_t last = i0 + nr - 1;
-        for (int64_t j0 = minlo / kbw * kbw; j0 <= last; j0 += kbw) {
-            const int64_t nj = last + 1 - j0 < kbw ? last + 1 - j0 : kbw;
-            transpose_block(kt, k + (b * T + j0) * kvstride + g * hd, kvstride, nj, kbw, hd);
-            for (int64_t r = 0; r < nr; r++) {
-                const int64_t i = i0 + r;
-                const int64_t c0 = (lo[r] > j0 ? lo[r] : j0) - j0;
-                const int64_t c1 = (i < j0 + nj - 1 ? i : j0 + nj - 1) - j0 + 1;
-                if (c0 >= c1)
-                    continue; /* block fully masked for this row */
-                block_dots(s, qs + r * hd, kt, kbw, hd, c0, c1);
-                float bmax = s[c0];
-                for (int64_t c = c0 + 1; c < c1; c++)
-                    bmax = s[c] > bmax ? s[c] : bmax;
-                const float mnew = bmax > m[r] ? bmax : m[r];
-                const float corr = mt_cpu_expf(m[r] - mnew); /* 0 on the first block */
-#pragma omp simd
-                for (int64_t c = c0; c < c1; c++)
-                    s[c] = mt_cpu_expf(s[c] - mnew);
-                l[r] = l[r] * corr + mt_cpu_sum8(s + c0, c1 - c0);
-                m[r] = mnew;
-                float *restrict orow = out + (b * T + i) * qstride + h * hd;
-                if (corr != 1.0f) {
-#pragma omp simd
-                    for (int64_t d = 0; d < hd; d++)
-                        orow[d] *= corr;
-                }
-                const float *restrict vb = v + (b * T + j0 + c0) * kvstride + g * hd;
-                gemv_t_acc(orow, s + c0, vb, kvstride, c1 - c0, hd);
-            }
-        }
-        for (int64_t r = 0; r < nr; r++) {
-            const int64_t i = i0 + r;
-            float *restrict orow = out + (b * T + i) * qstride + h * hd;
-            const float inv = 1.0f / l[r];
-#pragma omp simd
-            for (int64_t d = 0; d < hd; d++)
-                orow[d] *= inv;
-            lse[(b * nh + h) * T + i] = m[r] + logf(l[r]);
+    /* Items go out latest tile first (the causal triangle makes late tiles
+     * the expensive ones), so the dynamic schedule balances; who runs an
+     * item never changes its arithmetic. */
+#pragma omp parallel if (par)
+    {
+        single_threaded_blas();
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t item = 0; item < nitems; item++) {
+            const int64_t tile = G.ntiles - 1 - item / nbg, bg = item % nbg;
+            const int64_t f0 = tile * G.rows;
+            const int64_t n = nflat - f0 < G.rows ? nflat - f0 : G.rows;
+            forward_tile(&G, out, lse, q, k, v, bg / nkv, bg % nkv, f0, n);
         }
     }
 }
-
-/* ------------------------------------------------------------------ backward */
 
 void mt_cpu_attention_backward(float *restrict dq, float *restrict dk, float *restrict dv,
                                const float *restrict dout, const float *restrict out,
@@ -240,96 +405,25 @@ void mt_cpu_attention_backward(float *restrict dq, float *restrict dk, float *re
                                const int32_t *restrict doc_start, int64_t B, int64_t T,
                                int64_t nh, int64_t nkv, int64_t hd)
 {
-    const char *kernel = "attention_backward";
-    check_shapes(kernel, B, T, nh, nkv, hd);
-    const int64_t group = nh / nkv, qstride = nh * hd, kvstride = nkv * hd;
-    const int64_t kbw = key_block(hd);
-    const float scale = (float)(1.0 / sqrt((double)hd));
-    const int64_t ntasks = B * nkv;
-
+    const geom_t G = make_geom("attention_backward", doc_start, B, T, nh, nkv, hd);
+    const int64_t ntasks = B * nkv, nflat = T * G.group;
     const int par = ntasks > 1 && B * T * T * nh * hd > MT_CPU_PAR_MIN;
-    /* dynamic: document masks can make tasks uneven; who runs a task never
-     * changes its arithmetic */
-#pragma omp parallel for schedule(dynamic, 1) if (par)
-    for (int64_t task = 0; task < ntasks; task++) {
-        const int64_t b = task / nkv, g = task % nkv;
-        float kt[hd * kbw], vt[hd * kbw], qs[hd];
-        float P[BWD_QT * kbw], dS[BWD_QT * kbw], dp[KB_MAX];
-
-        for (int64_t t = 0; t < T; t++) {
-            memset(dk + (b * T + t) * kvstride + g * hd, 0, (size_t)hd * sizeof(float));
-            memset(dv + (b * T + t) * kvstride + g * hd, 0, (size_t)hd * sizeof(float));
-            for (int64_t h = g * group; h < (g + 1) * group; h++)
-                memset(dq + (b * T + t) * qstride + h * hd, 0, (size_t)hd * sizeof(float));
-        }
-
-        for (int64_t j0 = 0; j0 < T; j0 += kbw) {
-            const int64_t nj = T - j0 < kbw ? T - j0 : kbw;
-            const float *restrict kb = k + (b * T + j0) * kvstride + g * hd;
-            const float *restrict vb = v + (b * T + j0) * kvstride + g * hd;
-            transpose_block(kt, kb, kvstride, nj, kbw, hd);
-            transpose_block(vt, vb, kvstride, nj, kbw, hd);
-            float *restrict dkb = dk + (b * T + j0) * kvstride + g * hd;
-            float *restrict dvb = dv + (b * T + j0) * kvstride + g * hd;
-
-            for (int64_t h = g * group; h < (g + 1) * group; h++) {
-                const float *restrict lse_bh = lse + (b * nh + h) * T;
-                /* rows before j0 see none of this block (causal) */
-                for (int64_t i0 = j0; i0 < T; i0 += BWD_QT) {
-                    const int64_t nr = T - i0 < BWD_QT ? T - i0 : BWD_QT;
-                    int64_t cmin = kbw, cmax = 0;
-                    for (int64_t r = 0; r < nr; r++) {
-                        const int64_t i = i0 + r;
-                        const int64_t lo = row_lo(doc_start, b, T, i, kernel);
-                        const int64_t c0 = (lo > j0 ? lo : j0) - j0;
-                        const int64_t c1 = (i < j0 + nj - 1 ? i : j0 + nj - 1) - j0 + 1;
-                        float *restrict pr = P + r * kbw;
-                        float *restrict sr = dS + r * kbw;
-                        if (c0 >= c1) { /* row fully masked in this block */
-                            memset(pr, 0, (size_t)kbw * sizeof(float));
-                            memset(sr, 0, (size_t)kbw * sizeof(float));
-                            continue;
-                        }
-                        cmin = c0 < cmin ? c0 : cmin;
-                        cmax = c1 > cmax ? c1 : cmax;
-                        const float *restrict qr = q + (b * T + i) * qstride + h * hd;
-                        const float *restrict gr = dout + (b * T + i) * qstride + h * hd;
-                        const float *restrict orow = out + (b * T + i) * qstride + h * hd;
-                        for (int64_t d = 0; d < hd; d++)
-                            qs[d] = qr[d] * scale;
-                        const float Di = mt_cpu_dot8(gr, orow, hd);
-                        const float li = lse_bh[i];
-                        block_dots(pr, qs, kt, kbw, hd, c0, c1);
-                        block_dots(dp, gr, vt, kbw, hd, c0, c1);
-#pragma omp simd
-                        for (int64_t c = c0; c < c1; c++) {
-                            const float p = mt_cpu_expf(pr[c] - li);
-                            pr[c] = p;
-                            sr[c] = p * (dp[c] - Di) * scale;
-                        }
-                        /* masked entries are exact zeros for the column pass below */
-                        for (int64_t c = 0; c < c0; c++)
-                            pr[c] = sr[c] = 0.0f;
-                        for (int64_t c = c1; c < kbw; c++)
-                            pr[c] = sr[c] = 0.0f;
-                        /* dq_i += sum_c dS_ic k_c, keys in order */
-                        gemv_t_acc(dq + (b * T + i) * qstride + h * hd, sr + c0,
-                                   kb + c0 * kvstride, kvstride, c1 - c0, hd);
-                    }
-                    /* dk_c += sum_r dS_rc q_r, dv_c += sum_r P_rc dout_r, rows in
-                     * order; rows before key c are causally masked (zeros) */
-                    for (int64_t c = cmin; c < cmax; c++) {
-                        const int64_t rs = j0 + c > i0 ? j0 + c - i0 : 0;
-                        float ak[BWD_QT], av[BWD_QT];
-                        for (int64_t r = rs; r < nr; r++) {
-                            ak[r - rs] = dS[r * kbw + c];
-                            av[r - rs] = P[r * kbw + c];
-                        }
-                        const int64_t row0 = (b * T + i0 + rs) * qstride + h * hd;
-                        gemv_t_acc(dkb + c * kvstride, ak, q + row0, qstride, nr - rs, hd);
-                        gemv_t_acc(dvb + c * kvstride, av, dout + row0, qstride, nr - rs, hd);
-                    }
-                }
+#pragma omp parallel if (par)
+    {
+        single_threaded_blas();
+        /* dynamic: document masks can make tasks uneven */
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t task = 0; task < ntasks; task++) {
+            const int64_t b = task / nkv, g = task % nkv;
+            for (int64_t t = 0; t < T; t++) {
+                const int64_t off = (b * T + t) * G.kvstride + g * hd;
+                memset(dk + off, 0, (size_t)hd * sizeof(float));
+                memset(dv + off, 0, (size_t)hd * sizeof(float));
+            }
+            for (int64_t tile = 0; tile < G.ntiles; tile++) {
+                const int64_t f0 = tile * G.rows;
+                const int64_t n = nflat - f0 < G.rows ? nflat - f0 : G.rows;
+                backward_tile(&G, dq, dk, dv, dout, out, lse, q, k, v, b, g, f0, n);
             }
         }
     }

@@ -14,5 +14,8 @@
 #include "mt_model.h"
 #include "mt_optim.h"
 #include "mt_train.h"
+#include "mt_comm.h"
+#include "mt_ddp.h"
+#include "mt_ckpt_cli.h"
 
 #endif

@@ -822,6 +822,16 @@ static void test_attention(void)
         {1, 1, 1, 1, 8, 0},   {2, 13, 4, 4, 8, 0},   {2, 13, 4, 2, 16, 5},
         {1, 9, 8, 2, 32, 0},  {2, 70, 2, 1, 8, 0},   {1, 70, 4, 1, 16, 20},
         {2, 130, 4, 2, 32, 0}, {2, 130, 4, 4, 16, 40}, {3, 33, 6, 3, 8, 7},
+        /* the tiled kernel: 64 flattened (token, group head) rows per tile
+         * (4096/hd when hd > 64), keys in blocks of 128 from the tile's
+         * first visible key.  T not a multiple of either; a group of 3
+         * splits tokens across tiles; documents that cross tiles and key
+         * blocks; hd not a multiple of 4; 16 and 4 rows per tile; one token
+         * with a group of 2; rows spanning 3 and 4 key blocks (the online
+         * softmax's rescaling), with and without documents */
+        {1, 100, 4, 2, 64, 0}, {2, 150, 6, 2, 64, 90}, {1, 97, 2, 2, 24, 30},
+        {1, 75, 2, 1, 256, 0}, {1, 6, 3, 1, 1024, 3}, {1, 1, 2, 1, 64, 0},
+        {1, 300, 2, 1, 16, 0}, {1, 450, 2, 2, 8, 400},
     };
     for (size_t s = 0; s < sizeof cfg / sizeof cfg[0]; s++) {
         att_ctx_t c = {.B = cfg[s][0], .T = cfg[s][1], .nh = cfg[s][2], .nkv = cfg[s][3],

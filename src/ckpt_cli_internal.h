@@ -1,0 +1,46 @@
+/* ckpt_cli_internal.h: what meshtrain-ckpt's two files share: ckpt_cli.c
+ * (command line, path resolution, output) and ckpt_inspect.c (reading a
+ * model.h5 with serial HDF5, no MPI).  Not installed; the tool's entry
+ * point is mt_ckpt_cli.h. */
+#ifndef MT_CKPT_CLI_INTERNAL_H
+#define MT_CKPT_CLI_INTERNAL_H
+
+#include "checkpoint_internal.h"
+
+#define MT_CKPT_INFO_MAX_RANK 32 /* HDF5's H5S_MAX_RANK */
+
+/* One dataset of the file, described from the file itself. */
+typedef struct {
+    char *path;   /* "/model/model.norm.weight" */
+    int ndim;     /* 0: scalar */
+    int64_t dims[MT_CKPT_INFO_MAX_RANK];
+    char dtype[16]; /* "float32", "int64", "string", ... */
+    int64_t nelem;
+    int64_t bytes;  /* nelem x element size: the logical size, not storage */
+    int has_value;  /* an integer scalar (/train/step ...), read into value */
+    int64_t value;
+} mt_ckpt_dataset_info_t;
+
+typedef struct {
+    char fname[MT_CKPT_PATH_CAP]; /* step_dir/model.h5 */
+    char *format, *mesh, *software; /* /meta attributes; NULL when absent */
+    int64_t version, world_size;
+    int has_world;
+    mt_ckpt_dataset_info_t *ds; /* sorted by path, digits by value (layers.2 < layers.10) */
+    int nds, cap;
+} mt_ckpt_info_t;
+
+/* Open step_dir/model.h5 serially, read-only.  /meta format must be
+ * meshtrain-checkpoint; with `strict` the version must be this build's.
+ * With `datasets`, describe every dataset.  Free with mt_ckpt_info_free
+ * whatever it returns. */
+mt_status_t mt_ckpt_info_read(const char *step_dir, mt_ckpt_info_t *in, int strict,
+                              int datasets);
+void mt_ckpt_info_free(mt_ckpt_info_t *in);
+
+/* The manifest (mt_ckpt_verify), then the file's format and version.
+ * *manifest_ok says whether the manifest passed: that alone is what
+ * mt_ckpt_find_latest, and so resume: auto, checks. */
+mt_status_t mt_ckpt_check_step(const char *step_dir, int *manifest_ok);
+
+#endif
