@@ -145,15 +145,17 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
     double shard = (double)(dv->dp_shard * d->cp_size); /* fsdp2: dp_shard_cp */
     double fp = 1, fg = 1, fo = 1;
     bool gather_units = false;
+    /* Gathered units exist only when there is more than one shard: with one
+     * shard the parameters are already whole. */
     if (d->strategy == MT_STRATEGY_FSDP2) {
         fp = fg = fo = shard;
-        gather_units = true;
+        gather_units = shard > 1;
     } else if (d->strategy == MT_STRATEGY_MEGATRON_FSDP) {
         double all = (double)(dv->dp_size * d->cp_size);
         fo = d->zero_dp_strategy >= 1 ? all : 1;
         fg = d->zero_dp_strategy >= 2 ? all : 1;
         fp = d->zero_dp_strategy >= 3 ? all : 1;
-        gather_units = d->zero_dp_strategy >= 3;
+        gather_units = d->zero_dp_strategy >= 3 && all > 1;
     }
     double pbytes = (double)mt_dtype_size(d->mp_policy.param_dtype);
     double gbytes = (double)mt_dtype_size(d->mp_policy.reduce_dtype);
@@ -210,6 +212,15 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
                                                                                         : d->pp_size - 1);
         if (last) /* fp32 logits of one microbatch for the loss */
             acts += tokens * (double)V / tp * 4.0;
+        { /* backward working buffers of one microbatch: the final norm's input
+           * and output and four residual-stream gradients, plus the q, k, v
+           * and MLP gradients (doc/plan.md) */
+            double hd = (double)dv->head_dim, Q = (double)m->num_attention_heads * hd;
+            double KV = (double)m->num_key_value_heads.value * hd;
+            double sp = d->sequence_parallel ? tp : 1.0;
+            acts += tokens * (6.0 * (double)H / sp + (Q + 2.0 * KV + (double)m->intermediate_size) / tp) *
+                    act_bytes;
+        }
         double total = params + grads + optim + acts;
         if (total > plan->bytes_total) {
             plan->worst_pp_rank = (int)r;

@@ -19,6 +19,7 @@
 #include "mt_data.h"
 #include "mt_model.h"
 #include "mt_optim.h"
+#include "mt_plan.h"
 #include "train_internal.h"
 
 static volatile sig_atomic_t stop_signal;
@@ -203,6 +204,16 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
         }
     }
     if (rank == 0 && out) {
+        /* Measured arenas next to meshtrain-plan's estimate (doc/plan.md). */
+        mt_plan_t plan;
+        double mib = 1024.0 * 1024.0, pb = 4.0 * (double)m->numel;
+        double act = 4.0 * (double)m->act_numel;
+        if (mt_plan_compute(cfg, &plan) == MT_OK)
+            fprintf(out, "memory per rank (MiB, measured / plan estimate): parameters %.3f / %.3f, "
+                         "gradients %.3f / %.3f, optimizer state %.3f / %.3f, activations %.3f / "
+                         "%.3f\n",
+                    pb / mib, plan.bytes_params / mib, pb / mib, plan.bytes_grads / mib,
+                    2 * pb / mib, plan.bytes_optim / mib, act / mib, plan.bytes_activations / mib);
         fprintf(out, "training: %lld parameters, %lld steps from step %lld, %lld tokens/step "
                      "(%lld micro-steps of %lld x %lld), sgemm peak %.1f GFLOP/s\n",
                 (long long)m->numel, (long long)cfg->step_scheduler.max_steps, (long long)start,

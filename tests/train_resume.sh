@@ -21,6 +21,17 @@ expect_rc 0 "$dense" --config "$cfg" $(set_run A) dataset.validation_path="$data
     step_scheduler.val_every_steps=10
 expect_in "$out" "done after step 40" "run A"
 expect_in "$out" "| val_loss " "validation loss in the log"
+# measured arenas agree with meshtrain-plan's estimate within 10%
+checks=$((checks + 1))
+printf '%s\n' "$out" | python3 -c "
+import re, sys
+line = [l for l in sys.stdin if l.startswith('memory per rank')][0]
+pairs = re.findall(r'([a-z ]+) ([0-9.]+) / ([0-9.]+)', line)
+assert len(pairs) == 4, line
+for name, got, est in pairs:
+    got, est = float(got), float(est)
+    assert abs(got - est) <= 0.10 * got, (name, got, est)
+" || fail "memory estimate off by more than 10%: $(printf '%s\n' "$out" | grep 'memory per rank')"
 checks=$((checks + 1))
 [ "$(grep -c '"val_loss"' "$workdir/A.jsonl")" -eq 4 ] || fail "expected 4 val_loss entries"
 checks=$((checks + 1))
