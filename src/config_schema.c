@@ -124,7 +124,8 @@ const mt_cfg_key_t mt_cfg_keys[] = {
 
     /* dataset */
     K_STR("dataset.path", dataset.path, "\"\"",
-          "Training tokens: an llm.c .bin file or a Megatron .bin/.idx prefix."),
+          "Training tokens: an llm.c .bin file or a Megatron .bin/.idx prefix. A relative "
+          "path is looked up in the current directory, then beside the config file."),
     K_ENUM("dataset.format", dataset.format, format_enum, "auto",
            "auto detects the format from the file's magic."),
     K_INT("dataset.seq_length", dataset.seq_length, "2048", 1,

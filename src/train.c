@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "mt_backend.h"
 #include "mt_checkpoint.h"
@@ -79,6 +80,29 @@ static double validation_loss(mt_model_t *m, const mt_dataset_t *val, int32_t *t
     return count ? sum / (double)count : NAN;
 }
 
+/* A relative data path is looked up in the current directory first, then
+ * beside the config file, so a shipped config finds the data shipped with
+ * it both in the source tree and after `make install`.  For the Megatron
+ * format the path may be a prefix, so "exists" also accepts PATH.bin. */
+static void resolve_data_path(const char *path, const char *config_file, char *out, size_t cap)
+{
+    char probe[MT_PATH_MAX + 8];
+    snprintf(out, cap, "%s", path);
+    if (!path[0] || path[0] == '/' || !config_file[0])
+        return;
+    snprintf(probe, sizeof probe, "%s.bin", path);
+    if (access(path, F_OK) == 0 || access(probe, F_OK) == 0)
+        return;
+    const char *slash = strrchr(config_file, '/');
+    if (!slash)
+        return;
+    char alt[2 * MT_PATH_MAX + 2];
+    snprintf(alt, sizeof alt, "%.*s/%s", (int)(slash - config_file), config_file, path);
+    snprintf(probe, sizeof probe, "%.*s.bin", MT_PATH_MAX - 1, alt);
+    if (access(alt, F_OK) == 0 || access(probe, F_OK) == 0)
+        snprintf(out, cap, "%s", alt);
+}
+
 typedef struct {
     mt_dataset_t data, val;
     int have_val;
@@ -110,12 +134,15 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg)
     if (!cfg->dataset.path[0])
         MT_FAIL(MT_ERR_CONFIG, "dataset.path is empty: set it to an llm.c .bin file or a Megatron "
                 "prefix (make one with meshtrain-data)");
-    MT_TRY(mt_dataset_open(&r->data, cfg->dataset.path, cfg->dataset.format, cfg->model.vocab_size));
+    char path[MT_PATH_MAX];
+    resolve_data_path(cfg->dataset.path, cfg->source_file, path, sizeof path);
+    MT_TRY(mt_dataset_open(&r->data, path, cfg->dataset.format, cfg->model.vocab_size));
     if (mt_dataset_num_samples(&r->data, T) < 1)
         MT_FAIL(MT_ERR_CONFIG, "%s: %lld tokens are fewer than one sample of seq_len %lld + 1",
                 cfg->dataset.path, (long long)r->data.n_tokens, (long long)T);
     if (cfg->dataset.validation_path[0]) {
-        MT_TRY(mt_dataset_open(&r->val, cfg->dataset.validation_path, cfg->dataset.format,
+        resolve_data_path(cfg->dataset.validation_path, cfg->source_file, path, sizeof path);
+        MT_TRY(mt_dataset_open(&r->val, path, cfg->dataset.format,
                                cfg->model.vocab_size));
         r->have_val = 1;
     }
