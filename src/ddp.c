@@ -36,7 +36,7 @@ static void launch(mt_ddp_t *d, int64_t from)
 static void hook(void *ctx, int64_t from)
 {
     mt_ddp_t *d = ctx;
-    if (d->sync)
+    if (d->sync && d->overlap)
         launch(d, from);
 }
 
@@ -66,6 +66,48 @@ mt_status_t mt_ddp_init(mt_ddp_t *d, MPI_Comm comm, mt_model_t *m, int64_t bucke
     }
     m->grad_ready = hook;
     m->grad_ready_ctx = d;
+    d->overlap = true;
+    return MT_OK;
+}
+
+/* Smallest row start at or after flat offset t. */
+static int64_t row_start_at_or_after(const mt_model_t *m, int64_t t)
+{
+    for (int i = 0; i < m->nparams; i++) {
+        const mt_param_t *p = &m->params[i];
+        int64_t off = p->data - m->param_mem, cols = p->ndim > 1 ? p->shape[1] : 1;
+        if (t < off + p->numel) {
+            int64_t row = t <= off ? 0 : (t - off + cols - 1) / cols;
+            return off + row * cols;
+        }
+    }
+    return m->numel;
+}
+
+mt_status_t mt_shard_range(MPI_Comm comm, const mt_model_t *m, int64_t *lo, int64_t *hi,
+                           int **counts, int **displs)
+{
+    int rank, n;
+    MT_MPI_TRY(MPI_Comm_rank(comm, &rank));
+    MT_MPI_TRY(MPI_Comm_size(comm, &n));
+    if (m->numel > 2147483647LL)
+        MT_FAIL(MT_ERR_UNSUPPORTED, "a sharded optimizer over %lld parameters needs 64-bit "
+                "all-gather counts (MPI-4 large counts); not in this release", (long long)m->numel);
+    *counts = malloc(sizeof **counts * (size_t)n);
+    *displs = malloc(sizeof **displs * (size_t)n);
+    if (!*counts || !*displs)
+        MT_FAIL(MT_ERR_NOMEM, "all-gather layout");
+    int64_t prev = 0;
+    for (int r = 0; r < n; r++) {
+        int64_t end = r == n - 1 ? m->numel : row_start_at_or_after(m, m->numel * (r + 1) / n);
+        if (end < prev)
+            end = prev;
+        (*displs)[r] = (int)prev;
+        (*counts)[r] = (int)(end - prev);
+        if (r == rank)
+            *lo = prev, *hi = end;
+        prev = end;
+    }
     return MT_OK;
 }
 

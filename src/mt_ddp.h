@@ -33,6 +33,7 @@ typedef struct {
     MPI_Request *reqs;        /* one per bucket */
     int nbuckets, next;       /* next bucket to launch */
     bool sync;                /* reduce during this backward */
+    bool overlap;             /* start buckets during backward (default true) */
     mt_status_t error;        /* first MPI failure inside the hook */
     char error_msg[512];
 } mt_ddp_t;
@@ -40,6 +41,12 @@ typedef struct {
 /* Buckets over the model's parameters, in backward order; registers the
  * model's grad_ready hook.  comm is the data-parallel group. */
 mt_status_t mt_ddp_init(mt_ddp_t *d, MPI_Comm comm, mt_model_t *m, int64_t bucket_bytes);
+
+/* This rank's part of a flat, row-aligned partition of the parameter
+ * arena over comm (for a sharded optimizer), and the counts and
+ * displacements (malloc'd) to all-gather the parameters afterwards. */
+mt_status_t mt_shard_range(MPI_Comm comm, const mt_model_t *m, int64_t *lo, int64_t *hi,
+                           int **counts, int **displs);
 void mt_ddp_free(mt_ddp_t *d);
 
 /* Before each micro-step's backward: sync true on the last one. */

@@ -14,16 +14,19 @@ extern "C" {
 #endif
 
 typedef struct {
-    float *exp_avg, *exp_avg_sq; /* same offsets as the parameters */
-    int64_t numel;
+    float *exp_avg, *exp_avg_sq; /* element i is parameter arena offset lo + i */
+    int64_t lo, hi;              /* the range of the arena this rank updates */
+    int64_t numel;               /* hi - lo */
     int64_t step;                /* updates applied */
 } mt_adamw_t;
 
-mt_status_t mt_adamw_init(mt_adamw_t *opt, int64_t numel);
+/* State for parameter arena offsets [lo, hi): the whole arena, or this
+ * rank's shard when the optimizer state is sharded (megatron_fsdp zero >= 1). */
+mt_status_t mt_adamw_init(mt_adamw_t *opt, int64_t lo, int64_t hi);
 void mt_adamw_free(mt_adamw_t *opt);
 
-/* One update of every parameter with learning rate lr; no weight decay on
- * norm weights. */
+/* One update of the parameters in [lo, hi) with learning rate lr; no
+ * weight decay on norm weights. */
 void mt_adamw_step(mt_adamw_t *opt, mt_model_t *m, const mt_optimizer_config_t *oc, double lr);
 
 /* Learning rate for update number `step` (1-based): linear warm-up to

@@ -7,8 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-mt_status_t mt_adamw_init(mt_adamw_t *opt, int64_t numel)
+mt_status_t mt_adamw_init(mt_adamw_t *opt, int64_t lo, int64_t hi)
 {
+    int64_t numel = hi - lo;
     memset(opt, 0, sizeof *opt);
     opt->exp_avg = calloc((size_t)numel, sizeof(float));
     opt->exp_avg_sq = calloc((size_t)numel, sizeof(float));
@@ -16,7 +17,7 @@ mt_status_t mt_adamw_init(mt_adamw_t *opt, int64_t numel)
         mt_adamw_free(opt);
         MT_FAIL(MT_ERR_NOMEM, "AdamW state for %lld parameters", (long long)numel);
     }
-    opt->numel = numel;
+    opt->numel = numel, opt->lo = lo, opt->hi = hi;
     return MT_OK;
 }
 
@@ -33,8 +34,14 @@ void mt_adamw_step(mt_adamw_t *opt, mt_model_t *m, const mt_optimizer_config_t *
     for (int i = 0; i < m->nparams; i++) {
         mt_param_t *p = &m->params[i];
         int64_t off = p->data - m->param_mem;
-        m->be->adamw(p->data, p->grad, opt->exp_avg + off, opt->exp_avg_sq + off, p->numel,
-                     (float)lr, (float)oc->betas[0], (float)oc->betas[1], (float)oc->eps,
+        int64_t a = off > opt->lo ? off : opt->lo, b = off + p->numel;
+        if (b > opt->hi)
+            b = opt->hi;
+        if (a >= b)
+            continue; /* not in this rank's range */
+        m->be->adamw(m->param_mem + a, m->grad_mem + a, opt->exp_avg + (a - opt->lo),
+                     opt->exp_avg_sq + (a - opt->lo), b - a, (float)lr, (float)oc->betas[0],
+                     (float)oc->betas[1], (float)oc->eps,
                      p->no_decay ? 0.0f : (float)oc->weight_decay, opt->step);
     }
 }

@@ -111,6 +111,7 @@ typedef struct {
     int32_t *tokens, *targets;   /* [accum][B*T] */
     mt_train_ckpt_t ckpt;
     mt_ddp_t ddp;
+    int *gather_counts, *gather_displs; /* sharded optimizer: all-gather layout */
 } run_t;
 
 static void run_free(run_t *r)
@@ -124,9 +125,11 @@ static void run_free(run_t *r)
     free(r->targets);
     mt_train_ckpt_free(&r->ckpt);
     mt_ddp_free(&r->ddp);
+    free(r->gather_counts);
+    free(r->gather_displs);
 }
 
-static mt_status_t setup(run_t *r, const mt_config_t *cfg)
+static mt_status_t setup(run_t *r, const mt_config_t *cfg, MPI_Comm dp, bool shard_optim)
 {
     const mt_backend_t *be = mt_backend_cpu();
     int64_t B = cfg->step_scheduler.local_batch_size, T = cfg->derived.seq_len;
@@ -148,7 +151,10 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg)
     }
     MT_TRY(mt_model_init(&r->model, cfg, be, B, T));
     mt_model_init_weights(&r->model, (uint64_t)cfg->rng.seed);
-    MT_TRY(mt_adamw_init(&r->opt, r->model.numel));
+    int64_t lo = 0, hi = r->model.numel;
+    if (shard_optim)
+        MT_TRY(mt_shard_range(dp, &r->model, &lo, &hi, &r->gather_counts, &r->gather_displs));
+    MT_TRY(mt_adamw_init(&r->opt, lo, hi));
     r->tokens = malloc(sizeof(int32_t) * (size_t)(accum * B * T));
     r->targets = malloc(sizeof(int32_t) * (size_t)(accum * B * T));
     if (!r->tokens || !r->targets)
@@ -179,12 +185,22 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
     MT_MPI_TRY(MPI_Comm_size(comm, &size));
     memset(res, 0, sizeof *res);
     res->resumed_from_step = -1;
-    if (size != 1 && cfg->distributed.strategy != MT_STRATEGY_DDP)
-        MT_FAIL(MT_ERR_UNSUPPORTED, "strategy %s trains on one rank in this release; the config "
-                "was validated for %d ranks: use distributed.strategy=ddp for data parallelism "
-                "(fsdp2 and megatron_fsdp sharding are the next release)",
-                mt_strategy_name(cfg->distributed.strategy), size);
-    /* ddp validation guarantees tp = pp = cp = ep = 1: the dp group is everyone */
+    const mt_distributed_config_t *dc = &cfg->distributed;
+    bool mfsdp = dc->strategy == MT_STRATEGY_MEGATRON_FSDP;
+    if (size != 1 && dc->strategy == MT_STRATEGY_FSDP2)
+        MT_FAIL(MT_ERR_UNSUPPORTED, "strategy fsdp2 trains on one rank in this release; the config "
+                "was validated for %d ranks: use distributed.strategy=ddp, or megatron_fsdp with "
+                "zero_dp_strategy 0 or 1, for data parallelism (fsdp2 sharding is the next "
+                "release)", size);
+    if (size != 1 && mfsdp && dc->zero_dp_strategy >= 2)
+        MT_FAIL(MT_ERR_UNSUPPORTED, "megatron_fsdp zero_dp_strategy %lld (sharded gradients%s) "
+                "is the next release; on %d ranks use zero_dp_strategy 0 or 1",
+                (long long)dc->zero_dp_strategy, dc->zero_dp_strategy >= 3 ? " and parameters" : "",
+                size);
+    if (size != 1 && (dc->tp_size > 1 || dc->pp_size > 1 || dc->cp_size > 1 || dc->ep_size > 1))
+        MT_FAIL(MT_ERR_UNSUPPORTED, "tensor, pipeline, context and expert parallelism are not "
+                "in this release; use tp_size = pp_size = cp_size = ep_size = 1");
+    /* Only data parallelism here: the dp group is every rank. */
     MPI_Comm dp = mesh->group[MT_GROUP_DP];
     int dp_rank = mesh->group_rank[MT_GROUP_DP], dp_size = mesh->group_size[MT_GROUP_DP];
     mt_comm_set_wait_mode(mesh->node);
@@ -192,10 +208,15 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
     run_t *r = calloc(1, sizeof *r);
     if (!r)
         MT_FAIL(MT_ERR_NOMEM, "run state");
-    mt_status_t s = setup(r, cfg);
+    /* megatron_fsdp zero 1: optimizer state sharded over dp (flat, row-aligned) */
+    bool shard_optim = mfsdp && dc->zero_dp_strategy == 1 && dp_size > 1;
+    mt_status_t s = setup(r, cfg, dp, shard_optim);
     if (s == MT_OK)
         s = mt_ddp_init(&r->ddp, dp, &r->model,
                         (int64_t)(cfg->distributed.ddp_bucket_cap_mb * 1048576.0));
+    /* megatron_fsdp's overlap_grad_reduce: false reduces after backward */
+    if (s == MT_OK && mfsdp)
+        r->ddp.overlap = dc->overlap_grad_reduce;
     if (s != MT_OK) {
         mt_error_trace(__FILE__, __LINE__);
         run_free(r), free(r);
@@ -240,7 +261,8 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
                          "gradients %.3f / %.3f, optimizer state %.3f / %.3f, activations %.3f / "
                          "%.3f\n",
                     pb / mib, plan.bytes_params / mib, pb / mib, plan.bytes_grads / mib,
-                    2 * pb / mib, plan.bytes_optim / mib, act / mib, plan.bytes_activations / mib);
+                    8.0 * (double)r->opt.numel / mib, plan.bytes_optim / mib, act / mib,
+                    plan.bytes_activations / mib);
         fprintf(out, "training: %lld parameters, %lld steps from step %lld, %lld tokens/step "
                      "(%lld micro-steps of %lld x %lld), sgemm peak %.1f GFLOP/s\n",
                 (long long)m->numel, (long long)cfg->step_scheduler.max_steps, (long long)start,
@@ -291,6 +313,15 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
             m->be->scale(m->grad_mem, (float)coef, m->numel);
         double lr = mt_lr_at(cfg, step);
         mt_adamw_step(&r->opt, m, &cfg->optimizer, lr);
+        if (shard_optim) { /* every rank updated its shard: gather the parameters */
+            MPI_Request rq;
+            int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, m->param_mem, r->gather_counts,
+                                     r->gather_displs, MPI_FLOAT, dp, &rq);
+            s = rc == MPI_SUCCESS ? mt_wait_all(1, &rq)
+                                  : mt_error_mpi(rc, "MPI_Iallgatherv(parameters)", __FILE__, __LINE__);
+            if (s != MT_OK)
+                break;
+        }
         double dt = now_s() - t0;
 
         double val = NAN;

@@ -22,6 +22,19 @@ static void set_tensor(mt_ckpt_tensor_t *t, const char *path, const mt_param_t *
     t->data = data;
 }
 
+/* Rows of parameter p (stored rows: `rows`) that fall in the optimizer's
+ * range [lo, hi), which starts and ends on row boundaries. */
+static void shard_rows(const mt_model_t *m, const mt_param_t *p, int64_t rows, int64_t lo,
+                       int64_t hi, int64_t *first, int64_t *count)
+{
+    int64_t off = p->data - m->param_mem, cols = p->ndim > 1 ? p->shape[1] : 1;
+    int64_t a = off > lo ? off : lo, b = off + rows * cols < hi ? off + rows * cols : hi;
+    *first = (a - off) / cols;
+    *count = b > a ? (b - a) / cols : 0;
+    if (*count == 0)
+        *first = 0;
+}
+
 mt_status_t mt_train_ckpt_init(mt_train_ckpt_t *c, mt_model_t *m, mt_adamw_t *opt)
 {
     memset(c, 0, sizeof *c);
@@ -32,15 +45,22 @@ mt_status_t mt_train_ckpt_init(mt_train_ckpt_t *c, mt_model_t *m, mt_adamw_t *op
     int np = m->nparams;
     for (int i = 0; i < np; i++) {
         const mt_param_t *p = &m->params[i];
-        int64_t off = p->data - m->param_mem;
+        int64_t off = p->data - m->param_mem, cols = p->ndim > 1 ? p->shape[1] : 1;
         int64_t rows = (p == m->embed || p == m->lm_head) ? m->V_valid : p->shape[0];
         char path[256];
         snprintf(path, sizeof path, "/model/%s", p->name);
         set_tensor(&c->t[i], path, p, rows, p->data);
+        /* optimizer state: only the rows in this rank's range */
+        int64_t first, count;
+        shard_rows(m, p, rows, opt->lo, opt->hi, &first, &count);
+        float *m1 = count ? opt->exp_avg + (off + first * cols - opt->lo) : opt->exp_avg;
+        float *m2 = count ? opt->exp_avg_sq + (off + first * cols - opt->lo) : opt->exp_avg_sq;
         snprintf(path, sizeof path, "/optim/%s/exp_avg", p->name);
-        set_tensor(&c->t[np + i], path, p, rows, opt->exp_avg + off);
+        set_tensor(&c->t[np + i], path, p, rows, m1);
+        c->t[np + i].row_offset = first, c->t[np + i].row_count = count;
         snprintf(path, sizeof path, "/optim/%s/exp_avg_sq", p->name);
-        set_tensor(&c->t[2 * np + i], path, p, rows, opt->exp_avg_sq + off);
+        set_tensor(&c->t[2 * np + i], path, p, rows, m2);
+        c->t[2 * np + i].row_offset = first, c->t[2 * np + i].row_count = count;
     }
     c->n = 3 * np;
     return MT_OK;

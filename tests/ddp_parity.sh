@@ -1,5 +1,6 @@
 #!/bin/sh
-# ddp_parity.sh: strategy ddp on 2 and 4 ranks computes the single-rank
+# ddp_parity.sh: strategy ddp, and megatron_fsdp with zero_dp_strategy 0
+# and 1 (optimizer state sharded), on 2 and 4 ranks compute the single-rank
 # run.  The global batch (8) is the same; gradient accumulation changes
 # from 4 micro-steps (1 rank) to 2 and 1.  Losses must match the 1-rank
 # run: step 1 to 1e-6 relative, every step of 12 to 1e-5.  The 2-rank run
@@ -9,14 +10,15 @@
 dense="$bindir/meshtrain-dense"
 cfg="$testconfigs/train-small.yaml"
 data="$abs_top_builddir/share/data/tiny-corpus.bin"
-common="dataset.path=$data distributed.strategy=ddp step_scheduler.max_steps=12 step_scheduler.ckpt_every_steps=6 step_scheduler.local_batch_size=2"
+common="dataset.path=$data step_scheduler.max_steps=12 step_scheduler.ckpt_every_steps=6 step_scheduler.local_batch_size=2"
 run() { name=$1; shift; echo "checkpoint.checkpoint_dir=$workdir/$name logging.metrics_file=$workdir/$name.jsonl $common"; }
+ddp=distributed.strategy=ddp
 np() { n=$1; shift; timeout 300 "$MPIEXEC" $MPIEXEC_NP "$n" "$@"; }
 
-expect_rc 0 "$dense" --config "$cfg" $(run r1)
-expect_rc 0 np 2 "$dense" --config "$cfg" $(run r2) distributed.ddp_bucket_cap_mb=0.01
+expect_rc 0 "$dense" --config "$cfg" $(run r1) $ddp
+expect_rc 0 np 2 "$dense" --config "$cfg" $(run r2) $ddp distributed.ddp_bucket_cap_mb=0.01
 expect_in "$out" "(2 micro-steps of 2 x 64)" "2 ranks: 2 micro-steps"
-expect_rc 0 np 4 "$dense" --config "$cfg" $(run r4)
+expect_rc 0 np 4 "$dense" --config "$cfg" $(run r4) $ddp
 
 compare() { # compare() REF OTHER LABEL
     checks=$((checks + 1))
@@ -36,10 +38,50 @@ PY
 compare "$workdir/r1.jsonl" "$workdir/r2.jsonl" "2 ranks"
 compare "$workdir/r1.jsonl" "$workdir/r4.jsonl" "4 ranks"
 
+# megatron_fsdp: zero 1 shards AdamW state over dp (each rank updates its
+# rows, then the parameters are all-gathered); zero 0 without overlap.
+mf="distributed.strategy=megatron_fsdp"
+expect_rc 0 np 4 "$dense" --config "$cfg" $(run z1) $mf distributed.zero_dp_strategy=1
+mem=$(printf '%s\n' "$out" | grep "memory per rank")
+checks=$((checks + 1))
+printf '%s\n' "$mem" | python3 -c "
+import re, sys
+l = sys.stdin.read()
+opt = [float(x) for x in re.search(r'optimizer state ([0-9.]+) / ([0-9.]+)', l).groups()]
+par = float(re.search(r'parameters ([0-9.]+) /', l).group(1))
+assert abs(opt[0] - 2 * par / 4) <= 0.05 * opt[0], (opt, par)   # 8 bytes/param over 4 ranks
+assert abs(opt[0] - opt[1]) <= 0.10 * opt[0], opt                # plan agrees
+" || fail "zero 1: optimizer state not sharded 1/4: $mem"
+expect_rc 0 np 2 "$dense" --config "$cfg" $(run z0) $mf distributed.zero_dp_strategy=0 \
+    distributed.overlap_grad_reduce=false
+compare "$workdir/r1.jsonl" "$workdir/z1.jsonl" "megatron_fsdp zero 1, 4 ranks"
+compare "$workdir/r1.jsonl" "$workdir/z0.jsonl" "megatron_fsdp zero 0, 2 ranks"
+
+# A checkpoint with optimizer shards from 4 ranks resumes under ddp on 2.
+rm -rf "$workdir/z1/step_00000012"; echo step_00000006 > "$workdir/z1/latest"
+cp "$workdir/r1.jsonl" "$workdir/z1r.jsonl"
+expect_rc 0 np 2 "$dense" --config "$cfg" $common $ddp checkpoint.checkpoint_dir="$workdir/z1" \
+    logging.metrics_file="$workdir/z1r.jsonl"
+expect_in "$out" "resumed from $workdir/z1/step_00000006 at step 6" "zero-1 checkpoint under ddp"
+checks=$((checks + 1))
+python3 - "$workdir/z1r.jsonl" "$workdir/r1.jsonl" <<'PY' || fail "zero 1 -> ddp resume: steps 7-12 differ"
+import json, sys
+last = {}
+for j in map(json.loads, open(sys.argv[1])):
+    last[j["step"]] = j["loss"]
+ref = {j["step"]: j["loss"] for j in map(json.loads, open(sys.argv[2]))}
+for s in range(7, 13):
+    assert abs(last[s] - ref[s]) <= 1e-5 * abs(ref[s]), (s, last[s], ref[s])
+PY
+
+# zero 2 and 3 are refused on several ranks, with the reason.
+expect_rc 1 np 2 "$dense" --config "$cfg" $(run z2) $mf distributed.zero_dp_strategy=2
+expect_in "$err" "zero_dp_strategy 2 (sharded gradients) is the next release" "zero 2 refused"
+
 # A checkpoint written on 2 ranks continues on 1.
 rm -rf "$workdir/r2/step_00000012"; echo step_00000006 > "$workdir/r2/latest"
 cp "$workdir/r1.jsonl" "$workdir/resumed.jsonl"
-expect_rc 0 "$dense" --config "$cfg" $common checkpoint.checkpoint_dir="$workdir/r2" \
+expect_rc 0 "$dense" --config "$cfg" $common $ddp checkpoint.checkpoint_dir="$workdir/r2" \
     logging.metrics_file="$workdir/resumed.jsonl"
 expect_in "$out" "resumed from $workdir/r2/step_00000006 at step 6" "2-rank checkpoint on 1 rank"
 python3 - "$workdir/resumed.jsonl" "$workdir/r1.jsonl" <<'PY' || fail "resumed steps 7-12 differ"
@@ -55,5 +97,5 @@ checks=$((checks + 1))
 
 # fsdp2 (the default) on several ranks is refused honestly, once.
 expect_rc 1 np 2 "$dense" --config "$cfg" dataset.path="$data" logging.metrics_file="$workdir/x.jsonl"
-expect_in "$err" "use distributed.strategy=ddp" "fsdp2 multi-rank refused"
+expect_in "$err" "strategy fsdp2 trains on one rank in this release" "fsdp2 multi-rank refused"
 finish
