@@ -234,6 +234,7 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
     if (s != MT_OK)
         goto fail;
     res->resumed_from_step = start > 0 || r->ckpt.resumed ? (int)start : -1;
+    res->last_step = start;
     if (cfg->checkpoint.enabled && cfg->checkpoint.save_initial && start == 0) {
         s = mt_train_save(comm, cfg, &r->ckpt, 0, G);
         if (s != MT_OK)
