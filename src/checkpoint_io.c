@@ -513,6 +513,59 @@ static mt_status_t read_state(const h5_ctx_t *c, mt_train_state_t *st)
     return MT_OK;
 }
 
+/* Every tensor asked for must be in the file, and every tensor in the file
+ * must be one the caller asked for: a checkpoint of another model is
+ * refused by name before anything is read. */
+typedef struct {
+    hid_t file;
+    const mt_ckpt_tensor_t *t;
+    int n;
+    char extra[300];
+} extra_ctx_t;
+
+static herr_t visit_extra(hid_t group, const char *name, const H5L_info_t *info, void *data)
+{
+    extra_ctx_t *x = data;
+    (void)group, (void)info;
+    if (strncmp(name, "model/", 6) != 0 && strncmp(name, "optim/", 6) != 0)
+        return 0;
+    if (strcmp(name, "optim/step") == 0)
+        return 0;
+    for (int i = 0; i < x->n; i++)
+        if (x->t[i].path[0] == '/' && strcmp(x->t[i].path + 1, name) == 0)
+            return 0;
+    hid_t d = H5Dopen2(x->file, name, H5P_DEFAULT); /* groups are not tensors */
+    if (d < 0)
+        return 0;
+    H5Dclose(d);
+    snprintf(x->extra, sizeof x->extra, "/%s", name);
+    return 1; /* stop: found one */
+}
+
+static mt_status_t check_extra(const h5_ctx_t *c, const mt_ckpt_tensor_t *t, int n)
+{
+    /* a missing tensor is the clearer message when both apply (a renamed one) */
+    for (int i = 0; i < n; i++) {
+        htri_t ex = path_exists(c->file, t[i].path);
+        if (ex < 0)
+            H5_FAIL("%s: cannot look up %s", c->name, t[i].path);
+        if (ex == 0)
+            MT_FAIL(MT_ERR_IO, "%s: no tensor %s in the checkpoint", c->name, t[i].path);
+    }
+    extra_ctx_t x = {c->file, t, n, ""};
+    if (H5Lvisit(c->file, H5_INDEX_NAME, H5_ITER_INC, visit_extra, &x) < 0)
+        H5_FAIL("%s: cannot list the tensors", c->name);
+    if (x.extra[0]) {
+        mt_error_set(MT_ERR_IO, __FILE__, __LINE__,
+                     "%s: the checkpoint has tensor %s, which this model does not have", c->name,
+                     x.extra);
+        mt_error_hint("the checkpoint was written for a different model; its config is the "
+                      "/meta config attribute (meshtrain-ckpt config %s)", c->name);
+        return MT_ERR_IO;
+    }
+    return MT_OK;
+}
+
 mt_status_t mt_ckpt_h5_read(MPI_Comm comm, const char *file, const mt_ckpt_tensor_t *t, int n,
                             mt_train_state_t *state)
 {
@@ -528,6 +581,8 @@ mt_status_t mt_ckpt_h5_read(MPI_Comm comm, const char *file, const mt_ckpt_tenso
     s = mt_ckpt_agree(comm, s);
     if (s == MT_OK)
         s = mt_ckpt_agree(comm, check_format(file, c.file, 1));
+    if (s == MT_OK)
+        s = mt_ckpt_agree(comm, check_extra(&c, t, n));
     for (int i = 0; i < n && s == MT_OK; i++)
         s = mt_ckpt_agree(comm, read_tensor(comm, &c, &t[i]));
     if (s == MT_OK && state)

@@ -88,6 +88,16 @@ printf 'garbage' | dd of="$workdir/B/step_00000035/model.h5" bs=1 seek=4096 conv
 expect_rc 1 "$dense" --config "$cfg" $(set_run B) checkpoint.resume="$workdir/B/step_00000035"
 expect_in "$err" "SHA-256" "explicit corrupt checkpoint"
 
+# A checkpoint of a different model is refused, naming the tensor: resume
+# the 2-layer run's checkpoint into a 1-layer model (an extra tensor) and
+# into a wider one (a wrongly shaped tensor).
+expect_rc 1 "$dense" --config "$cfg" $(set_run A) model.num_hidden_layers=1 \
+    checkpoint.resume="$workdir/A/step_00000040"
+expect_in "$err" "the checkpoint has tensor /model/model.layers.1." "extra tensor named"
+expect_rc 1 "$dense" --config "$cfg" $(set_run A) model.intermediate_size=192 \
+    checkpoint.resume="$workdir/A/step_00000040"
+expect_in "$err" "has shape [160, 64] in the checkpoint, expected [192, 64]" "wrong shape named"
+
 # A truncated data file names the file and the problem.
 head -c 3000 "$data" > "$workdir/short.bin"
 expect_rc 1 "$dense" --config "$cfg" $(set_run C) dataset.path="$workdir/short.bin"
