@@ -35,6 +35,20 @@ for s in sorted(a):
     assert rel <= tol, f"step {s}: relative difference {rel:.3e} > {tol}"
 PY
 }
+# resumed_matches() LOG LABEL: steps 7-12 of a resumed run's metrics (its
+# last line per step) match the 1-rank run to 1e-5.
+resumed_matches() {
+    checks=$((checks + 1))
+    python3 - "$1" "$workdir/r1.jsonl" <<'PY' || fail "$2: resumed steps 7-12 differ"
+import json, sys
+last = {}
+for j in map(json.loads, open(sys.argv[1])):
+    last[j["step"]] = j["loss"]
+ref = {j["step"]: j["loss"] for j in map(json.loads, open(sys.argv[2]))}
+for s in range(7, 13):
+    assert abs(last[s] - ref[s]) <= 1e-5 * abs(ref[s]), (s, last[s], ref[s])
+PY
+}
 compare "$workdir/r1.jsonl" "$workdir/r2.jsonl" "2 ranks"
 compare "$workdir/r1.jsonl" "$workdir/r4.jsonl" "4 ranks"
 
@@ -63,16 +77,7 @@ cp "$workdir/r1.jsonl" "$workdir/z1r.jsonl"
 expect_rc 0 np 2 "$dense" --config "$cfg" $common $ddp checkpoint.checkpoint_dir="$workdir/z1" \
     logging.metrics_file="$workdir/z1r.jsonl"
 expect_in "$out" "resumed from $workdir/z1/step_00000006 at step 6" "zero-1 checkpoint under ddp"
-checks=$((checks + 1))
-python3 - "$workdir/z1r.jsonl" "$workdir/r1.jsonl" <<'PY' || fail "zero 1 -> ddp resume: steps 7-12 differ"
-import json, sys
-last = {}
-for j in map(json.loads, open(sys.argv[1])):
-    last[j["step"]] = j["loss"]
-ref = {j["step"]: j["loss"] for j in map(json.loads, open(sys.argv[2]))}
-for s in range(7, 13):
-    assert abs(last[s] - ref[s]) <= 1e-5 * abs(ref[s]), (s, last[s], ref[s])
-PY
+resumed_matches "$workdir/z1r.jsonl" "zero 1 -> ddp"
 
 # zero 2 and 3 are refused on several ranks, with the reason.
 expect_rc 1 np 2 "$dense" --config "$cfg" $(run z2) $mf distributed.zero_dp_strategy=2
@@ -84,16 +89,7 @@ cp "$workdir/r1.jsonl" "$workdir/resumed.jsonl"
 expect_rc 0 "$dense" --config "$cfg" $common $ddp checkpoint.checkpoint_dir="$workdir/r2" \
     logging.metrics_file="$workdir/resumed.jsonl"
 expect_in "$out" "resumed from $workdir/r2/step_00000006 at step 6" "2-rank checkpoint on 1 rank"
-python3 - "$workdir/resumed.jsonl" "$workdir/r1.jsonl" <<'PY' || fail "resumed steps 7-12 differ"
-import json, sys
-last = {}
-for j in map(json.loads, open(sys.argv[1])):
-    last[j["step"]] = j["loss"]
-ref = {j["step"]: j["loss"] for j in map(json.loads, open(sys.argv[2]))}
-for s in range(7, 13):
-    assert abs(last[s] - ref[s]) <= 1e-5 * abs(ref[s]), (s, last[s], ref[s])
-PY
-checks=$((checks + 1))
+resumed_matches "$workdir/resumed.jsonl" "2 ranks -> 1 rank"
 
 # fsdp2 (the default) on several ranks is refused honestly, once.
 expect_rc 1 np 2 "$dense" --config "$cfg" dataset.path="$data" logging.metrics_file="$workdir/x.jsonl"
