@@ -6,6 +6,8 @@
 #ifndef MT_CHECKPOINT_INTERNAL_H
 #define MT_CHECKPOINT_INTERNAL_H
 
+#include <hdf5.h>
+
 #include "mt_checkpoint.h"
 
 #define MT_CKPT_FILE "model.h5"
@@ -49,5 +51,25 @@ mt_status_t mt_ckpt_h5_read(MPI_Comm comm, const char *file, const mt_ckpt_tenso
 /* Not collective: open `file` with the serial driver, check the format and
  * return a malloc'd copy of the /meta config attribute. */
 mt_status_t mt_ckpt_h5_read_config(const char *file, char **yaml);
+
+/* ---- HDF5 helpers shared by the readers (checkpoint_io.c, and
+ * meshtrain-ckpt's ckpt_inspect.c); none needs MPI. ---- */
+
+/* An MT_ERR_IO error whose message ends with HDF5's innermost reason,
+ * "(HDF5: ...)"; clears HDF5's error stack. */
+mt_status_t mt_ckpt_h5_fail(const char *src, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define H5_FAIL(...) return mt_ckpt_h5_fail(__FILE__, __LINE__, __VA_ARGS__)
+
+/* Attribute `name` of object `obj`: a string as a malloc'd copy (fixed or
+ * variable length; *out = NULL when absent), or an integer (*present = 0
+ * when absent). */
+mt_status_t mt_ckpt_h5_attr_string(const char *fname, hid_t file, const char *obj,
+                                  const char *name, char **out);
+mt_status_t mt_ckpt_h5_attr_int(const char *fname, hid_t file, const char *obj, const char *name,
+                               int64_t *v, int *present);
+
+/* /meta format must be ours; with check_version, the version too. */
+mt_status_t mt_ckpt_h5_check_format(const char *fname, hid_t file, int check_version);
 
 #endif

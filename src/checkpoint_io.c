@@ -62,8 +62,7 @@ static const char *h5_reason(char *buf, size_t cap)
     return buf;
 }
 
-__attribute__((format(printf, 3, 4))) static mt_status_t h5_fail(const char *src, int line,
-                                                                const char *fmt, ...)
+mt_status_t mt_ckpt_h5_fail(const char *src, int line, const char *fmt, ...)
 {
     char what[1024], why[512];
     va_list ap;
@@ -74,7 +73,7 @@ __attribute__((format(printf, 3, 4))) static mt_status_t h5_fail(const char *src
     return mt_error_set(MT_ERR_IO, src, line, "%s (HDF5: %s)", what, why);
 }
 
-#define H5_FAIL(...) return h5_fail(__FILE__, __LINE__, __VA_ARGS__)
+#define h5_fail mt_ckpt_h5_fail
 
 static void h5_close(hid_t *id, herr_t (*close)(hid_t))
 {
@@ -172,8 +171,8 @@ static mt_status_t attr_int(const h5_ctx_t *c, hid_t obj, const char *name, hid_
 
 /* A string attribute as a malloc'd copy (fixed or variable length, so
  * files edited by other tools still read); *out = NULL when absent. */
-static mt_status_t read_attr_string(const char *fname, hid_t file, const char *obj,
-                                    const char *name, char **out)
+mt_status_t mt_ckpt_h5_attr_string(const char *fname, hid_t file, const char *obj,
+                                  const char *name, char **out)
 {
     *out = NULL;
     htri_t ex = H5Aexists_by_name(file, obj, name, H5P_DEFAULT);
@@ -216,8 +215,8 @@ static mt_status_t read_attr_string(const char *fname, hid_t file, const char *o
     return s;
 }
 
-static mt_status_t read_attr_int(const char *fname, hid_t file, const char *obj, const char *name,
-                                 int64_t *v, int *present)
+mt_status_t mt_ckpt_h5_attr_int(const char *fname, hid_t file, const char *obj, const char *name,
+                               int64_t *v, int *present)
 {
     *present = 0;
     htri_t ex = H5Aexists_by_name(file, obj, name, H5P_DEFAULT);
@@ -241,8 +240,7 @@ static mt_status_t read_attr_int(const char *fname, hid_t file, const char *obj,
     return s;
 }
 
-/* The format check every reader makes before trusting anything else. */
-static mt_status_t check_format(const char *fname, hid_t file, int check_version)
+mt_status_t mt_ckpt_h5_check_format(const char *fname, hid_t file, int check_version)
 {
     htri_t ex = H5Lexists(file, "/meta", H5P_DEFAULT);
     if (ex < 0)
@@ -250,7 +248,7 @@ static mt_status_t check_format(const char *fname, hid_t file, int check_version
     if (ex == 0)
         MT_FAIL(MT_ERR_IO, "%s: not a meshtrain checkpoint: it has no /meta group", fname);
     char *format = NULL;
-    MT_TRY(read_attr_string(fname, file, "/meta", "format", &format));
+    MT_TRY(mt_ckpt_h5_attr_string(fname, file, "/meta", "format", &format));
     if (!format || strcmp(format, MT_CKPT_FORMAT) != 0) {
         mt_error_set(MT_ERR_IO, __FILE__, __LINE__,
                      "%s: not a meshtrain checkpoint: /meta format is %s%s%s, expected \"%s\"",
@@ -264,7 +262,7 @@ static mt_status_t check_format(const char *fname, hid_t file, int check_version
         return MT_OK;
     int64_t version = 0;
     int present;
-    MT_TRY(read_attr_int(fname, file, "/meta", "version", &version, &present));
+    MT_TRY(mt_ckpt_h5_attr_int(fname, file, "/meta", "version", &version, &present));
     if (!present)
         MT_FAIL(MT_ERR_IO, "%s: /meta has no version attribute: the file is damaged", fname);
     if (version != MT_CKPT_VERSION) {
@@ -580,7 +578,7 @@ mt_status_t mt_ckpt_h5_read(MPI_Comm comm, const char *file, const mt_ckpt_tenso
         s = h5_fail(__FILE__, __LINE__, "%s: cannot open as HDF5", file);
     s = mt_ckpt_agree(comm, s);
     if (s == MT_OK)
-        s = mt_ckpt_agree(comm, check_format(file, c.file, 1));
+        s = mt_ckpt_agree(comm, mt_ckpt_h5_check_format(file, c.file, 1));
     if (s == MT_OK)
         s = mt_ckpt_agree(comm, check_extra(&c, t, n));
     for (int i = 0; i < n && s == MT_OK; i++)
@@ -607,9 +605,9 @@ mt_status_t mt_ckpt_h5_read_config(const char *file, char **yaml)
     if (fapl < 0 || (f = H5Fopen(file, H5F_ACC_RDONLY, fapl)) < 0)
         s = h5_fail(__FILE__, __LINE__, "%s: cannot open as HDF5", file);
     if (s == MT_OK)
-        s = check_format(file, f, 0);
+        s = mt_ckpt_h5_check_format(file, f, 0);
     if (s == MT_OK)
-        s = read_attr_string(file, f, "/meta", "config", yaml);
+        s = mt_ckpt_h5_attr_string(file, f, "/meta", "config", yaml);
     if (s == MT_OK && !*yaml)
         s = mt_error_set(MT_ERR_IO, __FILE__, __LINE__, "%s: /meta has no config attribute",
                          file);

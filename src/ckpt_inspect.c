@@ -5,44 +5,21 @@
  *
  * No MPI: the file is opened with HDF5's default (sec2) driver.  The serial
  * API of the parallel HDF5 build works without MPI_Init; H5Pset_fapl_mpio
- * does not, which is why this does not reuse checkpoint_io.c's reader (and
- * why its small attribute reader is repeated here: that one is static to
- * a file owned elsewhere). */
+ * does not, which is why this does not reuse checkpoint_io.c's collective
+ * reader; the attribute readers and the format check are shared with it
+ * (checkpoint_internal.h). */
 #include "ckpt_cli_internal.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <hdf5.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 /* ------------------------------------------------------------ HDF5 */
 
-static herr_t keep_innermost(unsigned n, const H5E_error2_t *e, void *buf)
-{
-    if (e->desc && e->desc[0])
-        snprintf(buf, 512, "%s", e->desc);
-    return 0;
-}
-
-/* An error whose message ends with HDF5's innermost reason, e.g.
- * "(HDF5: file signature not found)"; clears HDF5's stack. */
-__attribute__((format(printf, 3, 4))) static mt_status_t h5_fail(const char *src, int line,
-                                                                const char *fmt, ...)
-{
-    char what[1024], why[512] = "";
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, keep_innermost, why);
-    H5Eclear2(H5E_DEFAULT);
-    return mt_error_set(MT_ERR_IO, src, line, "%s (HDF5: %s)", what,
-                        why[0] ? why : "no detail from HDF5");
-}
-#define H5_FAIL(...) return h5_fail(__FILE__, __LINE__, __VA_ARGS__)
+#define h5_fail mt_ckpt_h5_fail
 
 static mt_status_t open_file(const char *file, hid_t *f)
 {
@@ -64,52 +41,6 @@ static mt_status_t open_file(const char *file, hid_t *f)
     return s;
 }
 
-/* /meta attribute `name`: a string into *str (malloc'd; fixed or variable
- * length) or an integer into *num.  *present = 0, and no error, if absent. */
-static mt_status_t meta_attr(hid_t f, const char *fname, const char *name, char **str,
-                             int64_t *num, int *present)
-{
-    *present = 0;
-    htri_t ex = H5Aexists_by_name(f, "/meta", name, H5P_DEFAULT);
-    if (ex < 0)
-        H5_FAIL("%s: cannot look up attribute /meta %s", fname, name);
-    if (ex == 0)
-        return MT_OK;
-    hid_t a = H5Aopen_by_name(f, "/meta", name, H5P_DEFAULT, H5P_DEFAULT), ft = -1, mt = -1;
-    H5T_class_t want = str ? H5T_STRING : H5T_INTEGER;
-    char *p = NULL;
-    mt_status_t s = MT_OK;
-    if (a < 0 || (ft = H5Aget_type(a)) < 0)
-        s = h5_fail(__FILE__, __LINE__, "%s: cannot open attribute /meta %s", fname, name);
-    else if (H5Tget_class(ft) != want)
-        s = mt_error_set(MT_ERR_IO, __FILE__, __LINE__, "%s: attribute /meta %s is not %s",
-                         fname, name, str ? "a string" : "an integer");
-    else if (!str && H5Aread(a, H5T_NATIVE_INT64, num) < 0)
-        s = h5_fail(__FILE__, __LINE__, "%s: cannot read attribute /meta %s", fname, name);
-    else if (str && H5Tis_variable_str(ft) > 0) {
-        if ((mt = H5Tcopy(H5T_C_S1)) < 0 || H5Tset_size(mt, H5T_VARIABLE) < 0 ||
-            H5Aread(a, mt, &p) < 0)
-            s = h5_fail(__FILE__, __LINE__, "%s: cannot read attribute /meta %s", fname, name);
-        else if (!(*str = strdup(p ? p : "")))
-            s = mt_error_set(MT_ERR_NOMEM, __FILE__, __LINE__, "attribute /meta %s", name);
-        if (p)
-            H5free_memory(p);
-    } else if (str) {
-        if (!(*str = calloc(H5Tget_size(ft) + 1, 1)))
-            s = mt_error_set(MT_ERR_NOMEM, __FILE__, __LINE__, "attribute /meta %s", name);
-        else if (H5Aread(a, ft, *str) < 0)
-            s = h5_fail(__FILE__, __LINE__, "%s: cannot read attribute /meta %s", fname, name);
-    }
-    if (mt >= 0)
-        H5Tclose(mt);
-    if (ft >= 0)
-        H5Tclose(ft);
-    if (a >= 0)
-        H5Aclose(a);
-    *present = s == MT_OK;
-    return s;
-}
-
 /* ------------------------------------------------------------ what a file holds */
 
 void mt_ckpt_info_free(mt_ckpt_info_t *in)
@@ -127,29 +58,15 @@ void mt_ckpt_info_free(mt_ckpt_info_t *in)
 /* /meta: format must be ours; version must be ours if `strict`. */
 static mt_status_t read_meta(hid_t f, const char *fname, mt_ckpt_info_t *in, int strict)
 {
-    int p, has_version;
-    htri_t ex = H5Lexists(f, "/meta", H5P_DEFAULT);
-    if (ex < 0)
-        H5_FAIL("%s: cannot look up /meta", fname);
-    if (ex == 0)
-        MT_FAIL(MT_ERR_IO, "%s: not a meshtrain checkpoint: it has no /meta group", fname);
-    MT_TRY(meta_attr(f, fname, "format", &in->format, NULL, &p));
-    if (!in->format || strcmp(in->format, MT_CKPT_FORMAT) != 0)
-        MT_FAIL(MT_ERR_IO, "%s: not a meshtrain checkpoint: /meta format is %s%s%s, expected \"%s\"",
-                fname, p ? "\"" : "", p ? in->format : "missing", p ? "\"" : "", MT_CKPT_FORMAT);
-    MT_TRY(meta_attr(f, fname, "version", NULL, &in->version, &has_version));
+    int has_version;
+    MT_TRY(mt_ckpt_h5_check_format(fname, f, strict));
+    MT_TRY(mt_ckpt_h5_attr_string(fname, f, "/meta", "format", &in->format));
+    MT_TRY(mt_ckpt_h5_attr_int(fname, f, "/meta", "version", &in->version, &has_version));
     if (!has_version)
         MT_FAIL(MT_ERR_IO, "%s: /meta has no version attribute: the file is damaged", fname);
-    if (strict && in->version != MT_CKPT_VERSION) {
-        mt_error_set(MT_ERR_IO, __FILE__, __LINE__, "%s: checkpoint format version %lld; this "
-                     "build of meshtrain reads version %d only", fname, (long long)in->version,
-                     MT_CKPT_VERSION);
-        mt_error_hint("load it with the meshtrain release that wrote it (see /meta software)");
-        return MT_ERR_IO;
-    }
-    MT_TRY(meta_attr(f, fname, "mesh", &in->mesh, NULL, &p));
-    MT_TRY(meta_attr(f, fname, "software", &in->software, NULL, &p));
-    MT_TRY(meta_attr(f, fname, "world_size", NULL, &in->world_size, &in->has_world));
+    MT_TRY(mt_ckpt_h5_attr_string(fname, f, "/meta", "mesh", &in->mesh));
+    MT_TRY(mt_ckpt_h5_attr_string(fname, f, "/meta", "software", &in->software));
+    MT_TRY(mt_ckpt_h5_attr_int(fname, f, "/meta", "world_size", &in->world_size, &in->has_world));
     return MT_OK;
 }
 
