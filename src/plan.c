@@ -168,16 +168,18 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
         expert_frac = (double)(m->num_experts * 3 * H * m->moe_intermediate_size) / (double)lsh;
 
     plan->bytes_total = -1;
+    /* the embedding sits with the first stage; norm, lm_head and loss with the last */
+    int64_t first_rank = stage_rank(cfg, 0), last_rank = stage_rank(cfg, dv->num_stages - 1);
     for (int64_t r = 0; r < d->pp_size; r++) {
+        bool last = r == last_rank;
         double layers = (double)mt_plan_layers_on_rank(cfg, r);
         double sharded = layers * (double)lsh / tp, repl = layers * (double)lrep;
-        if (r == 0)
+        if (r == first_rank)
             sharded += (double)plan->params_embedding / tp;
-        if (r == (d->pp_size > 1 && d->pipeline.pp_schedule == MT_PP_V_SCHEDULE ? 0 : d->pp_size - 1))
+        if (last)
             sharded += (double)(plan->params_head - H) / tp, repl += (double)H;
-        if (d->pp_size > 1 && m->tie_word_embeddings &&
-            r == (d->pipeline.pp_schedule == MT_PP_V_SCHEDULE ? 0 : d->pp_size - 1))
-            sharded += (double)plan->params_embedding / tp; /* untied copy on the last stage */
+        if (last && last_rank != first_rank && m->tie_word_embeddings)
+            sharded += (double)plan->params_embedding / tp; /* tied lm_head copy on another rank */
         double p_rank = sharded + repl;
         double expert = 0;
         if (expert_frac > 0) { /* expert weights: /ep, then /ep_shard under fsdp2 */
@@ -208,8 +210,6 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
                        (d->sequence_parallel ? tp : 1) * act_bytes + per_layer;
         else
             acts = nflight * stage_layers_avg * per_layer;
-        bool last = r == (d->pp_size > 1 && d->pipeline.pp_schedule == MT_PP_V_SCHEDULE ? 0
-                                                                                        : d->pp_size - 1);
         if (last) /* fp32 logits of one microbatch for the loss */
             acts += tokens * (double)V / tp * 4.0;
         { /* backward working buffers of one microbatch: the final norm's input
