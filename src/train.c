@@ -159,7 +159,7 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, MPI_Comm dp, bool sha
     r->targets = malloc(sizeof(int32_t) * (size_t)(accum * B * T));
     if (!r->tokens || !r->targets)
         MT_FAIL(MT_ERR_NOMEM, "batch buffers");
-    MT_TRY(mt_train_ckpt_init(&r->ckpt, &r->model, &r->opt));
+    MT_TRY(mt_train_ckpt_init(&r->ckpt, cfg, &r->model, &r->opt));
     return MT_OK;
 }
 

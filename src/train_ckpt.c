@@ -35,13 +35,22 @@ static void shard_rows(const mt_model_t *m, const mt_param_t *p, int64_t rows, i
         *first = 0;
 }
 
-mt_status_t mt_train_ckpt_init(mt_train_ckpt_t *c, mt_model_t *m, mt_adamw_t *opt)
+mt_status_t mt_train_ckpt_init(mt_train_ckpt_t *c, const mt_config_t *cfg, mt_model_t *m,
+                               mt_adamw_t *opt)
 {
     memset(c, 0, sizeof *c);
     c->model = m, c->opt = opt;
     c->t = calloc((size_t)m->nparams * 3, sizeof *c->t);
-    if (!c->t)
-        MT_FAIL(MT_ERR_NOMEM, "checkpoint tensor list");
+    size_t need = mt_config_to_yaml(cfg, NULL, 0) + 1;
+    c->config_yaml = malloc(need);
+    if (!c->t || !c->config_yaml)
+        MT_FAIL(MT_ERR_NOMEM, "checkpoint tensor list and config text");
+    mt_config_to_yaml(cfg, c->config_yaml, need);
+    snprintf(c->mesh, sizeof c->mesh, "world %lld: pp %lld x dp_replicate %lld x dp_shard %lld x "
+             "cp %lld x tp %lld", (long long)cfg->derived.world_size,
+             (long long)cfg->distributed.pp_size, (long long)cfg->derived.dp_replicate,
+             (long long)cfg->derived.dp_shard, (long long)cfg->distributed.cp_size,
+             (long long)cfg->distributed.tp_size);
     int np = m->nparams;
     for (int i = 0; i < np; i++) {
         const mt_param_t *p = &m->params[i];
@@ -69,27 +78,16 @@ mt_status_t mt_train_ckpt_init(mt_train_ckpt_t *c, mt_model_t *m, mt_adamw_t *op
 void mt_train_ckpt_free(mt_train_ckpt_t *c)
 {
     free(c->t);
+    free(c->config_yaml);
     memset(c, 0, sizeof *c);
 }
 
 mt_status_t mt_train_save(MPI_Comm comm, const mt_config_t *cfg, mt_train_ckpt_t *c,
                           int64_t step, int64_t G)
 {
-    size_t need = mt_config_to_yaml(cfg, NULL, 0) + 1;
-    char *yaml = malloc(need);
-    if (!yaml)
-        MT_FAIL(MT_ERR_NOMEM, "config text");
-    mt_config_to_yaml(cfg, yaml, need);
-    char mesh[256];
-    snprintf(mesh, sizeof mesh, "world %lld: pp %lld x dp_replicate %lld x dp_shard %lld x cp %lld "
-             "x tp %lld", (long long)cfg->derived.world_size, (long long)cfg->distributed.pp_size,
-             (long long)cfg->derived.dp_replicate, (long long)cfg->derived.dp_shard,
-             (long long)cfg->distributed.cp_size, (long long)cfg->distributed.tp_size);
     mt_train_state_t st = {step, step * G, 0, cfg->rng.seed, 0};
-    mt_status_t s = mt_ckpt_save(comm, cfg->checkpoint.checkpoint_dir, c->t, c->n, &st, yaml, mesh,
-                                 cfg->checkpoint.keep_last_n);
-    free(yaml);
-    MT_TRY(s);
+    MT_TRY(mt_ckpt_save(comm, cfg->checkpoint.checkpoint_dir, c->t, c->n, &st, c->config_yaml,
+                        c->mesh, cfg->checkpoint.keep_last_n));
     return MT_OK;
 }
 

@@ -17,11 +17,14 @@ typedef struct {
     mt_ckpt_tensor_t *t; /* parameters, then exp_avg, then exp_avg_sq */
     int n;
     int resumed;
+    char *config_yaml;   /* the resolved config, stored in every checkpoint */
+    char mesh[256];      /* the mesh it was saved on */
 } mt_train_ckpt_t;
 
 /* The tensor list: /model/<name>, /optim/<name>/exp_avg, .../exp_avg_sq,
  * full logical tensors (vocabulary padding rows are not stored). */
-mt_status_t mt_train_ckpt_init(mt_train_ckpt_t *c, mt_model_t *m, mt_adamw_t *opt);
+mt_status_t mt_train_ckpt_init(mt_train_ckpt_t *c, const mt_config_t *cfg, mt_model_t *m,
+                               mt_adamw_t *opt);
 void mt_train_ckpt_free(mt_train_ckpt_t *c);
 
 /* Save after `step` updates (global batch G).  Collective. */
