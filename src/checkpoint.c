@@ -7,6 +7,7 @@
  * are checkpoint_dir.c, run by rank 0 alone; the HDF5 file is
  * checkpoint_io.c. */
 #include "checkpoint_internal.h"
+#include "mt_comm.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +24,7 @@ mt_status_t mt_ckpt_agree(MPI_Comm comm, mt_status_t local)
     MT_MPI_TRY(MPI_Comm_rank(comm, &rank));
     MT_MPI_TRY(MPI_Comm_size(comm, &size));
     int mine = local == MT_OK ? size : rank;
-    MT_MPI_TRY(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
+    MT_TRY(mt_allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm)); /* polite wait */
     if (first == size)
         return MT_OK;
     struct {

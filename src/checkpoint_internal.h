@@ -72,4 +72,7 @@ mt_status_t mt_ckpt_h5_attr_int(const char *fname, hid_t file, const char *obj, 
 /* /meta format must be ours; with check_version, the version too. */
 mt_status_t mt_ckpt_h5_check_format(const char *fname, hid_t file, int check_version);
 
+/* 1: HDF5 transfers are collective (MPI-IO two-phase), 0: independent. */
+int mt_ckpt_transfer_collective(void);
+
 #endif

@@ -9,6 +9,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 static mt_wait_mode_t wait_mode = MT_WAIT_SPIN;
 
@@ -27,6 +30,27 @@ void mt_comm_set_wait_mode(MPI_Comm node)
     MPI_Comm_size(node, &ranks);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     wait_mode = cores > 0 && ranks > cores ? MT_WAIT_SLEEP : MT_WAIT_SPIN;
+}
+
+int mt_comm_set_threads(MPI_Comm node)
+{
+#ifdef _OPENMP
+    const char *env = getenv("OMP_NUM_THREADS");
+    if (env && env[0])
+        return omp_get_max_threads();
+    int ranks = 1;
+    MPI_Comm_size(node, &ranks);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int t = cores > 0 ? (int)(cores / (ranks > 0 ? ranks : 1)) : 1;
+    if (t < 1)
+        t = 1;
+    if (ranks > 1)
+        omp_set_num_threads(t);
+    return omp_get_max_threads();
+#else
+    (void)node;
+    return 1;
+#endif
 }
 
 mt_wait_mode_t mt_comm_wait_mode(void) { return wait_mode; }

@@ -23,6 +23,12 @@ typedef enum { MT_WAIT_AUTO, MT_WAIT_SPIN, MT_WAIT_SLEEP } mt_wait_mode_t;
 /* Decide once from the node communicator: sleep when it has more ranks
  * than online cores.  MESHTRAIN_WAIT=spin|sleep overrides. */
 void mt_comm_set_wait_mode(MPI_Comm node);
+
+/* CPU threads per rank: unless OMP_NUM_THREADS is set, the node's cores
+ * divided among its ranks (at least 1), so that ranks sharing a node do
+ * not oversubscribe it with OpenMP (and OpenMP OpenBLAS) threads.
+ * Returns the number chosen.  `node` is the node-local group. */
+int mt_comm_set_threads(MPI_Comm node);
 mt_wait_mode_t mt_comm_wait_mode(void);
 
 /* Complete n requests (MPI_REQUEST_NULL entries are fine). */
