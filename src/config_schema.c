@@ -180,6 +180,10 @@ const mt_cfg_key_t mt_cfg_keys[] = {
     K_BOOL("distributed.defer_fsdp_grad_sync", distributed.defer_fsdp_grad_sync, "true",
            "fsdp2 only: with gradient accumulation, reduce gradients on the last micro-step "
            "only."),
+    K_BOOL("distributed.reshard_after_forward", distributed.reshard_after_forward, "true",
+           "fsdp2 only: free each unit's gathered parameters after its forward and gather them "
+           "again for backward (false keeps them until backward: less communication, more "
+           "memory)."),
     K_INTR("distributed.zero_dp_strategy", distributed.zero_dp_strategy, "3", 0, 3,
            "megatron_fsdp only: 0 replicate all, 1 shard optimizer state, 2 also gradients, "
            "3 also parameters."),
@@ -247,7 +251,9 @@ const mt_cfg_key_t mt_cfg_keys[] = {
           "auto resumes from the newest complete checkpoint, none starts fresh, anything else "
           "is a checkpoint path."),
     K_BOOL("checkpoint.save_initial", checkpoint.save_initial, "false",
-           "Write step 0 before the first update."),
+           "Write the starting state before the first update: step 0, or the resumed step "
+           "when checkpoint_dir does not hold it yet (so a checkpoint loaded from elsewhere is "
+           "written again on this mesh; with max_steps equal to that step nothing trains)."),
     K_INT("checkpoint.keep_last_n", checkpoint.keep_last_n, "0", 0,
           "Keep the newest n checkpoints; 0 keeps all. Must be at least 2 when above 0."),
     K_BOOL("checkpoint.save_consolidated", checkpoint.save_consolidated, "false",

@@ -256,9 +256,12 @@ static void check_sizes(vctx_t *v, int64_t world)
     if (d->strategy != MT_STRATEGY_DDP && key_set(cfg, "distributed.ddp_bucket_cap_mb"))
         verr(v, "distributed.ddp_bucket_cap_mb", "is a ddp option; strategy is %s",
              mt_strategy_name(d->strategy));
-    if (d->strategy != MT_STRATEGY_FSDP2 && key_set(cfg, "distributed.defer_fsdp_grad_sync"))
-        verr(v, "distributed.defer_fsdp_grad_sync", "is an fsdp2 option; strategy is %s",
-             mt_strategy_name(d->strategy));
+    static const char *fsdp2_only[] = {"distributed.defer_fsdp_grad_sync",
+                                        "distributed.reshard_after_forward"};
+    for (int i = 0; i < 2; i++)
+        if (d->strategy != MT_STRATEGY_FSDP2 && key_set(cfg, fsdp2_only[i]))
+            verr(v, fsdp2_only[i], "is an fsdp2 option; strategy is %s",
+                 mt_strategy_name(d->strategy));
 
     dv->ep_shard = 1;
     if (d->ep_size > 1) {

@@ -33,11 +33,11 @@ static void launch(mt_ddp_t *d, int64_t from)
     }
 }
 
-static void hook(void *ctx, int64_t from)
+static void hook(void *ctx, int unit, mt_unit_event_t ev)
 {
     mt_ddp_t *d = ctx;
-    if (d->sync && d->overlap)
-        launch(d, from);
+    if (ev == MT_UNIT_POST_BACKWARD && d->sync && d->overlap)
+        launch(d, d->model->unit_lo[unit]);
 }
 
 mt_status_t mt_ddp_init(mt_ddp_t *d, MPI_Comm comm, mt_model_t *m, int64_t bucket_bytes)
@@ -55,7 +55,7 @@ mt_status_t mt_ddp_init(mt_ddp_t *d, MPI_Comm comm, mt_model_t *m, int64_t bucke
     /* Whole parameters, last first; a bucket closes once it reaches the cap. */
     int64_t end = m->numel, start = m->numel;
     for (int i = m->nparams - 1; i >= 0; i--) {
-        start = m->params[i].data - m->param_mem;
+        start = m->params[i].offset;
         if (end - start >= cap || i == 0) {
             d->buckets[d->nbuckets].offset = start;
             d->buckets[d->nbuckets].count = end - start;
@@ -64,58 +64,17 @@ mt_status_t mt_ddp_init(mt_ddp_t *d, MPI_Comm comm, mt_model_t *m, int64_t bucke
             end = start;
         }
     }
-    m->grad_ready = hook;
-    m->grad_ready_ctx = d;
+    m->unit_hook = hook;
+    m->hook_ctx = d;
     d->overlap = true;
-    return MT_OK;
-}
-
-/* Smallest row start at or after flat offset t. */
-static int64_t row_start_at_or_after(const mt_model_t *m, int64_t t)
-{
-    for (int i = 0; i < m->nparams; i++) {
-        const mt_param_t *p = &m->params[i];
-        int64_t off = p->data - m->param_mem, cols = p->ndim > 1 ? p->shape[1] : 1;
-        if (t < off + p->numel) {
-            int64_t row = t <= off ? 0 : (t - off + cols - 1) / cols;
-            return off + row * cols;
-        }
-    }
-    return m->numel;
-}
-
-mt_status_t mt_shard_range(MPI_Comm comm, const mt_model_t *m, int64_t *lo, int64_t *hi,
-                           int **counts, int **displs)
-{
-    int rank, n;
-    MT_MPI_TRY(MPI_Comm_rank(comm, &rank));
-    MT_MPI_TRY(MPI_Comm_size(comm, &n));
-    if (m->numel > 2147483647LL)
-        MT_FAIL(MT_ERR_UNSUPPORTED, "a sharded optimizer over %lld parameters needs 64-bit "
-                "all-gather counts (MPI-4 large counts); not in this release", (long long)m->numel);
-    *counts = malloc(sizeof **counts * (size_t)n);
-    *displs = malloc(sizeof **displs * (size_t)n);
-    if (!*counts || !*displs)
-        MT_FAIL(MT_ERR_NOMEM, "all-gather layout");
-    int64_t prev = 0;
-    for (int r = 0; r < n; r++) {
-        int64_t end = r == n - 1 ? m->numel : row_start_at_or_after(m, m->numel * (r + 1) / n);
-        if (end < prev)
-            end = prev;
-        (*displs)[r] = (int)prev;
-        (*counts)[r] = (int)(end - prev);
-        if (r == rank)
-            *lo = prev, *hi = end;
-        prev = end;
-    }
     return MT_OK;
 }
 
 void mt_ddp_free(mt_ddp_t *d)
 {
-    if (d->model) {
-        d->model->grad_ready = NULL;
-        d->model->grad_ready_ctx = NULL;
+    if (d->model && d->model->hook_ctx == d) {
+        d->model->unit_hook = NULL;
+        d->model->hook_ctx = NULL;
     }
     free(d->buckets);
     free(d->reqs);

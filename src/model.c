@@ -26,29 +26,43 @@ mt_param_t *mt_model_param(mt_model_t *m, const char *name)
     return NULL;
 }
 
-void mt_model_init_weights(mt_model_t *m, uint64_t seed)
+void mt_model_init_range(const mt_model_t *m, uint64_t seed, int64_t lo, int64_t hi, float *dst)
 {
     for (int i = 0; i < m->nparams; i++) {
-        mt_param_t *p = &m->params[i];
+        const mt_param_t *p = &m->params[i];
+        int64_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel;
+        if (b > hi)
+            b = hi;
+        if (a >= b)
+            continue;
+        float *out = dst + (a - lo);
         if (p->is_norm) {
-            for (int64_t j = 0; j < p->numel; j++)
-                p->data[j] = 1.0f;
+            for (int64_t j = 0; j < b - a; j++)
+                out[j] = 1.0f;
             continue;
         }
         /* Element e of the logical tensor is normal(seed, name, e), so any
          * shard of it can be generated alone. */
-        mt_rng_fill_normal(p->data, p->numel, seed, mt_rng_stream(p->name), 0,
+        mt_rng_fill_normal(out, b - a, seed, mt_rng_stream(p->name), (uint64_t)(a - p->offset),
                            (float)m->init_std);
         /* Vocabulary padding rows (tp padding) start at zero. */
-        if ((p == m->embed || p == m->lm_head) && m->V > m->V_valid)
-            memset(p->data + m->V_valid * m->H, 0,
-                   sizeof(float) * (size_t)((m->V - m->V_valid) * m->H));
+        if ((p == m->embed || p == m->lm_head) && m->V > m->V_valid) {
+            int64_t pad = p->offset + m->V_valid * m->H; /* first padding element */
+            for (int64_t e = a > pad ? a : pad; e < b; e++)
+                dst[e - lo] = 0.0f;
+        }
     }
+}
+
+void mt_model_init_weights(mt_model_t *m, uint64_t seed)
+{
+    mt_model_init_range(m, seed, 0, m->numel, m->param_mem);
 }
 
 void mt_model_zero_grad(mt_model_t *m)
 {
-    memset(m->grad_mem, 0, sizeof(float) * (size_t)m->numel);
+    if (m->grad_mem)
+        memset(m->grad_mem, 0, sizeof(float) * (size_t)m->numel);
 }
 
 double mt_model_flops_per_token(const mt_model_t *m)
@@ -149,40 +163,54 @@ static void layer_backward(mt_model_t *m, int l, mt_layer_acts_t *a)
     be->add(m->dres, m->dtmp, N * H);                              /* d x */
 }
 
+static void hook(const mt_model_t *m, int unit, mt_unit_event_t ev)
+{
+    if (m->unit_hook)
+        m->unit_hook(m->hook_ctx, unit, ev);
+}
+
 double mt_model_step(mt_model_t *m, const int32_t *tokens, const int32_t *targets,
                      bool backward, float grad_scale, int64_t *count)
 {
     const mt_backend_t *be = m->be;
     int64_t N = m->N, H = m->H;
+    int head = (int)m->L + 1;
 
+    hook(m, 0, MT_UNIT_PRE_FORWARD);
     be->embedding_forward(m->acts[0].x, tokens, m->embed->data, N, H);
+    hook(m, 0, MT_UNIT_POST_FORWARD);
     for (int l = 0; l < m->L; l++) {
         float *out = l + 1 < m->L ? m->acts[l + 1].x : m->x_final;
+        hook(m, l + 1, MT_UNIT_PRE_FORWARD);
         layer_forward(m, l, &m->acts[l], out);
+        hook(m, l + 1, MT_UNIT_POST_FORWARD);
     }
+    hook(m, head, MT_UNIT_PRE_FORWARD);
     be->rmsnorm_forward(m->xf, m->rstdf, m->x_final, m->final_norm->data, N, H, m->eps);
     m->be->matmul(m->logits, m->xf, m->lm_head->data, N, m->V, H, false, true, 0.0f);
     double loss = be->cross_entropy(backward ? m->logits : NULL, m->logits, targets, N, m->V,
                                     m->V_valid, grad_scale, count);
-    if (!backward)
+    if (!backward) {
+        hook(m, head, MT_UNIT_POST_FORWARD);
         return loss;
+    }
 
     /* logits now hold d loss / d logits */
+    hook(m, head, MT_UNIT_PRE_BACKWARD);
     linear_backward(m, m->dh, 0.0f, m->logits, m->xf, m->lm_head);
     be->rmsnorm_backward(m->dres, m->final_norm->grad, m->dh, m->x_final, m->final_norm->data,
                          m->rstdf, N, H);
-    if (m->grad_ready) /* untied lm_head sits after the final norm; tied, it is the embedding */
-        m->grad_ready(m->grad_ready_ctx, m->final_norm->data - m->param_mem);
+    hook(m, head, MT_UNIT_POST_BACKWARD);
     for (int l = m->L - 1; l >= 0; l--) {
         mt_layer_acts_t *a = &m->acts[l];
+        hook(m, l + 1, MT_UNIT_PRE_BACKWARD);
         if (m->checkpointing) /* recompute this layer's activations into scratch */
             layer_forward(m, l, a, m->datt);
         layer_backward(m, l, a);
-        if (m->grad_ready)
-            m->grad_ready(m->grad_ready_ctx, m->layers[l].attn_norm->data - m->param_mem);
+        hook(m, l + 1, MT_UNIT_POST_BACKWARD);
     }
+    hook(m, 0, MT_UNIT_PRE_BACKWARD);
     be->embedding_backward(m->embed->grad, m->dres, tokens, N, H);
-    if (m->grad_ready)
-        m->grad_ready(m->grad_ready_ctx, 0);
+    hook(m, 0, MT_UNIT_POST_BACKWARD);
     return loss;
 }

@@ -24,7 +24,7 @@ static mt_param_t *add_param(builder_t *b, const char *name, int64_t rows, int64
     p->shape[1] = cols > 0 ? cols : 1;
     p->numel = rows * (cols > 0 ? cols : 1);
     p->is_norm = p->no_decay = norm;
-    p->data = (float *)(intptr_t)b->offset; /* fixed up once the arena exists */
+    p->offset = b->offset;
     b->offset += p->numel;
     return p;
 }
@@ -101,6 +101,12 @@ static int64_t layout_acts(mt_model_t *m, float *base)
 mt_status_t mt_model_init(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
                           int64_t B, int64_t T)
 {
+    return mt_model_init_ex(m, cfg, be, B, T, 0);
+}
+
+mt_status_t mt_model_init_ex(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
+                             int64_t B, int64_t T, unsigned flags)
+{
     memset(m, 0, sizeof *m);
     if (!cfg->validated)
         MT_FAIL(MT_ERR_RANGE, "mt_model_init needs a validated config");
@@ -122,7 +128,9 @@ mt_status_t mt_model_init(mt_model_t *m, const mt_config_t *cfg, const mt_backen
     m->layers = calloc((size_t)m->L, sizeof *m->layers);
     m->acts = calloc((size_t)m->L, sizeof *m->acts);
     m->pos = malloc(sizeof *m->pos * (size_t)m->N);
-    if (!m->params || !m->layers || !m->acts || !m->pos) {
+    m->nunits = (int)m->L + 2;
+    m->unit_lo = malloc(sizeof *m->unit_lo * (size_t)(m->nunits + 1));
+    if (!m->params || !m->layers || !m->acts || !m->pos || !m->unit_lo) {
         mt_model_free(m);
         MT_FAIL(MT_ERR_NOMEM, "model tables for %lld layers", (long long)m->L);
     }
@@ -156,21 +164,29 @@ mt_status_t mt_model_init(mt_model_t *m, const mt_config_t *cfg, const mt_backen
     m->final_norm = add_param(&b, "model.norm.weight", H, 0, true);
     m->lm_head = m->tied ? m->embed : add_param(&b, "lm_head.weight", m->V, H, false);
     m->numel = b.offset;
+    m->unit_lo[0] = 0;
+    for (int l = 0; l < m->L; l++)
+        m->unit_lo[l + 1] = m->layers[l].attn_norm->offset;
+    m->unit_lo[m->L + 1] = m->final_norm->offset;
+    m->unit_lo[m->L + 2] = m->numel;
 
-    m->param_mem = malloc(sizeof(float) * (size_t)m->numel);
-    m->grad_mem = calloc((size_t)m->numel, sizeof(float));
+    if (!(flags & MT_MODEL_NO_PARAM_ARENA))
+        m->param_mem = malloc(sizeof(float) * (size_t)m->numel);
+    if (!(flags & MT_MODEL_NO_GRAD_ARENA))
+        m->grad_mem = calloc((size_t)m->numel, sizeof(float));
     m->act_numel = layout_acts(m, NULL);
     m->act_mem = malloc(sizeof(float) * (size_t)m->act_numel);
-    if (!m->param_mem || !m->grad_mem || !m->act_mem) {
+    if ((!m->param_mem && !(flags & MT_MODEL_NO_PARAM_ARENA)) ||
+        (!m->grad_mem && !(flags & MT_MODEL_NO_GRAD_ARENA)) || !m->act_mem) {
         int64_t p = m->numel, a = m->act_numel;
         mt_model_free(m);
         MT_FAIL(MT_ERR_NOMEM, "model arenas: %lld parameters and %lld activation floats",
                 (long long)p, (long long)a);
     }
     for (int i = 0; i < m->nparams; i++) {
-        int64_t off = (int64_t)(intptr_t)m->params[i].data;
-        m->params[i].data = m->param_mem + off;
-        m->params[i].grad = m->grad_mem + off;
+        int64_t off = m->params[i].offset;
+        m->params[i].data = m->param_mem ? m->param_mem + off : NULL;
+        m->params[i].grad = m->grad_mem ? m->grad_mem + off : NULL;
     }
     layout_acts(m, m->act_mem);
     for (int64_t i = 0; i < m->N; i++)
@@ -184,6 +200,7 @@ void mt_model_free(mt_model_t *m)
     free(m->layers);
     free(m->acts);
     free(m->pos);
+    free(m->unit_lo);
     free(m->param_mem);
     free(m->grad_mem);
     free(m->act_mem);

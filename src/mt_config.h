@@ -102,6 +102,7 @@ typedef struct {
     mt_opt_int_t dp_size, dp_replicate_size;
     int64_t tp_size, pp_size, cp_size, ep_size;
     bool sequence_parallel, activation_checkpointing, defer_fsdp_grad_sync;
+    bool reshard_after_forward; /* fsdp2 */
     int64_t zero_dp_strategy;
     bool overlap_grad_reduce, overlap_param_gather;
     double ddp_bucket_cap_mb;

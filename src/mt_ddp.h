@@ -3,7 +3,7 @@
  * Parameters are replicated; gradients are summed over the data-parallel
  * group in buckets of about distributed.ddp_bucket_cap_mb.  A bucket's
  * MPI_Iallreduce starts as soon as backward has finished every gradient in
- * it (the model's grad_ready hook), so communication overlaps the rest of
+ * it (the model's unit hook), so communication overlaps the rest of
  * backward.  With gradient accumulation only the last micro-step reduces
  * (like PyTorch DDP's no_sync).  The model's loss scale is 1 / (global
  * token count), so the summed gradient is the global token mean. */
@@ -39,14 +39,9 @@ typedef struct {
 } mt_ddp_t;
 
 /* Buckets over the model's parameters, in backward order; registers the
- * model's grad_ready hook.  comm is the data-parallel group. */
+ * model's unit hook.  comm is the data-parallel group. */
 mt_status_t mt_ddp_init(mt_ddp_t *d, MPI_Comm comm, mt_model_t *m, int64_t bucket_bytes);
 
-/* This rank's part of a flat, row-aligned partition of the parameter
- * arena over comm (for a sharded optimizer), and the counts and
- * displacements (malloc'd) to all-gather the parameters afterwards. */
-mt_status_t mt_shard_range(MPI_Comm comm, const mt_model_t *m, int64_t *lo, int64_t *hi,
-                           int **counts, int **displs);
 void mt_ddp_free(mt_ddp_t *d);
 
 /* Before each micro-step's backward: sync true on the last one. */

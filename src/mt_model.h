@@ -27,7 +27,9 @@ typedef struct {
     int ndim;
     int64_t shape[2];             /* PyTorch shape: [out, in] for linears */
     int64_t numel;
-    float *data, *grad;           /* into the model's arenas */
+    int64_t offset;               /* element offset in the flat parameter order */
+    float *data, *grad;           /* into the model's arenas, or wherever the
+                                   * parallelize layer points them */
     bool no_decay;                /* norm weights: no weight decay */
     bool is_norm;                 /* initialised to 1 */
 } mt_param_t;
@@ -36,6 +38,28 @@ typedef struct {
     mt_param_t *attn_norm, *wq, *wk, *wv, *wo, *q_norm, *k_norm;
     mt_param_t *mlp_norm, *wgate, *wup, *wdown;
 } mt_layer_params_t;
+
+/* What a unit hook is told.  A unit is a contiguous range of the flat
+ * parameter order that forward and backward use together: unit 0 is the
+ * embedding, unit l+1 is decoder layer l, unit L+1 the final norm with the
+ * (untied) lm_head.  A tied lm_head is the embedding's weight: it is used
+ * by unit L+1 but belongs to unit 0. */
+typedef enum {
+    MT_UNIT_PRE_FORWARD,   /* about to read the unit's parameters */
+    MT_UNIT_POST_FORWARD,  /* forward of the unit done (not sent for the
+                            * last unit when backward follows) */
+    MT_UNIT_PRE_BACKWARD,  /* about to run the unit's backward */
+    MT_UNIT_POST_BACKWARD  /* the gradients of every parameter at flat
+                            * offset >= unit_lo[unit] are final for this
+                            * micro-step (except a tied embedding, final
+                            * only after unit 0) */
+} mt_unit_event_t;
+
+/* mt_model_init_ex flags: leave an arena out; the parallelize layer then
+ * points every parameter's data (or grad) at its own buffers before the
+ * unit is used (model-only code never touches absent arenas). */
+#define MT_MODEL_NO_PARAM_ARENA 1u
+#define MT_MODEL_NO_GRAD_ARENA 2u
 
 /* Saved activations of one layer (pointers into the activation arena). */
 typedef struct {
@@ -62,7 +86,9 @@ typedef struct {
     mt_param_t *params;
     int nparams;
     int64_t numel;       /* all parameters */
-    float *param_mem, *grad_mem;
+    float *param_mem, *grad_mem; /* NULL when left out (mt_model_init_ex) */
+    int nunits;          /* L + 2 */
+    int64_t *unit_lo;    /* [nunits + 1]: unit u is [unit_lo[u], unit_lo[u+1]) */
     mt_param_t *embed, *final_norm, *lm_head; /* lm_head == embed when tied */
     mt_layer_params_t *layers;
 
@@ -75,25 +101,32 @@ typedef struct {
     float *dres, *dtmp, *dh, *datt, *dq, *dk, *dv, *dI;
     int32_t *pos;        /* [N] positions */
 
-    /* Called during backward each time the gradients of every parameter
-     * at arena offset >= from are final for this micro-step (offsets only
-     * go down: lm_head and the final norm, then layer L-1 ... 0, then the
-     * embedding at 0).  The parallelize layer uses it to start gradient
-     * reductions while backward goes on.  NULL: no hook. */
-    void (*grad_ready)(void *ctx, int64_t from);
-    void *grad_ready_ctx;
+    /* Called around each unit's forward and backward (mt_unit_event_t), so
+     * the parallelize layer can gather parameters before a unit runs and
+     * start gradient reductions while backward goes on.  NULL: no hook. */
+    void (*unit_hook)(void *ctx, int unit, mt_unit_event_t ev);
+    void *hook_ctx;
 } mt_model_t;
 
 /* Shape from a validated config (padded vocabulary, head_dim, ...), for a
  * micro-batch of B x T tokens.  Allocates every arena. */
 mt_status_t mt_model_init(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
                           int64_t B, int64_t T);
+/* The same, leaving out arenas (MT_MODEL_NO_*_ARENA). */
+mt_status_t mt_model_init_ex(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
+                             int64_t B, int64_t T, unsigned flags);
 void mt_model_free(mt_model_t *m);
 
 /* Initial weights from (seed, parameter name, element): independent of
  * the mesh and of the order parameters are created in. */
 void mt_model_init_weights(mt_model_t *m, uint64_t seed);
 
+/* Initial values of flat elements [lo, hi) into dst[0 .. hi-lo): any shard
+ * of the model is generated alone, identical to the same elements of the
+ * whole. */
+void mt_model_init_range(const mt_model_t *m, uint64_t seed, int64_t lo, int64_t hi, float *dst);
+
+/* Zero the gradient arena (when the model has one). */
 void mt_model_zero_grad(mt_model_t *m);
 
 /* Forward of one micro-batch: tokens and targets [B*T] (targets -100 are

@@ -1,4 +1,4 @@
-/* mt_optim.h: AdamW over the model's flat parameter arena, global-norm
+/* mt_optim.h: AdamW over segments of the model's flat parameter order, global-norm
  * gradient clipping and the learning-rate schedule.  The optimizer state
  * is laid out exactly like the parameters, so it shards with them. */
 #ifndef MT_OPTIM_H
@@ -13,29 +13,45 @@
 extern "C" {
 #endif
 
+/* A range of the flat parameter order that this rank updates, and where
+ * its parameters and gradients live: flat element offset + i is param[i]
+ * and grad[i], and optimizer-state element state + i.  One segment covers
+ * the whole model when nothing is sharded; a sharded strategy has one per
+ * unit (mt_fsdp.h). */
 typedef struct {
-    float *exp_avg, *exp_avg_sq; /* element i is parameter arena offset lo + i */
-    int64_t lo, hi;              /* the range of the arena this rank updates */
-    int64_t numel;               /* hi - lo */
+    int64_t offset, count;
+    float *param, *grad;
+    int64_t state;
+} mt_segment_t;
+
+typedef struct {
+    float *exp_avg, *exp_avg_sq; /* numel elements, in segment order */
+    int64_t numel;
     int64_t step;                /* updates applied */
 } mt_adamw_t;
 
-/* State for parameter arena offsets [lo, hi): the whole arena, or this
- * rank's shard when the optimizer state is sharded (megatron_fsdp zero >= 1). */
-mt_status_t mt_adamw_init(mt_adamw_t *opt, int64_t lo, int64_t hi);
+/* The whole model as one segment (parameter and gradient arenas). */
+mt_segment_t mt_segment_whole(const mt_model_t *m);
+
+/* State for numel parameter elements (the sum of this rank's segments). */
+mt_status_t mt_adamw_init(mt_adamw_t *opt, int64_t numel);
 void mt_adamw_free(mt_adamw_t *opt);
 
-/* One update of the parameters in [lo, hi) with learning rate lr; no
+/* One update of the parameters in the segments with learning rate lr; no
  * weight decay on norm weights. */
-void mt_adamw_step(mt_adamw_t *opt, mt_model_t *m, const mt_optimizer_config_t *oc, double lr);
+void mt_adamw_step(mt_adamw_t *opt, const mt_model_t *m, const mt_segment_t *seg, int nseg,
+                   const mt_optimizer_config_t *oc, double lr);
 
 /* Learning rate for update number `step` (1-based): linear warm-up to
  * optimizer.lr over lr_warmup_steps, then cosine or linear decay to min_lr
  * at max_steps, or constant. */
 double mt_lr_at(const mt_config_t *cfg, int64_t step);
 
-/* Sum of squared gradients of this rank's parameters (deterministic). */
-double mt_grad_sumsq(const mt_model_t *m);
+/* Sum of squared gradients over the segments (deterministic). */
+double mt_grad_sumsq(const mt_model_t *m, const mt_segment_t *seg, int nseg);
+
+/* Multiply the segments' gradients by c (clipping). */
+void mt_grad_scale(const mt_model_t *m, const mt_segment_t *seg, int nseg, float c);
 
 /* Clip coefficient for a global norm: min(1, max_norm / (norm + 1e-6));
  * 1 when max_norm is 0 (clipping off). */

@@ -7,17 +7,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-mt_status_t mt_adamw_init(mt_adamw_t *opt, int64_t lo, int64_t hi)
+mt_segment_t mt_segment_whole(const mt_model_t *m)
 {
-    int64_t numel = hi - lo;
+    mt_segment_t s = {0, m->numel, m->param_mem, m->grad_mem, 0};
+    return s;
+}
+
+mt_status_t mt_adamw_init(mt_adamw_t *opt, int64_t numel)
+{
     memset(opt, 0, sizeof *opt);
-    opt->exp_avg = calloc((size_t)numel, sizeof(float));
-    opt->exp_avg_sq = calloc((size_t)numel, sizeof(float));
+    opt->exp_avg = calloc((size_t)(numel > 0 ? numel : 1), sizeof(float));
+    opt->exp_avg_sq = calloc((size_t)(numel > 0 ? numel : 1), sizeof(float));
     if (!opt->exp_avg || !opt->exp_avg_sq) {
         mt_adamw_free(opt);
         MT_FAIL(MT_ERR_NOMEM, "AdamW state for %lld parameters", (long long)numel);
     }
-    opt->numel = numel, opt->lo = lo, opt->hi = hi;
+    opt->numel = numel;
     return MT_OK;
 }
 
@@ -28,21 +33,26 @@ void mt_adamw_free(mt_adamw_t *opt)
     memset(opt, 0, sizeof *opt);
 }
 
-void mt_adamw_step(mt_adamw_t *opt, mt_model_t *m, const mt_optimizer_config_t *oc, double lr)
+void mt_adamw_step(mt_adamw_t *opt, const mt_model_t *m, const mt_segment_t *seg, int nseg,
+                   const mt_optimizer_config_t *oc, double lr)
 {
     opt->step++;
-    for (int i = 0; i < m->nparams; i++) {
-        mt_param_t *p = &m->params[i];
-        int64_t off = p->data - m->param_mem;
-        int64_t a = off > opt->lo ? off : opt->lo, b = off + p->numel;
-        if (b > opt->hi)
-            b = opt->hi;
-        if (a >= b)
-            continue; /* not in this rank's range */
-        m->be->adamw(m->param_mem + a, m->grad_mem + a, opt->exp_avg + (a - opt->lo),
-                     opt->exp_avg_sq + (a - opt->lo), b - a, (float)lr, (float)oc->betas[0],
-                     (float)oc->betas[1], (float)oc->eps,
-                     p->no_decay ? 0.0f : (float)oc->weight_decay, opt->step);
+    for (int k = 0; k < nseg; k++) {
+        const mt_segment_t *s = &seg[k];
+        for (int i = 0; i < m->nparams; i++) { /* split at parameters: decay differs */
+            const mt_param_t *p = &m->params[i];
+            int64_t a = p->offset > s->offset ? p->offset : s->offset;
+            int64_t b = p->offset + p->numel;
+            if (b > s->offset + s->count)
+                b = s->offset + s->count;
+            if (a >= b)
+                continue;
+            int64_t j = a - s->offset;
+            m->be->adamw(s->param + j, s->grad + j, opt->exp_avg + s->state + j,
+                         opt->exp_avg_sq + s->state + j, b - a, (float)lr, (float)oc->betas[0],
+                         (float)oc->betas[1], (float)oc->eps,
+                         p->no_decay ? 0.0f : (float)oc->weight_decay, opt->step);
+        }
     }
 }
 
@@ -62,9 +72,18 @@ double mt_lr_at(const mt_config_t *cfg, int64_t step)
     return lo + 0.5 * (peak - lo) * (1.0 + cos(M_PI * progress));
 }
 
-double mt_grad_sumsq(const mt_model_t *m)
+double mt_grad_sumsq(const mt_model_t *m, const mt_segment_t *seg, int nseg)
 {
-    return m->be->sum_squares(m->grad_mem, m->numel);
+    double sum = 0;
+    for (int k = 0; k < nseg; k++)
+        sum += m->be->sum_squares(seg[k].grad, seg[k].count);
+    return sum;
+}
+
+void mt_grad_scale(const mt_model_t *m, const mt_segment_t *seg, int nseg, float c)
+{
+    for (int k = 0; k < nseg; k++)
+        m->be->scale(seg[k].grad, c, seg[k].count);
 }
 
 double mt_clip_coef(double norm, double max_norm)

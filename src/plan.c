@@ -3,6 +3,10 @@
  * These are estimates for sizing an allocation, not allocator figures. */
 #include "mt_plan.h"
 
+#include <stdlib.h>
+
+#include "mt_fsdp.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -144,18 +148,15 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
     /* Data-parallel sharding factors for parameters, gradients, optimizer. */
     double shard = (double)(dv->dp_shard * d->cp_size); /* fsdp2: dp_shard_cp */
     double fp = 1, fg = 1, fo = 1;
-    bool gather_units = false;
-    /* Gathered units exist only when there is more than one shard: with one
-     * shard the parameters are already whole. */
+    mt_fsdp_options_t fso;
+    bool fsdp = mt_fsdp_options_from_config(cfg, &fso);
     if (d->strategy == MT_STRATEGY_FSDP2) {
         fp = fg = fo = shard;
-        gather_units = shard > 1;
     } else if (d->strategy == MT_STRATEGY_MEGATRON_FSDP) {
         double all = (double)(dv->dp_size * d->cp_size);
         fo = d->zero_dp_strategy >= 1 ? all : 1;
         fg = d->zero_dp_strategy >= 2 ? all : 1;
         fp = d->zero_dp_strategy >= 3 ? all : 1;
-        gather_units = d->zero_dp_strategy >= 3 && all > 1;
     }
     double pbytes = (double)mt_dtype_size(d->mp_policy.param_dtype);
     double gbytes = (double)mt_dtype_size(d->mp_policy.reduce_dtype);
@@ -188,14 +189,34 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
             expert /= (double)d->ep_size;
         }
         double e_shard = d->strategy == MT_STRATEGY_FSDP2 ? (double)dv->ep_shard : 1;
-        /* FSDP working set: the gathered current and prefetched next unit (a
-         * layer; with EP only this rank's experts are gathered). */
-        double unit = (double)plan->params_layer_max -
-                      (expert_frac > 0 ? (double)lsh * expert_frac * (1.0 - 1.0 / (double)d->ep_size) : 0);
-        double work = gather_units ? 2.0 * unit / tp : 0;
-        double params = (p_rank / fp + expert / e_shard) * pbytes + work * pbytes;
-        double grads = (p_rank / fg + expert / e_shard) * gbytes +
-                       (gather_units ? unit / tp * gbytes : 0);
+        /* FSDP working buffers (gathered units, unsharded unit gradients),
+         * sized by the trainer's own rule over this rank's units: the
+         * embedding, its layers (with EP only its own experts), the head. */
+        double pw = 0, gw = 0;
+        if (fsdp) {
+            double layer = ((double)lsh - (expert_frac > 0 ? (double)lsh * expert_frac *
+                                           (1.0 - 1.0 / (double)d->ep_size) : 0)) / tp +
+                           (double)lrep;
+            int64_t nl = (int64_t)layers, nu = 0;
+            int64_t *lo = malloc(sizeof *lo * (size_t)(nl + 3));
+            if (!lo)
+                MT_FAIL(MT_ERR_NOMEM, "plan units");
+            lo[0] = 0;
+            bool has_embed = r == first_rank;
+            if (has_embed)
+                lo[nu + 1] = lo[nu] + (int64_t)((double)plan->params_embedding / tp), nu++;
+            for (int64_t l = 0; l < nl; l++)
+                lo[nu + 1] = lo[nu] + (int64_t)layer, nu++;
+            if (last)
+                lo[nu + 1] = lo[nu] + (int64_t)((double)(plan->params_head - H) / tp) + H, nu++;
+            int64_t p_work, g_work, rs_tmp;
+            mt_fsdp_work_numel(lo, (int)nu, m->tie_word_embeddings && has_embed && last, &fso,
+                               (int64_t)(p_rank / fo), &p_work, &g_work, &rs_tmp);
+            free(lo);
+            pw = (double)p_work, gw = (double)(g_work + rs_tmp);
+        }
+        double params = (p_rank / fp + expert / e_shard) * pbytes + pw * pbytes;
+        double grads = (p_rank / fg + expert / e_shard) * gbytes + gw * gbytes;
         double optim = (p_rank / fo + expert / e_shard) * obytes;
 
         double tokens = (double)(d->pp_size > 1 ? d->pipeline.pp_microbatch_size

@@ -18,6 +18,7 @@
 #include "mt_comm.h"
 #include "mt_ddp.h"
 #include "mt_data.h"
+#include "mt_fsdp.h"
 #include "mt_model.h"
 #include "mt_optim.h"
 #include "mt_plan.h"
@@ -110,8 +111,12 @@ typedef struct {
     mt_adamw_t opt;
     int32_t *tokens, *targets;   /* [accum][B*T] */
     mt_train_ckpt_t ckpt;
-    mt_ddp_t ddp;
-    int *gather_counts, *gather_displs; /* sharded optimizer: all-gather layout */
+    mt_ddp_t ddp;                /* replicated strategies */
+    bool sharded;                /* else: fsdp over data parallelism */
+    mt_fsdp_t fsdp;
+    mt_segment_t whole;
+    const mt_segment_t *seg;     /* what this rank updates */
+    int nseg;
 } run_t;
 
 static void run_free(run_t *r)
@@ -125,11 +130,12 @@ static void run_free(run_t *r)
     free(r->targets);
     mt_train_ckpt_free(&r->ckpt);
     mt_ddp_free(&r->ddp);
-    free(r->gather_counts);
-    free(r->gather_displs);
+    mt_fsdp_free(&r->fsdp);
 }
 
-static mt_status_t setup(run_t *r, const mt_config_t *cfg, MPI_Comm dp, bool shard_optim)
+/* Data, model, the data-parallel layer and the optimizer.  mesh gives the
+ * groups: every rank is data parallel in this release. */
+static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh)
 {
     const mt_backend_t *be = mt_backend_cpu();
     int64_t B = cfg->step_scheduler.local_batch_size, T = cfg->derived.seq_len;
@@ -149,18 +155,88 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, MPI_Comm dp, bool sha
                                cfg->model.vocab_size));
         r->have_val = 1;
     }
-    MT_TRY(mt_model_init(&r->model, cfg, be, B, T));
-    mt_model_init_weights(&r->model, (uint64_t)cfg->rng.seed);
-    int64_t lo = 0, hi = r->model.numel;
-    if (shard_optim)
-        MT_TRY(mt_shard_range(dp, &r->model, &lo, &hi, &r->gather_counts, &r->gather_displs));
-    MT_TRY(mt_adamw_init(&r->opt, lo, hi));
+    mt_fsdp_options_t fo;
+    r->sharded = mt_fsdp_options_from_config(cfg, &fo);
+    unsigned flags = 0;
+    if (r->sharded)
+        flags = (fo.shard_params ? MT_MODEL_NO_PARAM_ARENA : 0u) |
+                (fo.shard_grads ? MT_MODEL_NO_GRAD_ARENA : 0u);
+    MT_TRY(mt_model_init_ex(&r->model, cfg, be, B, T, flags));
+    int64_t owned = r->model.numel;
+    if (r->sharded) {
+        /* fsdp2 shards over dp_shard (all-reducing across dp_replicate:
+         * HSDP); megatron_fsdp over the whole dp group. */
+        bool f2 = cfg->distributed.strategy == MT_STRATEGY_FSDP2;
+        MPI_Comm shard = mesh->group[f2 ? MT_GROUP_DP_SHARD : MT_GROUP_DP];
+        MPI_Comm rep = f2 && mesh->group_size[MT_GROUP_DP_REPLICATE] > 1
+                           ? mesh->group[MT_GROUP_DP_REPLICATE] : MPI_COMM_NULL;
+        MT_TRY(mt_fsdp_init(&r->fsdp, &r->model, shard, rep, &fo));
+        mt_fsdp_init_weights(&r->fsdp, (uint64_t)cfg->rng.seed);
+        r->seg = r->fsdp.seg, r->nseg = r->fsdp.nunits, owned = r->fsdp.owned;
+    } else {
+        mt_model_init_weights(&r->model, (uint64_t)cfg->rng.seed);
+        MT_TRY(mt_ddp_init(&r->ddp, mesh->group[MT_GROUP_DP], &r->model,
+                           (int64_t)(cfg->distributed.ddp_bucket_cap_mb * 1048576.0)));
+        /* megatron_fsdp zero 0: overlap_grad_reduce false reduces after backward */
+        if (cfg->distributed.strategy == MT_STRATEGY_MEGATRON_FSDP)
+            r->ddp.overlap = cfg->distributed.overlap_grad_reduce;
+        r->whole = mt_segment_whole(&r->model);
+        r->seg = &r->whole, r->nseg = 1;
+    }
+    MT_TRY(mt_adamw_init(&r->opt, owned));
     r->tokens = malloc(sizeof(int32_t) * (size_t)(accum * B * T));
     r->targets = malloc(sizeof(int32_t) * (size_t)(accum * B * T));
     if (!r->tokens || !r->targets)
         MT_FAIL(MT_ERR_NOMEM, "batch buffers");
-    MT_TRY(mt_train_ckpt_init(&r->ckpt, cfg, &r->model, &r->opt));
+    MT_TRY(mt_train_ckpt_init(&r->ckpt, cfg, &r->model, &r->opt, r->seg, r->nseg,
+                              r->sharded && fo.shard_params));
+    if (r->sharded && r->fsdp.nrep > 1 && mesh->group_rank[MT_GROUP_DP_REPLICATE] != 0)
+        MT_TRY(mt_train_ckpt_read_only(&r->ckpt)); /* replica 0 writes the shards */
     return MT_OK;
+}
+
+/* Global gradient norm over every shard, clipping, the AdamW update of this
+ * rank's segments, and the all-gather that unsharded parameters need. */
+static mt_status_t update(run_t *r, const mt_config_t *cfg, int64_t step, double *gnorm,
+                          double *lr)
+{
+    mt_model_t *m = &r->model;
+    double sq = mt_grad_sumsq(m, r->seg, r->nseg), local = sq;
+    if (r->sharded) /* replicas (HSDP) hold the same shard: sum over the shard group */
+        MT_TRY(mt_allreduce(&local, &sq, 1, MPI_DOUBLE, MPI_SUM, r->fsdp.shard));
+    *gnorm = sqrt(sq);
+    double coef = mt_clip_coef(*gnorm, cfg->optimizer.max_grad_norm);
+    if (coef < 1.0)
+        mt_grad_scale(m, r->seg, r->nseg, (float)coef);
+    *lr = mt_lr_at(cfg, step);
+    mt_adamw_step(&r->opt, m, r->seg, r->nseg, &cfg->optimizer, *lr);
+    if (r->sharded)
+        MT_TRY(mt_fsdp_after_update(&r->fsdp));
+    return MT_OK;
+}
+
+/* The log's memory lines: measured bytes next to meshtrain-plan's estimate. */
+static void print_memory(const run_t *r, const mt_config_t *cfg, FILE *out)
+{
+    const mt_model_t *m = &r->model;
+    mt_plan_t plan;
+    double mib = 1024.0 * 1024.0, act = 4.0 * (double)m->act_numel;
+    double ps = 4.0 * (double)m->numel, pw = 0, gs = ps, gw = 0;
+    if (r->sharded)
+        mt_fsdp_bytes(&r->fsdp, &ps, &pw, &gs, &gw);
+    if (mt_plan_compute(cfg, &plan) != MT_OK)
+        return;
+    fprintf(out, "memory per rank (MiB, measured / plan estimate): parameters %.3f / %.3f, "
+                 "gradients %.3f / %.3f, optimizer state %.3f / %.3f, activations %.3f / %.3f\n",
+            (ps + pw) / mib, plan.bytes_params / mib, (gs + gw) / mib, plan.bytes_grads / mib,
+            8.0 * (double)r->opt.numel / mib, plan.bytes_optim / mib, act / mib,
+            plan.bytes_activations / mib);
+    if (r->sharded)
+        fprintf(out, "sharded over %d ranks (model %.3f MiB): parameters %.3f own + %.3f "
+                     "gathered units, gradients %.3f own + %.3f unit buffers, optimizer state "
+                     "%.3f own\n",
+                r->fsdp.nshard, 4.0 * (double)m->numel / mib, ps / mib, pw / mib, gs / mib,
+                gw / mib, 8.0 * (double)r->opt.numel / mib);
 }
 
 static void write_metrics(FILE *f, int64_t step, double loss, double gnorm, double lr,
@@ -186,17 +262,6 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
     memset(res, 0, sizeof *res);
     res->resumed_from_step = -1;
     const mt_distributed_config_t *dc = &cfg->distributed;
-    bool mfsdp = dc->strategy == MT_STRATEGY_MEGATRON_FSDP;
-    if (size != 1 && dc->strategy == MT_STRATEGY_FSDP2)
-        MT_FAIL(MT_ERR_UNSUPPORTED, "strategy fsdp2 trains on one rank in this release; the config "
-                "was validated for %d ranks: use distributed.strategy=ddp, or megatron_fsdp with "
-                "zero_dp_strategy 0 or 1, for data parallelism (fsdp2 sharding is the next "
-                "release)", size);
-    if (size != 1 && mfsdp && dc->zero_dp_strategy >= 2)
-        MT_FAIL(MT_ERR_UNSUPPORTED, "megatron_fsdp zero_dp_strategy %lld (sharded gradients%s) "
-                "is the next release; on %d ranks use zero_dp_strategy 0 or 1",
-                (long long)dc->zero_dp_strategy, dc->zero_dp_strategy >= 3 ? " and parameters" : "",
-                size);
     if (size != 1 && (dc->tp_size > 1 || dc->pp_size > 1 || dc->cp_size > 1 || dc->ep_size > 1))
         MT_FAIL(MT_ERR_UNSUPPORTED, "tensor, pipeline, context and expert parallelism are not "
                 "in this release; use tp_size = pp_size = cp_size = ep_size = 1");
@@ -204,19 +269,12 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
     MPI_Comm dp = mesh->group[MT_GROUP_DP];
     int dp_rank = mesh->group_rank[MT_GROUP_DP], dp_size = mesh->group_size[MT_GROUP_DP];
     mt_comm_set_wait_mode(mesh->node);
+    int threads = mt_comm_set_threads(mesh->node);
 
     run_t *r = calloc(1, sizeof *r);
     if (!r)
         MT_FAIL(MT_ERR_NOMEM, "run state");
-    /* megatron_fsdp zero 1: optimizer state sharded over dp (flat, row-aligned) */
-    bool shard_optim = mfsdp && dc->zero_dp_strategy == 1 && dp_size > 1;
-    mt_status_t s = setup(r, cfg, dp, shard_optim);
-    if (s == MT_OK)
-        s = mt_ddp_init(&r->ddp, dp, &r->model,
-                        (int64_t)(cfg->distributed.ddp_bucket_cap_mb * 1048576.0));
-    /* megatron_fsdp's overlap_grad_reduce: false reduces after backward */
-    if (s == MT_OK && mfsdp)
-        r->ddp.overlap = dc->overlap_grad_reduce;
+    mt_status_t s = setup(r, cfg, mesh);
     if (s != MT_OK) {
         mt_error_trace(__FILE__, __LINE__);
         run_free(r), free(r);
@@ -235,8 +293,18 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
         goto fail;
     res->resumed_from_step = start > 0 || r->ckpt.resumed ? (int)start : -1;
     res->last_step = start;
-    if (cfg->checkpoint.enabled && cfg->checkpoint.save_initial && start == 0) {
-        s = mt_train_save(comm, cfg, &r->ckpt, 0, G);
+    if (cfg->checkpoint.enabled && cfg->checkpoint.save_initial) {
+        /* the starting state, unless checkpoint_dir holds it already: a
+         * checkpoint resumed from elsewhere is written again on this mesh */
+        int have = 0;
+        if (rank == 0) {
+            char dir[MT_PATH_MAX + 32];
+            snprintf(dir, sizeof dir, "%s/step_%08lld", cfg->checkpoint.checkpoint_dir,
+                     (long long)start);
+            have = access(dir, F_OK) == 0;
+        }
+        MPI_Bcast(&have, 1, MPI_INT, 0, comm);
+        s = have ? MT_OK : mt_train_save(comm, cfg, &r->ckpt, start, G);
         if (s != MT_OK)
             goto fail;
     }
@@ -253,21 +321,11 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
         }
     }
     if (rank == 0 && out) {
-        /* Measured arenas next to meshtrain-plan's estimate (doc/plan.md). */
-        mt_plan_t plan;
-        double mib = 1024.0 * 1024.0, pb = 4.0 * (double)m->numel;
-        double act = 4.0 * (double)m->act_numel;
-        if (mt_plan_compute(cfg, &plan) == MT_OK)
-            fprintf(out, "memory per rank (MiB, measured / plan estimate): parameters %.3f / %.3f, "
-                         "gradients %.3f / %.3f, optimizer state %.3f / %.3f, activations %.3f / "
-                         "%.3f\n",
-                    pb / mib, plan.bytes_params / mib, pb / mib, plan.bytes_grads / mib,
-                    8.0 * (double)r->opt.numel / mib, plan.bytes_optim / mib, act / mib,
-                    plan.bytes_activations / mib);
+        print_memory(r, cfg, out);
         fprintf(out, "training: %lld parameters, %lld steps from step %lld, %lld tokens/step "
-                     "(%lld micro-steps of %lld x %lld), sgemm peak %.1f GFLOP/s\n",
+                     "(%lld micro-steps of %lld x %lld), %d threads per rank, sgemm peak %.1f GFLOP/s\n",
                 (long long)m->numel, (long long)cfg->step_scheduler.max_steps, (long long)start,
-                (long long)(G * T), (long long)accum, (long long)m->B, (long long)T, peak);
+                (long long)(G * T), (long long)accum, (long long)m->B, (long long)T, threads, peak);
         fflush(out);
     }
 
@@ -297,32 +355,24 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
         mt_model_zero_grad(m);
         double local_sum = 0, sum = 0;
         float scale = count ? 1.0f / (float)count : 0.0f;
-        for (int64_t u = 0; u < accum; u++) {
+        for (int64_t u = 0; u < accum && s == MT_OK; u++) {
             int64_t c = 0;
-            mt_ddp_begin(&r->ddp, u == accum - 1);
+            if (r->sharded)
+                s = mt_fsdp_begin(&r->fsdp, u);
+            else
+                mt_ddp_begin(&r->ddp, u == accum - 1);
             local_sum += mt_model_step(m, r->tokens + u * N, r->targets + u * N, true, scale, &c);
         }
-        s = mt_ddp_finish(&r->ddp);
+        if (s == MT_OK)
+            s = r->sharded ? mt_fsdp_finish(&r->fsdp) : mt_ddp_finish(&r->ddp);
         if (s == MT_OK)
             s = mt_allreduce(&local_sum, &sum, 1, MPI_DOUBLE, MPI_SUM, dp);
+        double gnorm = 0, lr = 0;
+        if (s == MT_OK)
+            s = update(r, cfg, step, &gnorm, &lr);
         if (s != MT_OK)
             break;
         loss = count ? sum / (double)count : NAN;
-        double gnorm = sqrt(mt_grad_sumsq(m));
-        double coef = mt_clip_coef(gnorm, cfg->optimizer.max_grad_norm);
-        if (coef < 1.0)
-            m->be->scale(m->grad_mem, (float)coef, m->numel);
-        double lr = mt_lr_at(cfg, step);
-        mt_adamw_step(&r->opt, m, &cfg->optimizer, lr);
-        if (shard_optim) { /* every rank updated its shard: gather the parameters */
-            MPI_Request rq;
-            int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, m->param_mem, r->gather_counts,
-                                     r->gather_displs, MPI_FLOAT, dp, &rq);
-            s = rc == MPI_SUCCESS ? mt_wait_all(1, &rq)
-                                  : mt_error_mpi(rc, "MPI_Iallgatherv(parameters)", __FILE__, __LINE__);
-            if (s != MT_OK)
-                break;
-        }
         double dt = now_s() - t0;
 
         double val = NAN;
@@ -356,7 +406,9 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
         bool periodic = cfg->step_scheduler.ckpt_every_steps > 0 &&
                         step % cfg->step_scheduler.ckpt_every_steps == 0;
         if (cfg->checkpoint.enabled && (periodic || step == max_steps || any_stop)) {
-            s = mt_train_save(comm, cfg, &r->ckpt, step, G);
+            s = r->sharded ? mt_fsdp_sync(&r->fsdp) : MT_OK;
+            if (s == MT_OK)
+                s = mt_train_save(comm, cfg, &r->ckpt, step, G);
             if (s != MT_OK)
                 break;
         }
@@ -368,6 +420,11 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
             res->stopped_by_signal = 1;
             break;
         }
+    }
+    if (r->sharded) { /* a parameter all-gather may still be in flight */
+        mt_status_t s2 = mt_fsdp_sync(&r->fsdp);
+        if (s == MT_OK)
+            s = s2;
     }
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGUSR1, &old_usr1, NULL);

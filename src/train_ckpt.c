@@ -22,21 +22,33 @@ static void set_tensor(mt_ckpt_tensor_t *t, const char *path, const mt_param_t *
     t->data = data;
 }
 
-/* Rows of parameter p (stored rows: `rows`) that fall in the optimizer's
- * range [lo, hi), which starts and ends on row boundaries. */
-static void shard_rows(const mt_model_t *m, const mt_param_t *p, int64_t rows, int64_t lo,
-                       int64_t hi, int64_t *first, int64_t *count)
+/* The rows of parameter p (stored rows: `rows`) that this rank holds in
+ * its segments, which start and end on row boundaries: the first row, how
+ * many, and where they are (segment and element index in it).  A tensor
+ * lies in one unit and a rank owns one run of each unit, so the rows found
+ * are contiguous. */
+static void seg_rows(const mt_param_t *p, int64_t rows, const mt_segment_t *seg, int nseg,
+                     int64_t *first, int64_t *count, const mt_segment_t **in, int64_t *at)
 {
-    int64_t off = p->data - m->param_mem, cols = p->ndim > 1 ? p->shape[1] : 1;
-    int64_t a = off > lo ? off : lo, b = off + rows * cols < hi ? off + rows * cols : hi;
-    *first = (a - off) / cols;
-    *count = b > a ? (b - a) / cols : 0;
-    if (*count == 0)
-        *first = 0;
+    int64_t cols = p->ndim > 1 ? p->shape[1] : 1, end = p->offset + rows * cols;
+    *first = *count = *at = 0;
+    *in = &seg[0];
+    for (int k = 0; k < nseg; k++) {
+        int64_t a = p->offset > seg[k].offset ? p->offset : seg[k].offset;
+        int64_t b = seg[k].offset + seg[k].count < end ? seg[k].offset + seg[k].count : end;
+        if (b > a) {
+            *first = (a - p->offset) / cols;
+            *count = (b - a) / cols;
+            *in = &seg[k];
+            *at = a - seg[k].offset;
+            return;
+        }
+    }
 }
 
 mt_status_t mt_train_ckpt_init(mt_train_ckpt_t *c, const mt_config_t *cfg, mt_model_t *m,
-                               mt_adamw_t *opt)
+                               mt_adamw_t *opt, const mt_segment_t *seg, int nseg,
+                               bool params_sharded)
 {
     memset(c, 0, sizeof *c);
     c->model = m, c->opt = opt;
@@ -54,30 +66,45 @@ mt_status_t mt_train_ckpt_init(mt_train_ckpt_t *c, const mt_config_t *cfg, mt_mo
     int np = m->nparams;
     for (int i = 0; i < np; i++) {
         const mt_param_t *p = &m->params[i];
-        int64_t off = p->data - m->param_mem, cols = p->ndim > 1 ? p->shape[1] : 1;
         int64_t rows = (p == m->embed || p == m->lm_head) ? m->V_valid : p->shape[0];
+        int64_t first, count, at;
+        const mt_segment_t *in;
+        seg_rows(p, rows, seg, nseg, &first, &count, &in, &at);
         char path[256];
         snprintf(path, sizeof path, "/model/%s", p->name);
-        set_tensor(&c->t[i], path, p, rows, p->data);
-        /* optimizer state: only the rows in this rank's range */
-        int64_t first, count;
-        shard_rows(m, p, rows, opt->lo, opt->hi, &first, &count);
-        float *m1 = count ? opt->exp_avg + (off + first * cols - opt->lo) : opt->exp_avg;
-        float *m2 = count ? opt->exp_avg_sq + (off + first * cols - opt->lo) : opt->exp_avg_sq;
+        if (params_sharded) { /* this rank's rows only */
+            set_tensor(&c->t[i], path, p, rows, in->param + at);
+            c->t[i].row_offset = first, c->t[i].row_count = count;
+        } else {
+            set_tensor(&c->t[i], path, p, rows, p->data);
+        }
         snprintf(path, sizeof path, "/optim/%s/exp_avg", p->name);
-        set_tensor(&c->t[np + i], path, p, rows, m1);
+        set_tensor(&c->t[np + i], path, p, rows, opt->exp_avg + in->state + at);
         c->t[np + i].row_offset = first, c->t[np + i].row_count = count;
         snprintf(path, sizeof path, "/optim/%s/exp_avg_sq", p->name);
-        set_tensor(&c->t[2 * np + i], path, p, rows, m2);
+        set_tensor(&c->t[2 * np + i], path, p, rows, opt->exp_avg_sq + in->state + at);
         c->t[2 * np + i].row_offset = first, c->t[2 * np + i].row_count = count;
     }
     c->n = 3 * np;
     return MT_OK;
 }
 
+mt_status_t mt_train_ckpt_read_only(mt_train_ckpt_t *c)
+{
+    c->t_save = malloc(sizeof *c->t_save * (size_t)(c->n > 0 ? c->n : 1));
+    if (!c->t_save)
+        MT_FAIL(MT_ERR_NOMEM, "checkpoint tensor list");
+    for (int i = 0; i < c->n; i++) {
+        c->t_save[i] = c->t[i];
+        c->t_save[i].row_offset = c->t_save[i].row_count = 0;
+    }
+    return MT_OK;
+}
+
 void mt_train_ckpt_free(mt_train_ckpt_t *c)
 {
     free(c->t);
+    free(c->t_save);
     free(c->config_yaml);
     memset(c, 0, sizeof *c);
 }
@@ -86,7 +113,8 @@ mt_status_t mt_train_save(MPI_Comm comm, const mt_config_t *cfg, mt_train_ckpt_t
                           int64_t step, int64_t G)
 {
     mt_train_state_t st = {step, step * G, 0, cfg->rng.seed, 0};
-    MT_TRY(mt_ckpt_save(comm, cfg->checkpoint.checkpoint_dir, c->t, c->n, &st, c->config_yaml,
+    const mt_ckpt_tensor_t *t = c->t_save ? c->t_save : c->t;
+    MT_TRY(mt_ckpt_save(comm, cfg->checkpoint.checkpoint_dir, t, c->n, &st, c->config_yaml,
                         c->mesh, cfg->checkpoint.keep_last_n));
     return MT_OK;
 }

@@ -4,6 +4,7 @@
 #define MT_TRAIN_INTERNAL_H
 
 #include <mpi.h>
+#include <stdbool.h>
 #include <stdio.h>
 
 #include "mt_checkpoint.h"
@@ -15,6 +16,7 @@ typedef struct {
     mt_model_t *model;
     mt_adamw_t *opt;
     mt_ckpt_tensor_t *t; /* parameters, then exp_avg, then exp_avg_sq */
+    mt_ckpt_tensor_t *t_save; /* what this rank writes, when not t (a replica) */
     int n;
     int resumed;
     char *config_yaml;   /* the resolved config, stored in every checkpoint */
@@ -22,10 +24,17 @@ typedef struct {
 } mt_train_ckpt_t;
 
 /* The tensor list: /model/<name>, /optim/<name>/exp_avg, .../exp_avg_sq,
- * full logical tensors (vocabulary padding rows are not stored). */
+ * full logical tensors (vocabulary padding rows are not stored).  This
+ * rank passes the rows of its optimizer segments, and of its parameters
+ * too when they are sharded (else the whole tensors, written once). */
 mt_status_t mt_train_ckpt_init(mt_train_ckpt_t *c, const mt_config_t *cfg, mt_model_t *m,
-                               mt_adamw_t *opt);
+                               mt_adamw_t *opt, const mt_segment_t *seg, int nseg,
+                               bool params_sharded);
 void mt_train_ckpt_free(mt_train_ckpt_t *c);
+
+/* This rank holds the same rows as another replica (HSDP, dp_replicate
+ * index > 0): it reads them on load but writes none on save. */
+mt_status_t mt_train_ckpt_read_only(mt_train_ckpt_t *c);
 
 /* Save after `step` updates (global batch G).  Collective. */
 mt_status_t mt_train_save(MPI_Comm comm, const mt_config_t *cfg, mt_train_ckpt_t *c,

@@ -35,6 +35,63 @@ expect_in() {
 $1" ;; esac
 }
 
+# compare_losses REF OTHER LABEL [FROM [TOL]]: the per-step losses of two
+# metrics.jsonl files (the last line for each step, so a resumed run's
+# file may repeat steps) agree: every step of REF from FROM (default: all,
+# and OTHER must have the same steps) within relative TOL (default 1e-5,
+# and 1e-6 at step 1).  TOL 0 demands bit-identical values.
+compare_losses() {
+    checks=$((checks + 1))
+    python3 - "$1" "$2" "${4:-0}" "${5:-}" <<'PY' || fail "$3: losses differ"
+import json, sys
+def losses(path):
+    d = {}
+    for line in open(path):
+        j = json.loads(line)
+        d[j["step"]] = j["loss"]
+    return d
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+frm = int(sys.argv[3])
+if frm == 0:
+    assert sorted(a) == sorted(b), (sorted(a), sorted(b))
+steps = [s for s in sorted(a) if s >= frm]
+assert steps and all(s in b for s in steps), ("missing steps", steps, sorted(b))
+for s in steps:
+    tol = float(sys.argv[4]) if sys.argv[4] else (1e-6 if s == 1 else 1e-5)
+    rel = abs(a[s] - b[s]) / abs(a[s])
+    assert rel <= tol, f"step {s}: {a[s]:.9g} vs {b[s]:.9g}: relative difference {rel:.3e} > {tol}"
+print(f"{len(steps)} steps agree")
+PY
+}
+
+# params_close A.h5 B.h5 LABEL [RTOL]: every /model tensor of two
+# checkpoint files agrees norm-wise, ||a - b|| <= RTOL ||a|| (default
+# 1e-5), reading the raw float32 data that h5dump -b writes.
+params_close() {
+    checks=$((checks + 1))
+    python3 - "$1" "$2" "${4:-1e-5}" "$workdir" <<'PY' || fail "$3: parameters differ"
+import array, math, os, subprocess, sys
+a, b, rtol, tmp = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+names = [l.split()[0] for l in subprocess.run(["h5ls", "-r", a + "/model"], check=True,
+         capture_output=True, text=True).stdout.splitlines() if "Dataset" in l]
+assert names, "no /model tensors in " + a
+def load(f, name):
+    out = os.path.join(tmp, "t.bin")
+    subprocess.run(["h5dump", "-b", "LE", "-d", "/model" + name, "-o", out, f], check=True,
+                   capture_output=True)
+    v = array.array("f"); v.frombytes(open(out, "rb").read()); return v
+worst = 0
+for n in names:
+    x, y = load(a, n), load(b, n)
+    assert len(x) == len(y), (n, len(x), len(y))
+    d = math.sqrt(sum((p - q) ** 2 for p, q in zip(x, y)))
+    r = d / max(math.sqrt(sum(p * p for p in x)), 1e-30)
+    worst = max(worst, r)
+    assert r <= rtol, f"{n}: relative difference {r:.3e} > {rtol}"
+print(f"{len(names)} tensors agree, worst relative difference {worst:.2e}")
+PY
+}
+
 finish() {
     echo "$(basename "$0"): $checks checks, $failures failed"
     [ "$failures" -eq 0 ] || exit 1

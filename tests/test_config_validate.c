@@ -180,6 +180,12 @@ static const rule_case_t rule_cases[] = {
     BAD(2, MEG D "defer_fsdp_grad_sync=false", "distributed.defer_fsdp_grad_sync: ",
         "is an fsdp2 option; strategy is megatron_fsdp"),
     OK(2, MEG D "defer_fsdp_grad_sync=true"), /* the default */
+    /* reshard_after_forward is fsdp2 only */
+    OK(2, D "reshard_after_forward=false"),
+    BAD(2, DDP D "reshard_after_forward=false", "distributed.reshard_after_forward: ",
+        "is an fsdp2 option; strategy is ddp"),
+    BAD(2, MEG D "reshard_after_forward=false", "distributed.reshard_after_forward: ",
+        "is an fsdp2 option; strategy is megatron_fsdp"),
     /* expert parallelism */
     OK(4, D "ep_size=2;model.num_experts=4"),
     OK(4, D "cp_size=2;" D "ep_size=4;model.num_experts=8"),

@@ -193,7 +193,8 @@ static void overfit(void)
     const int64_t B = 2, T = 32;
     mt_model_init(&m, &c, mt_backend_cpu(), B, T);
     mt_model_init_weights(&m, 42);
-    mt_adamw_init(&opt, 0, m.numel);
+    mt_adamw_init(&opt, m.numel);
+    mt_segment_t all = mt_segment_whole(&m);
     const char *text = "meshtrain trains transformer language models on supercomputers. "
                        "every rank computes the same training run as one process.";
     int32_t tok[64], tgt[64];
@@ -210,10 +211,10 @@ static void overfit(void)
         if (step == 1)
             first = loss;
         last = loss;
-        double coef = mt_clip_coef(sqrt(mt_grad_sumsq(&m)), 1.0);
+        double coef = mt_clip_coef(sqrt(mt_grad_sumsq(&m, &all, 1)), 1.0);
         if (coef < 1)
-            m.be->scale(m.grad_mem, (float)coef, m.numel);
-        mt_adamw_step(&opt, &m, &c.optimizer, 0.01);
+            mt_grad_scale(&m, &all, 1, (float)coef);
+        mt_adamw_step(&opt, &m, &all, 1, &c.optimizer, 0.01);
     }
     CHECK(first > 5.0 && last < 0.5, "overfit: loss %.4f -> %.4f (expected > 5 -> < 0.5)", first, last);
     printf("overfit: loss %.4f -> %.4f in 150 steps\n", first, last);

@@ -81,6 +81,20 @@ static void test_params(void)
     CHECK(near(p.bytes_params, 4.0 * (double)total / 4 + 2 * 4.0 * (double)layer),
           "fsdp2 params %.0f", p.bytes_params);
     CHECK(near(p.bytes_optim, 8.0 * (double)total / 4), "fsdp2 optimizer");
+    CHECK(near(p.bytes_grads, 4.0 * (double)total / 4 + 2 * 4.0 * (double)layer),
+          "fsdp2 grads %.0f", p.bytes_grads);
+    /* deferred sync with accumulation keeps every unit's gradient unsharded */
+    if (!setup(4, "step_scheduler.global_batch_size=16"))
+        return;
+    mt_plan_compute(&cfg, &p);
+    CHECK(near(p.bytes_grads, 4.0 * (double)total / 4 + 4.0 * (double)total),
+          "fsdp2 deferred grads %.0f", p.bytes_grads);
+    /* without deferral: ring slots, plus the reduce-scatter landing shard */
+    if (!setup(4, "step_scheduler.global_batch_size=16;distributed.defer_fsdp_grad_sync=false"))
+        return;
+    mt_plan_compute(&cfg, &p);
+    CHECK(near(p.bytes_grads, 2 * 4.0 * (double)total / 4 + 2 * 4.0 * (double)layer),
+          "fsdp2 per-micro-step grads %.0f", p.bytes_grads);
 
     /* bf16 parameters add an fp32 master copy to the optimizer state. */
     if (!setup(1, "distributed.strategy=ddp;distributed.mp_policy.param_dtype=bfloat16"))
@@ -99,8 +113,9 @@ static void test_params(void)
         mt_plan_compute(&cfg, &p);
         double t = (double)total;
         CHECK(near(p.bytes_optim, 8 * t / (z >= 1 ? 4 : 1)), "zero %d optimizer", z);
-        CHECK(near(p.bytes_grads, 4 * t / (z >= 2 ? 4 : 1) + (z >= 3 ? 4.0 * (double)layer : 0)),
-              "zero %d grads", z);
+        /* sharded gradients: the shard plus two ring slots of unit gradients */
+        CHECK(near(p.bytes_grads, 4 * t / (z >= 2 ? 4 : 1) + (z >= 2 ? 8.0 * (double)layer : 0)),
+              "zero %d grads %.0f", z, p.bytes_grads);
         CHECK(near(p.bytes_params, 4 * t / (z >= 3 ? 4 : 1) + (z >= 3 ? 8.0 * (double)layer : 0)),
               "zero %d params", z);
     }

@@ -1,0 +1,465 @@
+/* fsdp.c: sharded data parallelism over the model's units (mt_fsdp.h).
+ *
+ * Working buffers.  With resharding, gathered parameters live in a ring of
+ * two slots, each the size of the largest unit: unit u uses slot u % 2, so
+ * the unit computing and the one prefetched next (u + 1 in forward, u - 1
+ * in backward) never share a slot, and the slot's previous tenant has been
+ * freed by then.  A tied embedding is also the lm_head, used at both ends
+ * of the step, so it gets a third slot of its own and stays gathered from
+ * the first forward to its backward.  Without resharding every unit keeps
+ * its place in a full-size buffer until its backward.  Unit gradients use
+ * the same ring (a slot is reused only after its reduce-scatter is waited
+ * for), except when accumulation is deferred: then the unsharded
+ * gradients of every unit accumulate in a full-size buffer and are
+ * reduce-scattered on the last micro-step only. */
+/* MPICH annotates MPI_STATUSES_IGNORE arguments with access sizes that
+ * GCC 12 misreads as an overflow of a zero-sized region. */
+#pragma GCC diagnostic ignored "-Wstringop-overflow"
+#include "mt_fsdp.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mt_comm.h"
+
+enum { RELEASED, GATHERING, READY };
+
+/* Slot of a unit in the ring: 0 or 1, or 2 for a tied embedding. */
+static int slot_of(int u, bool tied) { return tied && u == 0 ? 2 : u % 2; }
+
+static int64_t ring_slot_numel(const int64_t *unit_lo, int nunits, bool tied)
+{
+    int64_t big = 0;
+    for (int u = 0; u < nunits; u++)
+        if (slot_of(u, tied) < 2 && unit_lo[u + 1] - unit_lo[u] > big)
+            big = unit_lo[u + 1] - unit_lo[u];
+    return big;
+}
+
+static bool grads_in_ring(const mt_fsdp_options_t *o)
+{
+    return o->shard_grads && !(o->defer_grad_sync && o->accum > 1);
+}
+
+void mt_fsdp_work_numel(const int64_t *unit_lo, int nunits, bool tied,
+                        const mt_fsdp_options_t *o, int64_t owned, int64_t *p_work,
+                        int64_t *g_work, int64_t *rs_tmp)
+{
+    int64_t numel = unit_lo[nunits];
+    int64_t ring = 2 * ring_slot_numel(unit_lo, nunits, tied) + (tied ? unit_lo[1] : 0);
+    *p_work = !o->shard_params ? 0 : o->reshard_after_forward ? ring : numel;
+    *g_work = !o->shard_grads ? 0 : grads_in_ring(o) ? ring : numel;
+    *rs_tmp = grads_in_ring(o) && o->accum > 1 ? owned : 0;
+}
+
+bool mt_fsdp_options_from_config(const mt_config_t *cfg, mt_fsdp_options_t *o)
+{
+    const mt_distributed_config_t *d = &cfg->distributed;
+    memset(o, 0, sizeof *o);
+    o->accum = cfg->derived.grad_accum_steps;
+    o->reshard_after_forward = true;
+    if (d->strategy == MT_STRATEGY_FSDP2) {
+        o->shard_grads = o->shard_params = true;
+        o->reshard_after_forward = d->reshard_after_forward;
+        o->prefetch = o->overlap_reduce = o->overlap_gather = true;
+        o->defer_grad_sync = d->defer_fsdp_grad_sync;
+        return cfg->derived.dp_shard * d->cp_size > 1;
+    }
+    if (d->strategy == MT_STRATEGY_MEGATRON_FSDP) {
+        o->shard_grads = d->zero_dp_strategy >= 2;
+        o->shard_params = d->zero_dp_strategy >= 3;
+        o->prefetch = o->overlap_gather = d->overlap_param_gather;
+        o->overlap_reduce = d->overlap_grad_reduce;
+        return d->zero_dp_strategy >= 1 && cfg->derived.dp_size * d->cp_size > 1;
+    }
+    return false;
+}
+
+static void note_error(mt_fsdp_t *f, int rc, const char *what, int unit)
+{
+    if (f->error != MT_OK)
+        return;
+    char es[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, es, &len);
+    f->error = MT_ERR_MPI;
+    snprintf(f->error_msg, sizeof f->error_msg, "%s of unit %d: %s", what, unit, es);
+}
+
+/* Point the model's parameters (or gradients) of unit u at base, the
+ * unit's first element; NULL detaches them. */
+static void point(mt_fsdp_t *f, int u, float *base, bool grads)
+{
+    mt_model_t *m = f->model;
+    int64_t lo = m->unit_lo[u], hi = m->unit_lo[u + 1];
+    for (int i = 0; i < m->nparams; i++) {
+        mt_param_t *p = &m->params[i];
+        if (p->offset < lo || p->offset >= hi)
+            continue;
+        float *at = base ? base + (p->offset - lo) : NULL;
+        if (grads)
+            p->grad = at;
+        else
+            p->data = at;
+    }
+}
+
+/* ---- parameters ---- */
+
+static void gather(mt_fsdp_t *f, int u)
+{
+    if (u < 0 || u >= f->nunits || f->p_state[u] != RELEASED)
+        return;
+    const mt_segment_t *s = &f->seg[u];
+    int rc = MPI_Iallgatherv(f->opt.shard_params ? (void *)s->param : MPI_IN_PLACE, (int)s->count,
+                             MPI_FLOAT, f->p_at[u], f->counts + u * f->nshard,
+                             f->displs + u * f->nshard, MPI_FLOAT, f->shard, &f->p_req[u]);
+    if (rc != MPI_SUCCESS)
+        note_error(f, rc, "parameter all-gather", u);
+    f->p_state[u] = GATHERING;
+}
+
+static void wait_gathered(mt_fsdp_t *f, int u)
+{
+    if (f->p_state[u] == RELEASED)
+        gather(f, u);
+    if (f->p_state[u] == GATHERING) {
+        mt_status_t s = mt_wait_all(1, &f->p_req[u]);
+        if (s != MT_OK && f->error == MT_OK) {
+            f->error = s;
+            snprintf(f->error_msg, sizeof f->error_msg, "parameter all-gather of unit %d", u);
+        }
+        f->p_state[u] = READY;
+        if (f->opt.shard_params)
+            point(f, u, f->p_at[u], false);
+    }
+}
+
+static void release(mt_fsdp_t *f, int u)
+{
+    if (!f->opt.shard_params || f->p_state[u] != READY)
+        return;
+    f->p_state[u] = RELEASED;
+    point(f, u, NULL, false);
+}
+
+/* ---- gradients ---- */
+
+static void reduce(mt_fsdp_t *f, int u)
+{
+    const mt_segment_t *s = &f->seg[u];
+    int rc;
+    if (!f->opt.shard_grads) { /* zero 1: every rank keeps the whole sum */
+        rc = MPI_Iallreduce(MPI_IN_PLACE, f->g_at[u], (int)(f->model->unit_lo[u + 1] -
+                            f->model->unit_lo[u]), MPI_FLOAT, MPI_SUM, f->shard, &f->g_req[u]);
+    } else {
+        f->g_into_tmp[u] = f->ring && f->micro > 0;
+        float *dst = f->g_into_tmp[u] ? f->rs_tmp + s->state : s->grad;
+        rc = MPI_Ireduce_scatter(f->g_at[u], dst, f->counts + u * f->nshard, MPI_FLOAT, MPI_SUM,
+                                 f->shard, &f->g_req[u]);
+    }
+    if (rc != MPI_SUCCESS)
+        note_error(f, rc, f->opt.shard_grads ? "gradient reduce-scatter" : "gradient all-reduce", u);
+    f->g_pending[u] = true;
+}
+
+static void wait_reduced(mt_fsdp_t *f, int u)
+{
+    if (!f->g_pending[u])
+        return;
+    mt_status_t s = mt_wait_all(1, &f->g_req[u]);
+    if (s != MT_OK && f->error == MT_OK) {
+        f->error = s;
+        snprintf(f->error_msg, sizeof f->error_msg, "gradient reduction of unit %d", u);
+    }
+    f->g_pending[u] = false;
+    if (f->g_into_tmp[u]) /* later micro-steps add onto the shard */
+        f->model->be->add(f->seg[u].grad, f->rs_tmp + f->seg[u].state, f->seg[u].count);
+}
+
+/* A ring slot's gradient buffer for unit u: wait until the slot's last
+ * tenant is reduced, then zero it. */
+static void grads_ready(mt_fsdp_t *f, int u)
+{
+    bool tied = f->model->tied;
+    for (int v = 0; v < f->nunits; v++)
+        if (v != u && slot_of(v, tied) == slot_of(u, tied))
+            wait_reduced(f, v);
+    wait_reduced(f, u);
+    memset(f->g_at[u], 0, sizeof(float) * (size_t)(f->model->unit_lo[u + 1] - f->model->unit_lo[u]));
+    point(f, u, f->g_at[u], true);
+}
+
+static void poke(mt_fsdp_t *f)
+{
+    int flag;
+    MPI_Testall(f->nunits, f->p_req, &flag, MPI_STATUSES_IGNORE);
+    MPI_Testall(f->nunits, f->g_req, &flag, MPI_STATUSES_IGNORE);
+}
+
+static void hook(void *ctx, int u, mt_unit_event_t ev)
+{
+    mt_fsdp_t *f = ctx;
+    int head = f->nunits - 1;
+    bool tied = f->model->tied, sp = f->opt.shard_params;
+    switch (ev) {
+    case MT_UNIT_PRE_FORWARD:
+        wait_gathered(f, u);
+        if (sp && f->opt.prefetch)
+            gather(f, u + 1);
+        if (tied && u == head)
+            wait_gathered(f, 0);
+        break;
+    case MT_UNIT_POST_FORWARD:
+        if (u == head) /* forward only (validation): free everything */
+            for (int v = 0; v < f->nunits; v++)
+                release(f, v);
+        else if (f->opt.reshard_after_forward && !(tied && u == 0))
+            release(f, u);
+        break;
+    case MT_UNIT_PRE_BACKWARD:
+        wait_gathered(f, u);
+        if (sp && f->opt.prefetch)
+            gather(f, u - 1);
+        if (f->ring && !(tied && u == 0))
+            grads_ready(f, u);
+        if (f->ring && tied && u == head) /* the lm_head's gradient is unit 0's */
+            grads_ready(f, 0);
+        break;
+    case MT_UNIT_POST_BACKWARD:
+        release(f, u);
+        if (f->reduce_now && f->opt.overlap_reduce)
+            reduce(f, u);
+        else if (f->reduce_now && f->ring) { /* not overlapped: reduce before the slot moves on */
+            reduce(f, u);
+            wait_reduced(f, u);
+        }
+        break;
+    }
+    poke(f);
+}
+
+/* Smallest row start at or after flat offset t. */
+static int64_t row_start_at_or_after(const mt_model_t *m, int64_t t)
+{
+    for (int i = 0; i < m->nparams; i++) {
+        const mt_param_t *p = &m->params[i];
+        int64_t cols = p->ndim > 1 ? p->shape[1] : 1;
+        if (t < p->offset + p->numel) {
+            int64_t row = t <= p->offset ? 0 : (t - p->offset + cols - 1) / cols;
+            return p->offset + row * cols;
+        }
+    }
+    return m->numel;
+}
+
+static mt_status_t partition(mt_fsdp_t *f)
+{
+    mt_model_t *m = f->model;
+    int n = f->nshard, U = f->nunits;
+    f->counts = malloc(sizeof(int) * (size_t)(U * n));
+    f->displs = malloc(sizeof(int) * (size_t)(U * n));
+    f->seg = calloc((size_t)U, sizeof *f->seg);
+    if (!f->counts || !f->displs || !f->seg)
+        MT_FAIL(MT_ERR_NOMEM, "shard layout");
+    f->owned = 0;
+    for (int u = 0; u < U; u++) {
+        int64_t lo = m->unit_lo[u], hi = m->unit_lo[u + 1], prev = lo;
+        if (hi - lo > 2147483647LL)
+            MT_FAIL(MT_ERR_UNSUPPORTED, "unit %d has %lld elements: sharding it needs 64-bit MPI "
+                    "counts (MPI-4 large counts), not in this release", u, (long long)(hi - lo));
+        for (int r = 0; r < n; r++) {
+            int64_t end = r == n - 1 ? hi : row_start_at_or_after(m, lo + (hi - lo) * (r + 1) / n);
+            if (end > hi)
+                end = hi;
+            if (end < prev)
+                end = prev;
+            f->displs[u * n + r] = (int)(prev - lo);
+            f->counts[u * n + r] = (int)(end - prev);
+            if (r == f->rank) {
+                f->seg[u].offset = prev;
+                f->seg[u].count = end - prev;
+                f->seg[u].state = f->owned;
+                f->owned += end - prev;
+            }
+            prev = end;
+        }
+    }
+    return MT_OK;
+}
+
+mt_status_t mt_fsdp_init(mt_fsdp_t *f, mt_model_t *m, MPI_Comm shard, MPI_Comm replicate,
+                         const mt_fsdp_options_t *opt)
+{
+    memset(f, 0, sizeof *f);
+    f->model = m, f->opt = *opt, f->shard = shard, f->replicate = replicate;
+    f->nunits = m->nunits;
+    f->nrep = 1;
+    MT_MPI_TRY(MPI_Comm_size(shard, &f->nshard));
+    MT_MPI_TRY(MPI_Comm_rank(shard, &f->rank));
+    if (replicate != MPI_COMM_NULL)
+        MT_MPI_TRY(MPI_Comm_size(replicate, &f->nrep));
+    if (opt->shard_params && !opt->shard_grads)
+        MT_FAIL(MT_ERR_RANGE, "sharded parameters need sharded gradients");
+    if ((m->param_mem != NULL) == opt->shard_params || (m->grad_mem != NULL) == opt->shard_grads)
+        MT_FAIL(MT_ERR_RANGE, "the model's arenas do not match the sharding (mt_model_init_ex)");
+    f->ring = grads_in_ring(opt);
+    MT_TRY(partition(f));
+
+    int U = f->nunits;
+    mt_fsdp_work_numel(m->unit_lo, U, m->tied, opt, f->owned, &f->p_work_numel, &f->g_work_numel,
+                       &f->rs_tmp_numel);
+    size_t own = (size_t)(f->owned > 0 ? f->owned : 1);
+    if (opt->shard_params)
+        f->p_shard = malloc(sizeof(float) * own);
+    if (opt->shard_grads)
+        f->g_shard = calloc(own, sizeof(float));
+    if (f->p_work_numel)
+        f->p_work = malloc(sizeof(float) * (size_t)f->p_work_numel);
+    if (f->g_work_numel)
+        f->g_work = calloc((size_t)f->g_work_numel, sizeof(float));
+    if (f->rs_tmp_numel)
+        f->rs_tmp = malloc(sizeof(float) * (size_t)f->rs_tmp_numel);
+    f->p_at = calloc((size_t)U, sizeof *f->p_at);
+    f->g_at = calloc((size_t)U, sizeof *f->g_at);
+    f->p_state = calloc((size_t)U, sizeof *f->p_state);
+    f->g_pending = calloc((size_t)U, sizeof *f->g_pending);
+    f->g_into_tmp = calloc((size_t)U, sizeof *f->g_into_tmp);
+    f->p_req = malloc(sizeof *f->p_req * (size_t)U);
+    f->g_req = malloc(sizeof *f->g_req * (size_t)U);
+    if ((opt->shard_params && !f->p_shard) || (opt->shard_grads && !f->g_shard) ||
+        (f->p_work_numel && !f->p_work) || (f->g_work_numel && !f->g_work) ||
+        (f->rs_tmp_numel && !f->rs_tmp) || !f->p_at || !f->g_at || !f->p_state ||
+        !f->g_pending || !f->g_into_tmp || !f->p_req || !f->g_req)
+        MT_FAIL(MT_ERR_NOMEM, "sharded state: %lld owned elements, %lld + %lld working",
+                (long long)f->owned, (long long)f->p_work_numel, (long long)f->g_work_numel);
+
+    int64_t ring = ring_slot_numel(m->unit_lo, U, m->tied);
+    for (int u = 0; u < U; u++) {
+        mt_segment_t *s = &f->seg[u];
+        int64_t lo = m->unit_lo[u];
+        f->p_req[u] = f->g_req[u] = MPI_REQUEST_NULL;
+        int64_t slot_at = (int64_t)slot_of(u, m->tied) * ring;
+        if (!opt->shard_params)
+            f->p_at[u] = m->param_mem + lo;
+        else
+            f->p_at[u] = f->p_work + (opt->reshard_after_forward ? slot_at : lo);
+        if (!opt->shard_grads)
+            f->g_at[u] = m->grad_mem + lo;
+        else
+            f->g_at[u] = f->g_work + (f->ring ? slot_at : lo);
+        s->param = opt->shard_params ? f->p_shard + s->state : m->param_mem + s->offset;
+        s->grad = opt->shard_grads ? f->g_shard + s->state : m->grad_mem + s->offset;
+        /* Unsharded parameters are whole already; deferred gradients sit
+         * in place for the whole step. */
+        f->p_state[u] = opt->shard_params ? RELEASED : READY;
+        if (opt->shard_params)
+            point(f, u, NULL, false);
+        if (opt->shard_grads)
+            point(f, u, f->ring ? NULL : f->g_at[u], true);
+    }
+    m->unit_hook = hook;
+    m->hook_ctx = f;
+    return MT_OK;
+}
+
+void mt_fsdp_free(mt_fsdp_t *f)
+{
+    if (f->model && f->model->hook_ctx == f) {
+        f->model->unit_hook = NULL;
+        f->model->hook_ctx = NULL;
+    }
+    free(f->counts), free(f->displs), free(f->seg);
+    free(f->p_shard), free(f->g_shard), free(f->p_work), free(f->g_work), free(f->rs_tmp);
+    free(f->p_at), free(f->g_at), free(f->p_state), free(f->g_pending), free(f->g_into_tmp);
+    free(f->p_req), free(f->g_req);
+    memset(f, 0, sizeof *f);
+}
+
+void mt_fsdp_init_weights(mt_fsdp_t *f, uint64_t seed)
+{
+    if (!f->opt.shard_params) {
+        mt_model_init_weights(f->model, seed);
+        return;
+    }
+    for (int u = 0; u < f->nunits; u++)
+        mt_model_init_range(f->model, seed, f->seg[u].offset, f->seg[u].offset + f->seg[u].count,
+                            f->seg[u].param);
+}
+
+static mt_status_t check_error(mt_fsdp_t *f)
+{
+    if (f->error != MT_OK)
+        MT_FAIL(f->error, "%s", f->error_msg);
+    return MT_OK;
+}
+
+mt_status_t mt_fsdp_begin(mt_fsdp_t *f, int64_t micro)
+{
+    for (int u = 0; u < f->nunits; u++)
+        wait_reduced(f, u);
+    f->micro = micro;
+    bool last = micro == f->opt.accum - 1;
+    /* zero 1 and deferred fsdp2 reduce on the last micro-step only; the
+     * ring must reduce every micro-step (there is nowhere to keep more) */
+    f->reduce_now = f->ring || last;
+    if (micro == 0) {
+        if (f->g_shard)
+            memset(f->g_shard, 0, sizeof(float) * (size_t)(f->owned > 0 ? f->owned : 1));
+        if (f->opt.shard_grads && !f->ring)
+            memset(f->g_work, 0, sizeof(float) * (size_t)f->g_work_numel);
+    }
+    return check_error(f);
+}
+
+mt_status_t mt_fsdp_finish(mt_fsdp_t *f)
+{
+    if (!f->opt.overlap_reduce && !f->ring)
+        for (int u = f->nunits - 1; u >= 0; u--)
+            reduce(f, u);
+    for (int u = 0; u < f->nunits; u++)
+        wait_reduced(f, u);
+    MT_TRY(check_error(f));
+    if (f->opt.shard_grads && f->nrep > 1) { /* HSDP: sum the shards across replicas */
+        MPI_Request rq;
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, f->g_shard, (int)f->owned, MPI_FLOAT, MPI_SUM,
+                                f->replicate, &rq);
+        if (rc != MPI_SUCCESS)
+            return mt_error_mpi(rc, "MPI_Iallreduce(gradient shards over dp_replicate)", __FILE__,
+                                __LINE__);
+        MT_TRY(mt_wait_all(1, &rq));
+    }
+    return MT_OK;
+}
+
+mt_status_t mt_fsdp_after_update(mt_fsdp_t *f)
+{
+    if (f->opt.shard_params)
+        return MT_OK;
+    for (int u = 0; u < f->nunits; u++) {
+        f->p_state[u] = RELEASED;
+        gather(f, u);
+    }
+    if (!f->opt.overlap_gather)
+        MT_TRY(mt_fsdp_sync(f));
+    return check_error(f);
+}
+
+mt_status_t mt_fsdp_sync(mt_fsdp_t *f)
+{
+    for (int u = 0; u < f->nunits; u++)
+        if (f->p_state[u] == GATHERING)
+            wait_gathered(f, u);
+    return check_error(f);
+}
+
+void mt_fsdp_bytes(const mt_fsdp_t *f, double *params_shard, double *params_work,
+                   double *grads_shard, double *grads_work)
+{
+    double numel = (double)f->model->numel, own = (double)f->owned;
+    *params_shard = 4.0 * (f->opt.shard_params ? own : numel);
+    *params_work = 4.0 * (double)f->p_work_numel;
+    *grads_shard = 4.0 * (f->opt.shard_grads ? own : numel);
+    *grads_work = 4.0 * (double)(f->g_work_numel + f->rs_tmp_numel);
+}
