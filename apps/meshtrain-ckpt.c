@@ -1,10 +1,9 @@
-/* meshtrain-ckpt: thin main; all logic lives in libmeshtrain (src/ckpt_cli.c).
- * Needs no MPI launch: it never calls MPI_Init. */
-#include <stdio.h>
-
+/* meshtrain-ckpt: thin main; all logic lives in libmeshtrain (src/ckpt_cli.c,
+ * src/hf_cli.c).  list, verify, config and steps need no MPI launch and never
+ * call MPI_Init; export and import start MPI and also run under mpiexec. */
 #include "mt_ckpt_cli.h"
 
 int main(int argc, char **argv)
 {
-    return mt_ckpt_main(argc, argv, stdout, stderr);
+    return mt_ckpt_tool_main(argc, argv);
 }

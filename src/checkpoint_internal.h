@@ -48,6 +48,16 @@ mt_status_t mt_ckpt_h5_write(MPI_Comm comm, const char *file, const mt_ckpt_tens
 mt_status_t mt_ckpt_h5_read(MPI_Comm comm, const char *file, const mt_ckpt_tensor_t *t, int n,
                             mt_train_state_t *state);
 
+/* Reading tensor by tensor, for tools that stream a checkpoint instead of
+ * loading a model (meshtrain-ckpt export).  Every call is collective and
+ * agreed.  open checks /meta format and version; read_rows checks t's
+ * shape and reads this rank's rows; close frees r and returns s (a status
+ * every rank already agrees on) or, when s is MT_OK, the close's own. */
+typedef struct mt_ckpt_h5_reader mt_ckpt_h5_reader_t;
+mt_status_t mt_ckpt_h5_open(MPI_Comm comm, const char *file, mt_ckpt_h5_reader_t **r);
+mt_status_t mt_ckpt_h5_read_rows(mt_ckpt_h5_reader_t *r, const mt_ckpt_tensor_t *t);
+mt_status_t mt_ckpt_h5_close(mt_ckpt_h5_reader_t *r, mt_status_t s);
+
 /* Not collective: open `file` with the serial driver, check the format and
  * return a malloc'd copy of the /meta config attribute. */
 mt_status_t mt_ckpt_h5_read_config(const char *file, char **yaml);

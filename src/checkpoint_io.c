@@ -608,6 +608,61 @@ mt_status_t mt_ckpt_h5_read(MPI_Comm comm, const char *file, const mt_ckpt_tenso
     return s;
 }
 
+struct mt_ckpt_h5_reader {
+    MPI_Comm comm;
+    h5_ctx_t c;
+    hid_t fapl;
+    h5_quiet_t q;
+    char name[MT_CKPT_PATH_CAP];
+};
+
+mt_status_t mt_ckpt_h5_open(MPI_Comm comm, const char *file, mt_ckpt_h5_reader_t **out)
+{
+    *out = NULL;
+    mt_ckpt_h5_reader_t *r = calloc(1, sizeof *r);
+    mt_status_t s = MT_OK;
+    if (!r)
+        s = mt_error_set(MT_ERR_NOMEM, __FILE__, __LINE__, "%s: reader state", file);
+    else if (strlen(file) >= sizeof r->name)
+        s = mt_error_set(MT_ERR_RANGE, __FILE__, __LINE__, "%s: path too long", file);
+    s = mt_ckpt_agree(comm, s);
+    if (s != MT_OK) {
+        free(r);
+        return s;
+    }
+    snprintf(r->name, sizeof r->name, "%s", file);
+    r->comm = comm;
+    r->c = (h5_ctx_t){-1, -1, -1, -1, r->name, 0};
+    r->fapl = -1;
+    MPI_Comm_rank(comm, &r->c.rank);
+    h5_quiet_begin(&r->q);
+    s = make_plists(&r->c, &r->fapl, comm, 0);
+    if (s == MT_OK && (r->c.file = H5Fopen(file, H5F_ACC_RDONLY, r->fapl)) < 0)
+        s = h5_fail(__FILE__, __LINE__, "%s: cannot open as HDF5", file);
+    s = mt_ckpt_agree(comm, s);
+    if (s == MT_OK)
+        s = mt_ckpt_agree(comm, mt_ckpt_h5_check_format(file, r->c.file, 1));
+    if (s != MT_OK)
+        return mt_ckpt_h5_close(r, s);
+    *out = r;
+    return MT_OK;
+}
+
+mt_status_t mt_ckpt_h5_read_rows(mt_ckpt_h5_reader_t *r, const mt_ckpt_tensor_t *t)
+{
+    return mt_ckpt_agree(r->comm, read_tensor(r->comm, &r->c, t));
+}
+
+mt_status_t mt_ckpt_h5_close(mt_ckpt_h5_reader_t *r, mt_status_t s)
+{
+    if (!r)
+        return s;
+    s = close_ctx(r->comm, &r->c, &r->fapl, s);
+    h5_quiet_end(&r->q);
+    free(r);
+    return s;
+}
+
 mt_status_t mt_ckpt_h5_read_config(const char *file, char **yaml)
 {
     *yaml = NULL;

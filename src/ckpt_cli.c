@@ -6,7 +6,8 @@
  *
  * It runs without an MPI launch and never calls MPI_Init: manifests are
  * checked by the library's plain POSIX mt_ckpt_verify and mt_ckpt_find_latest,
- * and HDF5 is used serially only.  It never writes a checkpoint. */
+ * and HDF5 is used serially only.  It never writes a checkpoint.  export
+ * and import (hf_cli.c) are collective and start MPI themselves. */
 #include <config.h>
 
 #include "ckpt_cli_internal.h"
@@ -27,10 +28,13 @@ static void usage(FILE *o)
             "usage: " PROG " list [--json] PATH     header, every dataset, totals\n"
             "       " PROG " verify PATH            SHA-256 manifest, /meta format and version\n"
             "       " PROG " config PATH            the stored resolved config (YAML)\n"
-            "       " PROG " steps [--json] DIR     every step_* directory and its status\n"
+            "       " PROG " steps [--json] DIR     every step_* directory and its status\n");
+    mt_ckpt_hf_usage(o);
+    fprintf(o,
             "PATH is a step directory, its model.h5, or a checkpoint_dir (then the step\n"
-            "directory `latest` names, or else the newest complete one). Runs without an MPI\n"
-            "launch. Exit status: 0 ok, 1 bad or missing checkpoint, 2 usage.\n");
+            "directory `latest` names, or else the newest complete one). list, verify, config\n"
+            "and steps run without MPI; export and import start it. Exit status: 0 ok, 1 bad\n"
+            "or missing checkpoint or model, 2 usage.\n");
 }
 
 /* ------------------------------------------------------------ directories */
@@ -69,7 +73,7 @@ static int report(FILE *err, const char *what)
 /* PATH as a step directory (step holds PATH_CAP): a directory with
  * model.h5 or a manifest, model.h5 itself, or a checkpoint_dir (then the
  * step `latest` names, or the newest whose manifest verifies). */
-static int resolve(const char *path, char *step, FILE *err)
+int mt_ckpt_cli_resolve(const char *path, char *step, FILE *err)
 {
     char probe[PATH_CAP], name[256];
     struct stat st;
@@ -411,6 +415,9 @@ int mt_ckpt_main(int argc, char **argv, FILE *out, FILE *err)
     if (c == NONE || !path) {
         if (!cmd)
             fprintf(err, PROG ": a command is required\n");
+        else if (c == NONE && (strcmp(cmd, "export") == 0 || strcmp(cmd, "import") == 0))
+            fprintf(err, PROG ": %s is collective: run the meshtrain-ckpt program, or call "
+                    "mt_ckpt_hf_main with a communicator\n", cmd);
         else if (c == NONE)
             fprintf(err, PROG ": unknown command '%s'\n", cmd);
         else
@@ -424,7 +431,7 @@ int mt_ckpt_main(int argc, char **argv, FILE *out, FILE *err)
     }
 
     char step[PATH_CAP];
-    int code = c == STEPS ? cmd_steps(path, json, out, err) : resolve(path, step, err);
+    int code = c == STEPS ? cmd_steps(path, json, out, err) : mt_ckpt_cli_resolve(path, step, err);
     if (c == LIST && code == 0) {
         code = cmd_list(step, json, out, err);
     } else if (c == VERIFY && code == 0) {

@@ -43,4 +43,12 @@ void mt_ckpt_info_free(mt_ckpt_info_t *in);
  * mt_ckpt_find_latest, and so resume: auto, checks. */
 mt_status_t mt_ckpt_check_step(const char *step_dir, int *manifest_ok);
 
+/* PATH (a step directory, its model.h5, or a checkpoint_dir) as a step
+ * directory into step (MT_CKPT_PATH_CAP bytes); notes and errors go to
+ * err.  Returns 0, or the exit code 1.  (ckpt_cli.c) */
+int mt_ckpt_cli_resolve(const char *path, char *step, FILE *err);
+
+/* The export and import lines of the usage text.  (hf_cli.c) */
+void mt_ckpt_hf_usage(FILE *o);
+
 #endif

@@ -1,0 +1,391 @@
+/* hf_config.c: Hugging Face config.json <-> meshtrain's model section,
+ * and the list of tensors the dense model has.
+ *
+ * meshtrain's dense model is LlamaForCausalLM, or Qwen3ForCausalLM when
+ * qk_norm is on (RMSNorm of q and k over head_dim).  Reading refuses, by
+ * name, what that model does not compute: other architectures (MoE
+ * included), biases, activations other than SiLU, RoPE scaling, sliding
+ * windows, and a head_dim other than hidden_size / num_attention_heads.
+ * Keys that do not change the computation (token ids, torch_dtype,
+ * use_cache, ...) are ignored. */
+#include "hf_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define LLAMA "LlamaForCausalLM"
+#define QWEN3 "Qwen3ForCausalLM"
+
+/* ------------------------------------------------------------ the tensor list */
+
+static void add(mt_hf_tensor_t *t, int *n, const char *name, int64_t rows, int64_t cols)
+{
+    mt_hf_tensor_t *x = &t[(*n)++];
+    snprintf(x->name, sizeof x->name, "%s", name);
+    x->ndim = cols ? 2 : 1;
+    x->shape[0] = rows;
+    x->shape[1] = cols ? cols : 1;
+}
+
+mt_status_t mt_hf_expected_tensors(const mt_model_config_t *m, mt_hf_tensor_t **out, int *n)
+{
+    int64_t H = m->hidden_size, I = m->intermediate_size, V = m->vocab_size;
+    int64_t nh = m->num_attention_heads;
+    int64_t nkv = m->num_key_value_heads.set ? m->num_key_value_heads.value : nh;
+    if (nh < 1 || H % nh)
+        MT_FAIL(MT_ERR_CONFIG, "hidden_size %lld is not divisible by num_attention_heads %lld",
+                (long long)H, (long long)nh);
+    if (m->num_hidden_layers < 1 || m->num_hidden_layers > 100000)
+        MT_FAIL(MT_ERR_CONFIG, "num_hidden_layers %lld is out of range",
+                (long long)m->num_hidden_layers);
+    int64_t hd = H / nh, L = m->num_hidden_layers;
+    mt_hf_tensor_t *t = calloc((size_t)(3 + 11 * L), sizeof *t);
+    if (!t)
+        MT_FAIL(MT_ERR_NOMEM, "tensor list of %lld layers", (long long)L);
+    *n = 0;
+    char name[MT_HF_NAME_MAX];
+    add(t, n, "model.embed_tokens.weight", V, H);
+    for (int64_t l = 0; l < L; l++) {
+#define LAYER(suffix, rows, cols)                                                    \
+    do {                                                                             \
+        snprintf(name, sizeof name, "model.layers.%lld.%s", (long long)l, suffix); \
+        add(t, n, name, rows, cols);                                                 \
+    } while (0)
+        LAYER("input_layernorm.weight", H, 0);
+        LAYER("self_attn.q_proj.weight", nh * hd, H);
+        LAYER("self_attn.k_proj.weight", nkv * hd, H);
+        LAYER("self_attn.v_proj.weight", nkv * hd, H);
+        LAYER("self_attn.o_proj.weight", H, nh * hd);
+        if (m->qk_norm) {
+            LAYER("self_attn.q_norm.weight", hd, 0);
+            LAYER("self_attn.k_norm.weight", hd, 0);
+        }
+        LAYER("post_attention_layernorm.weight", H, 0);
+        LAYER("mlp.gate_proj.weight", I, H);
+        LAYER("mlp.up_proj.weight", I, H);
+        LAYER("mlp.down_proj.weight", H, I);
+#undef LAYER
+    }
+    add(t, n, "model.norm.weight", H, 0);
+    if (!m->tie_word_embeddings)
+        add(t, n, "lm_head.weight", V, H);
+    *out = t;
+    return MT_OK;
+}
+
+/* ------------------------------------------------------------ reading config.json */
+
+typedef struct {
+    const mt_json_t *j;
+    const char *name; /* the file, for messages */
+} cfg_t;
+
+static mt_status_t bad_type(const cfg_t *c, const char *key, const mt_json_t *v, const char *want)
+{
+    MT_FAIL(MT_ERR_IO, "%s:%d:%d: \"%s\" is a %s, expected %s", c->name, v->line, v->column, key,
+            mt_json_type_name(v->type), want);
+}
+
+/* An integer >= 1; required, or *out keeps def when absent or null. */
+static mt_status_t get_int(const cfg_t *c, const char *key, int required, int64_t def,
+                           int64_t *out)
+{
+    const mt_json_t *v = mt_json_get(c->j, key);
+    if (!v || v->type == MT_JSON_NULL) {
+        if (required)
+            MT_FAIL(MT_ERR_IO, "%s: \"%s\" is missing: it is required", c->name, key);
+        *out = def;
+        return MT_OK;
+    }
+    if (v->type != MT_JSON_NUMBER || !v->is_int || v->integer < 1)
+        return bad_type(c, key, v, "a positive integer");
+    *out = v->integer;
+    return MT_OK;
+}
+
+static mt_status_t get_num(const cfg_t *c, const char *key, double def, double *out)
+{
+    const mt_json_t *v = mt_json_get(c->j, key);
+    if (!v || v->type == MT_JSON_NULL) {
+        *out = def;
+        return MT_OK;
+    }
+    if (v->type != MT_JSON_NUMBER || !(v->number > 0))
+        return bad_type(c, key, v, "a positive number");
+    *out = v->number;
+    return MT_OK;
+}
+
+static mt_status_t get_bool(const cfg_t *c, const char *key, int def, int *out)
+{
+    const mt_json_t *v = mt_json_get(c->j, key);
+    if (!v || v->type == MT_JSON_NULL) {
+        *out = def;
+        return MT_OK;
+    }
+    if (v->type != MT_JSON_BOOL)
+        return bad_type(c, key, v, "true or false");
+    *out = v->boolean;
+    return MT_OK;
+}
+
+static mt_status_t unsupported(const cfg_t *c, const char *what)
+{
+    mt_error_set(MT_ERR_UNSUPPORTED, __FILE__, __LINE__, "%s: %s", c->name, what);
+    mt_error_hint("meshtrain imports dense " LLAMA " and " QWEN3 " models without biases, RoPE "
+                  "scaling or sliding windows, with head_dim = hidden_size / "
+                  "num_attention_heads (doc/hf-interchange.md)");
+    return MT_ERR_UNSUPPORTED;
+}
+
+/* "Qwen3MoeForCausalLM", "MixtralForCausalLM", ... */
+static int looks_moe(const char *arch)
+{
+    for (const char *p = arch; *p; p++)
+        if (strncasecmp(p, "moe", 3) == 0 || strncasecmp(p, "mixtral", 7) == 0)
+            return 1;
+    return 0;
+}
+
+/* The architecture: 0 Llama, 1 Qwen3. */
+static mt_status_t architecture(const cfg_t *c, int *qwen3)
+{
+    const mt_json_t *a = mt_json_get(c->j, "architectures"), *mt = mt_json_get(c->j, "model_type");
+    const char *arch = NULL, *type = NULL;
+    char what[512];
+    if (mt && mt->type != MT_JSON_STRING)
+        return bad_type(c, "model_type", mt, "a string");
+    type = mt ? mt->string : NULL;
+    if (a && a->type != MT_JSON_NULL) {
+        if (a->type != MT_JSON_ARRAY || a->count != 1 || a->items[0].type != MT_JSON_STRING)
+            return bad_type(c, "architectures", a, "an array of one string");
+        arch = a->items[0].string;
+    }
+    if (!arch && !type)
+        MT_FAIL(MT_ERR_IO, "%s: neither \"architectures\" nor \"model_type\" says what model "
+                "this is", c->name);
+    if (arch && strcmp(arch, LLAMA) != 0 && strcmp(arch, QWEN3) != 0) {
+        snprintf(what, sizeof what, "architecture %.200s is not supported: meshtrain imports "
+                 LLAMA " and " QWEN3 "%s", arch,
+                 looks_moe(arch) ? " (mixture-of-experts models are not supported by import)"
+                                 : "");
+        return unsupported(c, what);
+    }
+    if (type && strcmp(type, "llama") != 0 && strcmp(type, "qwen3") != 0) {
+        snprintf(what, sizeof what, "model_type \"%.200s\" is not supported: meshtrain imports "
+                 "\"llama\" and \"qwen3\"", type);
+        return unsupported(c, what);
+    }
+    *qwen3 = arch ? strcmp(arch, QWEN3) == 0 : strcmp(type, "qwen3") == 0;
+    if (arch && type && (*qwen3 != (strcmp(type, "qwen3") == 0)))
+        MT_FAIL(MT_ERR_IO, "%s: architectures says %s but model_type is \"%s\"", c->name, arch,
+                type);
+    return MT_OK;
+}
+
+/* RoPE scaling: absent, null, or of type "default".  Newer transformers
+ * put rope_theta inside rope_parameters. */
+static mt_status_t rope(const cfg_t *c, double *theta)
+{
+    static const char *const keys[] = {"rope_scaling", "rope_parameters"};
+    char what[300];
+    for (int k = 0; k < 2; k++) {
+        const mt_json_t *r = mt_json_get(c->j, keys[k]);
+        if (!r || r->type == MT_JSON_NULL)
+            continue;
+        if (r->type != MT_JSON_OBJECT)
+            return bad_type(c, keys[k], r, "an object or null");
+        const mt_json_t *t = mt_json_get(r, "rope_type");
+        if (!t)
+            t = mt_json_get(r, "type");
+        if (t && (t->type != MT_JSON_STRING || strcmp(t->string, "default") != 0)) {
+            snprintf(what, sizeof what, "%s of type %.100s is not supported: meshtrain's RoPE "
+                     "has no scaling", keys[k], t->type == MT_JSON_STRING ? t->string : "?");
+            return unsupported(c, what);
+        }
+        const mt_json_t *th = mt_json_get(r, "rope_theta");
+        if (th && th->type == MT_JSON_NUMBER && th->number > 0 && !mt_json_get(c->j, "rope_theta"))
+            *theta = th->number;
+    }
+    return MT_OK;
+}
+
+mt_status_t mt_hf_config_to_model(const mt_json_t *j, const char *name, mt_model_config_t *m,
+                                  FILE *note)
+{
+    cfg_t c = {j, name};
+    if (j->type != MT_JSON_OBJECT)
+        MT_FAIL(MT_ERR_IO, "%s: the file is a JSON %s, expected an object", name,
+                mt_json_type_name(j->type));
+    int qwen3 = 0, flag = 0;
+    MT_TRY(architecture(&c, &qwen3));
+
+    /* What the dense model does not compute. */
+    static const char *const bias_keys[] = {"attention_bias", "mlp_bias", "use_sliding_window"};
+    for (int k = 0; k < 3; k++) {
+        MT_TRY(get_bool(&c, bias_keys[k], 0, &flag));
+        if (flag) {
+            char what[200];
+            snprintf(what, sizeof what, "\"%s\": true is not supported: meshtrain's layers have "
+                     "%s", bias_keys[k], k < 2 ? "no biases" : "full causal attention only");
+            return unsupported(&c, what);
+        }
+    }
+    static const char *const moe_keys[] = {"num_experts", "num_local_experts", "n_routed_experts"};
+    for (int k = 0; k < 3; k++) {
+        const mt_json_t *v = mt_json_get(j, moe_keys[k]);
+        if (v && v->type == MT_JSON_NUMBER && v->number > 0) {
+            char what[200];
+            snprintf(what, sizeof what, "\"%s\": %g: mixture-of-experts models are not supported "
+                     "by import", moe_keys[k], v->number);
+            return unsupported(&c, what);
+        }
+    }
+    const mt_json_t *act = mt_json_get(j, "hidden_act");
+    if (act && (act->type != MT_JSON_STRING || strcmp(act->string, "silu") != 0)) {
+        char what[200];
+        snprintf(what, sizeof what, "hidden_act %.60s is not supported: meshtrain's MLP is "
+                 "SwiGLU (silu)", act->type == MT_JSON_STRING ? act->string : "(not a string)");
+        return unsupported(&c, what);
+    }
+
+    mt_model_config_t x = *m;
+    int64_t kv;
+    MT_TRY(get_int(&c, "vocab_size", 1, 0, &x.vocab_size));
+    MT_TRY(get_int(&c, "hidden_size", 1, 0, &x.hidden_size));
+    MT_TRY(get_int(&c, "intermediate_size", 1, 0, &x.intermediate_size));
+    MT_TRY(get_int(&c, "num_hidden_layers", 1, 0, &x.num_hidden_layers));
+    MT_TRY(get_int(&c, "num_attention_heads", 1, 0, &x.num_attention_heads));
+    MT_TRY(get_int(&c, "num_key_value_heads", 0, x.num_attention_heads, &kv));
+    /* transformers' class defaults for what a config.json may leave out */
+    MT_TRY(get_int(&c, "max_position_embeddings", 0, qwen3 ? 32768 : 2048,
+                   &x.max_position_embeddings));
+    MT_TRY(get_num(&c, "rms_norm_eps", 1e-6, &x.rms_norm_eps));
+    MT_TRY(get_num(&c, "rope_theta", 10000.0, &x.rope_theta));
+    MT_TRY(rope(&c, &x.rope_theta));
+    MT_TRY(get_num(&c, "initializer_range", x.initializer_range, &x.initializer_range));
+    MT_TRY(get_bool(&c, "tie_word_embeddings", 0, &flag));
+    x.tie_word_embeddings = flag;
+    x.num_key_value_heads.set = true;
+    x.num_key_value_heads.value = kv;
+    x.qk_norm = qwen3;
+    x.num_experts = 0;
+    if (x.hidden_size % x.num_attention_heads)
+        return unsupported(&c, "hidden_size is not divisible by num_attention_heads");
+    int64_t hd, derived = x.hidden_size / x.num_attention_heads;
+    MT_TRY(get_int(&c, "head_dim", 0, derived, &hd));
+    if (hd != derived) {
+        char what[300];
+        snprintf(what, sizeof what, "head_dim %lld differs from hidden_size / num_attention_heads "
+                 "= %lld / %lld = %lld; meshtrain derives head_dim from those two, so it cannot "
+                 "hold this model yet", (long long)hd, (long long)x.hidden_size,
+                 (long long)x.num_attention_heads, (long long)derived);
+        return unsupported(&c, what);
+    }
+    if (kv < 1 || x.num_attention_heads % kv)
+        MT_FAIL(MT_ERR_IO, "%s: num_attention_heads %lld is not divisible by "
+                "num_key_value_heads %lld", name, (long long)x.num_attention_heads, (long long)kv);
+    if (note) {
+        const mt_json_t *pt = mt_json_get(j, "pretraining_tp");
+        if (pt && pt->type == MT_JSON_NUMBER && pt->number > 1)
+            fprintf(note, "note: %s: pretraining_tp %g only changes how transformers splits "
+                    "matmuls; ignored\n", name, pt->number);
+    }
+    *m = x;
+    return MT_OK;
+}
+
+/* ------------------------------------------------------------ writing config.json */
+
+/* Shortest text that reads back to the same double, with a '.' or an
+ * exponent as Python's json writes floats. */
+static void fmt_double(double v, char *buf, size_t cap)
+{
+    if (v == (double)(int64_t)v && v > -1e15 && v < 1e15) { /* 500000.0, not 5e+05 */
+        snprintf(buf, cap, "%.1f", v);
+        return;
+    }
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, cap, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
+    if (!strpbrk(buf, ".eE") && strlen(buf) + 2 < cap)
+        strcat(buf, ".0");
+}
+
+mt_status_t mt_hf_config_json(const mt_model_config_t *m, mt_st_dtype_t dtype, char **text)
+{
+    char *t = NULL, eps[40], theta[40], init[40];
+    size_t len = 0;
+    FILE *o = open_memstream(&t, &len);
+    if (!o)
+        MT_FAIL(MT_ERR_NOMEM, "config.json text");
+    int64_t kv = m->num_key_value_heads.set ? m->num_key_value_heads.value : m->num_attention_heads;
+    fmt_double(m->rms_norm_eps, eps, sizeof eps);
+    fmt_double(m->rope_theta, theta, sizeof theta);
+    fmt_double(m->initializer_range, init, sizeof init);
+    fprintf(o, "{\n"
+            "  \"architectures\": [\"%s\"],\n"
+            "  \"model_type\": \"%s\",\n"
+            "  \"vocab_size\": %lld,\n"
+            "  \"hidden_size\": %lld,\n"
+            "  \"intermediate_size\": %lld,\n"
+            "  \"num_hidden_layers\": %lld,\n"
+            "  \"num_attention_heads\": %lld,\n"
+            "  \"num_key_value_heads\": %lld,\n"
+            "  \"head_dim\": %lld,\n"
+            "  \"hidden_act\": \"silu\",\n"
+            "  \"max_position_embeddings\": %lld,\n"
+            "  \"rms_norm_eps\": %s,\n"
+            "  \"rope_theta\": %s,\n"
+            "  \"rope_scaling\": null,\n"
+            "  \"attention_bias\": false,\n"
+            "  \"attention_dropout\": 0.0,\n"
+            "%s"
+            "  \"initializer_range\": %s,\n"
+            "  \"tie_word_embeddings\": %s,\n"
+            "  \"use_cache\": true,\n"
+            "  \"torch_dtype\": \"%s\"\n"
+            "}\n",
+            m->qk_norm ? QWEN3 : LLAMA, m->qk_norm ? "qwen3" : "llama", (long long)m->vocab_size,
+            (long long)m->hidden_size, (long long)m->intermediate_size,
+            (long long)m->num_hidden_layers, (long long)m->num_attention_heads, (long long)kv,
+            (long long)(m->hidden_size / m->num_attention_heads),
+            (long long)m->max_position_embeddings, eps, theta,
+            m->qk_norm ? "  \"use_sliding_window\": false,\n  \"sliding_window\": null,\n"
+                       : "  \"mlp_bias\": false,\n",
+            init, m->tie_word_embeddings ? "true" : "false",
+            dtype == MT_ST_BF16 ? "bfloat16" : "float32");
+    if (fclose(o) != 0 || !t) {
+        free(t);
+        MT_FAIL(MT_ERR_NOMEM, "config.json text");
+    }
+    *text = t;
+    return MT_OK;
+}
+
+/* ------------------------------------------------------------ sizes */
+
+mt_status_t mt_hf_parse_size(const char *s, int64_t *bytes)
+{
+    static const struct { const char *unit; double mult; } units[] = {
+        {"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+        {"KIB", 1024.0}, {"MIB", 1048576.0}, {"GIB", 1073741824.0}, {"TIB", 1099511627776.0}};
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || !(v > 0))
+        MT_FAIL(MT_ERR_CONFIG, "size \"%s\": expected a positive number with an optional unit "
+                "(B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), e.g. 5GB", s);
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (strcasecmp(end, units[i].unit) == 0) {
+            double b = v * units[i].mult;
+            if (b < 1 || b > 9.0e18)
+                break;
+            *bytes = (int64_t)b;
+            return MT_OK;
+        }
+    MT_FAIL(MT_ERR_CONFIG, "size \"%s\": expected a positive number with an optional unit (B, "
+            "KB, MB, GB, TB, KiB, MiB, GiB, TiB), e.g. 5GB", s);
+}

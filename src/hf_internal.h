@@ -1,0 +1,95 @@
+/* hf_internal.h: what the Hugging Face interchange files share:
+ * safetensors.c (the file format, dtype conversion), hf_config.c
+ * (config.json <-> the model section, the tensor list), hf_export.c and
+ * hf_import.c (the collective export and import), hf_cli.c (their command
+ * line).  Not installed: callers use mt_hf.h. */
+#ifndef MT_HF_INTERNAL_H
+#define MT_HF_INTERNAL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "mt_config.h"
+#include "mt_hf.h"
+#include "mt_json.h"
+#include "mt_status.h"
+
+#define MT_HF_NAME_MAX 200    /* tensor names (the checkpoint's paths hold 256) */
+#define MT_ST_MAX_DIMS 8
+#define MT_ST_MAX_HEADER (100u << 20) /* as the safetensors reference reader */
+#define MT_HF_INDEX "model.safetensors.index.json"
+#define MT_HF_SINGLE "model.safetensors"
+
+/* ------------------------------------------------------------ dtypes */
+
+typedef enum { MT_ST_F32, MT_ST_BF16, MT_ST_F16, MT_ST_OTHER } mt_st_dtype_t;
+
+size_t mt_st_dtype_size(mt_st_dtype_t d);     /* 0 for MT_ST_OTHER */
+const char *mt_st_dtype_name(mt_st_dtype_t d); /* "F32", "BF16", "F16" */
+
+/* float32 -> bfloat16, rounding to nearest even; NaN stays a quiet NaN. */
+uint16_t mt_f32_to_bf16(float f);
+float mt_bf16_to_f32(uint16_t h);
+float mt_f16_to_f32(uint16_t h);
+
+/* n values to/from little-endian bytes of dtype d (F32, BF16 or F16;
+ * encoding writes F32 or BF16 only). */
+void mt_st_encode(const float *src, size_t n, mt_st_dtype_t d, unsigned char *dst);
+void mt_st_decode(const unsigned char *src, size_t n, mt_st_dtype_t d, float *dst);
+
+/* ------------------------------------------------------------ safetensors files */
+
+typedef struct {
+    char name[MT_HF_NAME_MAX];
+    mt_st_dtype_t dtype;
+    char dtype_text[16];         /* as written, for messages about MT_ST_OTHER */
+    int ndim;
+    int64_t shape[MT_ST_MAX_DIMS];
+    uint64_t begin, end;         /* data_offsets: relative to the data start */
+} mt_st_entry_t;
+
+typedef struct {
+    char path[4096];
+    uint64_t data_start;         /* 8 + header length */
+    uint64_t file_size;
+    mt_st_entry_t *e;
+    int n;
+} mt_st_file_t;
+
+/* Read and check a safetensors header: 8-byte little-endian length, a JSON
+ * object of tensors (and an optional "__metadata__" of strings), shapes and
+ * offsets consistent with the dtypes, inside the file, not overlapping. */
+mt_status_t mt_st_read_header(const char *path, mt_st_file_t *f);
+void mt_st_file_free(mt_st_file_t *f);
+
+/* The header of n tensors as written: the 8-byte length, then the JSON
+ * padded with spaces to a multiple of 8 (malloc'd into *bytes, *len). */
+mt_status_t mt_st_header_bytes(const mt_st_entry_t *e, int n, unsigned char **bytes, size_t *len);
+
+/* ------------------------------------------------------------ config.json */
+
+/* One tensor of the model: Hugging Face name and PyTorch shape. */
+typedef struct {
+    char name[MT_HF_NAME_MAX];
+    int ndim;
+    int64_t shape[2];
+} mt_hf_tensor_t;
+
+/* The tensors meshtrain's dense model has for this model section, in the
+ * trainer's order (embedding, layers, final norm, lm_head unless tied),
+ * with the unpadded vocabulary, as checkpoints store them.  malloc'd. */
+mt_status_t mt_hf_expected_tensors(const mt_model_config_t *m, mt_hf_tensor_t **out, int *n);
+
+/* config.json (parsed) into the model section; refuses architectures and
+ * features the dense model does not have, naming them.  Notes (ignored
+ * keys) go to `note` if not NULL. */
+mt_status_t mt_hf_config_to_model(const mt_json_t *j, const char *name, mt_model_config_t *m,
+                                  FILE *note);
+
+/* config.json text for the model section (malloc'd). */
+mt_status_t mt_hf_config_json(const mt_model_config_t *m, mt_st_dtype_t dtype, char **text);
+
+/* Parse "5GB", "500MB", "10KiB", "123" (bytes) into *bytes. */
+mt_status_t mt_hf_parse_size(const char *s, int64_t *bytes);
+
+#endif
