@@ -147,6 +147,14 @@ mt_job_run() {
     mt_log "launcher: $mt_launcher; app: $mt_app_bin; config: $config"
     mt_log "environment: OMP_NUM_THREADS=$OMP_NUM_THREADS HDF5_USE_FILE_LOCKING=$HDF5_USE_FILE_LOCKING NCCL_DEBUG=$NCCL_DEBUG${NCCL_SOCKET_IFNAME:+ NCCL_SOCKET_IFNAME=$NCCL_SOCKET_IFNAME}"
 
+    # The job's log, to read back what the ranks said when a signal came
+    # (its size now: with --open-mode=append it holds earlier runs too).
+    local joblog= logstart=0
+    if [ -n "${SLURM_JOB_ID:-}" ]; then
+        joblog=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null | sed -n 's/^ *StdOut=//p')
+        logstart=$(stat -c %s "$joblog" 2>/dev/null || echo 0)
+    fi
+
     trap 'mt_forward USR1' USR1
     trap 'mt_forward TERM' TERM
     # The step runs in the background: bash runs a trap only between
@@ -167,6 +175,24 @@ mt_job_run() {
     mt_log "job step exited with status $rc"
 
     if [ "$mt_preempted" -eq 1 ] && [ "$rc" -eq 0 ] && [ -n "${SLURM_JOB_ID:-}" ]; then
+        # Requeue only a run the signal stopped with a checkpoint: not one
+        # that had finished (or was a dry run) before the signal took
+        # effect, nor one without checkpoints, which would start over.
+        # Where the log cannot be read, requeue: a finished run that is
+        # requeued just finds its last checkpoint at max_steps.
+        local said=
+        [ -r "$joblog" ] && said=$(tail -c +"$((logstart + 1))" "$joblog" | grep -m1 "^signal received: ")
+        case "$said" in
+            *"checkpoint written"*) ;;
+            "")
+                if [ -r "$joblog" ]; then
+                    mt_log "SIGUSR1 came, but the run ended without stopping for it: not requeueing"
+                    return 0
+                fi ;;
+            *)
+                mt_log "pre-empted, but nothing was saved (checkpoint.enabled is false): not requeueing"
+                return 0 ;;
+        esac
         local max=${MESHTRAIN_MAX_REQUEUES:-50}
         if [ "${SLURM_RESTART_COUNT:-0}" -ge "$max" ]; then
             mt_log "pre-empted, but this job was requeued $max times already (MESHTRAIN_MAX_REQUEUES): not requeueing"

@@ -20,7 +20,8 @@ js="$abs_top_srcdir/jobscripts"
 small="$testconfigs/train-small.yaml"
 slurm_start
 export MESHTRAIN_BINDIR="$bindir" MESHTRAIN_SHOW_BINDING=1
-common="--nodes=1 --cpus-per-task=1 --time=10 --chdir=$workdir"
+# --time=30: beyond the 70B script's 10-minute pre-emption lead
+common="--nodes=1 --cpus-per-task=1 --time=30 --chdir=$workdir"
 train="dataset.path=$data distributed.strategy=ddp step_scheduler.local_batch_size=1"
 
 # Submit everything, then wait: the jobs queue on the one node.
@@ -51,8 +52,8 @@ expect_job() {
     checks=$((checks + 1))
     slurm_wait "$2" 240 || true
     log=$(cat "$workdir/$1.out" 2>/dev/null)
-    [ "$job_state" = "$3" ] && [ "$job_exit" = "$4" ] ||
-        fail "job $1 ($2): $job_state exit $job_exit, expected $3 $4
+    [ "$job_state $job_exit $job_restarts" = "$3 $4 0" ] ||
+        fail "job $1 ($2): $job_state exit $job_exit restarts $job_restarts, expected $3 $4 0
 --- job output ---
 $log
 --- slurm errors ---
