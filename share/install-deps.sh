@@ -1,9 +1,15 @@
 #!/bin/sh
 # install-deps.sh: install the Debian 12 packages meshtrain builds and tests
 # with, only those missing.  Uses sudo when not root.  Not installed.
+# The second group is for the HPC-ecosystem tests: a private Slurm with
+# munge (tests/slurm_*.sh), gnuplot for meshtrain-plot, Lmod for the module
+# files (it reads the Tcl one too; it conflicts with environment-modules),
+# groff for the man pages.  Their daemons are not started here: the tests
+# start their own.
 set -e
 pkgs="mpich libmpich-dev libhdf5-mpich-dev hdf5-tools libyaml-dev libopenblas-dev libopenblas-openmp-dev
-      autoconf automake libtool pkg-config make gcc python3"
+      autoconf automake libtool pkg-config make gcc python3
+      slurm-wlm munge gnuplot-nox lmod groff-base"
 missing=
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
