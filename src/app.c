@@ -7,6 +7,8 @@
 #include <config.h>
 
 #include "mt_app.h"
+
+#include "mt_comm.h"
 #include "mt_train.h"
 
 #include <stdlib.h>
@@ -93,15 +95,6 @@ mt_status_t mt_config_load_bcast(MPI_Comm comm, const mt_app_args_t *args, mt_ap
     }
     MT_MPI_TRY(MPI_Bcast(cfg, (int)sizeof *cfg, MPI_BYTE, 0, comm));
     return MT_OK;
-}
-
-mt_status_t mt_agree(MPI_Comm comm, mt_status_t local)
-{
-    /* Lowest non-zero code wins; MT_OK (0) only if every rank is OK. */
-    int mine = local == MT_OK ? 1 << 30 : (int)local, agreed;
-    if (MPI_Allreduce(&mine, &agreed, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS)
-        return MT_ERR_MPI;
-    return agreed == 1 << 30 ? MT_OK : (mt_status_t)agreed;
 }
 
 void mt_report_error(FILE *err, const char *prog, int rank, mt_status_t s)

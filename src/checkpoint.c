@@ -1,6 +1,6 @@
 /* checkpoint.c: the collective entry points of mt_checkpoint.h: argument
  * checks that every rank agrees on, save and load.  Every failure is
- * agreed over the communicator (mt_ckpt_agree), so all ranks return the
+ * agreed over the communicator (mt_agree), so all ranks return the
  * same status and message and none is left waiting in a collective.
  *
  * The step directories (manifest, rename, `latest`, pruning, discovery)
@@ -16,37 +16,6 @@
 #define STEP_PREFIX MT_CKPT_STEP_PREFIX
 #define MAX_TEXT (16 << 20) /* config or mesh text; they are a few KB */
 
-/* ------------------------------------------------------------ agreement */
-
-mt_status_t mt_ckpt_agree(MPI_Comm comm, mt_status_t local)
-{
-    int rank, size, first;
-    MT_MPI_TRY(MPI_Comm_rank(comm, &rank));
-    MT_MPI_TRY(MPI_Comm_size(comm, &size));
-    int mine = local == MT_OK ? size : rank;
-    MT_TRY(mt_allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm)); /* polite wait */
-    if (first == size)
-        return MT_OK;
-    struct {
-        int status;
-        char msg[8192];
-        char hint[1024];
-    } e;
-    if (rank == first) {
-        e.status = (int)local;
-        snprintf(e.msg, sizeof e.msg, "%s", mt_error_message());
-        snprintf(e.hint, sizeof e.hint, "%s", mt_error_hint_text());
-    }
-    MT_MPI_TRY(MPI_Bcast(&e, (int)sizeof e, MPI_BYTE, first, comm));
-    if (rank != first) {
-        mt_error_set((mt_status_t)e.status, __FILE__, __LINE__, "%s", e.msg);
-        if (e.hint[0])
-            mt_error_hint("%s", e.hint);
-    } else {
-        mt_error_trace(__FILE__, __LINE__);
-    }
-    return (mt_status_t)e.status;
-}
 
 /* ------------------------------------------------------------ argument checks */
 
@@ -152,7 +121,7 @@ static mt_status_t plan_writes(MPI_Comm comm, const mt_ckpt_tensor_t *t, int n,
     mt_status_t s = w ? MT_OK
                       : mt_error_set(MT_ERR_NOMEM, __FILE__, __LINE__,
                                      "checkpoint: %d tensor descriptors", n);
-    if ((s = mt_ckpt_agree(comm, s)) != MT_OK) {
+    if ((s = mt_agree(comm, s)) != MT_OK) {
         free(w);
         return s;
     }
@@ -214,7 +183,7 @@ static mt_status_t bcast_texts(MPI_Comm comm, int rank, const char *config, cons
     char *p = s == MT_OK ? malloc((size_t)(len[0] + len[1] + 2)) : NULL;
     if (s == MT_OK && !p)
         s = mt_error_set(MT_ERR_NOMEM, __FILE__, __LINE__, "checkpoint: config text");
-    s = mt_ckpt_agree(comm, s);
+    s = mt_agree(comm, s);
     if (s != MT_OK) {
         free(p);
         return s;
@@ -263,7 +232,7 @@ mt_status_t mt_ckpt_save(MPI_Comm comm, const char *checkpoint_dir, const mt_ckp
     }
     mt_status_t same = same_as_rank0(comm, s == MT_OK, "mt_ckpt_save", checkpoint_dir, scalars, 6,
                                      t, n);
-    MT_TRY(mt_ckpt_agree(comm, s != MT_OK ? s : same));
+    MT_TRY(mt_agree(comm, s != MT_OK ? s : same));
     mt_ckpt_tensor_t *w = NULL;
     MT_TRY(plan_writes(comm, t, n, &w));
     char *texts;
@@ -282,7 +251,7 @@ mt_status_t mt_ckpt_save(MPI_Comm comm, const char *checkpoint_dir, const mt_ckp
         s = mt_ckpt_join(file, tmp, MT_CKPT_FILE);
     if (s == MT_OK && rank == 0)
         s = mt_ckpt_prepare(checkpoint_dir, tmp);
-    s = mt_ckpt_agree(comm, s);
+    s = mt_agree(comm, s);
     if (s == MT_OK)
         s = mt_ckpt_h5_write(comm, file, w, n, state, texts, texts + strlen(texts) + 1);
     free(texts);
@@ -297,7 +266,7 @@ mt_status_t mt_ckpt_save(MPI_Comm comm, const char *checkpoint_dir, const mt_ckp
     }
     if (rank == 0)
         s = mt_ckpt_publish(checkpoint_dir, name, tmp, state->step, keep_last_n);
-    MT_TRY(mt_ckpt_agree(comm, s));
+    MT_TRY(mt_agree(comm, s));
     return MT_OK;
 }
 
@@ -316,10 +285,10 @@ mt_status_t mt_ckpt_load(MPI_Comm comm, const char *step_dir, const mt_ckpt_tens
     else
         s = check_tensors(t, n, 0);
     mt_status_t same = same_as_rank0(comm, s == MT_OK, "mt_ckpt_load", step_dir, NULL, 0, t, n);
-    MT_TRY(mt_ckpt_agree(comm, s != MT_OK ? s : same));
+    MT_TRY(mt_agree(comm, s != MT_OK ? s : same));
 
     /* Hashing the whole file is rank 0's job; the others wait for it. */
-    MT_TRY(mt_ckpt_agree(comm, rank == 0 ? mt_ckpt_verify(step_dir) : MT_OK));
+    MT_TRY(mt_agree(comm, rank == 0 ? mt_ckpt_verify(step_dir) : MT_OK));
     char file[PATH_CAP];
     MT_TRY(mt_ckpt_join(file, step_dir, MT_CKPT_FILE));
     MT_TRY(mt_ckpt_h5_read(comm, file, t, n, state));

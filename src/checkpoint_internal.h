@@ -15,11 +15,6 @@
 #define MT_CKPT_STEP_PREFIX "step_"
 #define MT_CKPT_PATH_CAP 4096 /* paths built here; longer ones are refused */
 
-/* Collective.  MT_OK if every rank passed MT_OK; otherwise every rank
- * returns the status of the lowest failing rank and carries its message
- * and hint, so any rank can report it and all report the same thing. */
-mt_status_t mt_ckpt_agree(MPI_Comm comm, mt_status_t local);
-
 /* out = dir/name (out holds MT_CKPT_PATH_CAP); MT_ERR_RANGE if too long. */
 mt_status_t mt_ckpt_join(char *out, const char *dir, const char *name);
 

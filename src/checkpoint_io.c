@@ -1,7 +1,7 @@
 /* checkpoint_io.c: the HDF5 file of a checkpoint (model.h5), written and
  * read collectively through MPI-IO, one hyperslab of rows per rank.
  *
- * Every collective step here ends in mt_ckpt_agree, so a failure on one
+ * Every collective step here ends in mt_agree, so a failure on one
  * rank (a dataset that cannot be created, a shape that does not match)
  * makes all ranks leave together instead of some waiting in the next
  * collective.  HDF5's own error printing is switched off while we work:
@@ -349,7 +349,7 @@ static mt_status_t write_tensor(MPI_Comm comm, const h5_ctx_t *c, const mt_ckpt_
 {
     hid_t d = -1, fs = -1, ms = -1;
     static float nothing; /* HDF5 wants a buffer even for an empty selection */
-    mt_status_t s = mt_ckpt_agree(comm, create_tensor(c, t, &d, &fs, &ms));
+    mt_status_t s = mt_agree(comm, create_tensor(c, t, &d, &fs, &ms));
     if (s == MT_OK && H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, c->dxpl, t->data ? t->data : &nothing) < 0)
         s = h5_fail(__FILE__, __LINE__, "%s: writing rows [%lld, %lld) of %s failed", c->name,
                     (long long)t->row_offset, (long long)(t->row_offset + t->row_count), t->path);
@@ -415,7 +415,7 @@ static mt_status_t close_ctx(MPI_Comm comm, h5_ctx_t *c, hid_t *fapl, mt_status_
         return s; /* already agreed */
     if (rc < 0)
         s = h5_fail(__FILE__, __LINE__, "%s: closing the file failed", c->name);
-    return mt_ckpt_agree(comm, s);
+    return mt_agree(comm, s);
 }
 
 mt_status_t mt_ckpt_h5_write(MPI_Comm comm, const char *file, const mt_ckpt_tensor_t *t, int n,
@@ -432,11 +432,11 @@ mt_status_t mt_ckpt_h5_write(MPI_Comm comm, const char *file, const mt_ckpt_tens
     mt_status_t s = make_plists(&c, &fapl, comm, 1);
     if (s == MT_OK && (c.file = H5Fcreate(file, H5F_ACC_TRUNC, H5P_DEFAULT, fapl)) < 0)
         s = h5_fail(__FILE__, __LINE__, "%s: cannot create the checkpoint file", file);
-    s = mt_ckpt_agree(comm, s);
+    s = mt_agree(comm, s);
     if (s == MT_OK)
-        s = mt_ckpt_agree(comm, write_meta(&c, state, config, mesh, size));
+        s = mt_agree(comm, write_meta(&c, state, config, mesh, size));
     for (int i = 0; i < n && s == MT_OK; i++)
-        s = mt_ckpt_agree(comm, write_tensor(comm, &c, &t[i]));
+        s = mt_agree(comm, write_tensor(comm, &c, &t[i]));
     s = close_ctx(comm, &c, &fapl, s);
     h5_quiet_end(&q);
     return s;
@@ -493,7 +493,7 @@ static mt_status_t read_tensor(MPI_Comm comm, const h5_ctx_t *c, const mt_ckpt_t
 {
     hid_t d = -1, fs = -1, ms = -1;
     static float nothing;
-    mt_status_t s = mt_ckpt_agree(comm, open_tensor(c, t, &d, &fs, &ms));
+    mt_status_t s = mt_agree(comm, open_tensor(c, t, &d, &fs, &ms));
     if (s == MT_OK && H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, c->dxpl, t->data ? t->data : &nothing) < 0)
         s = h5_fail(__FILE__, __LINE__, "%s: reading rows [%lld, %lld) of %s failed", c->name,
                     (long long)t->row_offset, (long long)(t->row_offset + t->row_count), t->path);
@@ -594,15 +594,15 @@ mt_status_t mt_ckpt_h5_read(MPI_Comm comm, const char *file, const mt_ckpt_tenso
     mt_status_t s = make_plists(&c, &fapl, comm, 0);
     if (s == MT_OK && (c.file = H5Fopen(file, H5F_ACC_RDONLY, fapl)) < 0)
         s = h5_fail(__FILE__, __LINE__, "%s: cannot open as HDF5", file);
-    s = mt_ckpt_agree(comm, s);
+    s = mt_agree(comm, s);
     if (s == MT_OK)
-        s = mt_ckpt_agree(comm, mt_ckpt_h5_check_format(file, c.file, 1));
+        s = mt_agree(comm, mt_ckpt_h5_check_format(file, c.file, 1));
     if (s == MT_OK)
-        s = mt_ckpt_agree(comm, check_extra(&c, t, n));
+        s = mt_agree(comm, check_extra(&c, t, n));
     for (int i = 0; i < n && s == MT_OK; i++)
-        s = mt_ckpt_agree(comm, read_tensor(comm, &c, &t[i]));
+        s = mt_agree(comm, read_tensor(comm, &c, &t[i]));
     if (s == MT_OK && state)
-        s = mt_ckpt_agree(comm, read_state(&c, state));
+        s = mt_agree(comm, read_state(&c, state));
     s = close_ctx(comm, &c, &fapl, s);
     h5_quiet_end(&q);
     return s;
@@ -625,7 +625,7 @@ mt_status_t mt_ckpt_h5_open(MPI_Comm comm, const char *file, mt_ckpt_h5_reader_t
         s = mt_error_set(MT_ERR_NOMEM, __FILE__, __LINE__, "%s: reader state", file);
     else if (strlen(file) >= sizeof r->name)
         s = mt_error_set(MT_ERR_RANGE, __FILE__, __LINE__, "%s: path too long", file);
-    s = mt_ckpt_agree(comm, s);
+    s = mt_agree(comm, s);
     if (s != MT_OK) {
         free(r);
         return s;
@@ -639,9 +639,9 @@ mt_status_t mt_ckpt_h5_open(MPI_Comm comm, const char *file, mt_ckpt_h5_reader_t
     s = make_plists(&r->c, &r->fapl, comm, 0);
     if (s == MT_OK && (r->c.file = H5Fopen(file, H5F_ACC_RDONLY, r->fapl)) < 0)
         s = h5_fail(__FILE__, __LINE__, "%s: cannot open as HDF5", file);
-    s = mt_ckpt_agree(comm, s);
+    s = mt_agree(comm, s);
     if (s == MT_OK)
-        s = mt_ckpt_agree(comm, mt_ckpt_h5_check_format(file, r->c.file, 1));
+        s = mt_agree(comm, mt_ckpt_h5_check_format(file, r->c.file, 1));
     if (s != MT_OK)
         return mt_ckpt_h5_close(r, s);
     *out = r;
@@ -650,7 +650,7 @@ mt_status_t mt_ckpt_h5_open(MPI_Comm comm, const char *file, mt_ckpt_h5_reader_t
 
 mt_status_t mt_ckpt_h5_read_rows(mt_ckpt_h5_reader_t *r, const mt_ckpt_tensor_t *t)
 {
-    return mt_ckpt_agree(r->comm, read_tensor(r->comm, &r->c, t));
+    return mt_agree(r->comm, read_tensor(r->comm, &r->c, t));
 }
 
 mt_status_t mt_ckpt_h5_close(mt_ckpt_h5_reader_t *r, mt_status_t s)

@@ -5,6 +5,7 @@
 #pragma GCC diagnostic ignored "-Wstringop-overflow"
 #include "mt_comm.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -55,7 +56,18 @@ int mt_comm_set_threads(MPI_Comm node)
 
 mt_wait_mode_t mt_comm_wait_mode(void) { return wait_mode; }
 
-mt_status_t mt_wait_all(int n, MPI_Request *reqs)
+static double wait_seconds;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double mt_comm_wait_seconds(void) { return wait_seconds; }
+
+static mt_status_t wait_all(int n, MPI_Request *reqs)
 {
     if (wait_mode != MT_WAIT_SLEEP) {
         MT_MPI_TRY(MPI_Waitall(n, reqs, MPI_STATUSES_IGNORE));
@@ -76,6 +88,14 @@ mt_status_t mt_wait_all(int n, MPI_Request *reqs)
     }
 }
 
+mt_status_t mt_wait_all(int n, MPI_Request *reqs)
+{
+    double t = now_s();
+    mt_status_t s = wait_all(n, reqs);
+    wait_seconds += now_s() - t;
+    return s;
+}
+
 mt_status_t mt_allreduce(const void *send, void *recv, int count, MPI_Datatype type, MPI_Op op,
                          MPI_Comm comm)
 {
@@ -83,4 +103,34 @@ mt_status_t mt_allreduce(const void *send, void *recv, int count, MPI_Datatype t
     MT_MPI_TRY(MPI_Iallreduce(send, recv, count, type, op, comm, &r));
     MT_TRY(mt_wait_all(1, &r));
     return MT_OK;
+}
+
+mt_status_t mt_agree(MPI_Comm comm, mt_status_t local)
+{
+    int rank, size, first;
+    MT_MPI_TRY(MPI_Comm_rank(comm, &rank));
+    MT_MPI_TRY(MPI_Comm_size(comm, &size));
+    int mine = local == MT_OK ? size : rank;
+    MT_TRY(mt_allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm)); /* polite wait */
+    if (first == size)
+        return MT_OK;
+    struct {
+        int status;
+        char msg[8192];
+        char hint[1024];
+    } e;
+    if (rank == first) {
+        e.status = (int)local;
+        snprintf(e.msg, sizeof e.msg, "%s", mt_error_message());
+        snprintf(e.hint, sizeof e.hint, "%s", mt_error_hint_text());
+    }
+    MT_MPI_TRY(MPI_Bcast(&e, (int)sizeof e, MPI_BYTE, first, comm));
+    if (rank != first) {
+        mt_error_set((mt_status_t)e.status, __FILE__, __LINE__, "%s", e.msg);
+        if (e.hint[0])
+            mt_error_hint("%s", e.hint);
+    } else {
+        mt_error_trace(__FILE__, __LINE__);
+    }
+    return (mt_status_t)e.status;
 }

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 
 #include "ckpt_cli_internal.h"
+#include "mt_comm.h"
 
 #define CHUNK_BYTES (1 << 30) /* per MPI_File_write_at_all: counts are ints */
 
@@ -279,7 +280,7 @@ static mt_status_t write_tensor(MPI_Comm comm, mt_ckpt_h5_reader_t *rd, MPI_File
     my_rows(t->shape[0], size, rank, &lo, &count);
     size_t es = mt_st_dtype_size(p->dtype);
     float *buf = malloc(sizeof(float) * (size_t)(count * cols > 0 ? count * cols : 1));
-    mt_status_t s = mt_ckpt_agree(comm, buf ? MT_OK : mt_error_set(MT_ERR_NOMEM, __FILE__,
+    mt_status_t s = mt_agree(comm, buf ? MT_OK : mt_error_set(MT_ERR_NOMEM, __FILE__,
                                   __LINE__, "%s: %lld rows", t->name, (long long)count));
     mt_ckpt_tensor_t ct = {.ndim = t->ndim, .row_offset = lo, .row_count = count, .data = buf};
     snprintf(ct.path, sizeof ct.path, "/model/%s", t->name);
@@ -294,7 +295,7 @@ static mt_status_t write_tensor(MPI_Comm comm, mt_ckpt_h5_reader_t *rd, MPI_File
         uint64_t most = (uint64_t)((t->shape[0] + size - 1) / size) * row_bytes;
         s = write_rows(fh, path, data_start + p->e[i].begin + (uint64_t)lo * row_bytes,
                        (unsigned char *)buf, (uint64_t)count * row_bytes, most);
-        s = mt_ckpt_agree(comm, s);
+        s = mt_agree(comm, s);
     }
     free(buf);
     return s;
@@ -315,12 +316,12 @@ static mt_status_t write_shard(MPI_Comm comm, mt_ckpt_h5_reader_t *rd, const cha
         n++;
     unsigned char *hdr = NULL;
     size_t hlen = 0;
-    mt_status_t s = mt_ckpt_agree(comm, mt_st_header_bytes(p->e + first, n, &hdr, &hlen));
+    mt_status_t s = mt_agree(comm, mt_st_header_bytes(p->e + first, n, &hdr, &hlen));
     if (s != MT_OK)
         return s;
     MPI_File fh;
     int rc = MPI_File_open(comm, path, MPI_MODE_CREATE | MPI_MODE_WRONLY, MPI_INFO_NULL, &fh);
-    s = mt_ckpt_agree(comm, rc == MPI_SUCCESS ? MT_OK : mpi_file_fail(rc, path, "MPI_File_open"));
+    s = mt_agree(comm, rc == MPI_SUCCESS ? MT_OK : mpi_file_fail(rc, path, "MPI_File_open"));
     if (s != MT_OK) {
         free(hdr);
         return s;
@@ -332,12 +333,12 @@ static mt_status_t write_shard(MPI_Comm comm, mt_ckpt_h5_reader_t *rd, const cha
                                    MPI_STATUS_IGNORE);
         s = rc == MPI_SUCCESS ? MT_OK : mpi_file_fail(rc, path, "writing the header");
     }
-    s = mt_ckpt_agree(comm, s);
+    s = mt_agree(comm, s);
     for (int i = first; i < first + n && s == MT_OK; i++)
         s = write_tensor(comm, rd, fh, path, p, i, hlen);
     rc = MPI_File_close(&fh);
     if (s == MT_OK)
-        s = mt_ckpt_agree(comm, rc == MPI_SUCCESS ? MT_OK
+        s = mt_agree(comm, rc == MPI_SUCCESS ? MT_OK
                                                   : mpi_file_fail(rc, path, "MPI_File_close"));
     free(hdr);
     if (s == MT_OK && rank == 0 && out)
@@ -361,9 +362,9 @@ mt_status_t mt_hf_export(MPI_Comm comm, const char *step_dir, const char *hf_dir
         s = mt_ckpt_verify(step_dir);
     if (s == MT_OK && rank == 0)
         s = mt_ckpt_read_config(step_dir, &yaml);
-    s = mt_ckpt_agree(comm, s);
+    s = mt_agree(comm, s);
     if (s == MT_OK)
-        s = mt_ckpt_agree(comm, bcast_text(comm, &yaml));
+        s = mt_agree(comm, bcast_text(comm, &yaml));
     mt_config_t *cfg = calloc(1, sizeof *cfg);
     plan_t p = {0};
     if (s == MT_OK && !cfg)
@@ -382,12 +383,12 @@ mt_status_t mt_hf_export(MPI_Comm comm, const char *step_dir, const char *hf_dir
         s = make_plan(&p, &cfg->model, dtype, opts->max_shard_bytes);
     if (s == MT_OK)
         s = mt_hf_config_json(&cfg->model, dtype, &json);
-    s = mt_ckpt_agree(comm, s);
+    s = mt_agree(comm, s);
     if (s == MT_OK && rank == 0)
         s = check_tensors(step_dir, &p);
     if (s == MT_OK && rank == 0)
         s = prepare_dir(hf_dir);
-    s = mt_ckpt_agree(comm, s);
+    s = mt_agree(comm, s);
 
     mt_ckpt_h5_reader_t *rd = NULL;
     if (s == MT_OK)
@@ -401,7 +402,7 @@ mt_status_t mt_hf_export(MPI_Comm comm, const char *step_dir, const char *hf_dir
         s = write_index(hf_dir, &p);
     if (s == MT_OK && rank == 0)
         s = write_text(hf_dir, "config.json", json);
-    s = mt_ckpt_agree(comm, s);
+    s = mt_agree(comm, s);
     if (s == MT_OK && rank == 0 && out)
         fprintf(out, "exported %s to %s: %s, %d tensors, %llu bytes of %s in %d file%s\n",
                 step_dir, hf_dir, cfg->model.qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM",

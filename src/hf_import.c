@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "checkpoint_internal.h"
+#include "mt_comm.h"
 #include "config_internal.h"
 
 #define MAX_JSON_BYTES (64u << 20)
@@ -335,7 +336,7 @@ mt_status_t mt_hf_import(MPI_Comm comm, const char *hf_dir, const char *checkpoi
         s = check_tensors(&src, t, n, &cfg->model, hf_dir, note);
     if (s == MT_OK && rank == 0)
         s = check_target(checkpoint_dir);
-    s = mt_ckpt_agree(comm, s);
+    s = mt_agree(comm, s);
 
     /* This rank's rows of every tensor; the optimizer state is zeros. */
     int64_t most = 1;
@@ -377,7 +378,7 @@ mt_status_t mt_hf_import(MPI_Comm comm, const char *hf_dir, const char *checkpoi
         else
             mt_config_to_yaml(cfg, yaml, need);
     }
-    s = mt_ckpt_agree(comm, s);
+    s = mt_agree(comm, s);
     if (s == MT_OK) {
         char mesh[MT_CKPT_PATH_CAP + 80];
         snprintf(mesh, sizeof mesh, "world %d: imported from Hugging Face %s", size, hf_dir);

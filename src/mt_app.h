@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "mt_config.h"
+#include "mt_comm.h" /* mt_agree */
 #include "mt_mesh.h"
 
 #ifdef __cplusplus
@@ -36,9 +37,7 @@ mt_status_t mt_app_parse_args(int argc, char **argv, mt_app_args_t *args);
 mt_status_t mt_config_load_bcast(MPI_Comm comm, const mt_app_args_t *args, mt_app_kind_t app,
                                  mt_config_t *cfg, FILE *warn);
 
-/* Combine a status over comm: every rank gets the first failing status
- * (MT_OK only if all succeeded).  Collective. */
-mt_status_t mt_agree(MPI_Comm comm, mt_status_t local);
+/* mt_agree (mt_comm.h): ranks agree on a status before anyone acts on it. */
 
 /* Print an error the way every app does: program, rank, host, message,
  * origin and hint. */

@@ -34,6 +34,15 @@ mt_wait_mode_t mt_comm_wait_mode(void);
 /* Complete n requests (MPI_REQUEST_NULL entries are fine). */
 mt_status_t mt_wait_all(int n, MPI_Request *reqs);
 
+/* Collective.  MT_OK if every rank passed MT_OK; otherwise every rank
+ * returns the status of the lowest failing rank and carries its message
+ * and hint, so any rank can report it and all report the same thing. */
+mt_status_t mt_agree(MPI_Comm comm, mt_status_t local);
+
+/* Seconds this process has spent inside mt_wait_all (and so in
+ * mt_allreduce): communication that compute did not hide. */
+double mt_comm_wait_seconds(void);
+
 /* A blocking all-reduce that waits politely (MPI_Iallreduce + mt_wait_all). */
 mt_status_t mt_allreduce(const void *send, void *recv, int count, MPI_Datatype type, MPI_Op op,
                          MPI_Comm comm);

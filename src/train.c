@@ -240,7 +240,8 @@ static void print_memory(const run_t *r, const mt_config_t *cfg, FILE *out)
 }
 
 static void write_metrics(FILE *f, int64_t step, double loss, double gnorm, double lr,
-                          int64_t tokens, double dt, double tps, double mfu, double val)
+                          int64_t tokens, double dt, double tps, double mfu, double val,
+                          double wait)
 {
     if (!f)
         return;
@@ -249,7 +250,7 @@ static void write_metrics(FILE *f, int64_t step, double loss, double gnorm, doub
             (long long)step, loss, gnorm, lr, (long long)tokens, dt, tps, mfu);
     if (!isnan(val))
         fprintf(f, ", \"val_loss\": %.9g", val);
-    fputs("}\n", f);
+    fprintf(f, ", \"comm_wait_s\": %.6f}\n", wait);
     fflush(f);
 }
 
@@ -274,7 +275,7 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
     run_t *r = calloc(1, sizeof *r);
     if (!r)
         MT_FAIL(MT_ERR_NOMEM, "run state");
-    mt_status_t s = setup(r, cfg, mesh);
+    mt_status_t s = mt_agree(comm, setup(r, cfg, mesh)); /* nobody goes on alone */
     if (s != MT_OK) {
         mt_error_trace(__FILE__, __LINE__);
         run_free(r), free(r);
@@ -314,12 +315,13 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
     FILE *metrics = NULL;
     if (rank == 0 && cfg->logging.metrics_file[0]) {
         metrics = fopen(cfg->logging.metrics_file, start > 0 ? "a" : "w");
-        if (!metrics) {
+        if (!metrics)
             s = mt_error_set(MT_ERR_IO, __FILE__, __LINE__, "%s: cannot open the metrics file",
                              cfg->logging.metrics_file);
-            goto fail;
-        }
     }
+    s = mt_agree(comm, s); /* rank 0's failure to open it stops every rank */
+    if (s != MT_OK)
+        goto fail;
     if (rank == 0 && out) {
         print_memory(r, cfg, out);
         fprintf(out, "training: %lld parameters, %lld steps from step %lld, %lld tokens/step "
@@ -329,18 +331,21 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
         fflush(out);
     }
 
-    struct sigaction sa, old_term, old_usr1;
+    /* The handlers stay installed after training: a pre-emption signal that
+     * lands between the last step and exit (Slurm sends it on its own
+     * clock) must not kill a run that finished and saved. */
+    struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     stop_signal = 0;
-    sigaction(SIGTERM, &sa, &old_term);
-    sigaction(SIGUSR1, &sa, &old_usr1);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
 
     double t_run = now_s(), loss = NAN;
     int64_t max_steps = cfg->step_scheduler.max_steps, step;
     for (step = start + 1; step <= max_steps; step++) {
-        double t0 = now_s();
+        double t0 = now_s(), w0 = mt_comm_wait_seconds();
         int64_t count = 0, local_count = 0;
         for (int64_t u = 0; u < accum; u++) {
             mt_data_fill_batch(&r->data, &sampler, step - 1, G, dp_rank, dp_size, u, m->B,
@@ -373,7 +378,7 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
         if (s != MT_OK)
             break;
         loss = count ? sum / (double)count : NAN;
-        double dt = now_s() - t0;
+        double dt = now_s() - t0, wait = mt_comm_wait_seconds() - w0;
 
         double val = NAN;
         if (r->have_val && cfg->step_scheduler.val_every_steps > 0 &&
@@ -381,7 +386,7 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
             val = validation_loss(m, &r->val, r->tokens, r->targets);
         double tps = (double)(G * T) / dt, mfu = peak > 0 ? flops_tok * tps / (peak * 1e9) : 0;
         if (rank == 0) {
-            write_metrics(metrics, step, loss, gnorm, lr, G * T, dt, tps, mfu, val);
+            write_metrics(metrics, step, loss, gnorm, lr, G * T, dt, tps, mfu, val, wait);
             if (out && (step % cfg->logging.log_every_steps == 0 || step == max_steps ||
                         step == start + 1)) {
                 char el[32], eta[32];
@@ -426,8 +431,6 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
         if (s == MT_OK)
             s = s2;
     }
-    sigaction(SIGTERM, &old_term, NULL);
-    sigaction(SIGUSR1, &old_usr1, NULL);
     if (metrics)
         fclose(metrics);
     if (s != MT_OK)
