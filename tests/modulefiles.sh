@@ -3,7 +3,7 @@
 # the Lmod and Tcl module files with DIR substituted; loading each one
 # (with Lmod, or Environment Modules, whichever is installed) puts the
 # installed meshtrain-plan on PATH, its man pages on MANPATH, meshtrain.pc
-# on PKG_CONFIG_PATH (found there; the prefix inside it is configure's) and the MESHTRAIN_* variables on directories that
+# on PKG_CONFIG_PATH (found there, naming the install prefix) and the MESHTRAIN_* variables on directories that
 # exist; unloading takes them away.  Without a module system only the
 # files' contents are checked.
 . "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
@@ -49,7 +49,7 @@ for dir in "$mods" "$workdir/tclonly"; do
         echo "plan=$(command -v meshtrain-plan)"
         meshtrain-plan --help | head -1
         echo "man=$(man -w meshtrain-dense 2>/dev/null)"
-        echo "pc=$(pkg-config --variable=pcfiledir meshtrain)"
+        echo "pc=$(pkg-config --variable=pcfiledir meshtrain) pcprefix=$(pkg-config --variable=prefix meshtrain)"
         echo "root=$MESHTRAIN_ROOT bindir=$MESHTRAIN_BINDIR"
         test -r "$MESHTRAIN_CONFIGS/tiny.yaml" && echo "configs ok"
         test -r "$MESHTRAIN_JOBSCRIPTS/meshtrain-job.sh" && echo "jobscripts ok"
@@ -60,7 +60,7 @@ for dir in "$mods" "$workdir/tclonly"; do
     expect_in "$out" "plan=$prefix/bin/meshtrain-plan" "$what: PATH"
     expect_in "$out" "usage: meshtrain-plan" "$what: the installed meshtrain-plan runs"
     expect_in "$out" "man=$prefix/share/man/man1/meshtrain-dense.1" "$what: MANPATH"
-    expect_in "$out" "pc=$prefix/lib/pkgconfig" "$what: PKG_CONFIG_PATH"
+    expect_in "$out" "pc=$prefix/lib/pkgconfig pcprefix=$prefix" "$what: PKG_CONFIG_PATH, meshtrain.pc names the install prefix"
     expect_in "$out" "root=$prefix bindir=$prefix/bin" "$what: MESHTRAIN_ROOT, MESHTRAIN_BINDIR"
     expect_in "$out" "configs ok" "$what: MESHTRAIN_CONFIGS"
     expect_in "$out" "jobscripts ok" "$what: MESHTRAIN_JOBSCRIPTS"
