@@ -35,22 +35,23 @@ expect_in() {
 $1" ;; esac
 }
 
-# compare_losses REF OTHER LABEL [FROM [TOL]]: the per-step losses of two
-# metrics.jsonl files (the last line for each step, so a resumed run's
-# file may repeat steps) agree: every step of REF from FROM (default: all,
-# and OTHER must have the same steps) within relative TOL (default 1e-5,
-# and 1e-6 at step 1).  TOL 0 demands bit-identical values.
+# compare_losses REF OTHER LABEL [FROM [TOL]]: the per-step losses and
+# gradient norms (the clipping input: the global norm must not depend on
+# the strategy) of two metrics.jsonl files (the last line for each step, so
+# a resumed run's file may repeat steps) agree: every step of REF from FROM
+# (default: all, and OTHER must have the same steps) within relative TOL
+# (default 1e-5, and 1e-6 at step 1).  TOL 0 demands bit-identical values.
 compare_losses() {
     checks=$((checks + 1))
     python3 - "$1" "$2" "${4:-0}" "${5:-}" <<'PY' || fail "$3: losses differ"
 import json, sys
-def losses(path):
+def load(path):
     d = {}
     for line in open(path):
         j = json.loads(line)
-        d[j["step"]] = j["loss"]
+        d[j["step"]] = (j["loss"], j["grad_norm"])
     return d
-a, b = losses(sys.argv[1]), losses(sys.argv[2])
+a, b = load(sys.argv[1]), load(sys.argv[2])
 frm = int(sys.argv[3])
 if frm == 0:
     assert sorted(a) == sorted(b), (sorted(a), sorted(b))
@@ -58,9 +59,11 @@ steps = [s for s in sorted(a) if s >= frm]
 assert steps and all(s in b for s in steps), ("missing steps", steps, sorted(b))
 for s in steps:
     tol = float(sys.argv[4]) if sys.argv[4] else (1e-6 if s == 1 else 1e-5)
-    rel = abs(a[s] - b[s]) / abs(a[s])
-    assert rel <= tol, f"step {s}: {a[s]:.9g} vs {b[s]:.9g}: relative difference {rel:.3e} > {tol}"
-print(f"{len(steps)} steps agree")
+    for k, what in enumerate(("loss", "grad_norm")):
+        x, y = a[s][k], b[s][k]
+        rel = abs(x - y) / abs(x)
+        assert rel <= tol, f"step {s} {what}: {x:.9g} vs {y:.9g}: relative difference {rel:.3e} > {tol}"
+print(f"{len(steps)} steps agree (loss and grad_norm)")
 PY
 }
 
