@@ -19,11 +19,11 @@
 #      step's collectives replayed without compute (bench/comm_replay), and
 #      prints hidden = 1 - exposed / replayed.
 # doc/performance.md explains the method and its limits.  Environment:
-# STEPS (12), REPS (replay repetitions, 20), NP (4), DDP_BUCKET_MB (0.5),
+# STEPS (20), REPS (replay repetitions, 20), NP (4), DDP_BUCKET_MB (0.5),
 # MPIEXEC / MPIEXEC_NP (from configure), OUT (comm-bench: logs and traces).
 set -e
 srcdir=${srcdir:-$(dirname "$0")/..}
-steps=${STEPS:-12} reps=${REPS:-20} np=${NP:-4} bucket=${DDP_BUCKET_MB:-0.5}
+steps=${STEPS:-20} reps=${REPS:-20} np=${NP:-4} bucket=${DDP_BUCKET_MB:-0.5}
 mpiexec=${MPIEXEC:-mpiexec} npflag=${MPIEXEC_NP:--n}
 out=${OUT:-comm-bench}
 shim=$(pwd)/bench/.libs/pmpi_count.so
