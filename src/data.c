@@ -469,15 +469,23 @@ int64_t mt_sampler_index(const mt_sampler_t *s, int64_t c)
     return permute((uint64_t)i, (uint64_t)s->num_samples, s->seed, (uint64_t)epoch);
 }
 
+int64_t mt_batch_first(int64_t step, int64_t global, int64_t dp_rank, int64_t dp_size,
+                       int64_t micro, int64_t local)
+{
+    int64_t per_rank = dp_size > 0 ? global / dp_size : 0;
+    assert(dp_size > 0 && global % dp_size == 0);
+    assert(dp_rank >= 0 && dp_rank < dp_size && step >= 0 && micro >= 0 && local > 0);
+    assert((micro + 1) * local <= per_rank);
+    return step * global + dp_rank * per_rank + micro * local;
+}
+
 void mt_data_fill_batch(const mt_dataset_t *ds, const mt_sampler_t *s, int64_t step,
                         int64_t global, int64_t dp_rank, int64_t dp_size, int64_t micro,
                         int64_t local, int32_t *inputs, int32_t *targets)
 {
-    int64_t S = s->seq_len, per_rank = dp_size > 0 ? global / dp_size : 0;
-    assert(S > 0 && dp_size > 0 && global % dp_size == 0);
-    assert(dp_rank >= 0 && dp_rank < dp_size && step >= 0 && micro >= 0 && local > 0);
-    assert((micro + 1) * local <= per_rank);
-    int64_t first = step * global + dp_rank * per_rank + micro * local;
+    int64_t S = s->seq_len;
+    assert(S > 0);
+    int64_t first = mt_batch_first(step, global, dp_rank, dp_size, micro, local);
     for (int64_t j = 0; j < local; j++) {
         int64_t i = mt_sampler_index(s, first + j);
         assert((i + 1) * S + 1 <= ds->n_tokens);

@@ -59,6 +59,13 @@ void mt_model_init_weights(mt_model_t *m, uint64_t seed)
     mt_model_init_range(m, seed, 0, m->numel, m->param_mem);
 }
 
+void mt_model_set_packing(mt_model_t *m, const int32_t *pos, const int32_t *doc_start)
+{
+    for (int64_t i = 0; i < m->N; i++)
+        m->pos[i] = pos ? pos[i] : (int32_t)(i % m->T);
+    m->doc_start = pos ? doc_start : NULL;
+}
+
 void mt_model_zero_grad(mt_model_t *m)
 {
     if (m->grad_mem)
@@ -110,7 +117,8 @@ static void layer_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, 
     linear(m, a->v, a->h1, p->wv);
     be->rope_forward(a->q, m->pos, N, m->nh, m->hd, m->theta);
     be->rope_forward(a->k, m->pos, N, m->nkv, m->hd, m->theta);
-    be->attention_forward(a->att, a->lse, a->q, a->k, a->v, NULL, m->B, m->T, m->nh, m->nkv, m->hd);
+    be->attention_forward(a->att, a->lse, a->q, a->k, a->v, m->doc_start, m->B, m->T, m->nh, m->nkv,
+                          m->hd);
     /* x_mid = x + att Wo^T */
     memcpy(a->x_mid, a->x, sizeof(float) * (size_t)(N * H));
     be->matmul(a->x_mid, a->att, p->wo->data, N, H, m->nh * m->hd, false, true, 1.0f);
@@ -143,8 +151,8 @@ static void layer_backward(mt_model_t *m, int l, mt_layer_acts_t *a)
 
     /* attention: x_mid = x + att Wo^T */
     linear_backward(m, m->datt, 0.0f, m->dres, a->att, p->wo);
-    be->attention_backward(m->dq, m->dk, m->dv, m->datt, a->att, a->lse, a->q, a->k, a->v, NULL,
-                           m->B, m->T, m->nh, m->nkv, m->hd);
+    be->attention_backward(m->dq, m->dk, m->dv, m->datt, a->att, a->lse, a->q, a->k, a->v,
+                           m->doc_start, m->B, m->T, m->nh, m->nkv, m->hd);
     be->rope_backward(m->dq, m->pos, N, m->nh, m->hd, m->theta);
     be->rope_backward(m->dk, m->pos, N, m->nkv, m->hd, m->theta);
     if (m->qk_norm) { /* dq, dk are w.r.t. the normed q, k: back through the norms */

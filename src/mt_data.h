@@ -79,6 +79,12 @@ typedef struct {
  * training (c counts across epochs). */
 int64_t mt_sampler_index(const mt_sampler_t *s, int64_t c);
 
+/* The draw count c of the first sample of a micro-batch: samples of a
+ * step are drawn in global-batch order, DP rank d taking the d-th block of
+ * global/dp_size and each micro-step the next `local` of them. */
+int64_t mt_batch_first(int64_t step, int64_t global, int64_t dp_rank, int64_t dp_size,
+                       int64_t micro, int64_t local);
+
 /* Fill one micro-batch: `local` samples for DP rank dp_rank of dp_size at
  * optimizer step `step` (0-based), micro-step `micro`, with global batch
  * `global`.  inputs and targets are [local, seq_len]. */

@@ -100,6 +100,7 @@ typedef struct {
     float *x_final, *xf, *rstdf, *logits;
     float *dres, *dtmp, *dh, *datt, *dq, *dk, *dv, *dI;
     int32_t *pos;        /* [N] positions */
+    const int32_t *doc_start; /* [N] packed rows' document starts, or NULL */
 
     /* Called around each unit's forward and backward (mt_unit_event_t), so
      * the parallelize layer can gather parameters before a unit runs and
@@ -136,6 +137,13 @@ void mt_model_zero_grad(mt_model_t *m);
  * counted tokens of the global batch for a global token mean. */
 double mt_model_step(mt_model_t *m, const int32_t *tokens, const int32_t *targets,
                      bool backward, float grad_scale, int64_t *count);
+
+/* Packed rows for the next mt_model_step: pos [N] are the position ids
+ * (restarting in each document) and doc_start [N] the index within its row
+ * of each token's first document token (block-diagonal causal attention);
+ * the model keeps the doc_start pointer.  NULL, NULL: plain rows again
+ * (positions 0..T-1, causal over the row). */
+void mt_model_set_packing(mt_model_t *m, const int32_t *pos, const int32_t *doc_start);
 
 /* Find a parameter by Hugging Face name, or NULL. */
 mt_param_t *mt_model_param(mt_model_t *m, const char *name);

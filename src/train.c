@@ -21,6 +21,7 @@
 #include "mt_fsdp.h"
 #include "mt_model.h"
 #include "mt_optim.h"
+#include "mt_pack.h"
 #include "mt_plan.h"
 #include "train_internal.h"
 
@@ -110,6 +111,9 @@ typedef struct {
     mt_model_t model;
     mt_adamw_t opt;
     int32_t *tokens, *targets;   /* [accum][B*T] */
+    bool packed;                 /* packed_sequence_size > 0 */
+    mt_packing_t pack;
+    int32_t *pos, *docs;         /* packed rows: [accum][B*T] */
     mt_train_ckpt_t ckpt;
     mt_ddp_t ddp;                /* replicated strategies */
     bool sharded;                /* else: fsdp over data parallelism */
@@ -128,6 +132,9 @@ static void run_free(run_t *r)
     mt_adamw_free(&r->opt);
     free(r->tokens);
     free(r->targets);
+    free(r->pos);
+    free(r->docs);
+    mt_pack_free(&r->pack);
     mt_train_ckpt_free(&r->ckpt);
     mt_ddp_free(&r->ddp);
     mt_fsdp_free(&r->fsdp);
@@ -146,7 +153,11 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
     char path[MT_PATH_MAX];
     resolve_data_path(cfg->dataset.path, cfg->source_file, path, sizeof path);
     MT_TRY(mt_dataset_open(&r->data, path, cfg->dataset.format, cfg->model.vocab_size));
-    if (mt_dataset_num_samples(&r->data, T) < 1)
+    r->packed = cfg->packed_sequence.packed_sequence_size > 0;
+    if (r->packed)
+        MT_TRY(mt_pack_init(&r->pack, &r->data, T, cfg->dataset.shuffle,
+                            (uint64_t)cfg->dataset.seed));
+    else if (mt_dataset_num_samples(&r->data, T) < 1)
         MT_FAIL(MT_ERR_CONFIG, "%s: %lld tokens are fewer than one sample of seq_len %lld + 1",
                 cfg->dataset.path, (long long)r->data.n_tokens, (long long)T);
     if (cfg->dataset.validation_path[0]) {
@@ -186,7 +197,11 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
     MT_TRY(mt_adamw_init(&r->opt, owned));
     r->tokens = malloc(sizeof(int32_t) * (size_t)(accum * B * T));
     r->targets = malloc(sizeof(int32_t) * (size_t)(accum * B * T));
-    if (!r->tokens || !r->targets)
+    if (r->packed) {
+        r->pos = malloc(sizeof(int32_t) * (size_t)(accum * B * T));
+        r->docs = malloc(sizeof(int32_t) * (size_t)(accum * B * T));
+    }
+    if (!r->tokens || !r->targets || (r->packed && (!r->pos || !r->docs)))
         MT_FAIL(MT_ERR_NOMEM, "batch buffers");
     MT_TRY(mt_train_ckpt_init(&r->ckpt, cfg, &r->model, &r->opt, r->seg, r->nseg,
                               r->sharded && fo.shard_params));
@@ -284,8 +299,8 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
     mt_model_t *m = &r->model;
     int64_t N = m->N, accum = cfg->derived.grad_accum_steps;
     int64_t G = cfg->step_scheduler.global_batch_size, T = m->T;
-    mt_sampler_t sampler = {mt_dataset_num_samples(&r->data, T), T, cfg->dataset.shuffle,
-                            (uint64_t)cfg->dataset.seed};
+    mt_sampler_t sampler = {r->packed ? r->pack.rows : mt_dataset_num_samples(&r->data, T), T,
+                            cfg->dataset.shuffle, (uint64_t)cfg->dataset.seed};
 
     /* ---- resume ---- */
     int64_t start = 0;
@@ -324,6 +339,12 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
         goto fail;
     if (rank == 0 && out) {
         print_memory(r, cfg, out);
+        if (r->packed)
+            fprintf(out, "packed %lld documents (%lld pieces, %lld tokens) into %lld rows of "
+                         "%lld tokens: %.1f%% padding\n",
+                    (long long)r->data.n_docs, (long long)r->pack.pieces,
+                    (long long)r->pack.tokens, (long long)r->pack.rows, (long long)T,
+                    100.0 * (1.0 - (double)r->pack.tokens / (double)(r->pack.rows * T)));
         fprintf(out, "training: %lld parameters, %lld steps from step %lld, %lld tokens/step "
                      "(%lld micro-steps of %lld x %lld), %d threads per rank, sgemm peak %.1f GFLOP/s\n",
                 (long long)m->numel, (long long)cfg->step_scheduler.max_steps, (long long)start,
@@ -348,8 +369,13 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
         double t0 = now_s(), w0 = mt_comm_wait_seconds();
         int64_t count = 0, local_count = 0;
         for (int64_t u = 0; u < accum; u++) {
-            mt_data_fill_batch(&r->data, &sampler, step - 1, G, dp_rank, dp_size, u, m->B,
-                               r->tokens + u * N, r->targets + u * N);
+            if (r->packed)
+                mt_pack_fill_batch(&r->pack, &r->data, &sampler, step - 1, G, dp_rank, dp_size, u,
+                                   m->B, r->tokens + u * N, r->targets + u * N, r->pos + u * N,
+                                   r->docs + u * N);
+            else
+                mt_data_fill_batch(&r->data, &sampler, step - 1, G, dp_rank, dp_size, u, m->B,
+                                   r->tokens + u * N, r->targets + u * N);
             for (int64_t i = 0; i < N; i++)
                 local_count += r->targets[u * N + i] != MT_IGNORE_INDEX;
         }
@@ -366,6 +392,8 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
                 s = mt_fsdp_begin(&r->fsdp, u);
             else
                 mt_ddp_begin(&r->ddp, u == accum - 1);
+            if (r->packed)
+                mt_model_set_packing(m, r->pos + u * N, r->docs + u * N);
             local_sum += mt_model_step(m, r->tokens + u * N, r->targets + u * N, true, scale, &c);
         }
         if (s == MT_OK)
@@ -382,8 +410,10 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
 
         double val = NAN;
         if (r->have_val && cfg->step_scheduler.val_every_steps > 0 &&
-            step % cfg->step_scheduler.val_every_steps == 0)
+            step % cfg->step_scheduler.val_every_steps == 0) {
+            mt_model_set_packing(m, NULL, NULL); /* validation rows are not packed */
             val = validation_loss(m, &r->val, r->tokens, r->targets);
+        }
         double tps = (double)(G * T) / dt, mfu = peak > 0 ? flops_tok * tps / (peak * 1e9) : 0;
         if (rank == 0) {
             write_metrics(metrics, step, loss, gnorm, lr, G * T, dt, tps, mfu, val, wait);

@@ -41,6 +41,9 @@ $1" ;; esac
 # a resumed run's file may repeat steps) agree: every step of REF from FROM
 # (default: all, and OTHER must have the same steps) within relative TOL
 # (default 1e-5, and 1e-6 at step 1).  TOL 0 demands bit-identical values.
+# The gradient norm gets 10 x TOL: it is the most rounding-sensitive figure
+# of a step (over 20-30 fp32 steps it has differed by up to 9e-5 between
+# thread counts while the losses agreed to 1e-7).
 compare_losses() {
     checks=$((checks + 1))
     python3 - "$1" "$2" "${4:-0}" "${5:-}" <<'PY' || fail "$3: losses differ"
@@ -62,7 +65,7 @@ for s in steps:
     for k, what in enumerate(("loss", "grad_norm")):
         x, y = a[s][k], b[s][k]
         rel = abs(x - y) / abs(x)
-        assert rel <= tol, f"step {s} {what}: {x:.9g} vs {y:.9g}: relative difference {rel:.3e} > {tol}"
+        assert rel <= (tol if k == 0 else 10 * tol), f"step {s} {what}: {x:.9g} vs {y:.9g}: relative difference {rel:.3e} > {tol}"
 print(f"{len(steps)} steps agree (loss and grad_norm)")
 PY
 }
