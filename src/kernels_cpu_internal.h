@@ -206,5 +206,15 @@ MT_CPU_HIDDEN void mt_cpu_swiglu_backward(float *dgate, float *dup, const float 
 MT_CPU_HIDDEN double mt_cpu_cross_entropy(float *dlogits, const float *logits,
                                           const int32_t *targets, int64_t n, int64_t V,
                                           int64_t v_valid, float grad_scale, int64_t *count);
+MT_CPU_HIDDEN void mt_cpu_ce_shard_max(float *mx, const float *logits, int64_t n, int64_t V,
+                                       int64_t v_valid);
+MT_CPU_HIDDEN void mt_cpu_ce_shard_sum(double *z, double *ly, const float *logits,
+                                       const int32_t *targets, const float *mx, int64_t n,
+                                       int64_t V, int64_t v_lo, int64_t v_valid);
+MT_CPU_HIDDEN double mt_cpu_ce_shard_finish(float *dlogits, const float *logits,
+                                            const int32_t *targets, const float *mx,
+                                            const double *z, const double *ly, int64_t n,
+                                            int64_t V, int64_t v_lo, int64_t v_valid,
+                                            float grad_scale, int64_t *count);
 
 #endif

@@ -20,7 +20,12 @@
  * Rows run in parallel in blocks of LOSS_BLOCK; each block's row losses go
  * to a stack array and one thread adds them in row order, so the double sum
  * is exactly the sequential row-order sum, at any thread count.  It does
- * not fuse the LM-head matmul or chunk the vocabulary. */
+ * not fuse the LM-head matmul or chunk the vocabulary.
+ *
+ * The ce_shard_* kernels at the end compute the same loss and gradient
+ * for a vocabulary split over tensor-parallel ranks (mt_backend.h): the
+ * row max, then the exp-sum and target logit against the global max, then
+ * the loss and gradient from the combined figures. */
 #include <math.h>
 
 #include "kernels_cpu_internal.h"
@@ -131,6 +136,78 @@ double mt_cpu_cross_entropy(float *dlogits, const float *logits, const int32_t *
                 total += row_loss[r];
                 cnt++;
             }
+    }
+    if (count)
+        *count = cnt;
+    return total;
+}
+
+/* ------------------------------------------------ vocabulary-parallel */
+
+void mt_cpu_ce_shard_max(float *mx, const float *logits, int64_t n, int64_t V, int64_t v_valid)
+{
+    MT_CPU_REQUIRE(n >= 0 && v_valid >= 0 && v_valid <= V, "ce_shard_max",
+                   "n=%lld V=%lld v_valid=%lld", (long long)n, (long long)V, (long long)v_valid);
+#pragma omp parallel for schedule(static) if (n * V > MT_CPU_PAR_MIN)
+    for (int64_t i = 0; i < n; i++)
+        mx[i] = v_valid > 0 ? block_max(logits + i * V, v_valid) : -INFINITY;
+}
+
+void mt_cpu_ce_shard_sum(double *z, double *ly, const float *logits, const int32_t *targets,
+                         const float *mx, int64_t n, int64_t V, int64_t v_lo, int64_t v_valid)
+{
+    MT_CPU_REQUIRE(n >= 0 && v_valid >= 0 && v_valid <= V, "ce_shard_sum",
+                   "n=%lld V=%lld v_valid=%lld", (long long)n, (long long)V, (long long)v_valid);
+#pragma omp parallel for schedule(static) if (n * V > MT_CPU_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        const float *lr = logits + i * V;
+        float e[COL_BLOCK];
+        double sum = 0.0;
+        for (int64_t j0 = 0; j0 < v_valid; j0 += COL_BLOCK) {
+            const int64_t nb = v_valid - j0 < COL_BLOCK ? v_valid - j0 : COL_BLOCK;
+#pragma omp simd
+            for (int64_t j = 0; j < nb; j++)
+                e[j] = mt_cpu_expf(lr[j0 + j] - mx[i]);
+            sum += mt_cpu_sum_f64(e, nb);
+        }
+        z[i] = sum;
+        const int64_t y = (int64_t)targets[i] - v_lo;
+        ly[i] = targets[i] != IGNORE_INDEX && y >= 0 && y < v_valid ? (double)lr[y] : 0.0;
+    }
+}
+
+double mt_cpu_ce_shard_finish(float *dlogits, const float *logits, const int32_t *targets,
+                              const float *mx, const double *z, const double *ly, int64_t n,
+                              int64_t V, int64_t v_lo, int64_t v_valid, float grad_scale,
+                              int64_t *count)
+{
+    double total = 0.0;
+    int64_t cnt = 0;
+    for (int64_t i = 0; i < n; i++) /* row order: the same sum on every shard */
+        if (targets[i] != IGNORE_INDEX) {
+            total += ((double)mx[i] - ly[i]) + log(z[i]);
+            cnt++;
+        }
+    if (dlogits) {
+#pragma omp parallel for schedule(static) if (n * V > MT_CPU_PAR_MIN)
+        for (int64_t i = 0; i < n; i++) {
+            const float *lr = logits + i * V;
+            float *dr = dlogits + i * V;
+            if (targets[i] == IGNORE_INDEX) {
+                memset(dr, 0, (size_t)V * sizeof(float));
+                continue;
+            }
+            const float f = (float)((double)grad_scale / z[i]);
+            const int64_t y = (int64_t)targets[i] - v_lo;
+            const float ey = y >= 0 && y < v_valid ? mt_cpu_expf(lr[y] - mx[i]) : 0.0f;
+#pragma omp simd
+            for (int64_t j = 0; j < v_valid; j++)
+                dr[j] = mt_cpu_expf(lr[j] - mx[i]) * f;
+            if (y >= 0 && y < v_valid)
+                dr[y] = (float)(((double)ey / z[i] - 1.0) * (double)grad_scale);
+            for (int64_t j = v_valid; j < V; j++)
+                dr[j] = 0.0f;
+        }
     }
     if (count)
         *count = cnt;

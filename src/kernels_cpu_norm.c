@@ -25,8 +25,11 @@ void mt_cpu_embedding_forward(float *restrict out, const int32_t *restrict token
 #pragma omp parallel for schedule(static) if (n_tokens * dim > MT_CPU_PAR_MIN)
     for (int64_t i = 0; i < n_tokens; i++) {
         const int32_t tok = tokens[i];
-        MT_CPU_REQUIRE(tok >= 0, "embedding_forward", "tokens[%lld] = %d", (long long)i, tok);
-        memcpy(out + i * dim, table + (int64_t)tok * dim, (size_t)dim * sizeof(float));
+        MT_CPU_REQUIRE(tok >= -1, "embedding_forward", "tokens[%lld] = %d", (long long)i, tok);
+        if (tok == -1) /* another vocabulary shard's token */
+            memset(out + i * dim, 0, (size_t)dim * sizeof(float));
+        else
+            memcpy(out + i * dim, table + (int64_t)tok * dim, (size_t)dim * sizeof(float));
     }
 }
 
@@ -34,7 +37,7 @@ void mt_cpu_embedding_backward(float *restrict dtable, const float *restrict dou
                                const int32_t *restrict tokens, int64_t n_tokens, int64_t dim)
 {
     for (int64_t i = 0; i < n_tokens; i++)
-        MT_CPU_REQUIRE(tokens[i] >= 0, "embedding_backward", "tokens[%lld] = %d", (long long)i,
+        MT_CPU_REQUIRE(tokens[i] >= -1, "embedding_backward", "tokens[%lld] = %d", (long long)i,
                        tokens[i]);
     const int64_t nchunks = (dim + COL_CHUNK - 1) / COL_CHUNK;
 #pragma omp parallel for schedule(static) if (nchunks > 1 && n_tokens * dim > MT_CPU_PAR_MIN)
@@ -42,6 +45,8 @@ void mt_cpu_embedding_backward(float *restrict dtable, const float *restrict dou
         const int64_t c0 = ch * COL_CHUNK;
         const int64_t nc = dim - c0 < COL_CHUNK ? dim - c0 : COL_CHUNK;
         for (int64_t i = 0; i < n_tokens; i++) {
+            if (tokens[i] < 0)
+                continue; /* another vocabulary shard's token */
             float *restrict dst = dtable + (int64_t)tokens[i] * dim + c0;
             const float *restrict src = dout + i * dim + c0;
 #pragma omp simd

@@ -39,7 +39,9 @@ struct mt_backend {
                    bool trans_a, bool trans_b, float beta);
 
     /* out[i,:] = table[tokens[i],:]; dtable[tokens[i],:] += dout[i,:].
-     * The backward adds rows in token order (deterministic). */
+     * The backward adds rows in token order (deterministic).  A token -1
+     * is one that another rank's vocabulary shard holds (tensor
+     * parallelism): forward writes a zero row, backward skips it. */
     void (*embedding_forward)(float *out, const int32_t *tokens, const float *table,
                               int64_t n_tokens, int64_t dim);
     void (*embedding_backward)(float *dtable, const float *dout, const int32_t *tokens,
@@ -93,6 +95,31 @@ struct mt_backend {
     double (*cross_entropy)(float *dlogits, const float *logits, const int32_t *targets,
                             int64_t n, int64_t V, int64_t v_valid, float grad_scale,
                             int64_t *count);
+
+    /* Vocabulary-parallel cross-entropy (tensor parallelism): the same loss
+     * and gradient as cross_entropy, computed by shards that each hold
+     * columns [v_lo, v_lo + V) of the vocabulary, of which the first
+     * v_valid are real (0 is allowed), in three passes between which the
+     * caller combines the shards' partial results:
+     *   ce_shard_max:    mx[i] = max of row i's valid columns (-inf if none);
+     *                    the caller takes the max over the shards;
+     *   ce_shard_sum:    z[i] = sum_j exp(l_ij - mx[i]) over valid columns,
+     *                    ly[i] = l_iy if this shard holds row i's target
+     *                    y, else 0; the caller sums z and ly over shards;
+     *   ce_shard_finish: returns the SUM over non-ignored rows of
+     *                    mx + log z - ly (row order; every shard returns
+     *                    the same), *count their number, and writes dlogits
+     *                    (softmax - onehot) * grad_scale for this shard's
+     *                    columns (0 on padding and ignored rows) unless
+     *                    dlogits is NULL; dlogits may alias logits.
+     * Targets -100 are ignored. */
+    void (*ce_shard_max)(float *mx, const float *logits, int64_t n, int64_t V, int64_t v_valid);
+    void (*ce_shard_sum)(double *z, double *ly, const float *logits, const int32_t *targets,
+                         const float *mx, int64_t n, int64_t V, int64_t v_lo, int64_t v_valid);
+    double (*ce_shard_finish)(float *dlogits, const float *logits, const int32_t *targets,
+                              const float *mx, const double *z, const double *ly, int64_t n,
+                              int64_t V, int64_t v_lo, int64_t v_valid, float grad_scale,
+                              int64_t *count);
 
     /* y += x over n elements. */
     void (*add)(float *y, const float *x, int64_t n);

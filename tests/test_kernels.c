@@ -1151,7 +1151,7 @@ static void bad_target(void)
 static void bad_token(void)
 {
     float table[4] = {0}, out[2];
-    const int32_t tok[1] = {-1};
+    const int32_t tok[1] = {-2};
     be->embedding_forward(out, tok, table, 1, 2);
 }
 
@@ -1181,11 +1181,79 @@ static void bad_adam_step(void)
     be->adamw(&p, &g, &m, &v, 1, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 0);
 }
 
+/* Vocabulary-parallel cross-entropy: the vocabulary split into k shards
+ * (padded to a multiple of k, as tensor parallelism pads it), combined as
+ * the model combines them over the TP group, gives cross_entropy's loss
+ * and gradient. */
+static void test_ce_shards(void)
+{
+    const int64_t cfg[][3] = {{7, 37, 2}, {40, 600, 3}, {5, 2000, 4}, {9, 10, 4}}; /* n, V, k */
+    for (size_t s = 0; s < sizeof cfg / sizeof cfg[0]; s++) {
+        const int64_t n = cfg[s][0], Vv = cfg[s][1], k = cfg[s][2];
+        const int64_t Vl = (Vv + k - 1) / k, Vp = Vl * k; /* padded */
+        float *full = frand(n * Vp, 4.0), *dfull = fnew(n * Vp);
+        int32_t *tgt = malloc((size_t)n * sizeof(int32_t));
+        for (int64_t i = 0; i < n; i++) {
+            tgt[i] = i % 3 == 1 ? -100 : (int32_t)irand(Vv);
+            if (i % 4 == 2)
+                for (int64_t j = 0; j < Vv; j++)
+                    full[i * Vp + j] += 500.0f; /* needs the max subtracted */
+        }
+        int64_t cnt = 0;
+        const double want = be->cross_entropy(dfull, full, tgt, n, Vp, Vv, 0.3f, &cnt);
+        /* the shards: columns [r*Vl, (r+1)*Vl) of each row */
+        float *sh = fnew(k * n * Vl), *mx = fnew(n), *m1 = fnew(n);
+        double *z = dnew(n), *ly = dnew(n), *z1 = dnew(n), *l1 = dnew(n);
+        for (int64_t r = 0; r < k; r++)
+            for (int64_t i = 0; i < n; i++)
+                memcpy(sh + (r * n + i) * Vl, full + i * Vp + r * Vl, sizeof(float) * (size_t)Vl);
+        for (int64_t i = 0; i < n; i++)
+            mx[i] = -INFINITY, z[i] = ly[i] = 0;
+        for (int64_t r = 0; r < k; r++) {
+            int64_t vv = Vv - r * Vl < 0 ? 0 : Vv - r * Vl < Vl ? Vv - r * Vl : Vl;
+            be->ce_shard_max(m1, sh + r * n * Vl, n, Vl, vv);
+            for (int64_t i = 0; i < n; i++)
+                mx[i] = m1[i] > mx[i] ? m1[i] : mx[i];
+        }
+        for (int64_t r = 0; r < k; r++) {
+            int64_t vv = Vv - r * Vl < 0 ? 0 : Vv - r * Vl < Vl ? Vv - r * Vl : Vl;
+            be->ce_shard_sum(z1, l1, sh + r * n * Vl, tgt, mx, n, Vl, r * Vl, vv);
+            for (int64_t i = 0; i < n; i++)
+                z[i] += z1[i], ly[i] += l1[i];
+        }
+        for (int64_t r = 0; r < k; r++) {
+            int64_t vv = Vv - r * Vl < 0 ? 0 : Vv - r * Vl < Vl ? Vv - r * Vl : Vl, c2 = 0;
+            float *d = sh + r * n * Vl; /* in place: dlogits aliases logits */
+            const double got = be->ce_shard_finish(d, d, tgt, mx, z, ly, n, Vl, r * Vl, vv, 0.3f,
+                                                   &c2);
+            CHECK(c2 == cnt && fabs(got - want) <= 1e-9 * fabs(want) + 1e-9,
+                  "ce shards n=%lld V=%lld k=%lld shard %lld: loss %.12g count %lld, want %.12g %lld",
+                  (long long)n, (long long)Vv, (long long)k, (long long)r, got, (long long)c2, want,
+                  (long long)cnt);
+            double md = 0;
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t j = 0; j < Vl; j++)
+                    md = fmax(md, fabs((double)d[i * Vl + j] - (double)dfull[i * Vp + r * Vl + j]));
+            CHECK(md <= 1e-6, "ce shards n=%lld V=%lld k=%lld shard %lld: dlogits differ by %.3g",
+                  (long long)n, (long long)Vv, (long long)k, (long long)r, md);
+        }
+        free(full), free(dfull), free(tgt), free(sh), free(mx), free(m1);
+        free(z), free(ly), free(z1), free(l1);
+    }
+    /* embedding: -1 is another shard's token: a zero row, no gradient */
+    float table[6] = {1, 2, 3, 4, 5, 6}, out[4], dtab[6] = {0}, dout[4] = {1, 1, 1, 1};
+    int32_t tok[2] = {-1, 2};
+    be->embedding_forward(out, tok, table, 2, 2);
+    CHECK(out[0] == 0 && out[1] == 0 && out[2] == 5 && out[3] == 6, "embedding -1 forward");
+    be->embedding_backward(dtab, dout, tok, 2, 2);
+    CHECK(dtab[0] == 0 && dtab[1] == 0 && dtab[4] == 1 && dtab[5] == 1, "embedding -1 backward");
+}
+
 static void test_preconditions(void)
 {
     omp_set_num_threads(1);
     expect_abort("cross_entropy target in padding", "cross_entropy", bad_target);
-    expect_abort("embedding negative token", "tokens[0] = -1", bad_token);
+    expect_abort("embedding negative token", "tokens[0] = -2", bad_token);
     expect_abort("attention nh % nkv != 0", "nh must be a multiple of nkv", bad_gqa);
     expect_abort("attention doc_start > t", "doc_start[1] = 2", bad_doc_start);
     expect_abort("rope odd head_dim", "must be even", bad_rope);
@@ -1218,6 +1286,7 @@ int main(void)
     test_attention();
     test_swiglu();
     test_cross_entropy();
+    test_ce_shards();
     test_preconditions();
     return mt_test_exit("test_kernels");
 }
