@@ -26,6 +26,27 @@ mt_param_t *mt_model_param(mt_model_t *m, const char *name)
     return NULL;
 }
 
+/* Fill local elements [a, b) of parameter p (offsets relative to the
+ * tensor) into out: element (r, c) of the logical tensor is
+ * normal(seed, name, r * full_cols + c), whatever slice this rank holds. */
+static void init_slice(const mt_model_t *m, const mt_param_t *p, uint64_t seed, int64_t a,
+                       int64_t b, float *out)
+{
+    uint32_t stream = mt_rng_stream(p->name);
+    int64_t cols = p->shape[1], fcols = p->full_shape[1];
+    if (p->tp_dim != 1) { /* contiguous in the logical tensor */
+        int64_t first = (p->tp_dim == 0 ? p->tp_off * cols : 0) + a;
+        mt_rng_fill_normal(out, b - a, seed, stream, (uint64_t)first, (float)m->init_std);
+        return;
+    }
+    for (int64_t e = a; e < b;) { /* a column slice: one run per row */
+        int64_t r = e / cols, c = e % cols, n = cols - c < b - e ? cols - c : b - e;
+        mt_rng_fill_normal(out + (e - a), n, seed, stream, (uint64_t)(r * fcols + p->tp_off + c),
+                           (float)m->init_std);
+        e += n;
+    }
+}
+
 void mt_model_init_range(const mt_model_t *m, uint64_t seed, int64_t lo, int64_t hi, float *dst)
 {
     for (int i = 0; i < m->nparams; i++) {
@@ -41,13 +62,10 @@ void mt_model_init_range(const mt_model_t *m, uint64_t seed, int64_t lo, int64_t
                 out[j] = 1.0f;
             continue;
         }
-        /* Element e of the logical tensor is normal(seed, name, e), so any
-         * shard of it can be generated alone. */
-        mt_rng_fill_normal(out, b - a, seed, mt_rng_stream(p->name), (uint64_t)(a - p->offset),
-                           (float)m->init_std);
+        init_slice(m, p, seed, a - p->offset, b - p->offset, out);
         /* Vocabulary padding rows (tp padding) start at zero. */
-        if ((p == m->embed || p == m->lm_head) && m->V > m->V_valid) {
-            int64_t pad = p->offset + m->V_valid * m->H; /* first padding element */
+        if (p == m->embed || p == m->lm_head) {
+            int64_t pad = p->offset + m->V_valid * m->H; /* first padding element here */
             for (int64_t e = a > pad ? a : pad; e < b; e++)
                 dst[e - lo] = 0.0f;
         }
@@ -81,6 +99,30 @@ double mt_model_flops_per_token(const mt_model_t *m)
     if (m->tied)
         mm += (double)(m->V * m->H); /* lm_head is a matmul even when tied */
     return 6.0 * mm + 6.0 * (double)m->L * (double)m->T * (double)m->H;
+}
+
+/* Sum a partial result over the TP group (row-parallel outputs, the input
+ * gradients of column-parallel layers). */
+static void tp_sum(const mt_model_t *m, float *buf, int64_t n)
+{
+    if (m->tp > 1)
+        m->tp_allreduce(m->tp_ctx, buf, n, MT_TP_SUM_FLOAT);
+}
+
+/* out = res + a W^T for a row-parallel W: on one device the GEMM adds onto
+ * the residual; under TP the partial products are summed first. */
+static void row_parallel_residual(const mt_model_t *m, float *out, const float *res,
+                                  const float *a, const mt_param_t *w)
+{
+    int64_t N = m->N, H = m->H;
+    if (m->tp == 1) {
+        memcpy(out, res, sizeof(float) * (size_t)(N * H));
+        m->be->matmul(out, a, w->data, N, H, w->shape[1], false, true, 1.0f);
+        return;
+    }
+    m->be->matmul(out, a, w->data, N, H, w->shape[1], false, true, 0.0f);
+    tp_sum(m, out, N * H);
+    m->be->add(out, res, N * H);
 }
 
 /* y[N,out] = x[N,in] W^T, W [out,in] */
@@ -119,16 +161,13 @@ static void layer_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, 
     be->rope_forward(a->k, m->pos, N, m->nkv, m->hd, m->theta);
     be->attention_forward(a->att, a->lse, a->q, a->k, a->v, m->doc_start, m->B, m->T, m->nh, m->nkv,
                           m->hd);
-    /* x_mid = x + att Wo^T */
-    memcpy(a->x_mid, a->x, sizeof(float) * (size_t)(N * H));
-    be->matmul(a->x_mid, a->att, p->wo->data, N, H, m->nh * m->hd, false, true, 1.0f);
+    row_parallel_residual(m, a->x_mid, a->x, a->att, p->wo); /* x_mid = x + att Wo^T */
 
     be->rmsnorm_forward(a->h2, a->rstd2, a->x_mid, p->mlp_norm->data, N, H, m->eps);
     linear(m, a->g, a->h2, p->wgate);
     linear(m, a->u, a->h2, p->wup);
     be->swiglu_forward(a->a, a->g, a->u, N * m->I);
-    memcpy(x_out, a->x_mid, sizeof(float) * (size_t)(N * H));
-    be->matmul(x_out, a->a, p->wdown->data, N, H, m->I, false, true, 1.0f);
+    row_parallel_residual(m, x_out, a->x_mid, a->a, p->wdown);
 }
 
 /* m->dres holds d(loss)/d(layer output); on return, d/d(layer input). */
@@ -145,6 +184,7 @@ static void layer_backward(mt_model_t *m, int l, mt_layer_acts_t *a)
     m->be->matmul(p->wup->grad, a->u, a->h2, m->I, H, N, true, false, 1.0f);
     be->matmul(m->dh, a->g, p->wgate->data, N, H, m->I, false, false, 0.0f);
     be->matmul(m->dh, a->u, p->wup->data, N, H, m->I, false, false, 1.0f);
+    tp_sum(m, m->dh, N * H); /* column-parallel: partial input gradients */
     be->rmsnorm_backward(m->dtmp, p->mlp_norm->grad, m->dh, a->x_mid, p->mlp_norm->data, a->rstd2,
                          N, H);
     be->add(m->dres, m->dtmp, N * H);                              /* d x_mid */
@@ -166,6 +206,7 @@ static void layer_backward(mt_model_t *m, int l, mt_layer_acts_t *a)
     linear_backward(m, m->dh, 0.0f, m->dq, a->h1, p->wq);
     linear_backward(m, m->dh, 1.0f, m->dk, a->h1, p->wk);
     linear_backward(m, m->dh, 1.0f, m->dv, a->h1, p->wv);
+    tp_sum(m, m->dh, N * H);
     be->rmsnorm_backward(m->dtmp, p->attn_norm->grad, m->dh, a->x, p->attn_norm->data, a->rstd1,
                          N, H);
     be->add(m->dres, m->dtmp, N * H);                              /* d x */
@@ -184,8 +225,16 @@ double mt_model_step(mt_model_t *m, const int32_t *tokens, const int32_t *target
     int64_t N = m->N, H = m->H;
     int head = (int)m->L + 1;
 
+    const int32_t *tok = tokens;
+    if (m->tp > 1) { /* this rank's vocabulary shard: other tokens give zero rows */
+        for (int64_t i = 0; i < N; i++)
+            m->tok_local[i] = tokens[i] >= m->v_lo && tokens[i] < m->v_lo + m->V
+                                  ? (int32_t)(tokens[i] - m->v_lo) : -1;
+        tok = m->tok_local;
+    }
     hook(m, 0, MT_UNIT_PRE_FORWARD);
-    be->embedding_forward(m->acts[0].x, tokens, m->embed->data, N, H);
+    be->embedding_forward(m->acts[0].x, tok, m->embed->data, N, H);
+    tp_sum(m, m->acts[0].x, N * H);
     hook(m, 0, MT_UNIT_POST_FORWARD);
     for (int l = 0; l < m->L; l++) {
         float *out = l + 1 < m->L ? m->acts[l + 1].x : m->x_final;
@@ -196,8 +245,21 @@ double mt_model_step(mt_model_t *m, const int32_t *tokens, const int32_t *target
     hook(m, head, MT_UNIT_PRE_FORWARD);
     be->rmsnorm_forward(m->xf, m->rstdf, m->x_final, m->final_norm->data, N, H, m->eps);
     m->be->matmul(m->logits, m->xf, m->lm_head->data, N, m->V, H, false, true, 0.0f);
-    double loss = be->cross_entropy(backward ? m->logits : NULL, m->logits, targets, N, m->V,
-                                    m->V_valid, grad_scale, count);
+    double loss;
+    if (m->tp == 1) {
+        loss = be->cross_entropy(backward ? m->logits : NULL, m->logits, targets, N, m->V,
+                                 m->V_valid, grad_scale, count);
+    } else { /* vocabulary-parallel: combine row max, then exp-sums and target logits */
+        be->ce_shard_max(m->ce_mx, m->logits, N, m->V, m->V_valid);
+        m->tp_allreduce(m->tp_ctx, m->ce_mx, N, MT_TP_MAX_FLOAT);
+        be->ce_shard_sum(m->ce_z, m->ce_ly, m->logits, targets, m->ce_mx, N, m->V, m->v_lo,
+                         m->V_valid);
+        m->tp_allreduce(m->tp_ctx, m->ce_z, N, MT_TP_SUM_DOUBLE);
+        m->tp_allreduce(m->tp_ctx, m->ce_ly, N, MT_TP_SUM_DOUBLE);
+        loss = be->ce_shard_finish(backward ? m->logits : NULL, m->logits, targets, m->ce_mx,
+                                   m->ce_z, m->ce_ly, N, m->V, m->v_lo, m->V_valid, grad_scale,
+                                   count);
+    }
     if (!backward) {
         hook(m, head, MT_UNIT_POST_FORWARD);
         return loss;
@@ -206,6 +268,7 @@ double mt_model_step(mt_model_t *m, const int32_t *tokens, const int32_t *target
     /* logits now hold d loss / d logits */
     hook(m, head, MT_UNIT_PRE_BACKWARD);
     linear_backward(m, m->dh, 0.0f, m->logits, m->xf, m->lm_head);
+    tp_sum(m, m->dh, N * H);
     be->rmsnorm_backward(m->dres, m->final_norm->grad, m->dh, m->x_final, m->final_norm->data,
                          m->rstdf, N, H);
     hook(m, head, MT_UNIT_POST_BACKWARD);
@@ -218,7 +281,7 @@ double mt_model_step(mt_model_t *m, const int32_t *tokens, const int32_t *target
         hook(m, l + 1, MT_UNIT_POST_BACKWARD);
     }
     hook(m, 0, MT_UNIT_PRE_BACKWARD);
-    be->embedding_backward(m->embed->grad, m->dres, tokens, N, H);
+    be->embedding_backward(m->embed->grad, m->dres, tok, N, H);
     hook(m, 0, MT_UNIT_POST_BACKWARD);
     return loss;
 }

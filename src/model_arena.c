@@ -14,11 +14,24 @@ typedef struct {
     int64_t offset; /* running element offset into param/grad arenas */
 } builder_t;
 
+/* A parameter of logical shape [rows, cols] (cols 0: 1-D); this rank
+ * holds its tp_dim split (-1: all of it). */
 static mt_param_t *add_param(builder_t *b, const char *name, int64_t rows, int64_t cols,
-                             bool norm)
+                             bool norm, int tp_dim)
 {
+    const mt_model_t *m = b->m;
     mt_param_t *p = &b->m->params[b->m->nparams++];
     snprintf(p->name, sizeof p->name, "%s", name);
+    p->full_shape[0] = rows;
+    p->full_shape[1] = cols > 0 ? cols : 1;
+    p->tp_dim = m->tp > 1 ? tp_dim : -1;
+    if (p->tp_dim == 0) {
+        rows /= m->tp;
+        p->tp_off = m->tp_rank * rows;
+    } else if (p->tp_dim == 1) {
+        cols /= m->tp;
+        p->tp_off = m->tp_rank * cols;
+    }
     p->ndim = cols > 0 ? 2 : 1;
     p->shape[0] = rows;
     p->shape[1] = cols > 0 ? cols : 1;
@@ -101,20 +114,27 @@ static int64_t layout_acts(mt_model_t *m, float *base)
 mt_status_t mt_model_init(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
                           int64_t B, int64_t T)
 {
-    return mt_model_init_ex(m, cfg, be, B, T, 0);
+    return mt_model_init_ex(m, cfg, be, B, T, 0, -1);
 }
 
 mt_status_t mt_model_init_ex(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
-                             int64_t B, int64_t T, unsigned flags)
+                             int64_t B, int64_t T, unsigned flags, int tp_rank)
 {
     memset(m, 0, sizeof *m);
     if (!cfg->validated)
         MT_FAIL(MT_ERR_RANGE, "mt_model_init needs a validated config");
     const mt_model_config_t *mc = &cfg->model;
     m->be = be;
-    m->V = cfg->derived.padded_vocab, m->V_valid = mc->vocab_size;
-    m->H = mc->hidden_size, m->I = mc->intermediate_size, m->L = mc->num_hidden_layers;
-    m->nh = mc->num_attention_heads, m->nkv = mc->num_key_value_heads.value;
+    /* tp_rank -1: the whole model on one device, whatever tp_size says */
+    m->tp = tp_rank < 0 ? 1 : (int)cfg->distributed.tp_size;
+    m->tp_rank = tp_rank < 0 ? 0 : tp_rank;
+    int64_t Vp = cfg->derived.padded_vocab;
+    m->V_valid_full = mc->vocab_size;
+    m->V = Vp / m->tp, m->v_lo = m->tp_rank * m->V;
+    m->V_valid = m->V_valid_full - m->v_lo;
+    m->V_valid = m->V_valid < 0 ? 0 : m->V_valid > m->V ? m->V : m->V_valid;
+    m->H = mc->hidden_size, m->I = mc->intermediate_size / m->tp, m->L = mc->num_hidden_layers;
+    m->nh = mc->num_attention_heads / m->tp, m->nkv = mc->num_key_value_heads.value / m->tp;
     m->hd = cfg->derived.head_dim;
     m->eps = (float)mc->rms_norm_eps, m->theta = mc->rope_theta, m->init_std = mc->initializer_range;
     m->tied = mc->tie_word_embeddings, m->qk_norm = mc->qk_norm;
@@ -128,6 +148,16 @@ mt_status_t mt_model_init_ex(mt_model_t *m, const mt_config_t *cfg, const mt_bac
     m->layers = calloc((size_t)m->L, sizeof *m->layers);
     m->acts = calloc((size_t)m->L, sizeof *m->acts);
     m->pos = malloc(sizeof *m->pos * (size_t)m->N);
+    if (m->tp > 1) {
+        m->tok_local = malloc(sizeof *m->tok_local * (size_t)m->N);
+        m->ce_mx = malloc(sizeof *m->ce_mx * (size_t)m->N);
+        m->ce_z = malloc(sizeof *m->ce_z * (size_t)m->N);
+        m->ce_ly = malloc(sizeof *m->ce_ly * (size_t)m->N);
+        if (!m->tok_local || !m->ce_mx || !m->ce_z || !m->ce_ly) {
+            mt_model_free(m);
+            MT_FAIL(MT_ERR_NOMEM, "tensor-parallel buffers");
+        }
+    }
     m->nunits = (int)m->L + 2;
     m->unit_lo = malloc(sizeof *m->unit_lo * (size_t)(m->nunits + 1));
     if (!m->params || !m->layers || !m->acts || !m->pos || !m->unit_lo) {
@@ -136,33 +166,35 @@ mt_status_t mt_model_init_ex(mt_model_t *m, const mt_config_t *cfg, const mt_bac
     }
 
     builder_t b = {m, 0};
-    int64_t H = m->H, Q = m->nh * m->hd, KV = m->nkv * m->hd;
+    int64_t H = m->H, Q = mc->num_attention_heads * m->hd;
+    int64_t KV = mc->num_key_value_heads.value * m->hd, I = mc->intermediate_size;
     char name[MT_PARAM_NAME_MAX];
-    m->embed = add_param(&b, "model.embed_tokens.weight", m->V, H, false);
+    m->embed = add_param(&b, "model.embed_tokens.weight", Vp, H, false, 0);
     for (int l = 0; l < m->L; l++) {
         mt_layer_params_t *p = &m->layers[l];
-#define LP(field, suffix, rows, cols, norm)                                           \
+#define LP(field, suffix, rows, cols, norm, tp_dim)                                   \
     do {                                                                                \
         snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);                  \
-        p->field = add_param(&b, name, rows, cols, norm);                               \
+        p->field = add_param(&b, name, rows, cols, norm, tp_dim);                       \
     } while (0)
-        LP(attn_norm, "input_layernorm.weight", H, 0, true);
-        LP(wq, "self_attn.q_proj.weight", Q, H, false);
-        LP(wk, "self_attn.k_proj.weight", KV, H, false);
-        LP(wv, "self_attn.v_proj.weight", KV, H, false);
-        LP(wo, "self_attn.o_proj.weight", H, Q, false);
+        LP(attn_norm, "input_layernorm.weight", H, 0, true, -1);
+        LP(wq, "self_attn.q_proj.weight", Q, H, false, 0);
+        LP(wk, "self_attn.k_proj.weight", KV, H, false, 0);
+        LP(wv, "self_attn.v_proj.weight", KV, H, false, 0);
+        LP(wo, "self_attn.o_proj.weight", H, Q, false, 1);
         if (m->qk_norm) {
-            LP(q_norm, "self_attn.q_norm.weight", m->hd, 0, true);
-            LP(k_norm, "self_attn.k_norm.weight", m->hd, 0, true);
+            LP(q_norm, "self_attn.q_norm.weight", m->hd, 0, true, -1);
+            LP(k_norm, "self_attn.k_norm.weight", m->hd, 0, true, -1);
+            p->q_norm->tp_partial_grad = p->k_norm->tp_partial_grad = m->tp > 1;
         }
-        LP(mlp_norm, "post_attention_layernorm.weight", H, 0, true);
-        LP(wgate, "mlp.gate_proj.weight", m->I, H, false);
-        LP(wup, "mlp.up_proj.weight", m->I, H, false);
-        LP(wdown, "mlp.down_proj.weight", H, m->I, false);
+        LP(mlp_norm, "post_attention_layernorm.weight", H, 0, true, -1);
+        LP(wgate, "mlp.gate_proj.weight", I, H, false, 0);
+        LP(wup, "mlp.up_proj.weight", I, H, false, 0);
+        LP(wdown, "mlp.down_proj.weight", H, I, false, 1);
 #undef LP
     }
-    m->final_norm = add_param(&b, "model.norm.weight", H, 0, true);
-    m->lm_head = m->tied ? m->embed : add_param(&b, "lm_head.weight", m->V, H, false);
+    m->final_norm = add_param(&b, "model.norm.weight", H, 0, true, -1);
+    m->lm_head = m->tied ? m->embed : add_param(&b, "lm_head.weight", Vp, H, false, 0);
     m->numel = b.offset;
     m->unit_lo[0] = 0;
     for (int l = 0; l < m->L; l++)
@@ -201,6 +233,7 @@ void mt_model_free(mt_model_t *m)
     free(m->acts);
     free(m->pos);
     free(m->unit_lo);
+    free(m->tok_local), free(m->ce_mx), free(m->ce_z), free(m->ce_ly);
     free(m->param_mem);
     free(m->grad_mem);
     free(m->act_mem);

@@ -32,7 +32,20 @@ typedef struct {
                                    * parallelize layer points them */
     bool no_decay;                /* norm weights: no weight decay */
     bool is_norm;                 /* initialised to 1 */
+    /* Tensor parallelism: this rank's part of the logical tensor
+     * full_shape.  tp_dim -1: replicated (whole); 0: rows [tp_off,
+     * tp_off + shape[0]) (column-parallel linears, vocabulary shards);
+     * 1: columns [tp_off, tp_off + shape[1]) (row-parallel linears). */
+    int tp_dim;
+    int64_t tp_off;
+    int64_t full_shape[2];
+    bool tp_partial_grad;         /* whole on every TP rank, but each rank's
+                                   * gradient covers only its heads (q_norm,
+                                   * k_norm): to be summed over TP */
 } mt_param_t;
+
+/* The model's tensor-parallel collectives (mt_model_t.tp_allreduce). */
+typedef enum { MT_TP_SUM_FLOAT, MT_TP_MAX_FLOAT, MT_TP_SUM_DOUBLE } mt_tp_op_t;
 
 typedef struct {
     mt_param_t *attn_norm, *wq, *wk, *wv, *wo, *q_norm, *k_norm;
@@ -76,7 +89,12 @@ typedef struct {
 typedef struct {
     const mt_backend_t *be;
     /* shape */
+    /* Shape.  Under tensor parallelism V, V_valid, I, nh and nkv are this
+     * rank's: vocabulary columns [v_lo, v_lo + V) of the padded vocabulary
+     * (V_valid of them real), I/tp of the MLP, nh/tp and nkv/tp heads. */
     int64_t V, V_valid, H, I, L, nh, nkv, hd;
+    int tp, tp_rank;     /* 1, 0 on one device */
+    int64_t v_lo, V_valid_full;
     float eps;
     double theta, init_std;
     bool tied, qk_norm, checkpointing;
@@ -107,15 +125,25 @@ typedef struct {
      * start gradient reductions while backward goes on.  NULL: no hook. */
     void (*unit_hook)(void *ctx, int unit, mt_unit_event_t ev);
     void *hook_ctx;
+
+    /* With tp > 1: sum (or max) n elements of buf over the TP group, in
+     * place.  The parallelize layer sets it before the first step. */
+    void (*tp_allreduce)(void *ctx, void *buf, int64_t n, mt_tp_op_t op);
+    void *tp_ctx;
+    int32_t *tok_local;  /* [N] tokens of this vocabulary shard, -1 elsewhere */
+    float *ce_mx;        /* [N] vocabulary-parallel loss: row max */
+    double *ce_z, *ce_ly; /* [N] exp-sums, target logits */
 } mt_model_t;
 
 /* Shape from a validated config (padded vocabulary, head_dim, ...), for a
  * micro-batch of B x T tokens.  Allocates every arena. */
 mt_status_t mt_model_init(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
                           int64_t B, int64_t T);
-/* The same, leaving out arenas (MT_MODEL_NO_*_ARENA). */
+/* The same, leaving out arenas (MT_MODEL_NO_*_ARENA), for TP rank
+ * tp_rank of cfg's tp_size (Megatron layout: q, k, v, gate, up and the
+ * vocabulary split by rows, o and down by columns, norms whole). */
 mt_status_t mt_model_init_ex(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
-                             int64_t B, int64_t T, unsigned flags);
+                             int64_t B, int64_t T, unsigned flags, int tp_rank);
 void mt_model_free(mt_model_t *m);
 
 /* Initial weights from (seed, parameter name, element): independent of

@@ -121,6 +121,8 @@ typedef struct {
     mt_segment_t whole;
     const mt_segment_t *seg;     /* what this rank updates */
     int nseg;
+    MPI_Comm tp;                 /* tensor-parallel group */
+    mt_status_t tp_error;        /* first failure inside the model's TP hook */
 } run_t;
 
 static void run_free(run_t *r)
@@ -138,6 +140,17 @@ static void run_free(run_t *r)
     mt_train_ckpt_free(&r->ckpt);
     mt_ddp_free(&r->ddp);
     mt_fsdp_free(&r->fsdp);
+}
+
+/* The model's tensor-parallel collectives, over the TP group. */
+static void tp_hook(void *ctx, void *buf, int64_t n, mt_tp_op_t op)
+{
+    run_t *r = ctx;
+    if (r->tp_error != MT_OK)
+        return;
+    r->tp_error = mt_allreduce(MPI_IN_PLACE, buf, (int)n,
+                               op == MT_TP_SUM_DOUBLE ? MPI_DOUBLE : MPI_FLOAT,
+                               op == MT_TP_MAX_FLOAT ? MPI_MAX : MPI_SUM, r->tp);
 }
 
 /* Data, model, the data-parallel layer and the optimizer.  mesh gives the
@@ -172,7 +185,10 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
     if (r->sharded)
         flags = (fo.shard_params ? MT_MODEL_NO_PARAM_ARENA : 0u) |
                 (fo.shard_grads ? MT_MODEL_NO_GRAD_ARENA : 0u);
-    MT_TRY(mt_model_init_ex(&r->model, cfg, be, B, T, flags));
+    MT_TRY(mt_model_init_ex(&r->model, cfg, be, B, T, flags, mesh->group_rank[MT_GROUP_TP]));
+    r->tp = mesh->group[MT_GROUP_TP];
+    r->model.tp_allreduce = tp_hook;
+    r->model.tp_ctx = r;
     int64_t owned = r->model.numel;
     if (r->sharded) {
         /* fsdp2 shards over dp_shard (all-reducing across dp_replicate:
@@ -216,10 +232,44 @@ static mt_status_t update(run_t *r, const mt_config_t *cfg, int64_t step, double
                           double *lr)
 {
     mt_model_t *m = &r->model;
-    double sq = mt_grad_sumsq(m, r->seg, r->nseg), local = sq;
-    if (r->sharded) /* replicas (HSDP) hold the same shard: sum over the shard group */
-        MT_TRY(mt_allreduce(&local, &sq, 1, MPI_DOUBLE, MPI_SUM, r->fsdp.shard));
-    *gnorm = sqrt(sq);
+    if (m->tp > 1) /* per-head norm weights: each TP rank has its heads' share */
+        for (int k = 0; k < r->nseg; k++)
+            for (int i = 0; i < m->nparams; i++) {
+                const mt_param_t *p = &m->params[i];
+                const mt_segment_t *g = &r->seg[k];
+                int64_t a = p->offset > g->offset ? p->offset : g->offset;
+                int64_t b = p->offset + p->numel < g->offset + g->count ? p->offset + p->numel
+                                                                          : g->offset + g->count;
+                if (p->tp_partial_grad && b > a)
+                    MT_TRY(mt_allreduce(MPI_IN_PLACE, g->grad + (a - g->offset), (int)(b - a),
+                                        MPI_FLOAT, MPI_SUM, r->tp));
+            }
+    /* [0] tensors split over TP ranks, [1] tensors every TP rank holds whole */
+    double part[2] = {0, 0}, sum[2];
+    if (m->tp == 1) {
+        part[0] = mt_grad_sumsq(m, r->seg, r->nseg);
+    } else {
+        for (int k = 0; k < r->nseg; k++)
+            for (int i = 0; i < m->nparams; i++) {
+                const mt_param_t *p = &m->params[i];
+                const mt_segment_t *g = &r->seg[k];
+                int64_t a = p->offset > g->offset ? p->offset : g->offset;
+                int64_t b = p->offset + p->numel < g->offset + g->count ? p->offset + p->numel
+                                                                          : g->offset + g->count;
+                if (b > a)
+                    part[p->tp_dim >= 0 ? 0 : 1] += m->be->sum_squares(g->grad + (a - g->offset),
+                                                                        b - a);
+            }
+    }
+    if (r->sharded) { /* replicas (HSDP) hold the same shard: sum over the shard group */
+        MT_TRY(mt_allreduce(part, sum, 2, MPI_DOUBLE, MPI_SUM, r->fsdp.shard));
+        part[0] = sum[0], part[1] = sum[1];
+    }
+    if (m->tp > 1) {
+        MT_TRY(mt_allreduce(&part[0], &sum[0], 1, MPI_DOUBLE, MPI_SUM, r->tp));
+        part[0] = sum[0];
+    }
+    *gnorm = sqrt(part[0] + part[1]);
     double coef = mt_clip_coef(*gnorm, cfg->optimizer.max_grad_norm);
     if (coef < 1.0)
         mt_grad_scale(m, r->seg, r->nseg, (float)coef);
@@ -278,9 +328,12 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
     memset(res, 0, sizeof *res);
     res->resumed_from_step = -1;
     const mt_distributed_config_t *dc = &cfg->distributed;
-    if (size != 1 && (dc->tp_size > 1 || dc->pp_size > 1 || dc->cp_size > 1 || dc->ep_size > 1))
-        MT_FAIL(MT_ERR_UNSUPPORTED, "tensor, pipeline, context and expert parallelism are not "
-                "in this release; use tp_size = pp_size = cp_size = ep_size = 1");
+    if (size != 1 && (dc->pp_size > 1 || dc->cp_size > 1 || dc->ep_size > 1))
+        MT_FAIL(MT_ERR_UNSUPPORTED, "pipeline, context and expert parallelism are not in this "
+                "release; use pp_size = cp_size = ep_size = 1 (tensor parallelism trains)");
+    if (dc->sequence_parallel)
+        MT_FAIL(MT_ERR_UNSUPPORTED, "sequence_parallel is not in this release; tensor "
+                "parallelism trains without it (set distributed.sequence_parallel: false)");
     /* Only data parallelism here: the dp group is every rank. */
     MPI_Comm dp = mesh->group[MT_GROUP_DP];
     int dp_rank = mesh->group_rank[MT_GROUP_DP], dp_size = mesh->group_size[MT_GROUP_DP];
@@ -396,6 +449,8 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
                 mt_model_set_packing(m, r->pos + u * N, r->docs + u * N);
             local_sum += mt_model_step(m, r->tokens + u * N, r->targets + u * N, true, scale, &c);
         }
+        if (s == MT_OK)
+            s = r->tp_error;
         if (s == MT_OK)
             s = r->sharded ? mt_fsdp_finish(&r->fsdp) : mt_ddp_finish(&r->ddp);
         if (s == MT_OK)
