@@ -5,10 +5,10 @@
  * full backward); add_comm() then places a receive right before the compute
  * that needs remote input and a send right after the compute that produces
  * it, so every schedule gets its messages from one rule.  gpipe, 1f1b,
- * interleaved_1f1b, looped_bfs and dfs are closed-form orders; zero_bubble
- * (ZB-H1) and v_schedule (ZB-V) are built by a greedy list scheduler in unit
- * time under a memory cap, as in the zero-bubble paper.  Timing and checks
- * are pp_simulate.c's; nothing here talks to MPI. */
+ * interleaved_1f1b, looped_bfs, dfs and zero_bubble (ZB-H1) are
+ * closed-form orders; v_schedule (ZB-V) is built by a greedy list scheduler
+ * in unit time under a memory cap, as in the zero-bubble paper.  Timing and
+ * checks are pp_simulate.c's; nothing here talks to MPI. */
 #include "mt_pp_schedule.h"
 
 #include <limits.h>
@@ -171,7 +171,7 @@ static mt_status_t gen_zb_h1(int p, int m, int r, alist_t *l)
     return MT_OK;
 }
 
-/* ---- greedy unit-time list scheduler (ZB-H1, ZB-V) ----
+/* ---- greedy unit-time list scheduler (ZB-V) ----
  * Every F, B, W costs one unit.  A free rank takes, in this order: a ready
  * B (lowest microbatch, then the deeper stage); a ready F if fewer than
  * `cap` of its stage-microbatches hold activations (F done, W not); the
