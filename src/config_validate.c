@@ -7,6 +7,7 @@
  * config that plans cleanly starts cleanly.  Derived sizes are filled in
  * cfg->derived; nothing here talks to MPI. */
 #include "config_internal.h"
+#include "mt_pp_schedule.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -323,6 +324,7 @@ static void check_pipeline(vctx_t *v)
     }
     int64_t per_rank = stages / pp;
     dv->num_stages = stages, dv->stages_per_rank = per_rank;
+    bool v_ok = false;
     if (p->pp_schedule == MT_PP_V_SCHEDULE && per_rank != 2)
         verr(v, "distributed.pipeline.pp_schedule", "v_schedule needs exactly 2 stages per rank, "
              "layers_per_stage gives %lld", (long long)per_rank);
@@ -334,6 +336,8 @@ static void check_pipeline(vctx_t *v)
         verr(v, "distributed.pipeline.pp_schedule", "%s runs 1 stage per rank, layers_per_stage "
              "gives %lld; use interleaved_1f1b, looped_bfs or dfs",
              mt_pp_schedule_name(p->pp_schedule), (long long)per_rank);
+    else
+        v_ok = true;
 
     int64_t local = cfg->step_scheduler.local_batch_size;
     if (local % p->pp_microbatch_size)
@@ -342,6 +346,12 @@ static void check_pipeline(vctx_t *v)
              (long long)p->pp_microbatch_size, (long long)local);
     else
         dv->num_microbatches = local / p->pp_microbatch_size;
+    /* what the schedule generator itself needs (the microbatch rules) */
+    if (v_ok && local % p->pp_microbatch_size == 0 &&
+        mt_pp_schedule_check(p->pp_schedule, (int)pp, (int)per_rank, (int)dv->num_microbatches) != MT_OK) {
+        verr(v, "distributed.pipeline.pp_schedule", "%s", mt_error_message());
+        mt_error_clear();
+    }
 }
 
 /* ---- sequence: packing, cp, sequence parallel ---- */

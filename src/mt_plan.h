@@ -11,10 +11,21 @@
 #include <stdio.h>
 
 #include "mt_config.h"
+#include "mt_pp_schedule.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* One schedule of meshtrain-plan's comparison table. */
+typedef struct {
+    mt_pp_schedule_t schedule;
+    int v;                  /* stages per rank it was simulated with */
+    bool valid, chosen;     /* valid: the generator accepts these sizes */
+    double bubble_fraction, bubble_ratio;
+    int peak_held;          /* rank 0's stage-microbatches holding activations */
+    char note[200];         /* why not valid */
+} mt_plan_pp_row_t;
 
 typedef struct {
     /* logical parameter counts (unsharded, padded vocabulary) */
@@ -30,7 +41,15 @@ typedef struct {
     double inflight_microbatches; /* stage-microbatches alive on the worst rank */
 
     double bubble_fraction;     /* idle share of the pipeline schedule, 0..1 */
-    const char *bubble_formula; /* the formula used, for the report */
+    double bubble_ratio;        /* idle over compute: the (p-1)/m convention */
+    const char *bubble_formula; /* how it was obtained, for the report */
+
+    /* Every schedule simulated for this p and m (pp_size > 1): v is the
+     * config's stages per rank for the multi-stage schedules when the chosen
+     * one is multi-stage, else 2.  Schedules the generator refuses for these
+     * sizes have valid = false and the reason in note. */
+    int pp_table_len;
+    mt_plan_pp_row_t pp_table[MT_PP_NUM_SCHEDULES];
 } mt_plan_t;
 
 /* Estimate for a validated config. */

@@ -10,13 +10,11 @@
 #include <math.h>
 #include <string.h>
 
-/* Pipeline rank that holds stage s. */
+/* Pipeline rank that holds stage s (the generator's layout). */
 static int64_t stage_rank(const mt_config_t *cfg, int64_t s)
 {
-    int64_t pp = cfg->distributed.pp_size;
-    if (cfg->distributed.pipeline.pp_schedule == MT_PP_V_SCHEDULE && pp > 1)
-        return s < pp ? s : 2 * pp - 1 - s; /* V: down the ranks and back up */
-    return s % pp;                          /* looped placement */
+    return mt_pp_stage_rank(cfg->distributed.pipeline.pp_schedule, (int)cfg->distributed.pp_size,
+                            (int)s);
 }
 
 static int64_t stage_layers(const mt_config_t *cfg, int64_t s)
@@ -68,63 +66,55 @@ static double act_per_token_layer(const mt_config_t *cfg)
     return stream + attn + mlp;
 }
 
-/* Stage-microbatches whose activations are alive at the peak on rank 0. */
-static double inflight(const mt_config_t *cfg)
+/* The pipeline schedules are generated and simulated (pp_schedule.c,
+ * pp_simulate.c) with every F, B and W of a stage costing the same and no
+ * communication time: a full backward costs 2F, as in the closed forms of
+ * doc/plan.md, which the tests check the simulation against. */
+#define PLAN_BUBBLE_LABEL "simulated: F = B = W per stage, no communication time"
+
+static mt_status_t simulate(mt_pp_schedule_t s, int p, int v, int m, mt_pp_sim_result_t *res)
 {
-    double p = (double)cfg->distributed.pp_size, m = (double)cfg->derived.num_microbatches;
-    double v = (double)cfg->derived.stages_per_rank;
-    if (cfg->distributed.pp_size == 1)
-        return 1;
-    switch (cfg->distributed.pipeline.pp_schedule) {
-    case MT_PP_GPIPE:
-    case MT_PP_LOOPED_BFS:
-        return m * v;                                  /* all forwards first */
-    case MT_PP_1F1B:
-    case MT_PP_ZERO_BUBBLE:
-        return fmin(m, p);                             /* p warm-up forwards */
-    case MT_PP_INTERLEAVED_1F1B:
-    case MT_PP_DFS:
-        return fmin(m * v, 2 * (p - 1) + (v - 1) * p + 1);
-    case MT_PP_V_SCHEDULE:
-        return fmin(m * v, 2 * p);                     /* ZB-V: 1F1B's memory */
-    }
-    return m * v;
+    mt_pp_sched_t sc;
+    MT_TRY(mt_pp_schedule_build(s, p, v, m, &sc));
+    mt_status_t st = mt_pp_simulate(&sc, 1, 1, 1, 0, res);
+    mt_pp_sched_free(&sc);
+    MT_TRY(st);
+    return MT_OK;
 }
 
-static void bubble(const mt_config_t *cfg, mt_plan_t *plan)
+/* The chosen schedule into *res and the bubble fields; the other schedules
+ * into the comparison table. */
+static mt_status_t bubble(const mt_config_t *cfg, mt_plan_t *plan, mt_pp_sim_result_t *res)
 {
-    double p = (double)cfg->distributed.pp_size, m = (double)cfg->derived.num_microbatches;
-    double v = (double)cfg->derived.stages_per_rank;
-    if (cfg->distributed.pp_size == 1) {
-        plan->bubble_fraction = 0, plan->bubble_formula = "no pipeline";
-        return;
+    const mt_pipeline_config_t *pl = &cfg->distributed.pipeline;
+    int p = (int)cfg->distributed.pp_size, m = (int)cfg->derived.num_microbatches;
+    int v = (int)cfg->derived.stages_per_rank;
+    memset(res, 0, sizeof *res);
+    if (p == 1) {
+        plan->bubble_fraction = 0, plan->bubble_ratio = 0, plan->bubble_formula = "no pipeline";
+        return MT_OK;
     }
-    switch (cfg->distributed.pipeline.pp_schedule) {
-    case MT_PP_GPIPE:
-    case MT_PP_1F1B:
-        plan->bubble_fraction = (p - 1) / (m + p - 1);
-        plan->bubble_formula = "(p-1)/(m+p-1)";
-        break;
-    case MT_PP_INTERLEAVED_1F1B:
-    case MT_PP_LOOPED_BFS:
-    case MT_PP_DFS:
-        plan->bubble_fraction = (p - 1) / (v * m + p - 1);
-        plan->bubble_formula = "(p-1)/(v*m+p-1)";
-        break;
-    case MT_PP_ZERO_BUBBLE:
-        plan->bubble_fraction = (p - 1) / (3 * m + p - 1);
-        plan->bubble_formula = "(p-1)/(3m+p-1) with F=B=W";
-        break;
-    case MT_PP_V_SCHEDULE:
-        if (m >= 2 * p) {
-            plan->bubble_fraction = 0;
-            plan->bubble_formula = "0 for m>=2p with F=B=W";
-        } else {
-            plan->bubble_fraction = (p - 1) / (v * m + p - 1);
-            plan->bubble_formula = "(p-1)/(v*m+p-1) bound for m<2p";
+    MT_TRY(simulate(pl->pp_schedule, p, v, m, res));
+    plan->bubble_fraction = res->bubble_fraction, plan->bubble_ratio = res->bubble_ratio;
+    plan->bubble_formula = PLAN_BUBBLE_LABEL;
+    bool multi = mt_pp_schedule_multi_stage(pl->pp_schedule);
+    for (int k = 0; k < MT_PP_NUM_SCHEDULES; k++) {
+        mt_pp_schedule_t s = (mt_pp_schedule_t)k;
+        int sv = !mt_pp_schedule_multi_stage(s) ? 1 : s == MT_PP_V_SCHEDULE ? 2 : multi ? v : 2;
+        mt_pp_sim_result_t r;
+        mt_plan_pp_row_t *row = &plan->pp_table[plan->pp_table_len++];
+        row->schedule = s, row->v = sv, row->chosen = s == pl->pp_schedule;
+        if (simulate(s, p, sv, m, &r) != MT_OK) {
+            snprintf(row->note, sizeof row->note, "%s", mt_error_message());
+            mt_error_clear();
+            continue;
         }
-        break;
+        row->valid = true;
+        row->bubble_fraction = r.bubble_fraction, row->bubble_ratio = r.bubble_ratio;
+        row->peak_held = r.peak_held[0];
+        mt_pp_sim_result_free(&r);
     }
+    return MT_OK;
 }
 
 mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
@@ -168,6 +158,8 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
     if (m->num_experts > 0)
         expert_frac = (double)(m->num_experts * 3 * H * m->moe_intermediate_size) / (double)lsh;
 
+    mt_pp_sim_result_t sim;
+    MT_TRY(bubble(cfg, plan, &sim));
     plan->bytes_total = -1;
     /* the embedding sits with the first stage; norm, lm_head and loss with the last */
     int64_t first_rank = stage_rank(cfg, 0), last_rank = stage_rank(cfg, dv->num_stages - 1);
@@ -199,8 +191,10 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
                            (double)lrep;
             int64_t nl = (int64_t)layers, nu = 0;
             int64_t *lo = malloc(sizeof *lo * (size_t)(nl + 3));
-            if (!lo)
+            if (!lo) {
+                mt_pp_sim_result_free(&sim);
                 MT_FAIL(MT_ERR_NOMEM, "plan units");
+            }
             lo[0] = 0;
             bool has_embed = r == first_rank;
             if (has_embed)
@@ -225,7 +219,9 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
         double per_layer = act_per_token_layer(cfg) * tokens * act_bytes;
         double stage_layers_avg = layers / (double)dv->stages_per_rank;
         double acts;
-        double nflight = inflight(cfg);
+        /* stage-microbatches whose activations this rank holds at its peak
+         * (F done, backward including W not yet): from the simulation */
+        double nflight = d->pp_size > 1 ? (double)sim.peak_held[r] : 1;
         if (d->activation_checkpointing) /* layer inputs kept, one layer recomputed */
             acts = nflight * stage_layers_avg * tokens * (double)H /
                        (d->sequence_parallel ? tp : 1) * act_bytes + per_layer;
@@ -251,6 +247,6 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
             plan->inflight_microbatches = nflight;
         }
     }
-    bubble(cfg, plan);
+    mt_pp_sim_result_free(&sim);
     return MT_OK;
 }

@@ -98,6 +98,21 @@ void mt_plan_write_text(const mt_config_t *cfg, const mt_plan_t *plan, FILE *out
         fprintf(out, ", p=%lld m=%lld v=%lld", (long long)d->pp_size,
                 (long long)dv->num_microbatches, (long long)dv->stages_per_rank);
     fprintf(out, ")\n");
+    if (plan->pp_table_len == 0)
+        return;
+    /* every schedule at this p and m, simulated alike (doc/pipeline.md) */
+    fprintf(out, "  schedule            v   bubble  idle/compute  rank-0 activations (microbatches of all\n"
+                 "                                                its layers; stage-microbatches)\n");
+    for (int k = 0; k < plan->pp_table_len; k++) {
+        const mt_plan_pp_row_t *row = &plan->pp_table[k];
+        fprintf(out, "%s %-17s %2d", row->chosen ? "*" : " ", mt_pp_schedule_name(row->schedule),
+                row->v);
+        if (row->valid)
+            fprintf(out, "  %6.1f%%  %11.1f%%  %5.1f (%d)\n", 100.0 * row->bubble_fraction,
+                    100.0 * row->bubble_ratio, (double)row->peak_held / row->v, row->peak_held);
+        else
+            fprintf(out, "  n/a: %s\n", row->note);
+    }
 }
 
 static void json_groups(const mt_layout_t *lay, FILE *out)
@@ -156,7 +171,23 @@ void mt_plan_write_json(const mt_config_t *cfg, const mt_plan_t *plan, FILE *out
             plan->worst_pp_rank, plan->bytes_params, plan->bytes_grads, plan->bytes_optim,
             plan->bytes_activations, plan->bytes_total);
     fprintf(out, "  \"pipeline\": {\"schedule\": \"%s\", \"bubble_fraction\": %.6f, "
-                 "\"formula\": \"%s\"}\n}\n",
+                 "\"bubble_ratio\": %.6f, \"formula\": \"%s\", \"schedules\": [",
             d->pp_size > 1 ? mt_pp_schedule_name(d->pipeline.pp_schedule) : "none",
-            plan->bubble_fraction, plan->bubble_formula);
+            plan->bubble_fraction, plan->bubble_ratio, plan->bubble_formula);
+    for (int k = 0; k < plan->pp_table_len; k++) {
+        const mt_plan_pp_row_t *row = &plan->pp_table[k];
+        fprintf(out, "%s\n    {\"schedule\": \"%s\", \"v\": %d, \"chosen\": %s, ", k ? "," : "",
+                mt_pp_schedule_name(row->schedule), row->v, row->chosen ? "true" : "false");
+        if (row->valid)
+            fprintf(out, "\"valid\": true, \"bubble_fraction\": %.6f, \"bubble_ratio\": %.6f, "
+                         "\"peak_activations_rank0\": %d}",
+                    row->bubble_fraction, row->bubble_ratio, row->peak_held);
+        else { /* the generator's message: no quotes or backslashes in it */
+            fprintf(out, "\"valid\": false, \"reason\": \"");
+            for (const char *c = row->note; *c; c++)
+                fputc(*c == '"' || *c == '\\' ? '\'' : *c, out);
+            fprintf(out, "\"}");
+        }
+    }
+    fprintf(out, "%s]}\n}\n", plan->pp_table_len ? "\n  " : "");
 }

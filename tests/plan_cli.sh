@@ -30,6 +30,19 @@ expect_rc 2 "$plan" --world-size 8
 expect_rc 2 "$plan" --config "$configs/tiny.yaml" --world-size 8 --bogus
 expect_rc 2 "$plan" --config "$configs/tiny.yaml" --world-size 8 --app giant
 
+# The bubble is simulated from the generated schedules; all seven are listed.
+expect_rc 0 "$plan" --config "$configs/qwen3-14b-tp4-pp2.yaml" --world-size 8
+expect_in "$out" "pipeline bubble        11.1% (simulated: F = B = W per stage, no communication time, p=2 m=8 v=1)" "1f1b bubble (p-1)/(m+p-1)"
+expect_in "$out" "* 1f1b               1    11.1%" "chosen schedule marked"
+expect_in "$out" "  zero_bubble        1     4.0%" "ZB-H1 (p-1)/(3m+p-1)"
+expect_in "$out" "  interleaved_1f1b   2     5.9%" "interleaved (p-1)/(vm+p-1)"
+expect_rc 0 "$plan" --config "$configs/tiny.yaml" --world-size 4 distributed.pp_size=4 \
+    distributed.pipeline.pp_schedule=gpipe
+expect_in "$out" "interleaved_1f1b   2  n/a: interleaved_1f1b needs the number of microbatches (2" "refused schedule listed"
+expect_rc 1 "$plan" --config "$configs/tiny.yaml" --world-size 4 distributed.pp_size=4 \
+    distributed.pipeline.pp_schedule=interleaved_1f1b model.num_hidden_layers=8
+expect_in "$err" "to be a multiple of pp_size 4" "interleaved microbatch rule"
+
 expect_rc 0 "$plan" --config "$configs/llama3-70b-tp8-pp4.yaml" --world-size 64 --json
 if command -v python3 >/dev/null 2>&1; then
     printf '%s' "$out" > "$workdir/plan.json"
@@ -45,6 +58,11 @@ for name, groups in p["groups"].items():
 assert p["groups"]["tp"][1] == list(range(8, 16))
 m = p["memory_per_rank_bytes"]
 assert abs(m["total"] - (m["parameters"] + m["gradients"] + m["optimizer"] + m["activations"])) < 4
+pl = p["pipeline"]
+rows = {r["schedule"]: r for r in pl["schedules"]}
+assert len(rows) == 7 and [r for r in rows.values() if r["chosen"]] == [rows[pl["schedule"]]], pl
+assert rows[pl["schedule"]]["bubble_fraction"] == pl["bubble_fraction"], pl
+assert rows["zero_bubble"]["bubble_fraction"] < rows["1f1b"]["bubble_fraction"], pl
 PY
 fi
 finish

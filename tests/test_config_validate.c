@@ -229,6 +229,12 @@ static const rule_case_t rule_cases[] = {
         "v_schedule needs exactly 2 stages per rank, layers_per_stage gives 4"),
     BAD(2, PP2 "v_schedule" LPS "2", "distributed.pipeline.pp_schedule: ",
         "v_schedule needs exactly 2 stages per rank, layers_per_stage gives 1"),
+    /* interleaved_1f1b walks microbatches in rounds of pp_size */
+    BAD(4, D "pp_size=4;" D "pipeline.pp_schedule=interleaved_1f1b;model.num_hidden_layers=8",
+        "distributed.pipeline.pp_schedule: ",
+        "interleaved_1f1b needs the number of microbatches (2 = local_batch_size / "
+        "pp_microbatch_size) to be a multiple of pp_size 4"),
+    OK(4, D "pp_size=4;" D "pipeline.pp_schedule=dfs;model.num_hidden_layers=8"),
     /* gpipe, 1f1b, zero_bubble: one stage per rank */
     OK(2, PP2 "gpipe"),
     OK(2, PP2 "zero_bubble" LPS "2"),

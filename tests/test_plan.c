@@ -1,7 +1,8 @@
 /* test_plan: meshtrain-plan's numbers and output.  Parameter counts against
  * a hand count of the tiny model, the memory formulas of doc/plan.md on
  * layouts where they reduce to simple products, stage placement, the
- * bubble formulas, and the text and JSON reports (driven in-process through
+ * simulated bubbles against the closed forms and the schedule table, and
+ * the text and JSON reports (driven in-process through
  * mt_plan_main with temporary files). */
 #include <math.h>
 #include <stdlib.h>
@@ -130,7 +131,7 @@ static void test_pipeline(void)
     struct { const char *sched; double bubble; } cases[] = {
         {"gpipe", 3.0 / 11}, {"1f1b", 3.0 / 11}, {"interleaved_1f1b", 3.0 / 19},
         {"looped_bfs", 3.0 / 19}, {"dfs", 3.0 / 19}, {"zero_bubble", 3.0 / 27},
-        {"v_schedule", 0.0},
+        {"v_schedule", 3.0 / 51}, /* ZB-V: only the ramp of p-1 stage forwards, (p-1)/(6m+p-1) */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         snprintf(ov, sizeof ov, "%sdistributed.pipeline.pp_schedule=%s", base, cases[i].sched);
@@ -139,15 +140,34 @@ static void test_pipeline(void)
         mt_plan_compute(&cfg, &p);
         CHECK(near(p.bubble_fraction, cases[i].bubble), "%s bubble %.4f, expected %.4f",
               cases[i].sched, p.bubble_fraction, cases[i].bubble);
+        /* the comparison table: all seven, this one marked, same figure */
+        CHECK(p.pp_table_len == MT_PP_NUM_SCHEDULES, "%s: table of %d", cases[i].sched,
+              p.pp_table_len);
+        for (int k = 0; k < p.pp_table_len; k++) {
+            const mt_plan_pp_row_t *row = &p.pp_table[k];
+            bool me = strcmp(mt_pp_schedule_name(row->schedule), cases[i].sched) == 0;
+            CHECK(row->chosen == me && row->valid, "%s: row %d", cases[i].sched, k);
+            if (me)
+                CHECK(row->bubble_fraction == p.bubble_fraction, "%s: table figure", cases[i].sched);
+        }
         for (int r = 0; r < 4; r++)
             CHECK(mt_plan_layers_on_rank(&cfg, r) == 2, "%s: rank %d layers", cases[i].sched, r);
     }
-    /* v_schedule with few microbatches falls back to the interleaved bound. */
+    /* v_schedule with m < 2p keeps the (p-1)/(6m+p-1) of its ramp. */
     snprintf(ov, sizeof ov, "%sdistributed.pipeline.pp_schedule=v_schedule;"
              "step_scheduler.local_batch_size=4;step_scheduler.global_batch_size=4", base);
     if (setup(4, ov)) {
         mt_plan_compute(&cfg, &p);
-        CHECK(near(p.bubble_fraction, 3.0 / 11), "v_schedule m<2p: %.4f", p.bubble_fraction);
+        CHECK(near(p.bubble_fraction, 3.0 / 27), "v_schedule m<2p: %.4f", p.bubble_fraction);
+    }
+    /* schedules the generator refuses for this m are listed with the reason */
+    if (setup(4, "model.num_hidden_layers=8;distributed.pp_size=4;step_scheduler.global_batch_size=2;"
+                 "distributed.pipeline.pp_schedule=1f1b")) {
+        mt_plan_compute(&cfg, &p);
+        const mt_plan_pp_row_t *row = &p.pp_table[MT_PP_INTERLEAVED_1F1B];
+        CHECK(!row->valid && strstr(row->note, "multiple of pp_size 4"), "interleaved m=2 p=4: %s",
+              row->note);
+        CHECK(p.pp_table[MT_PP_DFS].valid && p.pp_table[MT_PP_1F1B].chosen, "dfs m=2 p=4");
     }
     /* layers_per_stage: 8 layers at 3 per stage on pp 3 = stages of 3, 3, 2. */
     if (setup(3, "model.num_hidden_layers=8;distributed.pp_size=3;step_scheduler.global_batch_size=2;"
@@ -209,7 +229,13 @@ static void test_cli(void)
     CHECK_CONTAINS(out, "(8 more; --all-groups lists them)");
     CHECK_CONTAINS(out, "interleaved_1f1b, 8 stages (2 per rank), 16 microbatches of 1");
     CHECK_CONTAINS(out, "parameters           70.55B");
-    CHECK_CONTAINS(out, "pipeline bubble        8.6% ((p-1)/(v*m+p-1), p=4 m=16 v=2)");
+    CHECK_CONTAINS(out, "pipeline bubble        8.6% (simulated: F = B = W per stage, "
+                        "no communication time, p=4 m=16 v=2)");
+    CHECK_CONTAINS(out, "* interleaved_1f1b   2     8.6%          9.4%    5.5 (11)");
+    CHECK_CONTAINS(out, "  1f1b               1    15.8%         18.8%    4.0 (4)");
+    CHECK_CONTAINS(out, "  zero_bubble        1     5.9%          6.2%    4.0 (4)");
+    CHECK_CONTAINS(out, "  v_schedule         2     3.0%          3.1%    4.0 (8)");
+    CHECK_CONTAINS(out, "activations             2.149 GiB (11 stage-microbatches in flight)");
     CHECK_CONTAINS(out, "memory per rank");
 
     /* TP spanning nodes is caught by plan too. */
@@ -225,6 +251,8 @@ static void test_cli(void)
     CHECK_CONTAINS(out, "\"tp\": 8");
     CHECK_CONTAINS(out, "\"pp\": [[0, 16, 32, 48], [1, 17, 33, 49]");
     CHECK_CONTAINS(out, "\"bubble_fraction\": 0.085714");
+    CHECK_CONTAINS(out, "{\"schedule\": \"interleaved_1f1b\", \"v\": 2, \"chosen\": true, "
+                        "\"valid\": true, \"bubble_fraction\": 0.085714, \"bubble_ratio\": 0.093750");
 
     /* overrides, usage errors */
     char *a4[] = {"meshtrain-plan", "--config", path, "--world-size", "64", "distributed.tp_size=3"};
