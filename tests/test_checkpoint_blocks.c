@@ -289,20 +289,20 @@ static void test_refusals(void)
                  "rows [2, 6) x columns [0, 4)", o);
         expect_refused(save(9, B_GRID, grid_rows_overlap), "grid rows overlap", want);
     }
+    /* 8 columns: rank 0 has [0, e0), rank 1 [e0, e1) */
+    int64_t e0 = 8 / nranks, e1 = 8 * 2 / nranks;
     if (nranks > 1) {
-        int64_t w = 8 / nranks; /* 8 columns: rank 0 has [0, w), rank 1 [w, 2w) */
         snprintf(want, sizeof want, "%s: rank 0's rows [0, 6) x columns [0, %lld) overlap rank "
                  "1's rows [0, 6) x columns [%lld, %lld): every element must be saved by exactly "
-                 "one rank", o, (long long)w, (long long)w - 1, (long long)2 * w);
+                 "one rank", o, (long long)e0, (long long)e0 - 1, (long long)e1);
         expect_refused(save(9, B_COLS, column_overlap), "columns overlap", want);
     }
     if (nranks > 2) { /* the element counts add up; only the overlap check sees it */
         snprintf(want, sizeof want, "%s: rank 0's rows [0, 6) overlap rank 1's rows [0, 6)", o);
         expect_refused(save(9, B_COLS, replicated_on_two), "whole on two ranks", want);
-        int64_t w = 8 / nranks;
         snprintf(want, sizeof want, "%s: rank 0's rows [0, 6) x columns [0, %lld) overlap rank "
-                 "1's rows [0, 6) x columns [%lld, %lld)", o, (long long)w, (long long)w - 1,
-                 (long long)2 * w);
+                 "1's rows [0, 6) x columns [%lld, %lld)", o, (long long)e0, (long long)e0 - 1,
+                 (long long)e1);
         expect_refused(save(9, B_COLS, overlap_same_total), "overlap, same total", want);
     }
     struct stat sb;
