@@ -3,8 +3,9 @@
  * agreed over the communicator (mt_agree), so all ranks return the
  * same status and message and none is left waiting in a collective.
  *
- * The step directories (manifest, rename, `latest`, pruning, discovery)
- * are checkpoint_dir.c, run by rank 0 alone; the HDF5 file is
+ * Who writes which block of a tensor is checkpoint_plan.c; the step
+ * directories (manifest, rename, `latest`, pruning, discovery) are
+ * checkpoint_dir.c, run by rank 0 alone; the HDF5 file is
  * checkpoint_io.c. */
 #include "checkpoint_internal.h"
 #include "mt_comm.h"
@@ -34,13 +35,7 @@ static mt_status_t check_tensor(const mt_ckpt_tensor_t *t, int i, int saving)
         if (t->shape[d] < 1)
             MT_FAIL(MT_ERR_RANGE, "checkpoint tensor %s: dim %d has size %lld; tensors must not "
                     "be empty", t->path, d, (long long)t->shape[d]);
-    if (t->row_offset < 0 || t->row_count < 0 || t->row_offset > t->shape[0] - t->row_count)
-        MT_FAIL(MT_ERR_RANGE, "checkpoint tensor %s: rows [%lld, %lld) are outside dim 0 of "
-                "size %lld", t->path, (long long)t->row_offset,
-                (long long)(t->row_offset + t->row_count), (long long)t->shape[0]);
-    if (t->row_count > 0 && !t->data)
-        MT_FAIL(MT_ERR_RANGE, "checkpoint tensor %s: %lld rows but no data", t->path,
-                (long long)t->row_count);
+    MT_TRY(mt_ckpt_check_block(t));
     return MT_OK;
 }
 
@@ -54,7 +49,7 @@ static mt_status_t check_tensors(const mt_ckpt_tensor_t *t, int n, int saving)
 }
 
 /* Digest of what must be identical on every rank: the directory, a few
- * scalars and the tensor list with shapes (not the rows, which differ). */
+ * scalars and the tensor list with shapes (not the blocks, which differ). */
 static void call_digest(const char *dir, const int64_t *scalars, int ns,
                         const mt_ckpt_tensor_t *t, int n, unsigned char d[32])
 {
@@ -102,65 +97,6 @@ static mt_status_t same_as_rank0(MPI_Comm comm, int valid, const char *what, con
         MT_FAIL(MT_ERR_RANGE, "%s: rank %d was called with a different directory, train state or "
                 "tensor list than rank 0: every rank must pass the same tensors, with the same "
                 "full shapes, in the same order", what, rank);
-    return MT_OK;
-}
-
-/* Who writes which rows.  A tensor that every rank holds whole (pure data
- * parallelism, or a norm weight replicated over TP ranks) is written by
- * rank 0 alone; any other tensor's rows must be split so that each row is
- * saved by exactly one rank.  The sums are the same everywhere, so every
- * rank reaches the same verdict.  *out: a copy of t with the rows this
- * rank actually writes. */
-static mt_status_t plan_writes(MPI_Comm comm, const mt_ckpt_tensor_t *t, int n,
-                               mt_ckpt_tensor_t **out)
-{
-    int rank, size;
-    MT_MPI_TRY(MPI_Comm_rank(comm, &rank));
-    MT_MPI_TRY(MPI_Comm_size(comm, &size));
-    mt_ckpt_tensor_t *w = malloc(sizeof *w * (size_t)(n ? n : 1));
-    mt_status_t s = w ? MT_OK
-                      : mt_error_set(MT_ERR_NOMEM, __FILE__, __LINE__,
-                                     "checkpoint: %d tensor descriptors", n);
-    if ((s = mt_agree(comm, s)) != MT_OK) {
-        free(w);
-        return s;
-    }
-    if (n)
-        memcpy(w, t, sizeof *w * (size_t)n);
-    enum { CHUNK = 256 };
-    int64_t mine[2 * CHUNK], sum[2 * CHUNK];
-    for (int base = 0; base < n; base += CHUNK) {
-        int m = n - base < CHUNK ? n - base : CHUNK;
-        for (int i = 0; i < m; i++) {
-            const mt_ckpt_tensor_t *x = &t[base + i];
-            mine[2 * i] = x->row_count;
-            mine[2 * i + 1] = x->row_offset == 0 && x->row_count == x->shape[0];
-        }
-        int rc = MPI_Allreduce(mine, sum, 2 * m, MPI_INT64_T, MPI_SUM, comm);
-        if (rc != MPI_SUCCESS) {
-            free(w);
-            return mt_error_mpi(rc, "MPI_Allreduce(row counts)", __FILE__, __LINE__);
-        }
-        for (int i = 0; i < m; i++) {
-            mt_ckpt_tensor_t *x = &w[base + i];
-            if (sum[2 * i + 1] == size) {
-                if (rank != 0)
-                    x->row_count = 0;
-                continue;
-            }
-            if (sum[2 * i] == x->shape[0])
-                continue;
-            mt_error_set(MT_ERR_RANGE, __FILE__, __LINE__,
-                         "checkpoint tensor %s: the ranks hold %lld rows in total, dim 0 has "
-                         "%lld: every row must be saved by exactly one rank",
-                         x->path, (long long)sum[2 * i], (long long)x->shape[0]);
-            mt_error_hint("split the rows over the ranks, or give a tensor held by some ranks "
-                          "but not all to one of them (row_count 0 on the others)");
-            free(w);
-            return MT_ERR_RANGE;
-        }
-    }
-    *out = w;
     return MT_OK;
 }
 
@@ -234,7 +170,7 @@ mt_status_t mt_ckpt_save(MPI_Comm comm, const char *checkpoint_dir, const mt_ckp
                                      t, n);
     MT_TRY(mt_agree(comm, s != MT_OK ? s : same));
     mt_ckpt_tensor_t *w = NULL;
-    MT_TRY(plan_writes(comm, t, n, &w));
+    MT_TRY(mt_ckpt_plan_writes(comm, t, n, &w));
     char *texts;
     s = bcast_texts(comm, rank, config_yaml, mesh_desc, &texts);
     if (s != MT_OK) {

@@ -1,5 +1,6 @@
 /* checkpoint_internal.h: what the checkpoint files share: checkpoint.c
- * (collective entry points, agreement), checkpoint_dir.c (step
+ * (collective entry points, agreement), checkpoint_plan.c (each rank's
+ * block of a tensor, who writes what), checkpoint_dir.c (step
  * directories, manifest, pruning; rank 0 or not collective) and
  * checkpoint_io.c (the HDF5 file).  Not installed: callers use
  * mt_checkpoint.h. */
@@ -30,6 +31,29 @@ mt_status_t mt_ckpt_prepare(const char *dir, const char *tmp);
 mt_status_t mt_ckpt_publish(const char *dir, const char *name, const char *tmp, int64_t step,
                             int64_t keep);
 
+/* ---- blocks (checkpoint_plan.c) ---- */
+
+/* t's block in dims 0 and 1 as {row_offset, row_count, col_offset,
+ * col_count}, with col_count 0 resolved to all of dim 1; a 1-D tensor has
+ * one column.  The block holds b[1] * b[3] * prod(shape[2..]) floats. */
+void mt_ckpt_block(const mt_ckpt_tensor_t *t, int64_t b[4]);
+
+/* "rows [a, b)", or "rows [a, b) x columns [c, d)" when b is not whole
+ * rows: for messages. */
+const char *mt_ckpt_block_text(const mt_ckpt_tensor_t *t, const int64_t b[4], char *buf,
+                               size_t cap);
+
+/* Not collective: t's block lies inside its shape and has data. */
+mt_status_t mt_ckpt_check_block(const mt_ckpt_tensor_t *t);
+
+/* Collective, on tensors every rank has checked: *out is a malloc'd copy
+ * of t with the blocks this rank actually writes.  A tensor that every
+ * rank holds whole is written by rank 0 alone; any other must be tiled by
+ * the ranks' blocks (no overlap, no gap), or MT_ERR_RANGE naming the
+ * tensor.  Agreed. */
+mt_status_t mt_ckpt_plan_writes(MPI_Comm comm, const mt_ckpt_tensor_t *t, int n,
+                                mt_ckpt_tensor_t **out);
+
 /* Collective.  Create `file` (truncating) and write /meta, /train,
  * /optim/step and every tensor's hyperslab.  config and mesh must be the
  * same on every rank.  Failures are agreed: every rank returns the same. */
@@ -46,8 +70,9 @@ mt_status_t mt_ckpt_h5_read(MPI_Comm comm, const char *file, const mt_ckpt_tenso
 /* Reading tensor by tensor, for tools that stream a checkpoint instead of
  * loading a model (meshtrain-ckpt export).  Every call is collective and
  * agreed.  open checks /meta format and version; read_rows checks t's
- * shape and reads this rank's rows; close frees r and returns s (a status
- * every rank already agrees on) or, when s is MT_OK, the close's own. */
+ * shape and reads this rank's block (rows, or rows x columns); close
+ * frees r and returns s (a status every rank already agrees on) or, when
+ * s is MT_OK, the close's own. */
 typedef struct mt_ckpt_h5_reader mt_ckpt_h5_reader_t;
 mt_status_t mt_ckpt_h5_open(MPI_Comm comm, const char *file, mt_ckpt_h5_reader_t **r);
 mt_status_t mt_ckpt_h5_read_rows(mt_ckpt_h5_reader_t *r, const mt_ckpt_tensor_t *t);

@@ -1,5 +1,7 @@
 /* checkpoint_io.c: the HDF5 file of a checkpoint (model.h5), written and
- * read collectively through MPI-IO, one hyperslab of rows per rank.
+ * read collectively through MPI-IO, one hyperslab per rank: a block of
+ * rows, or of rows x columns (checkpoint_plan.c says which rank writes
+ * which).
  *
  * Every collective step here ends in mt_agree, so a failure on one
  * rank (a dataset that cannot be created, a shape that does not match)
@@ -100,18 +102,20 @@ static void shape_text(char *buf, size_t cap, int ndim, const int64_t *dims)
         snprintf(buf + used, cap - used, "]");
 }
 
-/* Select rows [row_offset, row_offset + row_count) of dim 0 in fs and
- * return a memory space of the same shape; select nothing in either when
- * this rank has no rows, so it still joins the collective transfer. */
-static hid_t select_rows(hid_t fs, const mt_ckpt_tensor_t *t)
+/* Select t's block (rows x columns of dims 0 and 1, the other dims
+ * whole) in fs and return a memory space of the block's shape, which is
+ * how the rank's buffer holds it; select nothing in either when the block
+ * is empty, so the rank still joins the collective transfer. */
+static hid_t select_block(hid_t fs, const mt_ckpt_tensor_t *t)
 {
-    hsize_t start[4] = {0}, count[4];
+    int64_t b[4];
+    mt_ckpt_block(t, b);
+    hsize_t start[4] = {(hsize_t)b[0], (hsize_t)b[2], 0, 0}, count[4];
     hsize_t nelem = 1;
     for (int d = 0; d < t->ndim; d++) {
-        count[d] = (hsize_t)(d == 0 ? t->row_count : t->shape[d]);
+        count[d] = (hsize_t)(d == 0 ? b[1] : d == 1 ? b[3] : t->shape[d]);
         nelem *= count[d];
     }
-    start[0] = (hsize_t)t->row_offset;
     if (nelem == 0) {
         hsize_t one = 1;
         hid_t ms = H5Screate_simple(1, &one, NULL);
@@ -122,6 +126,14 @@ static hid_t select_rows(hid_t fs, const mt_ckpt_tensor_t *t)
     if (H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) < 0)
         return -1;
     return H5Screate_simple(t->ndim, count, NULL);
+}
+
+/* "rows [a, b)" or "rows [a, b) x columns [c, d)" of t, for messages. */
+static const char *block_text(const mt_ckpt_tensor_t *t, char *buf, size_t cap)
+{
+    int64_t b[4];
+    mt_ckpt_block(t, b);
+    return mt_ckpt_block_text(t, b, buf, cap);
 }
 
 /* 1 if every component of path exists, 0 if one does not, <0 on error.
@@ -339,20 +351,21 @@ static mt_status_t create_tensor(const h5_ctx_t *c, const mt_ckpt_tensor_t *t, h
         H5_FAIL("%s: %s: cannot make its dataspace", c->name, t->path);
     if ((*d = H5Dcreate2(c->file, t->path, H5T_IEEE_F32LE, *fs, c->lcpl, c->dcpl, H5P_DEFAULT)) < 0)
         H5_FAIL("%s: cannot create dataset %s", c->name, t->path);
-    if ((*ms = select_rows(*fs, t)) < 0)
-        H5_FAIL("%s: %s: cannot select rows [%lld, %lld)", c->name, t->path,
-                (long long)t->row_offset, (long long)(t->row_offset + t->row_count));
+    char text[128];
+    if ((*ms = select_block(*fs, t)) < 0)
+        H5_FAIL("%s: %s: cannot select %s", c->name, t->path, block_text(t, text, sizeof text));
     return MT_OK;
 }
 
 static mt_status_t write_tensor(MPI_Comm comm, const h5_ctx_t *c, const mt_ckpt_tensor_t *t)
 {
     hid_t d = -1, fs = -1, ms = -1;
+    char text[128];
     static float nothing; /* HDF5 wants a buffer even for an empty selection */
     mt_status_t s = mt_agree(comm, create_tensor(c, t, &d, &fs, &ms));
     if (s == MT_OK && H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, c->dxpl, t->data ? t->data : &nothing) < 0)
-        s = h5_fail(__FILE__, __LINE__, "%s: writing rows [%lld, %lld) of %s failed", c->name,
-                    (long long)t->row_offset, (long long)(t->row_offset + t->row_count), t->path);
+        s = h5_fail(__FILE__, __LINE__, "%s: writing %s of %s failed", c->name,
+                    block_text(t, text, sizeof text), t->path);
     h5_close(&ms, H5Sclose);
     h5_close(&fs, H5Sclose);
     h5_close(&d, H5Dclose);
@@ -362,9 +375,11 @@ static mt_status_t write_tensor(MPI_Comm comm, const h5_ctx_t *c, const mt_ckpt_
 /* Collective transfers (MPI-IO two-phase I/O) unless the node is
  * oversubscribed: there every blocking exchange inside ROMIO spins against
  * the ranks it waits for (8 ranks on 2 cores: 20 s per save of a 0.5 MB
- * model instead of 1.5 s).  A rank's rows are one contiguous run of the
- * file, so independent writes lose nothing there.  MESHTRAIN_H5_TRANSFER=
- * collective|independent overrides. */
+ * model instead of 1.5 s).  A block of whole rows is one contiguous run of
+ * the file, so independent writes lose nothing there; a column block is
+ * row_count runs, which ROMIO writes by data sieving (read-modify-write
+ * under a file lock): correct, and small next to the spinning.
+ * MESHTRAIN_H5_TRANSFER=collective|independent overrides. */
 int mt_ckpt_transfer_collective(void)
 {
     const char *e = getenv("MESHTRAIN_H5_TRANSFER");
@@ -483,20 +498,21 @@ static mt_status_t open_tensor(const h5_ctx_t *c, const mt_ckpt_tensor_t *t, hid
                       c->name);
         return MT_ERR_IO;
     }
-    if ((*ms = select_rows(*fs, t)) < 0)
-        H5_FAIL("%s: %s: cannot select rows [%lld, %lld)", c->name, t->path,
-                (long long)t->row_offset, (long long)(t->row_offset + t->row_count));
+    char text[128];
+    if ((*ms = select_block(*fs, t)) < 0)
+        H5_FAIL("%s: %s: cannot select %s", c->name, t->path, block_text(t, text, sizeof text));
     return MT_OK;
 }
 
 static mt_status_t read_tensor(MPI_Comm comm, const h5_ctx_t *c, const mt_ckpt_tensor_t *t)
 {
     hid_t d = -1, fs = -1, ms = -1;
+    char text[128];
     static float nothing;
     mt_status_t s = mt_agree(comm, open_tensor(c, t, &d, &fs, &ms));
     if (s == MT_OK && H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, c->dxpl, t->data ? t->data : &nothing) < 0)
-        s = h5_fail(__FILE__, __LINE__, "%s: reading rows [%lld, %lld) of %s failed", c->name,
-                    (long long)t->row_offset, (long long)(t->row_offset + t->row_count), t->path);
+        s = h5_fail(__FILE__, __LINE__, "%s: reading %s of %s failed", c->name,
+                    block_text(t, text, sizeof text), t->path);
     h5_close(&ms, H5Sclose);
     h5_close(&fs, H5Sclose);
     h5_close(&d, H5Dclose);

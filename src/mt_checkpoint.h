@@ -10,9 +10,10 @@
  *   /meta attributes: format "meshtrain-checkpoint", version 1, config
  *                     (the resolved YAML), mesh (a one-line description),
  *                     world_size
- * Every rank writes and reads only its own hyperslab (rows
- * [row_offset, row_offset+row_count) of dim 0) collectively through MPI-IO,
- * so no rank ever holds another's shard.
+ * Every rank writes and reads only its own hyperslab, a block of dims 0
+ * and 1 (rows [row_offset, row_offset+row_count) x columns
+ * [col_offset, col_offset+col_count)), collectively through MPI-IO, so no
+ * rank ever holds another's shard.
  *
  * Writes are atomic: the directory is written as step_NNNNNNNN.tmp, the
  * manifest (manifest.sha256: "<hex>  model.h5") is written last, then the
@@ -42,7 +43,13 @@ typedef struct {
     int64_t shape[4];     /* full logical shape */
     int64_t row_offset;   /* this rank's rows of dim 0 */
     int64_t row_count;    /* 0 is allowed (a rank with nothing of this tensor) */
-    float *data;          /* row_count * prod(shape[1..]) floats */
+    int64_t col_offset;   /* this rank's columns of dim 1 (a column block of a */
+    int64_t col_count;    /* row-parallel linear); col_count 0: all of dim 1, with
+                           * col_offset 0, so a zero-initialised struct means whole
+                           * rows.  1-D tensors: both must be 0. */
+    float *data;          /* the block, contiguous and row-major: row_count *
+                           * col_count * prod(shape[2..]) floats (col_count 0:
+                           * shape[1]) */
 } mt_ckpt_tensor_t;
 
 typedef struct {

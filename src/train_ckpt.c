@@ -19,6 +19,7 @@ static void set_tensor(mt_ckpt_tensor_t *t, const char *path, const mt_param_t *
     t->shape[1] = p->ndim > 1 ? p->shape[1] : 1;
     t->row_offset = 0;
     t->row_count = rows;
+    t->col_offset = t->col_count = 0; /* whole rows: no TP column blocks yet */
     t->data = data;
 }
 

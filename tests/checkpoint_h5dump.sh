@@ -1,8 +1,9 @@
 #!/bin/sh
 # checkpoint_h5dump.sh: a checkpoint written by 2 ranks reads with the
 # stock tools, as doc/checkpoints.md shows: h5dump and h5ls see the
-# documented paths, dtypes, shapes, values and /meta attributes, and
-# coreutils' sha256sum accepts the manifest.  Skips (77) without h5dump.
+# documented paths, dtypes, shapes, values and /meta attributes (also of
+# tensors written as column blocks), and coreutils' sha256sum accepts the
+# manifest.  Skips (77) without h5dump.
 . "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
 
 command -v h5dump >/dev/null 2>&1 || { echo "checkpoint_h5dump.sh: no h5dump; skipping"; exit 77; }
@@ -61,6 +62,22 @@ $got
 expected:
 $want"
 fi
+
+# Blocks of rows x columns (tensor parallelism's column blocks): at 2
+# ranks, rank 0 writes columns [0, 4) of o_proj and rank 1 columns
+# [4, 8); the file holds the full logical tensor in PyTorch's order.
+expect_rc 0 timeout 120 "$MPIEXEC" $MPIEXEC_NP 2 "$prog" "save-blocks=$workdir/blocks"
+bfile="$workdir/blocks/step_00000001/model.h5"
+expect_rc 0 h5dump -d /model/model.layers.0.self_attn.o_proj.weight "$bfile"
+expect_in "$out" 'DATASPACE  SIMPLE { ( 6, 8 ) / ( 6, 8 ) }' "o_proj shape"
+expect_in "$out" '(0,0): -99.25, -98.75, -98.25, -97.75, -97.25, -96.75, -96.25, -95.75,
+   (1,0): -95.25, -94.75, -94.25, -93.75, -93.25, -92.75, -92.25, -91.75,' "o_proj rows 0-1"
+expect_in "$out" '(5,0): -79.25, -78.75, -78.25, -77.75, -77.25, -76.75, -76.25, -75.75' \
+    "o_proj row 5"
+# a 3-D tensor split at column 3 of dim 1: (1, 2, :) from rank 0, (1, 3, :) from rank 1
+expect_rc 0 h5dump -d /optim/model.layers.0.mlp.experts.down_proj/exp_avg -s "1,2,0" -c "1,2,3" "$bfile"
+expect_in "$out" '(1,2,0): 912.75, 913.25, 913.75,
+      (1,3,0): 914.25, 914.75, 915.25' "3-D tensor across the column split"
 
 if command -v sha256sum >/dev/null 2>&1; then
     expect_rc 0 sh -c "cd '$step' && sha256sum -c manifest.sha256"

@@ -8,8 +8,11 @@
  * shape, bad arguments) is refused on every rank with the same message.
  * SHA-256 is checked against the FIPS 180-4 vectors on rank 0.
  *
- * `test_checkpoint save=DIR` only writes step 7 into DIR (for
- * tests/checkpoint_h5dump.sh) and exits. */
+ * Tensors held as blocks of rows x columns are test_checkpoint_blocks.c.
+ *
+ * `test_checkpoint save=DIR` only writes step 7 into DIR, and
+ * `test_checkpoint save-blocks=DIR` only writes step 1 of the block
+ * tensors (for tests/checkpoint_h5dump.sh); each then exits. */
 #define _XOPEN_SOURCE 700 /* nftw */
 #include <dirent.h>
 #include <errno.h>
@@ -23,6 +26,7 @@
 
 #include "mt_checkpoint.h"
 #include "mt_test.h"
+#include "test_checkpoint.h"
 
 static MPI_Comm comm;
 static int rank, nranks;
@@ -729,9 +733,11 @@ static void test_refusals(void)
     make_tensors(t, SPLIT_UNEVEN, 6, 1);
     if (rank == 0)
         t[0].row_count--; /* row 9 (or the last of rank 0's) is nobody's */
-    expect_fail_all(mt_ckpt_save(comm, ckdir, t, NT, &st, config_yaml, "", 2), MT_ERR_RANGE,
-                    "/model/model.embed_tokens.weight: the ranks hold 9 rows in total, dim 0 has "
-                    "10: every row must be saved by exactly one rank");
+    char gap[160];
+    snprintf(gap, sizeof gap, "/model/model.embed_tokens.weight: row %lld is saved by no rank: "
+             "every element must be saved by exactly one rank",
+             (long long)uneven_count(10, 0) - 1);
+    expect_fail_all(mt_ckpt_save(comm, ckdir, t, NT, &st, config_yaml, "", 2), MT_ERR_RANGE, gap);
     if (rank == 0)
         t[0].row_count++;
     if (rank == nranks - 1) {
@@ -793,6 +799,13 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return rc;
     }
+    if (argc > 1 && strncmp(argv[1], "save-blocks=", 12) == 0) {
+        mt_test_failures += save_blocks_only(comm, argv[1] + 12);
+        int rc = mt_test_exit_mpi("test_checkpoint save-blocks", comm);
+        MPI_Comm_free(&comm);
+        MPI_Finalize();
+        return rc;
+    }
 
     if (rank == 0) {
         const char *tmp = getenv("TMPDIR");
@@ -815,6 +828,10 @@ int main(int argc, char **argv)
     test_prune_and_discovery();
     test_damage();
     test_refusals();
+    int checks, failures;
+    test_blocks(comm, root, &checks, &failures);
+    mt_test_checks += checks;
+    mt_test_failures += failures;
 
     MPI_Barrier(comm);
     if (rank == 0)
