@@ -221,8 +221,13 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
         MT_FAIL(MT_ERR_NOMEM, "batch buffers");
     MT_TRY(mt_train_ckpt_init(&r->ckpt, cfg, &r->model, &r->opt, r->seg, r->nseg,
                               r->sharded && fo.shard_params));
-    if (r->sharded && r->fsdp.nrep > 1 && mesh->group_rank[MT_GROUP_DP_REPLICATE] != 0)
-        MT_TRY(mt_train_ckpt_read_only(&r->ckpt)); /* replica 0 writes the shards */
+    /* Who writes what: replicas of a block leave it to the first of them.
+     * Sharded state's replicas are the HSDP replicas (megatron_fsdp shards
+     * over all of dp: none); whole state's are every dp rank. */
+    bool rep0 = !r->sharded || r->fsdp.nrep == 1 || mesh->group_rank[MT_GROUP_DP_REPLICATE] == 0;
+    bool dp0 = mesh->group_rank[MT_GROUP_DP] == 0;
+    MT_TRY(mt_train_ckpt_writers(&r->ckpt, r->sharded && fo.shard_params ? rep0 : dp0,
+                                 r->sharded ? rep0 : dp0, mesh->group_rank[MT_GROUP_TP] == 0));
     return MT_OK;
 }
 

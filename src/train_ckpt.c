@@ -10,16 +10,21 @@
 
 #include "mt_mesh.h"
 
+/* Tensor `path`: the logical tensor of p ([rows, full columns]); this rank
+ * holds local rows [first, first + count) of its part of it, at data.
+ * Under tensor parallelism that part starts at row tp_off (row split) or
+ * is the column block [tp_off, tp_off + local columns) (column split). */
 static void set_tensor(mt_ckpt_tensor_t *t, const char *path, const mt_param_t *p, int64_t rows,
-                       float *data)
+                       int64_t first, int64_t count, float *data)
 {
     snprintf(t->path, sizeof t->path, "%s", path);
     t->ndim = p->ndim;
     t->shape[0] = rows;
-    t->shape[1] = p->ndim > 1 ? p->shape[1] : 1;
-    t->row_offset = 0;
-    t->row_count = rows;
-    t->col_offset = t->col_count = 0; /* whole rows: no TP column blocks yet */
+    t->shape[1] = p->ndim > 1 ? p->full_shape[1] : 1;
+    t->row_offset = (p->tp_dim == 0 ? p->tp_off : 0) + first;
+    t->row_count = count;
+    t->col_offset = p->tp_dim == 1 ? p->tp_off : 0;
+    t->col_count = p->tp_dim == 1 ? p->shape[1] : 0; /* 0: every column */
     t->data = data;
 }
 
@@ -67,37 +72,43 @@ mt_status_t mt_train_ckpt_init(mt_train_ckpt_t *c, const mt_config_t *cfg, mt_mo
     int np = m->nparams;
     for (int i = 0; i < np; i++) {
         const mt_param_t *p = &m->params[i];
-        int64_t rows = (p == m->embed || p == m->lm_head) ? m->V_valid : p->shape[0];
+        bool vocab = p == m->embed || p == m->lm_head;
+        /* stored rows: the logical tensor's, but only the real vocabulary;
+         * local: this rank's real rows of its part */
+        int64_t rows = vocab ? m->V_valid_full : p->full_shape[0];
+        int64_t local = vocab ? m->V_valid : p->shape[0];
         int64_t first, count, at;
         const mt_segment_t *in;
-        seg_rows(p, rows, seg, nseg, &first, &count, &in, &at);
+        seg_rows(p, local, seg, nseg, &first, &count, &in, &at);
         char path[256];
         snprintf(path, sizeof path, "/model/%s", p->name);
-        if (params_sharded) { /* this rank's rows only */
-            set_tensor(&c->t[i], path, p, rows, in->param + at);
-            c->t[i].row_offset = first, c->t[i].row_count = count;
-        } else {
-            set_tensor(&c->t[i], path, p, rows, p->data);
-        }
+        if (params_sharded) /* this rank's rows only */
+            set_tensor(&c->t[i], path, p, rows, first, count, in->param + at);
+        else
+            set_tensor(&c->t[i], path, p, rows, 0, local, p->data);
         snprintf(path, sizeof path, "/optim/%s/exp_avg", p->name);
-        set_tensor(&c->t[np + i], path, p, rows, opt->exp_avg + in->state + at);
-        c->t[np + i].row_offset = first, c->t[np + i].row_count = count;
+        set_tensor(&c->t[np + i], path, p, rows, first, count, opt->exp_avg + in->state + at);
         snprintf(path, sizeof path, "/optim/%s/exp_avg_sq", p->name);
-        set_tensor(&c->t[2 * np + i], path, p, rows, opt->exp_avg_sq + in->state + at);
-        c->t[2 * np + i].row_offset = first, c->t[2 * np + i].row_count = count;
+        set_tensor(&c->t[2 * np + i], path, p, rows, first, count,
+                   opt->exp_avg_sq + in->state + at);
     }
     c->n = 3 * np;
     return MT_OK;
 }
 
-mt_status_t mt_train_ckpt_read_only(mt_train_ckpt_t *c)
+mt_status_t mt_train_ckpt_writers(mt_train_ckpt_t *c, bool model_writer, bool optim_writer,
+                                  bool tp_rank0)
 {
     c->t_save = malloc(sizeof *c->t_save * (size_t)(c->n > 0 ? c->n : 1));
     if (!c->t_save)
         MT_FAIL(MT_ERR_NOMEM, "checkpoint tensor list");
+    int np = c->model->nparams;
     for (int i = 0; i < c->n; i++) {
+        const mt_param_t *p = &c->model->params[i % np];
+        bool writes = (i < np ? model_writer : optim_writer) && (p->tp_dim >= 0 || tp_rank0);
         c->t_save[i] = c->t[i];
-        c->t_save[i].row_offset = c->t_save[i].row_count = 0;
+        if (!writes)
+            c->t_save[i].row_offset = c->t_save[i].row_count = 0;
     }
     return MT_OK;
 }

@@ -32,9 +32,14 @@ mt_status_t mt_train_ckpt_init(mt_train_ckpt_t *c, const mt_config_t *cfg, mt_mo
                                bool params_sharded);
 void mt_train_ckpt_free(mt_train_ckpt_t *c);
 
-/* This rank holds the same rows as another replica (HSDP, dp_replicate
- * index > 0): it reads them on load but writes none on save. */
-mt_status_t mt_train_ckpt_read_only(mt_train_ckpt_t *c);
+/* Each block of a tensor must be written by exactly one rank: the ranks
+ * that hold the same block as another (data-parallel replicas of whole or
+ * HSDP-sharded state; the TP ranks of a tensor every TP rank holds whole)
+ * read it on load but write it only from the first of them.
+ * model_writer / optim_writer: this rank is the first replica of its
+ * /model (/optim) blocks; tp_rank0: it is TP rank 0. */
+mt_status_t mt_train_ckpt_writers(mt_train_ckpt_t *c, bool model_writer, bool optim_writer,
+                                  bool tp_rank0);
 
 /* Save after `step` updates (global batch G).  Collective. */
 mt_status_t mt_train_save(MPI_Comm comm, const mt_config_t *cfg, mt_train_ckpt_t *c,
