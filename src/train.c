@@ -237,35 +237,24 @@ static mt_status_t update(run_t *r, const mt_config_t *cfg, int64_t step, double
                           double *lr)
 {
     mt_model_t *m = &r->model;
-    if (m->tp > 1) /* per-head norm weights: each TP rank has its heads' share */
-        for (int k = 0; k < r->nseg; k++)
-            for (int i = 0; i < m->nparams; i++) {
-                const mt_param_t *p = &m->params[i];
-                const mt_segment_t *g = &r->seg[k];
-                int64_t a = p->offset > g->offset ? p->offset : g->offset;
-                int64_t b = p->offset + p->numel < g->offset + g->count ? p->offset + p->numel
-                                                                          : g->offset + g->count;
-                if (p->tp_partial_grad && b > a)
-                    MT_TRY(mt_allreduce(MPI_IN_PLACE, g->grad + (a - g->offset), (int)(b - a),
-                                        MPI_FLOAT, MPI_SUM, r->tp));
-            }
     /* [0] tensors split over TP ranks, [1] tensors every TP rank holds whole */
     double part[2] = {0, 0}, sum[2];
-    if (m->tp == 1) {
+    if (m->tp == 1)
         part[0] = mt_grad_sumsq(m, r->seg, r->nseg);
-    } else {
-        for (int k = 0; k < r->nseg; k++)
-            for (int i = 0; i < m->nparams; i++) {
-                const mt_param_t *p = &m->params[i];
-                const mt_segment_t *g = &r->seg[k];
-                int64_t a = p->offset > g->offset ? p->offset : g->offset;
-                int64_t b = p->offset + p->numel < g->offset + g->count ? p->offset + p->numel
-                                                                          : g->offset + g->count;
-                if (b > a)
-                    part[p->tp_dim >= 0 ? 0 : 1] += m->be->sum_squares(g->grad + (a - g->offset),
-                                                                        b - a);
-            }
-    }
+    for (int k = 0; k < r->nseg && m->tp > 1; k++)
+        for (int i = 0; i < m->nparams; i++) {
+            const mt_param_t *p = &m->params[i];
+            const mt_segment_t *g = &r->seg[k];
+            int64_t a = p->offset > g->offset ? p->offset : g->offset;
+            int64_t b = p->offset + p->numel < g->offset + g->count ? p->offset + p->numel
+                                                                      : g->offset + g->count;
+            if (b <= a)
+                continue;
+            float *grad = g->grad + (a - g->offset);
+            if (p->tp_partial_grad) /* per-head norm weights: each TP rank has its heads' share */
+                MT_TRY(mt_allreduce(MPI_IN_PLACE, grad, (int)(b - a), MPI_FLOAT, MPI_SUM, r->tp));
+            part[p->tp_dim >= 0 ? 0 : 1] += m->be->sum_squares(grad, b - a);
+        }
     if (r->sharded) { /* replicas (HSDP) hold the same shard: sum over the shard group */
         MT_TRY(mt_allreduce(part, sum, 2, MPI_DOUBLE, MPI_SUM, r->fsdp.shard));
         part[0] = sum[0], part[1] = sum[1];

@@ -33,9 +33,9 @@ expect_in "$out" "dry run: the config and the 8-rank mesh are valid" "dry run"
 expect_in "$out" "--- resolved config ---" "resolved config printed"
 expect_in "$out" "dp_shard      1 group of 8" "mesh printed"
 
-# tensor parallelism on 8 ranks is refused (not in this release), once, by rank 0.
-expect_rc 1 run8 "$bindir/meshtrain-dense" --config "$cfg" dataset.path="$abs_top_builddir/share/data/tiny-corpus.bin" distributed.tp_size=2
-expect_in "$err" "tensor, pipeline, context and expert parallelism are not in this release" "honest about training"
+# context parallelism on 8 ranks is refused (not in this release), once, by rank 0.
+expect_rc 1 run8 "$bindir/meshtrain-dense" --config "$cfg" dataset.path="$abs_top_builddir/share/data/tiny-corpus.bin" distributed.cp_size=2
+expect_in "$err" "pipeline, context and expert parallelism are not in this release" "honest about training"
 checks=$((checks + 1))
 [ "$(printf '%s\n' "$err" | grep -c "error on rank")" -eq 1 ] || fail "one message expected:
 $err"

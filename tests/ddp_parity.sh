@@ -13,7 +13,6 @@ data="$abs_top_builddir/share/data/tiny-corpus.bin"
 common="dataset.path=$data step_scheduler.max_steps=12 step_scheduler.ckpt_every_steps=6 step_scheduler.local_batch_size=2"
 run() { name=$1; shift; echo "checkpoint.checkpoint_dir=$workdir/$name logging.metrics_file=$workdir/$name.jsonl $common"; }
 ddp=distributed.strategy=ddp
-np() { n=$1; shift; timeout 300 "$MPIEXEC" $MPIEXEC_NP "$n" "$@"; }
 
 expect_rc 0 "$dense" --config "$cfg" $(run r1) $ddp
 expect_rc 0 np 2 "$dense" --config "$cfg" $(run r2) $ddp distributed.ddp_bucket_cap_mb=0.01

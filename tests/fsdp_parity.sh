@@ -19,16 +19,6 @@ cfg="$testconfigs/train-small.yaml"
 data="$abs_top_builddir/share/data/tiny-corpus.bin"
 common="dataset.path=$data step_scheduler.max_steps=20 step_scheduler.ckpt_every_steps=10
  step_scheduler.local_batch_size=1 checkpoint.keep_last_n=0"
-np() { n=$1; shift; timeout 300 "$MPIEXEC" $MPIEXEC_NP "$n" "$@"; }
-# train NAME NP [key=value ...]: checkpoints in $workdir/NAME, metrics in NAME.jsonl
-train() {
-    name=$1 n=$2; shift 2
-    t0=$(date +%s.%N)
-    expect_rc 0 np "$n" "$dense" --config "$cfg" $common checkpoint.checkpoint_dir="$workdir/$name" \
-        logging.metrics_file="$workdir/$name.jsonl" "$@"
-    printf '%s\n' "$out" > "$workdir/$name.log"
-    echo "$name ($n ranks): $(echo "$(date +%s.%N) - $t0" | bc) s"
-}
 f2="distributed.strategy=fsdp2"
 mf="distributed.strategy=megatron_fsdp"
 final() { echo "$workdir/$1/step_00000020/model.h5"; }

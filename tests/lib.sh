@@ -35,6 +35,23 @@ expect_in() {
 $1" ;; esac
 }
 
+# np N CMD...: CMD on N MPI ranks, at most 300 s.
+np() { n=$1; shift; timeout 300 "$MPIEXEC" $MPIEXEC_NP "$n" "$@"; }
+
+# The parity tests' training runs: $app (default meshtrain-dense) with the
+# config $cfg and the overrides $common.
+# train NAME NP [key=value ...]: checkpoints in $workdir/NAME, metrics in
+# NAME.jsonl, stdout kept in NAME.log and $out; prints the run's time.
+train() {
+    name=$1 n=$2; shift 2
+    t0=$(date +%s.%N)
+    expect_rc 0 np "$n" "${app:-$bindir/meshtrain-dense}" \
+        --config "$cfg" $common checkpoint.checkpoint_dir="$workdir/$name" \
+        logging.metrics_file="$workdir/$name.jsonl" "$@"
+    printf '%s\n' "$out" > "$workdir/$name.log"
+    echo "$name ($n ranks): $(python3 -c 'import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 1))' "$t0" "$(date +%s.%N)") s"
+}
+
 # compare_losses REF OTHER LABEL [FROM [TOL]]: the per-step losses and
 # gradient norms (the clipping input: the global norm must not depend on
 # the strategy) of two metrics.jsonl files (the last line for each step, so

@@ -6,17 +6,11 @@
 # 10 continues bit-identically, and the packing log line is printed.
 # Context parallelism itself (cp_size > 1) is refused with its reason.
 . "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
-cpapp="$bindir/meshtrain-cp"
+app="$bindir/meshtrain-cp"
 cfg="$testconfigs/train-small.yaml"
 data="$abs_top_builddir/share/data/tiny-corpus.bin"
 common="dataset.path=$data step_scheduler.max_steps=20 step_scheduler.ckpt_every_steps=10
  step_scheduler.local_batch_size=1 packed_sequence.packed_sequence_size=64 checkpoint.keep_last_n=0"
-np() { n=$1; shift; timeout 300 "$MPIEXEC" $MPIEXEC_NP "$n" "$@"; }
-train() { # train NAME NP [key=value ...]
-    name=$1 n=$2; shift 2
-    expect_rc 0 np "$n" "$cpapp" --config "$cfg" $common checkpoint.checkpoint_dir="$workdir/$name" \
-        logging.metrics_file="$workdir/$name.jsonl" "$@"
-}
 
 train p1 1
 expect_in "$out" "documents (" "packing reported"
@@ -40,9 +34,9 @@ assert abs(a - b) > 1e-6 * abs(a), (a, b)
 PY
 
 # local_batch_size must be 1 with packing; cp_size > 1 does not train yet
-expect_rc 1 "$cpapp" --config "$cfg" $common step_scheduler.local_batch_size=2
+expect_rc 1 "$app" --config "$cfg" $common step_scheduler.local_batch_size=2
 expect_in "$err" "packed sequences need local_batch_size 1" "local_batch_size refused"
-expect_rc 1 np 2 "$cpapp" --config "$cfg" $common distributed.cp_size=2 \
+expect_rc 1 np 2 "$app" --config "$cfg" $common distributed.cp_size=2 \
     checkpoint.checkpoint_dir="$workdir/cp2"
 expect_in "$err" "context" "cp_size 2 refused with its reason"
 finish

@@ -19,13 +19,6 @@ cfg="$testconfigs/train-small.yaml"
 data="$abs_top_builddir/share/data/tiny-corpus.bin"
 common="dataset.path=$data step_scheduler.max_steps=20 step_scheduler.ckpt_every_steps=10
  step_scheduler.local_batch_size=1 checkpoint.keep_last_n=0"
-np() { n=$1; shift; timeout 300 "$MPIEXEC" $MPIEXEC_NP "$n" "$@"; }
-train() { # train NAME NP [key=value ...]
-    name=$1 n=$2; shift 2
-    expect_rc 0 np "$n" "$dense" --config "$cfg" $common checkpoint.checkpoint_dir="$workdir/$name" \
-        logging.metrics_file="$workdir/$name.jsonl" "$@"
-    printf '%s\n' "$out" > "$workdir/$name.log"
-}
 final() { echo "$workdir/$1/step_00000020/model.h5"; }
 parity() { # parity REF NAME LABEL
     compare_losses "$workdir/$1.jsonl" "$workdir/$2.jsonl" "$3"
