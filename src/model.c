@@ -106,11 +106,53 @@ double mt_model_flops_per_token(const mt_model_t *m)
 static void tp_sum(const mt_model_t *m, float *buf, int64_t n)
 {
     if (m->tp > 1)
-        m->tp_allreduce(m->tp_ctx, buf, n, MT_TP_SUM_FLOAT);
+        m->tp_allreduce(m->tp_ctx, buf, buf, n, MT_TP_SUM_FLOAT);
 }
 
-/* out = res + a W^T for a row-parallel W: on one device the GEMM adds onto
- * the residual; under TP the partial products are summed first. */
+/* out [N,H] = the whole sequence of a norm's output: under sequence
+ * parallelism this rank normalises its Ns tokens (into dtmp) and gathers. */
+static void norm_in(const mt_model_t *m, float *out, float *rstd, const float *x, const float *w)
+{
+    if (!m->sp) {
+        m->be->rmsnorm_forward(out, rstd, x, w, m->N, m->H, m->eps);
+        return;
+    }
+    m->be->rmsnorm_forward(m->dtmp, rstd, x, w, m->Ns, m->H, m->eps);
+    m->tp_allreduce(m->tp_ctx, m->dtmp, out, m->Ns * m->H, MT_TP_GATHER_FLOAT);
+}
+
+/* Backward of norm_in: dfull [N,H] is this rank's (partial under TP)
+ * gradient of the norm's output; the result goes into dx [Ns,H] (= or +=). */
+static void norm_in_backward(mt_model_t *m, float *dx, bool accumulate, float *dfull,
+                             float *dw, const float *x, const float *w, const float *rstd)
+{
+    int64_t H = m->H, Ns = m->Ns;
+    const float *d = dfull;
+    if (m->sp) {
+        m->tp_allreduce(m->tp_ctx, dfull, m->dh_local, Ns * H, MT_TP_SCATTER_FLOAT);
+        d = m->dh_local;
+    } else {
+        tp_sum(m, dfull, Ns * H);
+    }
+    float *out = accumulate ? m->dtmp : dx;
+    m->be->rmsnorm_backward(out, dw, d, x, w, rstd, Ns, H);
+    if (accumulate)
+        m->be->add(dx, m->dtmp, Ns * H);
+}
+
+/* The whole sequence of the residual gradient: dres itself, or under
+ * sequence parallelism gathered into buf [N,H]. */
+static const float *whole_grad(const mt_model_t *m, float *buf)
+{
+    if (!m->sp)
+        return m->dres;
+    m->tp_allreduce(m->tp_ctx, m->dres, buf, m->Ns * m->H, MT_TP_GATHER_FLOAT);
+    return buf;
+}
+
+/* out = res + a W^T for a row-parallel W ([Ns,H] rows of this rank): on one
+ * device the GEMM adds onto the residual; under TP the partial products are
+ * summed first (reduce-scattered under sequence parallelism, through dh). */
 static void row_parallel_residual(const mt_model_t *m, float *out, const float *res,
                                   const float *a, const mt_param_t *w)
 {
@@ -120,9 +162,14 @@ static void row_parallel_residual(const mt_model_t *m, float *out, const float *
         m->be->matmul(out, a, w->data, N, H, w->shape[1], false, true, 1.0f);
         return;
     }
-    m->be->matmul(out, a, w->data, N, H, w->shape[1], false, true, 0.0f);
-    tp_sum(m, out, N * H);
-    m->be->add(out, res, N * H);
+    if (m->sp) {
+        m->be->matmul(m->dh, a, w->data, N, H, w->shape[1], false, true, 0.0f);
+        m->tp_allreduce(m->tp_ctx, m->dh, out, m->Ns * H, MT_TP_SCATTER_FLOAT);
+    } else {
+        m->be->matmul(out, a, w->data, N, H, w->shape[1], false, true, 0.0f);
+        tp_sum(m, out, N * H);
+    }
+    m->be->add(out, res, m->Ns * H);
 }
 
 /* y[N,out] = x[N,in] W^T, W [out,in] */
@@ -144,9 +191,9 @@ static void layer_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, 
 {
     const mt_backend_t *be = m->be;
     const mt_layer_params_t *p = &m->layers[l];
-    int64_t N = m->N, H = m->H;
+    int64_t N = m->N;
 
-    be->rmsnorm_forward(a->h1, a->rstd1, a->x, p->attn_norm->data, N, H, m->eps);
+    norm_in(m, a->h1, a->rstd1, a->x, p->attn_norm->data);
     if (m->qk_norm) {
         linear(m, a->q_raw, a->h1, p->wq);
         linear(m, a->k_raw, a->h1, p->wk);
@@ -163,7 +210,7 @@ static void layer_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, 
                           m->hd);
     row_parallel_residual(m, a->x_mid, a->x, a->att, p->wo); /* x_mid = x + att Wo^T */
 
-    be->rmsnorm_forward(a->h2, a->rstd2, a->x_mid, p->mlp_norm->data, N, H, m->eps);
+    norm_in(m, a->h2, a->rstd2, a->x_mid, p->mlp_norm->data);
     linear(m, a->g, a->h2, p->wgate);
     linear(m, a->u, a->h2, p->wup);
     be->swiglu_forward(a->a, a->g, a->u, N * m->I);
@@ -178,19 +225,19 @@ static void layer_backward(mt_model_t *m, int l, mt_layer_acts_t *a)
     int64_t N = m->N, H = m->H;
 
     /* MLP: out = x_mid + a Wd^T */
-    linear_backward(m, m->dI, 0.0f, m->dres, a->a, p->wdown);      /* dI = d a */
+    const float *dout = whole_grad(m, m->datt);
+    linear_backward(m, m->dI, 0.0f, dout, a->a, p->wdown);         /* dI = d a */
     be->swiglu_backward(a->g, a->u, m->dI, a->g, a->u, N * m->I);  /* g, u <- dg, du */
     m->be->matmul(p->wgate->grad, a->g, a->h2, m->I, H, N, true, false, 1.0f);
     m->be->matmul(p->wup->grad, a->u, a->h2, m->I, H, N, true, false, 1.0f);
     be->matmul(m->dh, a->g, p->wgate->data, N, H, m->I, false, false, 0.0f);
     be->matmul(m->dh, a->u, p->wup->data, N, H, m->I, false, false, 1.0f);
-    tp_sum(m, m->dh, N * H); /* column-parallel: partial input gradients */
-    be->rmsnorm_backward(m->dtmp, p->mlp_norm->grad, m->dh, a->x_mid, p->mlp_norm->data, a->rstd2,
-                         N, H);
-    be->add(m->dres, m->dtmp, N * H);                              /* d x_mid */
+    norm_in_backward(m, m->dres, true, m->dh, p->mlp_norm->grad, a->x_mid, p->mlp_norm->data,
+                     a->rstd2);                                     /* d x_mid */
 
     /* attention: x_mid = x + att Wo^T */
-    linear_backward(m, m->datt, 0.0f, m->dres, a->att, p->wo);
+    dout = whole_grad(m, m->dh);
+    linear_backward(m, m->datt, 0.0f, dout, a->att, p->wo);
     be->attention_backward(m->dq, m->dk, m->dv, m->datt, a->att, a->lse, a->q, a->k, a->v,
                            m->doc_start, m->B, m->T, m->nh, m->nkv, m->hd);
     be->rope_backward(m->dq, m->pos, N, m->nh, m->hd, m->theta);
@@ -206,10 +253,8 @@ static void layer_backward(mt_model_t *m, int l, mt_layer_acts_t *a)
     linear_backward(m, m->dh, 0.0f, m->dq, a->h1, p->wq);
     linear_backward(m, m->dh, 1.0f, m->dk, a->h1, p->wk);
     linear_backward(m, m->dh, 1.0f, m->dv, a->h1, p->wv);
-    tp_sum(m, m->dh, N * H);
-    be->rmsnorm_backward(m->dtmp, p->attn_norm->grad, m->dh, a->x, p->attn_norm->data, a->rstd1,
-                         N, H);
-    be->add(m->dres, m->dtmp, N * H);                              /* d x */
+    norm_in_backward(m, m->dres, true, m->dh, p->attn_norm->grad, a->x, p->attn_norm->data,
+                     a->rstd1);                                     /* d x */
 }
 
 static void hook(const mt_model_t *m, int unit, mt_unit_event_t ev)
@@ -233,8 +278,13 @@ double mt_model_step(mt_model_t *m, const int32_t *tokens, const int32_t *target
         tok = m->tok_local;
     }
     hook(m, 0, MT_UNIT_PRE_FORWARD);
-    be->embedding_forward(m->acts[0].x, tok, m->embed->data, N, H);
-    tp_sum(m, m->acts[0].x, N * H);
+    if (m->sp) { /* partial rows of the whole sequence; keep this rank's tokens */
+        be->embedding_forward(m->dh, tok, m->embed->data, N, H);
+        m->tp_allreduce(m->tp_ctx, m->dh, m->acts[0].x, m->Ns * H, MT_TP_SCATTER_FLOAT);
+    } else {
+        be->embedding_forward(m->acts[0].x, tok, m->embed->data, N, H);
+        tp_sum(m, m->acts[0].x, N * H);
+    }
     hook(m, 0, MT_UNIT_POST_FORWARD);
     for (int l = 0; l < m->L; l++) {
         float *out = l + 1 < m->L ? m->acts[l + 1].x : m->x_final;
@@ -243,7 +293,7 @@ double mt_model_step(mt_model_t *m, const int32_t *tokens, const int32_t *target
         hook(m, l + 1, MT_UNIT_POST_FORWARD);
     }
     hook(m, head, MT_UNIT_PRE_FORWARD);
-    be->rmsnorm_forward(m->xf, m->rstdf, m->x_final, m->final_norm->data, N, H, m->eps);
+    norm_in(m, m->xf, m->rstdf, m->x_final, m->final_norm->data);
     m->be->matmul(m->logits, m->xf, m->lm_head->data, N, m->V, H, false, true, 0.0f);
     double loss;
     if (m->tp == 1) {
@@ -251,11 +301,11 @@ double mt_model_step(mt_model_t *m, const int32_t *tokens, const int32_t *target
                                  m->V_valid, grad_scale, count);
     } else { /* vocabulary-parallel: combine row max, then exp-sums and target logits */
         be->ce_shard_max(m->ce_mx, m->logits, N, m->V, m->V_valid);
-        m->tp_allreduce(m->tp_ctx, m->ce_mx, N, MT_TP_MAX_FLOAT);
+        m->tp_allreduce(m->tp_ctx, m->ce_mx, m->ce_mx, N, MT_TP_MAX_FLOAT);
         be->ce_shard_sum(m->ce_z, m->ce_ly, m->logits, targets, m->ce_mx, N, m->V, m->v_lo,
                          m->V_valid);
-        m->tp_allreduce(m->tp_ctx, m->ce_z, N, MT_TP_SUM_DOUBLE);
-        m->tp_allreduce(m->tp_ctx, m->ce_ly, N, MT_TP_SUM_DOUBLE);
+        m->tp_allreduce(m->tp_ctx, m->ce_z, m->ce_z, N, MT_TP_SUM_DOUBLE);
+        m->tp_allreduce(m->tp_ctx, m->ce_ly, m->ce_ly, N, MT_TP_SUM_DOUBLE);
         loss = be->ce_shard_finish(backward ? m->logits : NULL, m->logits, targets, m->ce_mx,
                                    m->ce_z, m->ce_ly, N, m->V, m->v_lo, m->V_valid, grad_scale,
                                    count);
@@ -268,9 +318,8 @@ double mt_model_step(mt_model_t *m, const int32_t *tokens, const int32_t *target
     /* logits now hold d loss / d logits */
     hook(m, head, MT_UNIT_PRE_BACKWARD);
     linear_backward(m, m->dh, 0.0f, m->logits, m->xf, m->lm_head);
-    tp_sum(m, m->dh, N * H);
-    be->rmsnorm_backward(m->dres, m->final_norm->grad, m->dh, m->x_final, m->final_norm->data,
-                         m->rstdf, N, H);
+    norm_in_backward(m, m->dres, false, m->dh, m->final_norm->grad, m->x_final,
+                     m->final_norm->data, m->rstdf);
     hook(m, head, MT_UNIT_POST_BACKWARD);
     for (int l = m->L - 1; l >= 0; l--) {
         mt_layer_acts_t *a = &m->acts[l];
@@ -281,7 +330,7 @@ double mt_model_step(mt_model_t *m, const int32_t *tokens, const int32_t *target
         hook(m, l + 1, MT_UNIT_POST_BACKWARD);
     }
     hook(m, 0, MT_UNIT_PRE_BACKWARD);
-    be->embedding_backward(m->embed->grad, m->dres, tok, N, H);
+    be->embedding_backward(m->embed->grad, whole_grad(m, m->dh), tok, N, H);
     hook(m, 0, MT_UNIT_POST_BACKWARD);
     return loss;
 }

@@ -53,11 +53,13 @@ static float *carve(float *base, int64_t *off, int64_t n)
 static void layer_acts(const mt_model_t *m, float *base, int64_t *off, mt_layer_acts_t *a,
                        bool with_x)
 {
-    int64_t N = m->N, H = m->H, Q = m->nh * m->hd, KV = m->nkv * m->hd;
+    /* Ns rows: this rank's tokens of the residual stream (sequence
+     * parallelism); N rows: the whole sequence */
+    int64_t N = m->N, Ns = m->Ns, H = m->H, Q = m->nh * m->hd, KV = m->nkv * m->hd;
     if (with_x)
-        a->x = carve(base, off, N * H);
+        a->x = carve(base, off, Ns * H);
     a->h1 = carve(base, off, N * H);
-    a->rstd1 = carve(base, off, N);
+    a->rstd1 = carve(base, off, Ns);
     if (m->qk_norm) {
         a->q_raw = carve(base, off, N * Q);
         a->k_raw = carve(base, off, N * KV);
@@ -71,9 +73,9 @@ static void layer_acts(const mt_model_t *m, float *base, int64_t *off, mt_layer_
     a->v = carve(base, off, N * KV);
     a->att = carve(base, off, N * Q);
     a->lse = carve(base, off, N * m->nh);
-    a->x_mid = carve(base, off, N * H);
+    a->x_mid = carve(base, off, Ns * H);
     a->h2 = carve(base, off, N * H);
-    a->rstd2 = carve(base, off, N);
+    a->rstd2 = carve(base, off, Ns);
     a->g = carve(base, off, N * m->I);
     a->u = carve(base, off, N * m->I);
     a->a = carve(base, off, N * m->I);
@@ -82,10 +84,10 @@ static void layer_acts(const mt_model_t *m, float *base, int64_t *off, mt_layer_
 /* Lay out every activation buffer; with base NULL only counts. */
 static int64_t layout_acts(mt_model_t *m, float *base)
 {
-    int64_t off = 0, N = m->N, H = m->H, Q = m->nh * m->hd, KV = m->nkv * m->hd;
+    int64_t off = 0, N = m->N, Ns = m->Ns, H = m->H, Q = m->nh * m->hd, KV = m->nkv * m->hd;
     if (m->checkpointing) {
         for (int l = 0; l < m->L; l++)
-            m->acts[l].x = carve(base, &off, N * H);
+            m->acts[l].x = carve(base, &off, Ns * H);
         layer_acts(m, base, &off, &m->scratch, false);
         for (int l = 0; l < m->L; l++) {
             float *x = m->acts[l].x;
@@ -96,12 +98,13 @@ static int64_t layout_acts(mt_model_t *m, float *base)
         for (int l = 0; l < m->L; l++)
             layer_acts(m, base, &off, &m->acts[l], true);
     }
-    m->x_final = carve(base, &off, N * H);
+    m->x_final = carve(base, &off, Ns * H);
     m->xf = carve(base, &off, N * H);
-    m->rstdf = carve(base, &off, N);
+    m->rstdf = carve(base, &off, Ns);
     m->logits = carve(base, &off, N * m->V);
-    m->dres = carve(base, &off, N * H);
-    m->dtmp = carve(base, &off, N * H);
+    m->dres = carve(base, &off, Ns * H);
+    m->dtmp = carve(base, &off, Ns * H);
+    m->dh_local = m->sp ? carve(base, &off, Ns * H) : NULL;
     m->dh = carve(base, &off, N * H);
     m->datt = carve(base, &off, N * (Q > H ? Q : H));
     m->dq = carve(base, &off, N * Q);
@@ -140,6 +143,11 @@ mt_status_t mt_model_init_ex(mt_model_t *m, const mt_config_t *cfg, const mt_bac
     m->tied = mc->tie_word_embeddings, m->qk_norm = mc->qk_norm;
     m->checkpointing = cfg->distributed.activation_checkpointing;
     m->B = B, m->T = T, m->N = B * T;
+    m->sp = m->tp > 1 && cfg->distributed.sequence_parallel;
+    m->Ns = m->sp ? m->N / m->tp : m->N;
+    if (m->sp && m->N % m->tp)
+        MT_FAIL(MT_ERR_CONFIG, "sequence parallelism: %lld tokens per micro-batch are not "
+                "divisible by tp_size %d", (long long)m->N, m->tp);
     if (m->hd % 2)
         MT_FAIL(MT_ERR_CONFIG, "head_dim %lld must be even for RoPE", (long long)m->hd);
 
@@ -188,12 +196,15 @@ mt_status_t mt_model_init_ex(mt_model_t *m, const mt_config_t *cfg, const mt_bac
             p->q_norm->tp_partial_grad = p->k_norm->tp_partial_grad = m->tp > 1;
         }
         LP(mlp_norm, "post_attention_layernorm.weight", H, 0, true, -1);
+        /* under sequence parallelism each rank normalises its own tokens */
+        p->attn_norm->tp_partial_grad = p->mlp_norm->tp_partial_grad = m->sp;
         LP(wgate, "mlp.gate_proj.weight", I, H, false, 0);
         LP(wup, "mlp.up_proj.weight", I, H, false, 0);
         LP(wdown, "mlp.down_proj.weight", H, I, false, 1);
 #undef LP
     }
     m->final_norm = add_param(&b, "model.norm.weight", H, 0, true, -1);
+    m->final_norm->tp_partial_grad = m->sp;
     m->lm_head = m->tied ? m->embed : add_param(&b, "lm_head.weight", Vp, H, false, 0);
     m->numel = b.offset;
     m->unit_lo[0] = 0;

@@ -45,7 +45,13 @@ typedef struct {
 } mt_param_t;
 
 /* The model's tensor-parallel collectives (mt_model_t.tp_allreduce). */
-typedef enum { MT_TP_SUM_FLOAT, MT_TP_MAX_FLOAT, MT_TP_SUM_DOUBLE } mt_tp_op_t;
+typedef enum {
+    MT_TP_SUM_FLOAT,       /* all-reduce, n elements, in place */
+    MT_TP_MAX_FLOAT,
+    MT_TP_SUM_DOUBLE,
+    MT_TP_GATHER_FLOAT,    /* all-gather: n from each rank -> n * tp, rank order */
+    MT_TP_SCATTER_FLOAT    /* reduce-scatter: sum n * tp, keep this rank's n */
+} mt_tp_op_t;
 
 typedef struct {
     mt_param_t *attn_norm, *wq, *wk, *wv, *wo, *q_norm, *k_norm;
@@ -126,9 +132,18 @@ typedef struct {
     void (*unit_hook)(void *ctx, int unit, mt_unit_event_t ev);
     void *hook_ctx;
 
-    /* With tp > 1: sum (or max) n elements of buf over the TP group, in
-     * place.  The parallelize layer sets it before the first step. */
-    void (*tp_allreduce)(void *ctx, void *buf, int64_t n, mt_tp_op_t op);
+    /* With tp > 1: a collective over the TP group (mt_tp_op_t; the
+     * all-reduces are in place, in == out).  The parallelize layer sets it
+     * before the first step. */
+    void (*tp_allreduce)(void *ctx, const void *in, void *out, int64_t n, mt_tp_op_t op);
+    /* Sequence parallelism (tp > 1): the residual stream, the norms and
+     * their inputs hold this rank's Ns = N / tp tokens (rows
+     * [tp_rank * Ns, (tp_rank + 1) * Ns)); the norm outputs are all-gathered
+     * before the column-parallel layers and the row-parallel outputs
+     * reduce-scattered.  Ns = N without it. */
+    bool sp;
+    int64_t Ns;
+    float *dh_local;     /* [Ns, H] under sequence parallelism */
     void *tp_ctx;
     int32_t *tok_local;  /* [N] tokens of this vocabulary shard, -1 elsewhere */
     float *ce_mx;        /* [N] vocabulary-parallel loss: row max */

@@ -143,14 +143,24 @@ static void run_free(run_t *r)
 }
 
 /* The model's tensor-parallel collectives, over the TP group. */
-static void tp_hook(void *ctx, void *buf, int64_t n, mt_tp_op_t op)
+static void tp_hook(void *ctx, const void *in, void *out, int64_t n, mt_tp_op_t op)
 {
     run_t *r = ctx;
     if (r->tp_error != MT_OK)
         return;
-    r->tp_error = mt_allreduce(MPI_IN_PLACE, buf, (int)n,
-                               op == MT_TP_SUM_DOUBLE ? MPI_DOUBLE : MPI_FLOAT,
-                               op == MT_TP_MAX_FLOAT ? MPI_MAX : MPI_SUM, r->tp);
+    MPI_Request rq;
+    int rc;
+    if (op == MT_TP_GATHER_FLOAT)
+        rc = MPI_Iallgather(in, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, r->tp, &rq);
+    else if (op == MT_TP_SCATTER_FLOAT)
+        rc = MPI_Ireduce_scatter_block(in, out, (int)n, MPI_FLOAT, MPI_SUM, r->tp, &rq);
+    else
+        rc = MPI_Iallreduce(in == out ? MPI_IN_PLACE : in, out, (int)n,
+                            op == MT_TP_SUM_DOUBLE ? MPI_DOUBLE : MPI_FLOAT,
+                            op == MT_TP_MAX_FLOAT ? MPI_MAX : MPI_SUM, r->tp, &rq);
+    r->tp_error = rc == MPI_SUCCESS ? mt_wait_all(1, &rq)
+                                    : mt_error_mpi(rc, "tensor-parallel collective", __FILE__,
+                                                   __LINE__);
 }
 
 /* Data, model, the data-parallel layer and the optimizer.  mesh gives the
@@ -325,9 +335,6 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
     if (size != 1 && (dc->pp_size > 1 || dc->cp_size > 1 || dc->ep_size > 1))
         MT_FAIL(MT_ERR_UNSUPPORTED, "pipeline, context and expert parallelism are not in this "
                 "release; use pp_size = cp_size = ep_size = 1 (tensor parallelism trains)");
-    if (dc->sequence_parallel)
-        MT_FAIL(MT_ERR_UNSUPPORTED, "sequence_parallel is not in this release; tensor "
-                "parallelism trains without it (set distributed.sequence_parallel: false)");
     /* Only data parallelism here: the dp group is every rank. */
     MPI_Comm dp = mesh->group[MT_GROUP_DP];
     int dp_rank = mesh->group_rank[MT_GROUP_DP], dp_size = mesh->group_size[MT_GROUP_DP];
