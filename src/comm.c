@@ -134,3 +134,19 @@ mt_status_t mt_agree(MPI_Comm comm, mt_status_t local)
     }
     return (mt_status_t)e.status;
 }
+
+void mt_comm_fatal(MPI_Comm comm, int rc, const char *what)
+{
+    char es[MPI_MAX_ERROR_STRING] = "", host[256] = "?";
+    int len = 0, rank = -1;
+    MPI_Error_string(rc, es, &len);
+    MPI_Comm_rank(comm, &rank);
+    gethostname(host, sizeof host - 1);
+    fprintf(stderr, "meshtrain: fatal MPI error in %s on rank %d of its group (%s): %s%s%s\n"
+                    "  the other ranks are waiting in collectives this rank cannot join; "
+                    "aborting the job\n", what, rank, host, es, mt_error_message()[0] ? ": " : "",
+            mt_error_message());
+    fflush(stderr);
+    MPI_Abort(comm, 1);
+    abort(); /* MPI_Abort does not return */
+}

@@ -17,13 +17,8 @@ static void launch(mt_ddp_t *d, int64_t from)
         int rc = MPI_Iallreduce(MPI_IN_PLACE, d->model->grad_mem + b->offset, (int)b->count,
                                 MPI_FLOAT, MPI_SUM, d->comm, &d->reqs[d->next]);
         d->next++;
-        if (rc != MPI_SUCCESS && d->error == MT_OK) {
-            char es[MPI_MAX_ERROR_STRING];
-            int len = 0;
-            MPI_Error_string(rc, es, &len);
-            d->error = MT_ERR_MPI;
-            snprintf(d->error_msg, sizeof d->error_msg, "gradient bucket all-reduce: %s", es);
-        }
+        if (rc != MPI_SUCCESS) /* the other ranks already wait for this bucket */
+            mt_comm_fatal(d->comm, rc, "gradient bucket all-reduce");
     }
     /* Poke the progress engine so launched buckets move during backward. */
     if (d->next > 0) {
@@ -96,8 +91,6 @@ mt_status_t mt_ddp_finish(mt_ddp_t *d)
     launch(d, 0);
     mt_status_t s = mt_wait_all(d->nbuckets, d->reqs);
     d->sync = false;
-    if (d->error != MT_OK)
-        MT_FAIL(d->error, "%s", d->error_msg);
     MT_TRY(s);
     return MT_OK;
 }

@@ -76,15 +76,13 @@ bool mt_fsdp_options_from_config(const mt_config_t *cfg, mt_fsdp_options_t *o)
     return false;
 }
 
+/* An MPI failure inside a unit hook: the other ranks are already in the
+ * next collective, so there is no agreeing; abort the job with the reason. */
 static void note_error(mt_fsdp_t *f, int rc, const char *what, int unit)
 {
-    if (f->error != MT_OK)
-        return;
-    char es[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(rc, es, &len);
-    f->error = MT_ERR_MPI;
-    snprintf(f->error_msg, sizeof f->error_msg, "%s of unit %d: %s", what, unit, es);
+    char msg[160];
+    snprintf(msg, sizeof msg, "%s of unit %d", what, unit);
+    mt_comm_fatal(f->shard, rc, msg);
 }
 
 /* Point the model's parameters (or gradients) of unit u at base, the
@@ -125,11 +123,8 @@ static void wait_gathered(mt_fsdp_t *f, int u)
     if (f->p_state[u] == RELEASED)
         gather(f, u);
     if (f->p_state[u] == GATHERING) {
-        mt_status_t s = mt_wait_all(1, &f->p_req[u]);
-        if (s != MT_OK && f->error == MT_OK) {
-            f->error = s;
-            snprintf(f->error_msg, sizeof f->error_msg, "parameter all-gather of unit %d", u);
-        }
+        if (mt_wait_all(1, &f->p_req[u]) != MT_OK)
+            note_error(f, MPI_ERR_OTHER, "waiting for the parameter all-gather", u);
         f->p_state[u] = READY;
         if (f->opt.shard_params)
             point(f, u, f->p_at[u], false);
@@ -168,11 +163,8 @@ static void wait_reduced(mt_fsdp_t *f, int u)
 {
     if (!f->g_pending[u])
         return;
-    mt_status_t s = mt_wait_all(1, &f->g_req[u]);
-    if (s != MT_OK && f->error == MT_OK) {
-        f->error = s;
-        snprintf(f->error_msg, sizeof f->error_msg, "gradient reduction of unit %d", u);
-    }
+    if (mt_wait_all(1, &f->g_req[u]) != MT_OK)
+        note_error(f, MPI_ERR_OTHER, "waiting for the gradient reduction", u);
     f->g_pending[u] = false;
     if (f->g_into_tmp[u]) /* later micro-steps add onto the shard */
         f->model->be->add(f->seg[u].grad, f->rs_tmp + f->seg[u].state, f->seg[u].count);
@@ -388,13 +380,6 @@ void mt_fsdp_init_weights(mt_fsdp_t *f, uint64_t seed)
                             f->seg[u].param);
 }
 
-static mt_status_t check_error(mt_fsdp_t *f)
-{
-    if (f->error != MT_OK)
-        MT_FAIL(f->error, "%s", f->error_msg);
-    return MT_OK;
-}
-
 mt_status_t mt_fsdp_begin(mt_fsdp_t *f, int64_t micro)
 {
     for (int u = 0; u < f->nunits; u++)
@@ -410,7 +395,7 @@ mt_status_t mt_fsdp_begin(mt_fsdp_t *f, int64_t micro)
         if (f->opt.shard_grads && !f->ring)
             memset(f->g_work, 0, sizeof(float) * (size_t)f->g_work_numel);
     }
-    return check_error(f);
+    return MT_OK;
 }
 
 mt_status_t mt_fsdp_finish(mt_fsdp_t *f)
@@ -420,15 +405,16 @@ mt_status_t mt_fsdp_finish(mt_fsdp_t *f)
             reduce(f, u);
     for (int u = 0; u < f->nunits; u++)
         wait_reduced(f, u);
-    MT_TRY(check_error(f));
     if (f->opt.shard_grads && f->nrep > 1) { /* HSDP: sum the shards across replicas */
-        MPI_Request rq;
-        int rc = MPI_Iallreduce(MPI_IN_PLACE, f->g_shard, (int)f->owned, MPI_FLOAT, MPI_SUM,
-                                f->replicate, &rq);
-        if (rc != MPI_SUCCESS)
-            return mt_error_mpi(rc, "MPI_Iallreduce(gradient shards over dp_replicate)", __FILE__,
-                                __LINE__);
-        MT_TRY(mt_wait_all(1, &rq));
+        /* one all-reduce per unit: each count fits an int, the whole shard
+         * need not */
+        for (int u = 0; u < f->nunits; u++) {
+            int rc = MPI_Iallreduce(MPI_IN_PLACE, f->seg[u].grad, (int)f->seg[u].count, MPI_FLOAT,
+                                    MPI_SUM, f->replicate, &f->g_req[u]);
+            if (rc != MPI_SUCCESS)
+                mt_comm_fatal(f->replicate, rc, "gradient shard all-reduce over dp_replicate");
+        }
+        MT_TRY(mt_wait_all(f->nunits, f->g_req));
     }
     return MT_OK;
 }
@@ -443,7 +429,7 @@ mt_status_t mt_fsdp_after_update(mt_fsdp_t *f)
     }
     if (!f->opt.overlap_gather)
         MT_TRY(mt_fsdp_sync(f));
-    return check_error(f);
+    return MT_OK;
 }
 
 mt_status_t mt_fsdp_sync(mt_fsdp_t *f)
@@ -451,7 +437,7 @@ mt_status_t mt_fsdp_sync(mt_fsdp_t *f)
     for (int u = 0; u < f->nunits; u++)
         if (f->p_state[u] == GATHERING)
             wait_gathered(f, u);
-    return check_error(f);
+    return MT_OK;
 }
 
 void mt_fsdp_bytes(const mt_fsdp_t *f, double *params_shard, double *params_work,

@@ -90,6 +90,14 @@ void mt_model_zero_grad(mt_model_t *m)
         memset(m->grad_mem, 0, sizeof(float) * (size_t)m->numel);
 }
 
+int64_t mt_model_logical_numel(const mt_model_t *m)
+{
+    int64_t n = 0;
+    for (int i = 0; i < m->nparams; i++)
+        n += m->params[i].full_shape[0] * m->params[i].full_shape[1];
+    return n;
+}
+
 double mt_model_flops_per_token(const mt_model_t *m)
 {
     double mm = 0;

@@ -145,6 +145,10 @@ mt_status_t mt_model_init_ex(mt_model_t *m, const mt_config_t *cfg, const mt_bac
     m->B = B, m->T = T, m->N = B * T;
     m->sp = m->tp > 1 && cfg->distributed.sequence_parallel;
     m->Ns = m->sp ? m->N / m->tp : m->N;
+    if (m->tp > 1 && m->N * m->H > 2147483647LL)
+        MT_FAIL(MT_ERR_UNSUPPORTED, "tensor-parallel collectives of %lld x %lld elements need "
+                "64-bit MPI counts (MPI-4 large counts), not in this release: use a smaller "
+                "micro-batch", (long long)m->N, (long long)m->H);
     if (m->sp && m->N % m->tp)
         MT_FAIL(MT_ERR_CONFIG, "sequence parallelism: %lld tokens per micro-batch are not "
                 "divisible by tp_size %d", (long long)m->N, m->tp);

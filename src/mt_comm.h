@@ -39,6 +39,12 @@ mt_status_t mt_wait_all(int n, MPI_Request *reqs);
  * and hint, so any rank can report it and all report the same thing. */
 mt_status_t mt_agree(MPI_Comm comm, mt_status_t local);
 
+/* An MPI failure inside a hook that runs in the middle of the model's
+ * forward or backward, where the other ranks already wait in the next
+ * collective and no agreement can reach them: print the error (rank, host,
+ * message) and abort the job through comm.  Does not return. */
+void mt_comm_fatal(MPI_Comm comm, int rc, const char *what);
+
 /* Seconds this process has spent inside mt_wait_all (and so in
  * mt_allreduce): communication that compute did not hide. */
 double mt_comm_wait_seconds(void);

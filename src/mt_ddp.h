@@ -34,8 +34,6 @@ typedef struct {
     int nbuckets, next;       /* next bucket to launch */
     bool sync;                /* reduce during this backward */
     bool overlap;             /* start buckets during backward (default true) */
-    mt_status_t error;        /* first MPI failure inside the hook */
-    char error_msg[512];
 } mt_ddp_t;
 
 /* Buckets over the model's parameters, in backward order; registers the

@@ -69,8 +69,6 @@ typedef struct {
     bool ring;                  /* gradients in ring slots (reduced every micro-step) */
     bool reduce_now;            /* this micro-step reduces */
     int64_t micro;              /* micro-step index within the step */
-    mt_status_t error;          /* first MPI failure inside a hook */
-    char error_msg[512];
 } mt_fsdp_t;
 
 /* Whether the config's strategy shards over data parallelism (fsdp2 with

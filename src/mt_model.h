@@ -188,6 +188,10 @@ double mt_model_step(mt_model_t *m, const int32_t *tokens, const int32_t *target
  * (positions 0..T-1, causal over the row). */
 void mt_model_set_packing(mt_model_t *m, const int32_t *pos, const int32_t *doc_start);
 
+/* Parameters of the whole logical model (under tensor parallelism numel
+ * is this rank's part). */
+int64_t mt_model_logical_numel(const mt_model_t *m);
+
 /* Find a parameter by Hugging Face name, or NULL. */
 mt_param_t *mt_model_param(mt_model_t *m, const char *name);
 

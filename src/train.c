@@ -122,7 +122,6 @@ typedef struct {
     const mt_segment_t *seg;     /* what this rank updates */
     int nseg;
     MPI_Comm tp;                 /* tensor-parallel group */
-    mt_status_t tp_error;        /* first failure inside the model's TP hook */
 } run_t;
 
 static void run_free(run_t *r)
@@ -146,8 +145,6 @@ static void run_free(run_t *r)
 static void tp_hook(void *ctx, const void *in, void *out, int64_t n, mt_tp_op_t op)
 {
     run_t *r = ctx;
-    if (r->tp_error != MT_OK)
-        return;
     MPI_Request rq;
     int rc;
     if (op == MT_TP_GATHER_FLOAT)
@@ -158,9 +155,9 @@ static void tp_hook(void *ctx, const void *in, void *out, int64_t n, mt_tp_op_t 
         rc = MPI_Iallreduce(in == out ? MPI_IN_PLACE : in, out, (int)n,
                             op == MT_TP_SUM_DOUBLE ? MPI_DOUBLE : MPI_FLOAT,
                             op == MT_TP_MAX_FLOAT ? MPI_MAX : MPI_SUM, r->tp, &rq);
-    r->tp_error = rc == MPI_SUCCESS ? mt_wait_all(1, &rq)
-                                    : mt_error_mpi(rc, "tensor-parallel collective", __FILE__,
-                                                   __LINE__);
+    /* mid-forward/backward: the TP peers cannot be told, so a failure aborts */
+    if (rc != MPI_SUCCESS || mt_wait_all(1, &rq) != MT_OK)
+        mt_comm_fatal(r->tp, rc != MPI_SUCCESS ? rc : MPI_ERR_OTHER, "tensor-parallel collective");
 }
 
 /* Data, model, the data-parallel layer and the optimizer.  mesh gives the
@@ -402,7 +399,7 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
                     100.0 * (1.0 - (double)r->pack.tokens / (double)(r->pack.rows * T)));
         fprintf(out, "training: %lld parameters, %lld steps from step %lld, %lld tokens/step "
                      "(%lld micro-steps of %lld x %lld), %d threads per rank, sgemm peak %.1f GFLOP/s\n",
-                (long long)m->numel, (long long)cfg->step_scheduler.max_steps, (long long)start,
+                (long long)mt_model_logical_numel(m), (long long)cfg->step_scheduler.max_steps, (long long)start,
                 (long long)(G * T), (long long)accum, (long long)m->B, (long long)T, threads, peak);
         fflush(out);
     }
@@ -451,8 +448,6 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
                 mt_model_set_packing(m, r->pos + u * N, r->docs + u * N);
             local_sum += mt_model_step(m, r->tokens + u * N, r->targets + u * N, true, scale, &c);
         }
-        if (s == MT_OK)
-            s = r->tp_error;
         if (s == MT_OK)
             s = r->sharded ? mt_fsdp_finish(&r->fsdp) : mt_ddp_finish(&r->ddp);
         if (s == MT_OK)

@@ -34,6 +34,8 @@ train t2d2 4 $tp2
 train t2z3 4 $tp2 distributed.strategy=megatron_fsdp
 train t2h 8 $tp2 distributed.dp_replicate_size=2 distributed.activation_checkpointing=true
 parity r1 t2 "tp 2"
+expect_in "$(cat "$workdir/t2.log")" "training: $(grep -o 'training: [0-9]* parameters' "$workdir/r1.log" | grep -o '[0-9]*') parameters" \
+    "tp 2 logs the whole model's parameter count"
 parity r1 t2d2 "tp 2 x fsdp2 dp 2"
 parity r1 t2z3 "tp 2 x megatron_fsdp zero 3 dp 2"
 parity r1 t2h "tp 2 x HSDP 2x2, activation checkpointing"
