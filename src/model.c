@@ -129,6 +129,30 @@ static void norm_in(const mt_model_t *m, float *out, float *rstd, const float *x
     m->tp_allreduce(m->tp_ctx, m->dtmp, out, m->Ns * m->H, MT_TP_GATHER_FLOAT);
 }
 
+/* A layer's norm: out keeps this rank's tokens of the output (all of them
+ * without sequence parallelism); returns the whole sequence for the
+ * column-parallel layers: out itself, or under sequence parallelism its
+ * all-gather in m->gather (Megatron's layout: only the local part is kept
+ * for backward, which gathers it again with regather). */
+static const float *norm_in_kept(const mt_model_t *m, float *out, float *rstd, const float *x,
+                                 const float *w)
+{
+    m->be->rmsnorm_forward(out, rstd, x, w, m->Ns, m->H, m->eps);
+    if (!m->sp)
+        return out;
+    m->tp_allreduce(m->tp_ctx, out, m->gather, m->Ns * m->H, MT_TP_GATHER_FLOAT);
+    return m->gather;
+}
+
+/* The whole sequence of a kept norm output, for a weight gradient. */
+static const float *regather(const mt_model_t *m, const float *kept)
+{
+    if (!m->sp)
+        return kept;
+    m->tp_allreduce(m->tp_ctx, kept, m->gather, m->Ns * m->H, MT_TP_GATHER_FLOAT);
+    return m->gather;
+}
+
 /* Backward of norm_in: dfull [N,H] is this rank's (partial under TP)
  * gradient of the norm's output; the result goes into dx [Ns,H] (= or +=). */
 static void norm_in_backward(mt_model_t *m, float *dx, bool accumulate, float *dfull,
@@ -201,26 +225,26 @@ static void layer_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, 
     const mt_layer_params_t *p = &m->layers[l];
     int64_t N = m->N;
 
-    norm_in(m, a->h1, a->rstd1, a->x, p->attn_norm->data);
+    const float *h1 = norm_in_kept(m, a->h1, a->rstd1, a->x, p->attn_norm->data);
     if (m->qk_norm) {
-        linear(m, a->q_raw, a->h1, p->wq);
-        linear(m, a->k_raw, a->h1, p->wk);
+        linear(m, a->q_raw, h1, p->wq);
+        linear(m, a->k_raw, h1, p->wk);
         be->rmsnorm_forward(a->q, a->q_rstd, a->q_raw, p->q_norm->data, N * m->nh, m->hd, m->eps);
         be->rmsnorm_forward(a->k, a->k_rstd, a->k_raw, p->k_norm->data, N * m->nkv, m->hd, m->eps);
     } else {
-        linear(m, a->q, a->h1, p->wq);
-        linear(m, a->k, a->h1, p->wk);
+        linear(m, a->q, h1, p->wq);
+        linear(m, a->k, h1, p->wk);
     }
-    linear(m, a->v, a->h1, p->wv);
+    linear(m, a->v, h1, p->wv);
     be->rope_forward(a->q, m->pos, N, m->nh, m->hd, m->theta);
     be->rope_forward(a->k, m->pos, N, m->nkv, m->hd, m->theta);
     be->attention_forward(a->att, a->lse, a->q, a->k, a->v, m->doc_start, m->B, m->T, m->nh, m->nkv,
                           m->hd);
     row_parallel_residual(m, a->x_mid, a->x, a->att, p->wo); /* x_mid = x + att Wo^T */
 
-    norm_in(m, a->h2, a->rstd2, a->x_mid, p->mlp_norm->data);
-    linear(m, a->g, a->h2, p->wgate);
-    linear(m, a->u, a->h2, p->wup);
+    const float *h2 = norm_in_kept(m, a->h2, a->rstd2, a->x_mid, p->mlp_norm->data);
+    linear(m, a->g, h2, p->wgate);
+    linear(m, a->u, h2, p->wup);
     be->swiglu_forward(a->a, a->g, a->u, N * m->I);
     row_parallel_residual(m, x_out, a->x_mid, a->a, p->wdown);
 }
@@ -236,8 +260,9 @@ static void layer_backward(mt_model_t *m, int l, mt_layer_acts_t *a)
     const float *dout = whole_grad(m, m->datt);
     linear_backward(m, m->dI, 0.0f, dout, a->a, p->wdown);         /* dI = d a */
     be->swiglu_backward(a->g, a->u, m->dI, a->g, a->u, N * m->I);  /* g, u <- dg, du */
-    m->be->matmul(p->wgate->grad, a->g, a->h2, m->I, H, N, true, false, 1.0f);
-    m->be->matmul(p->wup->grad, a->u, a->h2, m->I, H, N, true, false, 1.0f);
+    const float *h2 = regather(m, a->h2);
+    m->be->matmul(p->wgate->grad, a->g, h2, m->I, H, N, true, false, 1.0f);
+    m->be->matmul(p->wup->grad, a->u, h2, m->I, H, N, true, false, 1.0f);
     be->matmul(m->dh, a->g, p->wgate->data, N, H, m->I, false, false, 0.0f);
     be->matmul(m->dh, a->u, p->wup->data, N, H, m->I, false, false, 1.0f);
     norm_in_backward(m, m->dres, true, m->dh, p->mlp_norm->grad, a->x_mid, p->mlp_norm->data,
@@ -258,9 +283,10 @@ static void layer_backward(mt_model_t *m, int l, mt_layer_acts_t *a)
                              N * m->nkv, m->hd);
         memcpy(m->dk, m->datt, sizeof(float) * (size_t)(N * m->nkv * m->hd));
     }
-    linear_backward(m, m->dh, 0.0f, m->dq, a->h1, p->wq);
-    linear_backward(m, m->dh, 1.0f, m->dk, a->h1, p->wk);
-    linear_backward(m, m->dh, 1.0f, m->dv, a->h1, p->wv);
+    const float *h1 = regather(m, a->h1);
+    linear_backward(m, m->dh, 0.0f, m->dq, h1, p->wq);
+    linear_backward(m, m->dh, 1.0f, m->dk, h1, p->wk);
+    linear_backward(m, m->dh, 1.0f, m->dv, h1, p->wv);
     norm_in_backward(m, m->dres, true, m->dh, p->attn_norm->grad, a->x, p->attn_norm->data,
                      a->rstd1);                                     /* d x */
 }

@@ -58,7 +58,7 @@ static void layer_acts(const mt_model_t *m, float *base, int64_t *off, mt_layer_
     int64_t N = m->N, Ns = m->Ns, H = m->H, Q = m->nh * m->hd, KV = m->nkv * m->hd;
     if (with_x)
         a->x = carve(base, off, Ns * H);
-    a->h1 = carve(base, off, N * H);
+    a->h1 = carve(base, off, Ns * H); /* under sp: gathered again for backward */
     a->rstd1 = carve(base, off, Ns);
     if (m->qk_norm) {
         a->q_raw = carve(base, off, N * Q);
@@ -74,7 +74,7 @@ static void layer_acts(const mt_model_t *m, float *base, int64_t *off, mt_layer_
     a->att = carve(base, off, N * Q);
     a->lse = carve(base, off, N * m->nh);
     a->x_mid = carve(base, off, Ns * H);
-    a->h2 = carve(base, off, N * H);
+    a->h2 = carve(base, off, Ns * H);
     a->rstd2 = carve(base, off, Ns);
     a->g = carve(base, off, N * m->I);
     a->u = carve(base, off, N * m->I);
@@ -105,6 +105,7 @@ static int64_t layout_acts(mt_model_t *m, float *base)
     m->dres = carve(base, &off, Ns * H);
     m->dtmp = carve(base, &off, Ns * H);
     m->dh_local = m->sp ? carve(base, &off, Ns * H) : NULL;
+    m->gather = m->sp ? carve(base, &off, N * H) : NULL;
     m->dh = carve(base, &off, N * H);
     m->datt = carve(base, &off, N * (Q > H ? Q : H));
     m->dq = carve(base, &off, N * Q);

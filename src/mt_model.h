@@ -144,6 +144,7 @@ typedef struct {
     bool sp;
     int64_t Ns;
     float *dh_local;     /* [Ns, H] under sequence parallelism */
+    float *gather;       /* [N, H] under sequence parallelism: a gathered norm output */
     void *tp_ctx;
     int32_t *tok_local;  /* [N] tokens of this vocabulary shard, -1 elsewhere */
     float *ce_mx;        /* [N] vocabulary-parallel loss: row max */

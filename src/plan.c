@@ -57,9 +57,7 @@ static double act_per_token_layer(const mt_config_t *cfg)
     double H = (double)m->hidden_size, tp = (double)d->tp_size;
     double hd = (double)cfg->derived.head_dim, kv = (double)m->num_key_value_heads.value;
     double sp = d->sequence_parallel ? tp : 1.0;
-    /* x and x_mid hold this rank's tokens under sequence parallelism; the
-     * norm outputs are kept gathered for the column-parallel backward */
-    double stream = 2 * H / sp + 2 * H;              /* x, x mid; norm1 out, norm2 out */
+    double stream = 4 * H / sp;                      /* x, norm1 out, x mid, norm2 out */
     double attn = (2 * H + 2 * kv * hd + m->num_attention_heads) / tp; /* q,k,v,out,lse */
     double mlp = m->num_experts > 0
                      ? 3.0 * (double)m->num_experts_per_tok * (double)m->moe_intermediate_size / tp +
@@ -238,8 +236,9 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
             double KV = (double)m->num_key_value_heads.value * hd;
             double sp = d->sequence_parallel ? tp : 1.0;
             /* x_final, dres, dtmp (+ the scattered norm gradient under sp)
-             * per rank's tokens; the final norm output, dh and datt whole */
-            double stream_b = sp > 1 ? 4.0 * (double)H / sp + 3.0 * (double)H : 6.0 * (double)H;
+             * per rank's tokens; the final norm output, dh, datt (and the
+             * gathered norm output under sp) whole */
+            double stream_b = sp > 1 ? 4.0 * (double)H / sp + 4.0 * (double)H : 6.0 * (double)H;
             acts += tokens * (stream_b + (Q + 2.0 * KV + (double)m->intermediate_size) / tp) *
                     act_bytes;
         }
