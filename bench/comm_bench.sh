@@ -47,6 +47,8 @@ HEAD=$(printf '%s\n' "$plan" | sed -n 's/.*"head": \([0-9]*\).*/\1/p')
 [ -n "$P" ] && [ -n "$HEAD" ] || { echo "comm_bench: no parameter count from meshtrain-plan" >&2; exit 99; }
 
 strategies="ddp fsdp2 hsdp zero1 zero2 zero3"
+# HSDP needs 2 replicas of at least 2 shards
+[ "$np" -ge 4 ] && [ $((np % 2)) -eq 0 ] || strategies="ddp fsdp2 zero1 zero2 zero3"
 overrides() {
     case $1 in
     ddp)   echo "distributed.strategy=ddp distributed.ddp_bucket_cap_mb=$bucket" ;;
