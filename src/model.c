@@ -51,10 +51,8 @@ void mt_model_init_range(const mt_model_t *m, uint64_t seed, int64_t lo, int64_t
 {
     for (int i = 0; i < m->nparams; i++) {
         const mt_param_t *p = &m->params[i];
-        int64_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel;
-        if (b > hi)
-            b = hi;
-        if (a >= b)
+        int64_t a, n = mt_param_overlap(p, lo, hi, &a), b = a + n;
+        if (n == 0)
             continue;
         float *out = dst + (a - lo);
         if (p->is_norm) {

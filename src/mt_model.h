@@ -189,6 +189,17 @@ double mt_model_step(mt_model_t *m, const int32_t *tokens, const int32_t *target
  * (positions 0..T-1, causal over the row). */
 void mt_model_set_packing(mt_model_t *m, const int32_t *pos, const int32_t *doc_start);
 
+/* The part of parameter p's flat range [offset, offset + numel) that lies
+ * in [lo, hi): its length (0 if none), and in *first its first offset. */
+static inline int64_t mt_param_overlap(const mt_param_t *p, int64_t lo, int64_t hi,
+                                       int64_t *first)
+{
+    int64_t end = p->offset + p->numel;
+    int64_t a = p->offset > lo ? p->offset : lo, b = end < hi ? end : hi;
+    *first = a;
+    return b > a ? b - a : 0;
+}
+
 /* Parameters of the whole logical model (under tensor parallelism numel
  * is this rank's part). */
 int64_t mt_model_logical_numel(const mt_model_t *m);

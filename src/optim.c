@@ -41,15 +41,12 @@ void mt_adamw_step(mt_adamw_t *opt, const mt_model_t *m, const mt_segment_t *seg
         const mt_segment_t *s = &seg[k];
         for (int i = 0; i < m->nparams; i++) { /* split at parameters: decay differs */
             const mt_param_t *p = &m->params[i];
-            int64_t a = p->offset > s->offset ? p->offset : s->offset;
-            int64_t b = p->offset + p->numel;
-            if (b > s->offset + s->count)
-                b = s->offset + s->count;
-            if (a >= b)
+            int64_t a, n = mt_param_overlap(p, s->offset, s->offset + s->count, &a);
+            if (n == 0)
                 continue;
             int64_t j = a - s->offset;
             m->be->adamw(s->param + j, s->grad + j, opt->exp_avg + s->state + j,
-                         opt->exp_avg_sq + s->state + j, b - a, (float)lr, (float)oc->betas[0],
+                         opt->exp_avg_sq + s->state + j, n, (float)lr, (float)oc->betas[0],
                          (float)oc->betas[1], (float)oc->eps,
                          p->no_decay ? 0.0f : (float)oc->weight_decay, opt->step);
         }

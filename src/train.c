@@ -233,8 +233,8 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
      * over all of dp: none); whole state's are every dp rank. */
     bool rep0 = !r->sharded || r->fsdp.nrep == 1 || mesh->group_rank[MT_GROUP_DP_REPLICATE] == 0;
     bool dp0 = mesh->group_rank[MT_GROUP_DP] == 0;
-    MT_TRY(mt_train_ckpt_writers(&r->ckpt, r->sharded && fo.shard_params ? rep0 : dp0,
-                                 r->sharded ? rep0 : dp0, mesh->group_rank[MT_GROUP_TP] == 0));
+    mt_train_ckpt_writers(&r->ckpt, r->sharded && fo.shard_params ? rep0 : dp0,
+                          r->sharded ? rep0 : dp0, mesh->group_rank[MT_GROUP_TP] == 0);
     return MT_OK;
 }
 
@@ -246,21 +246,17 @@ static mt_status_t update(run_t *r, const mt_config_t *cfg, int64_t step, double
     mt_model_t *m = &r->model;
     /* [0] tensors split over TP ranks, [1] tensors every TP rank holds whole */
     double part[2] = {0, 0}, sum[2];
-    if (m->tp == 1)
-        part[0] = mt_grad_sumsq(m, r->seg, r->nseg);
-    for (int k = 0; k < r->nseg && m->tp > 1; k++)
+    for (int k = 0; k < r->nseg; k++)
         for (int i = 0; i < m->nparams; i++) {
             const mt_param_t *p = &m->params[i];
             const mt_segment_t *g = &r->seg[k];
-            int64_t a = p->offset > g->offset ? p->offset : g->offset;
-            int64_t b = p->offset + p->numel < g->offset + g->count ? p->offset + p->numel
-                                                                      : g->offset + g->count;
-            if (b <= a)
+            int64_t a, n = mt_param_overlap(p, g->offset, g->offset + g->count, &a);
+            if (n == 0)
                 continue;
             float *grad = g->grad + (a - g->offset);
             if (p->tp_partial_grad) /* per-head norm weights: each TP rank has its heads' share */
-                MT_TRY(mt_allreduce(MPI_IN_PLACE, grad, (int)(b - a), MPI_FLOAT, MPI_SUM, r->tp));
-            part[p->tp_dim >= 0 ? 0 : 1] += m->be->sum_squares(grad, b - a);
+                MT_TRY(mt_allreduce(MPI_IN_PLACE, grad, (int)n, MPI_FLOAT, MPI_SUM, r->tp));
+            part[p->tp_dim >= 0 ? 0 : 1] += m->be->sum_squares(grad, n);
         }
     if (r->sharded) { /* replicas (HSDP) hold the same shard: sum over the shard group */
         MT_TRY(mt_allreduce(part, sum, 2, MPI_DOUBLE, MPI_SUM, r->fsdp.shard));

@@ -40,11 +40,11 @@ static void seg_rows(const mt_param_t *p, int64_t rows, const mt_segment_t *seg,
     *first = *count = *at = 0;
     *in = &seg[0];
     for (int k = 0; k < nseg; k++) {
-        int64_t a = p->offset > seg[k].offset ? p->offset : seg[k].offset;
-        int64_t b = seg[k].offset + seg[k].count < end ? seg[k].offset + seg[k].count : end;
-        if (b > a) {
+        int64_t hi = seg[k].offset + seg[k].count < end ? seg[k].offset + seg[k].count : end;
+        int64_t a, n = mt_param_overlap(p, seg[k].offset, hi, &a);
+        if (n > 0) {
             *first = (a - p->offset) / cols;
-            *count = (b - a) / cols;
+            *count = n / cols;
             *in = &seg[k];
             *at = a - seg[k].offset;
             return;
@@ -59,9 +59,10 @@ mt_status_t mt_train_ckpt_init(mt_train_ckpt_t *c, const mt_config_t *cfg, mt_mo
     memset(c, 0, sizeof *c);
     c->model = m, c->opt = opt;
     c->t = calloc((size_t)m->nparams * 3, sizeof *c->t);
+    c->t_save = calloc((size_t)m->nparams * 3, sizeof *c->t_save);
     size_t need = mt_config_to_yaml(cfg, NULL, 0) + 1;
     c->config_yaml = malloc(need);
-    if (!c->t || !c->config_yaml)
+    if (!c->t || !c->t_save || !c->config_yaml)
         MT_FAIL(MT_ERR_NOMEM, "checkpoint tensor list and config text");
     mt_config_to_yaml(cfg, c->config_yaml, need);
     snprintf(c->mesh, sizeof c->mesh, "world %lld: pp %lld x dp_replicate %lld x dp_shard %lld x "
@@ -93,15 +94,13 @@ mt_status_t mt_train_ckpt_init(mt_train_ckpt_t *c, const mt_config_t *cfg, mt_mo
                    opt->exp_avg_sq + in->state + at);
     }
     c->n = 3 * np;
+    memcpy(c->t_save, c->t, sizeof *c->t * (size_t)c->n); /* every rank writes until told */
     return MT_OK;
 }
 
-mt_status_t mt_train_ckpt_writers(mt_train_ckpt_t *c, bool model_writer, bool optim_writer,
-                                  bool tp_rank0)
+void mt_train_ckpt_writers(mt_train_ckpt_t *c, bool model_writer, bool optim_writer,
+                           bool tp_rank0)
 {
-    c->t_save = malloc(sizeof *c->t_save * (size_t)(c->n > 0 ? c->n : 1));
-    if (!c->t_save)
-        MT_FAIL(MT_ERR_NOMEM, "checkpoint tensor list");
     int np = c->model->nparams;
     for (int i = 0; i < c->n; i++) {
         const mt_param_t *p = &c->model->params[i % np];
@@ -110,7 +109,6 @@ mt_status_t mt_train_ckpt_writers(mt_train_ckpt_t *c, bool model_writer, bool op
         if (!writes)
             c->t_save[i].row_offset = c->t_save[i].row_count = 0;
     }
-    return MT_OK;
 }
 
 void mt_train_ckpt_free(mt_train_ckpt_t *c)
@@ -125,8 +123,7 @@ mt_status_t mt_train_save(MPI_Comm comm, const mt_config_t *cfg, mt_train_ckpt_t
                           int64_t step, int64_t G)
 {
     mt_train_state_t st = {step, step * G, 0, cfg->rng.seed, 0};
-    const mt_ckpt_tensor_t *t = c->t_save ? c->t_save : c->t;
-    MT_TRY(mt_ckpt_save(comm, cfg->checkpoint.checkpoint_dir, t, c->n, &st, c->config_yaml,
+    MT_TRY(mt_ckpt_save(comm, cfg->checkpoint.checkpoint_dir, c->t_save, c->n, &st, c->config_yaml,
                         c->mesh, cfg->checkpoint.keep_last_n));
     return MT_OK;
 }

@@ -16,7 +16,8 @@ typedef struct {
     mt_model_t *model;
     mt_adamw_t *opt;
     mt_ckpt_tensor_t *t; /* parameters, then exp_avg, then exp_avg_sq */
-    mt_ckpt_tensor_t *t_save; /* what this rank writes, when not t (a replica) */
+    mt_ckpt_tensor_t *t_save; /* what this rank writes: t, with nothing from the
+                               * blocks another replica writes */
     int n;
     int resumed;
     char *config_yaml;   /* the resolved config, stored in every checkpoint */
@@ -38,8 +39,8 @@ void mt_train_ckpt_free(mt_train_ckpt_t *c);
  * read it on load but write it only from the first of them.
  * model_writer / optim_writer: this rank is the first replica of its
  * /model (/optim) blocks; tp_rank0: it is TP rank 0. */
-mt_status_t mt_train_ckpt_writers(mt_train_ckpt_t *c, bool model_writer, bool optim_writer,
-                                  bool tp_rank0);
+void mt_train_ckpt_writers(mt_train_ckpt_t *c, bool model_writer, bool optim_writer,
+                           bool tp_rank0);
 
 /* Save after `step` updates (global batch G).  Collective. */
 mt_status_t mt_train_save(MPI_Comm comm, const mt_config_t *cfg, mt_train_ckpt_t *c,

@@ -7,7 +7,6 @@
 # checkpoints, and usage errors (exit 2).
 . "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
 ckpt="$bindir/meshtrain-ckpt"
-data="$abs_top_builddir/share/data/tiny-corpus.bin"
 [ -r "$data" ] || { echo "no $data: build it with make"; exit 99; }
 ck="$workdir/ck"
 

@@ -8,8 +8,7 @@
 # the 2-rank run at step 6 resumes on 1 rank and continues like it.
 . "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
 dense="$bindir/meshtrain-dense"
-cfg="$testconfigs/train-small.yaml"
-data="$abs_top_builddir/share/data/tiny-corpus.bin"
+cfg="$small_cfg"
 common="dataset.path=$data step_scheduler.max_steps=12 step_scheduler.ckpt_every_steps=6 step_scheduler.local_batch_size=2"
 run() { name=$1; shift; echo "checkpoint.checkpoint_dir=$workdir/$name logging.metrics_file=$workdir/$name.jsonl $common"; }
 ddp=distributed.strategy=ddp

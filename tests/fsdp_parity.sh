@@ -15,10 +15,8 @@
 # checkpoint resumes under fsdp2 HSDP on 4.
 . "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
 dense="$bindir/meshtrain-dense"
-cfg="$testconfigs/train-small.yaml"
-data="$abs_top_builddir/share/data/tiny-corpus.bin"
-common="dataset.path=$data step_scheduler.max_steps=20 step_scheduler.ckpt_every_steps=10
- step_scheduler.local_batch_size=1 checkpoint.keep_last_n=0"
+cfg="$small_cfg"
+common="$parity_common"
 f2="distributed.strategy=fsdp2"
 mf="distributed.strategy=megatron_fsdp"
 final() { echo "$workdir/$1/step_00000020/model.h5"; }

@@ -18,7 +18,6 @@ for tool in python3 h5dump h5diff; do
 done
 ckpt="$bindir/meshtrain-ckpt"
 check="python3 $abs_top_srcdir/tests/hf_check.py"
-data="$abs_top_builddir/share/data/tiny-corpus.bin"
 [ -r "$data" ] || { echo "no $data: build it with make"; exit 99; }
 mpi2() { timeout 120 "$MPIEXEC" $MPIEXEC_NP 2 "$@"; }
 w=$workdir

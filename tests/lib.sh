@@ -7,6 +7,13 @@
 bindir="$abs_top_builddir/apps"
 configs="$abs_top_srcdir/share/configs"
 testconfigs="$abs_top_srcdir/tests/configs"
+# the corpus make builds, and the small model most training tests use
+data="$abs_top_builddir/share/data/tiny-corpus.bin"
+small_cfg="$testconfigs/train-small.yaml"
+# the parity tests' runs: 20 steps of one-sequence micro-batches,
+# checkpoints at steps 10 and 20, all kept
+parity_common="dataset.path=$data step_scheduler.max_steps=20 step_scheduler.ckpt_every_steps=10
+ step_scheduler.local_batch_size=1 checkpoint.keep_last_n=0"
 failures=0
 checks=0
 workdir=$(mktemp -d "${TMPDIR:-/tmp}/meshtrain-test.XXXXXX") || exit 99
@@ -39,14 +46,14 @@ $1" ;; esac
 np() { n=$1; shift; timeout 300 "$MPIEXEC" $MPIEXEC_NP "$n" "$@"; }
 
 # The parity tests' training runs: $app (default meshtrain-dense) with the
-# config $cfg and the overrides $common.
+# config $cfg (default train-small.yaml) and the overrides $common.
 # train NAME NP [key=value ...]: checkpoints in $workdir/NAME, metrics in
 # NAME.jsonl, stdout kept in NAME.log and $out; prints the run's time.
 train() {
     name=$1 n=$2; shift 2
     t0=$(date +%s.%N)
     expect_rc 0 np "$n" "${app:-$bindir/meshtrain-dense}" \
-        --config "$cfg" $common checkpoint.checkpoint_dir="$workdir/$name" \
+        --config "${cfg:-$small_cfg}" $common checkpoint.checkpoint_dir="$workdir/$name" \
         logging.metrics_file="$workdir/$name.jsonl" "$@"
     printf '%s\n' "$out" > "$workdir/$name.log"
     echo "$name ($n ranks): $(python3 -c 'import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 1))' "$t0" "$(date +%s.%N)") s"

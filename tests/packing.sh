@@ -7,10 +7,8 @@
 # Context parallelism itself (cp_size > 1) is refused with its reason.
 . "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
 app="$bindir/meshtrain-cp"
-cfg="$testconfigs/train-small.yaml"
-data="$abs_top_builddir/share/data/tiny-corpus.bin"
-common="dataset.path=$data step_scheduler.max_steps=20 step_scheduler.ckpt_every_steps=10
- step_scheduler.local_batch_size=1 packed_sequence.packed_sequence_size=64 checkpoint.keep_last_n=0"
+cfg="$small_cfg"
+common="$parity_common packed_sequence.packed_sequence_size=64"
 
 train p1 1
 expect_in "$out" "documents (" "packing reported"

@@ -14,10 +14,9 @@
 # Skips (77) when Slurm cannot start here (see tests/slurm-cluster.sh).
 . "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
 . "$abs_top_srcdir/tests/slurm-cluster.sh"
-data="$abs_top_builddir/share/data/tiny-corpus.bin"
 [ -r "$data" ] || { echo "no $data: build it with make"; exit 99; }
 js="$abs_top_srcdir/jobscripts"
-small="$testconfigs/train-small.yaml"
+small="$small_cfg"
 slurm_start
 export MESHTRAIN_BINDIR="$bindir" MESHTRAIN_SHOW_BINDING=1
 # --time=30: beyond the 70B script's 10-minute pre-emption lead

@@ -12,10 +12,9 @@
 # `scontrol update StartTime=now`.
 . "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
 . "$abs_top_srcdir/tests/slurm-cluster.sh"
-data="$abs_top_builddir/share/data/tiny-corpus.bin"
 [ -r "$data" ] || { echo "no $data: build it with make"; exit 99; }
 js="$abs_top_srcdir/jobscripts"
-small="$testconfigs/train-small.yaml"
+small="$small_cfg"
 steps=200
 run() { echo "dataset.path=$data distributed.strategy=ddp step_scheduler.max_steps=$steps
     step_scheduler.ckpt_every_steps=25 checkpoint.checkpoint_dir=$workdir/$1 logging.metrics_file=$workdir/$1.jsonl"; }

@@ -17,10 +17,8 @@
 # matches too, with smaller activations than plain TP, as planned.
 . "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
 dense="$bindir/meshtrain-dense"
-cfg="$testconfigs/train-small.yaml"
-data="$abs_top_builddir/share/data/tiny-corpus.bin"
-common="dataset.path=$data step_scheduler.max_steps=20 step_scheduler.ckpt_every_steps=10
- step_scheduler.local_batch_size=1 checkpoint.keep_last_n=0"
+cfg="$small_cfg"
+common="$parity_common"
 final() { echo "$workdir/$1/step_00000020/model.h5"; }
 parity() { # parity REF NAME LABEL
     compare_losses "$workdir/$1.jsonl" "$workdir/$2.jsonl" "$3"

@@ -10,8 +10,7 @@
 #  with clear messages.
 . "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
 dense="$bindir/meshtrain-dense"
-cfg="$testconfigs/train-small.yaml"
-data="$abs_top_builddir/share/data/tiny-corpus.bin"
+cfg="$small_cfg"
 [ -r "$data" ] || { echo "no $data: build it with make"; exit 99; }
 set_run() { echo "dataset.path=$data checkpoint.checkpoint_dir=$workdir/$1 logging.metrics_file=$workdir/$1.jsonl"; }
 losses() { sed -n 's/.*"step": \([0-9]*\), "loss": \([^,]*\),.*/\1 \2/p' "$1" | sort -n -k1,1 -u; }
