@@ -338,6 +338,18 @@ static void check_pipeline(vctx_t *v)
              mt_pp_schedule_name(p->pp_schedule), (long long)per_rank);
     else
         v_ok = true;
+    /* What the executor does not do (doc/pipeline.md, "The executor"). */
+    int first = mt_pp_stage_rank(p->pp_schedule, (int)pp, 0);
+    int last = mt_pp_stage_rank(p->pp_schedule, (int)pp, (int)stages - 1);
+    if (v_ok && cfg->model.tie_word_embeddings && first != last)
+        verr(v, "model.tie_word_embeddings", "tied embeddings need the first and the last "
+             "pipeline stage on one rank (%s puts them on pipeline ranks %d and %d); untie them "
+             "or use v_schedule", mt_pp_schedule_name(p->pp_schedule), first, last);
+    bool split = p->pp_schedule == MT_PP_ZERO_BUBBLE || p->pp_schedule == MT_PP_V_SCHEDULE;
+    if (split && d->activation_checkpointing)
+        verr(v, "distributed.activation_checkpointing", "%s defers weight gradients, which need "
+             "every layer's stored activations: not with activation_checkpointing",
+             mt_pp_schedule_name(p->pp_schedule));
 
     int64_t local = cfg->step_scheduler.local_batch_size;
     if (local % p->pp_microbatch_size)

@@ -39,7 +39,7 @@ static int64_t ring_slot_numel(const int64_t *unit_lo, int nunits, bool tied)
 
 static bool grads_in_ring(const mt_fsdp_options_t *o)
 {
-    return o->shard_grads && !(o->defer_grad_sync && o->accum > 1);
+    return o->shard_grads && !o->pipeline && !(o->defer_grad_sync && o->accum > 1);
 }
 
 void mt_fsdp_work_numel(const int64_t *unit_lo, int nunits, bool tied,
@@ -48,7 +48,7 @@ void mt_fsdp_work_numel(const int64_t *unit_lo, int nunits, bool tied,
 {
     int64_t numel = unit_lo[nunits];
     int64_t ring = 2 * ring_slot_numel(unit_lo, nunits, tied) + (tied ? unit_lo[1] : 0);
-    *p_work = !o->shard_params ? 0 : o->reshard_after_forward ? ring : numel;
+    *p_work = !o->shard_params ? 0 : o->reshard_after_forward && !o->pipeline ? ring : numel;
     *g_work = !o->shard_grads ? 0 : grads_in_ring(o) ? ring : numel;
     *rs_tmp = grads_in_ring(o) && o->accum > 1 ? owned : 0;
 }
@@ -195,6 +195,15 @@ static void hook(void *ctx, int u, mt_unit_event_t ev)
     mt_fsdp_t *f = ctx;
     int head = f->nunits - 1;
     bool tied = f->model->tied, sp = f->opt.shard_params;
+    if (f->opt.pipeline) { /* gather on first use; mt_fsdp_finish does the rest */
+        if (ev == MT_UNIT_PRE_FORWARD || ev == MT_UNIT_PRE_BACKWARD) {
+            wait_gathered(f, u);
+            if (sp && f->opt.prefetch)
+                gather(f, ev == MT_UNIT_PRE_FORWARD ? u + 1 : u - 1);
+        }
+        poke(f);
+        return;
+    }
     switch (ev) {
     case MT_UNIT_PRE_FORWARD:
         wait_gathered(f, u);
@@ -286,6 +295,8 @@ mt_status_t mt_fsdp_init(mt_fsdp_t *f, mt_model_t *m, MPI_Comm shard, MPI_Comm r
 {
     memset(f, 0, sizeof *f);
     f->model = m, f->opt = *opt, f->shard = shard, f->replicate = replicate;
+    if (opt->pipeline)
+        f->opt.reshard_after_forward = false;
     f->nunits = m->nunits;
     f->nrep = 1;
     MT_MPI_TRY(MPI_Comm_size(shard, &f->nshard));
@@ -336,7 +347,7 @@ mt_status_t mt_fsdp_init(mt_fsdp_t *f, mt_model_t *m, MPI_Comm shard, MPI_Comm r
         if (!opt->shard_params)
             f->p_at[u] = m->param_mem + lo;
         else
-            f->p_at[u] = f->p_work + (opt->reshard_after_forward ? slot_at : lo);
+            f->p_at[u] = f->p_work + (f->opt.reshard_after_forward ? slot_at : lo);
         if (!opt->shard_grads)
             f->g_at[u] = m->grad_mem + lo;
         else
@@ -388,7 +399,7 @@ mt_status_t mt_fsdp_begin(mt_fsdp_t *f, int64_t micro)
     bool last = micro == f->opt.accum - 1;
     /* zero 1 and deferred fsdp2 reduce on the last micro-step only; the
      * ring must reduce every micro-step (there is nowhere to keep more) */
-    f->reduce_now = f->ring || last;
+    f->reduce_now = !f->opt.pipeline && (f->ring || last);
     if (micro == 0) {
         if (f->g_shard)
             memset(f->g_shard, 0, sizeof(float) * (size_t)(f->owned > 0 ? f->owned : 1));
@@ -400,7 +411,7 @@ mt_status_t mt_fsdp_begin(mt_fsdp_t *f, int64_t micro)
 
 mt_status_t mt_fsdp_finish(mt_fsdp_t *f)
 {
-    if (!f->opt.overlap_reduce && !f->ring)
+    if ((!f->opt.overlap_reduce || f->opt.pipeline) && !f->ring)
         for (int u = f->nunits - 1; u >= 0; u--)
             reduce(f, u);
     for (int u = 0; u < f->nunits; u++)
@@ -416,6 +427,12 @@ mt_status_t mt_fsdp_finish(mt_fsdp_t *f)
         }
         MT_TRY(mt_wait_all(f->nunits, f->g_req));
     }
+    if (f->opt.pipeline) /* the update changes them: gather again next step */
+        for (int u = 0; u < f->nunits; u++) {
+            if (f->p_state[u] == GATHERING)
+                wait_gathered(f, u);
+            release(f, u);
+        }
     return MT_OK;
 }
 

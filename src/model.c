@@ -102,7 +102,7 @@ double mt_model_flops_per_token(const mt_model_t *m)
     for (int i = 0; i < m->nparams; i++)
         if (m->params[i].ndim == 2 && &m->params[i] != m->embed)
             mm += (double)m->params[i].numel;
-    if (m->tied)
+    if (m->tied && m->has_head)
         mm += (double)(m->V * m->H); /* lm_head is a matmul even when tied */
     return 6.0 * mm + 6.0 * (double)m->L * (double)m->T * (double)m->H;
 }
@@ -247,20 +247,35 @@ static void layer_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, 
     row_parallel_residual(m, x_out, a->x_mid, a->a, p->wdown);
 }
 
-/* m->dres holds d(loss)/d(layer output); on return, d/d(layer input). */
-static void layer_backward(mt_model_t *m, int l, mt_layer_acts_t *a)
+static void keep(const mt_model_t *m, float *dst, const float *src, int64_t n)
+{
+    (void)m;
+    memcpy(dst, src, sizeof(float) * (size_t)n);
+}
+
+/* m->dres holds d(loss)/d(layer output); on return, d/d(layer input).
+ * defer: leave the linear weight gradients to layer_weights (split
+ * backward), keeping the output gradients they need in a. */
+static void layer_backward(mt_model_t *m, int l, mt_layer_acts_t *a, bool defer)
 {
     const mt_backend_t *be = m->be;
     mt_layer_params_t *p = &m->layers[l];
-    int64_t N = m->N, H = m->H;
+    int64_t N = m->N, H = m->H, Q = m->nh * m->hd, KV = m->nkv * m->hd;
 
     /* MLP: out = x_mid + a Wd^T */
     const float *dout = whole_grad(m, m->datt);
-    linear_backward(m, m->dI, 0.0f, dout, a->a, p->wdown);         /* dI = d a */
+    if (defer) {
+        keep(m, a->w_dmlp, dout, N * H);
+        be->matmul(m->dI, dout, p->wdown->data, N, p->wdown->shape[1], H, false, false, 0.0f);
+    } else {
+        linear_backward(m, m->dI, 0.0f, dout, a->a, p->wdown);     /* dI = d a */
+    }
     be->swiglu_backward(a->g, a->u, m->dI, a->g, a->u, N * m->I);  /* g, u <- dg, du */
-    const float *h2 = regather(m, a->h2);
-    m->be->matmul(p->wgate->grad, a->g, h2, m->I, H, N, true, false, 1.0f);
-    m->be->matmul(p->wup->grad, a->u, h2, m->I, H, N, true, false, 1.0f);
+    if (!defer) {
+        const float *h2 = regather(m, a->h2);
+        m->be->matmul(p->wgate->grad, a->g, h2, m->I, H, N, true, false, 1.0f);
+        m->be->matmul(p->wup->grad, a->u, h2, m->I, H, N, true, false, 1.0f);
+    }
     be->matmul(m->dh, a->g, p->wgate->data, N, H, m->I, false, false, 0.0f);
     be->matmul(m->dh, a->u, p->wup->data, N, H, m->I, false, false, 1.0f);
     norm_in_backward(m, m->dres, true, m->dh, p->mlp_norm->grad, a->x_mid, p->mlp_norm->data,
@@ -268,7 +283,12 @@ static void layer_backward(mt_model_t *m, int l, mt_layer_acts_t *a)
 
     /* attention: x_mid = x + att Wo^T */
     dout = whole_grad(m, m->dh);
-    linear_backward(m, m->datt, 0.0f, dout, a->att, p->wo);
+    if (defer) {
+        keep(m, a->w_datt, dout, N * H);
+        be->matmul(m->datt, dout, p->wo->data, N, p->wo->shape[1], H, false, false, 0.0f);
+    } else {
+        linear_backward(m, m->datt, 0.0f, dout, a->att, p->wo);
+    }
     be->attention_backward(m->dq, m->dk, m->dv, m->datt, a->att, a->lse, a->q, a->k, a->v,
                            m->doc_start, m->B, m->T, m->nh, m->nkv, m->hd);
     be->rope_backward(m->dq, m->pos, N, m->nh, m->hd, m->theta);
@@ -281,12 +301,39 @@ static void layer_backward(mt_model_t *m, int l, mt_layer_acts_t *a)
                              N * m->nkv, m->hd);
         memcpy(m->dk, m->datt, sizeof(float) * (size_t)(N * m->nkv * m->hd));
     }
-    const float *h1 = regather(m, a->h1);
-    linear_backward(m, m->dh, 0.0f, m->dq, h1, p->wq);
-    linear_backward(m, m->dh, 1.0f, m->dk, h1, p->wk);
-    linear_backward(m, m->dh, 1.0f, m->dv, h1, p->wv);
+    if (defer) {
+        keep(m, a->w_dq, m->dq, N * Q);
+        keep(m, a->w_dk, m->dk, N * KV);
+        keep(m, a->w_dv, m->dv, N * KV);
+        be->matmul(m->dh, m->dq, p->wq->data, N, H, Q, false, false, 0.0f);
+        be->matmul(m->dh, m->dk, p->wk->data, N, H, KV, false, false, 1.0f);
+        be->matmul(m->dh, m->dv, p->wv->data, N, H, KV, false, false, 1.0f);
+    } else {
+        const float *h1 = regather(m, a->h1);
+        linear_backward(m, m->dh, 0.0f, m->dq, h1, p->wq);
+        linear_backward(m, m->dh, 1.0f, m->dk, h1, p->wk);
+        linear_backward(m, m->dh, 1.0f, m->dv, h1, p->wv);
+    }
     norm_in_backward(m, m->dres, true, m->dh, p->attn_norm->grad, a->x, p->attn_norm->data,
                      a->rstd1);                                     /* d x */
+}
+
+/* The weight-gradient pass W of a layer whose backward was deferred: the
+ * same products linear_backward forms, from the kept output gradients. */
+static void layer_weights(mt_model_t *m, int l, const mt_layer_acts_t *a)
+{
+    const mt_backend_t *be = m->be;
+    mt_layer_params_t *p = &m->layers[l];
+    int64_t N = m->N, H = m->H, Q = m->nh * m->hd, KV = m->nkv * m->hd;
+    be->matmul(p->wdown->grad, a->w_dmlp, a->a, H, m->I, N, true, false, 1.0f);
+    const float *h2 = regather(m, a->h2);
+    be->matmul(p->wgate->grad, a->g, h2, m->I, H, N, true, false, 1.0f);
+    be->matmul(p->wup->grad, a->u, h2, m->I, H, N, true, false, 1.0f);
+    be->matmul(p->wo->grad, a->w_datt, a->att, H, Q, N, true, false, 1.0f);
+    const float *h1 = regather(m, a->h1);
+    be->matmul(p->wq->grad, a->w_dq, h1, Q, H, N, true, false, 1.0f);
+    be->matmul(p->wk->grad, a->w_dk, h1, KV, H, N, true, false, 1.0f);
+    be->matmul(p->wv->grad, a->w_dv, h1, KV, H, N, true, false, 1.0f);
 }
 
 static void hook(const mt_model_t *m, int unit, mt_unit_event_t ev)
@@ -295,74 +342,117 @@ static void hook(const mt_model_t *m, int unit, mt_unit_event_t ev)
         m->unit_hook(m->hook_ctx, unit, ev);
 }
 
-double mt_model_step(mt_model_t *m, const int32_t *tokens, const int32_t *targets,
-                     bool backward, float grad_scale, int64_t *count)
+float *mt_model_stage_input(mt_model_t *m, int c)
+{
+    return m->acts[m->chunk_lo[c]].x;
+}
+
+/* The vocabulary-shard tokens under TP (others give zero rows), else tokens. */
+static const int32_t *shard_tokens(mt_model_t *m, const int32_t *tokens)
+{
+    if (m->tp == 1)
+        return tokens;
+    for (int64_t i = 0; i < m->N; i++)
+        m->tok_local[i] = tokens[i] >= m->v_lo && tokens[i] < m->v_lo + m->V
+                              ? (int32_t)(tokens[i] - m->v_lo) : -1;
+    return m->tok_local;
+}
+
+static double head_forward(mt_model_t *m, const int32_t *targets, bool backward,
+                           float grad_scale, int64_t *count)
 {
     const mt_backend_t *be = m->be;
     int64_t N = m->N, H = m->H;
-    int head = (int)m->L + 1;
+    norm_in(m, m->xf, m->rstdf, m->x_final, m->final_norm->data);
+    m->be->matmul(m->logits, m->xf, m->lm_head->data, N, m->V, H, false, true, 0.0f);
+    if (m->tp == 1)
+        return be->cross_entropy(backward ? m->logits : NULL, m->logits, targets, N, m->V,
+                                 m->V_valid, grad_scale, count);
+    /* vocabulary-parallel: combine row max, then exp-sums and target logits */
+    be->ce_shard_max(m->ce_mx, m->logits, N, m->V, m->V_valid);
+    m->tp_allreduce(m->tp_ctx, m->ce_mx, m->ce_mx, N, MT_TP_MAX_FLOAT);
+    be->ce_shard_sum(m->ce_z, m->ce_ly, m->logits, targets, m->ce_mx, N, m->V, m->v_lo,
+                     m->V_valid);
+    m->tp_allreduce(m->tp_ctx, m->ce_z, m->ce_z, N, MT_TP_SUM_DOUBLE);
+    m->tp_allreduce(m->tp_ctx, m->ce_ly, m->ce_ly, N, MT_TP_SUM_DOUBLE);
+    return be->ce_shard_finish(backward ? m->logits : NULL, m->logits, targets, m->ce_mx, m->ce_z,
+                               m->ce_ly, N, m->V, m->v_lo, m->V_valid, grad_scale, count);
+}
 
-    const int32_t *tok = tokens;
-    if (m->tp > 1) { /* this rank's vocabulary shard: other tokens give zero rows */
-        for (int64_t i = 0; i < N; i++)
-            m->tok_local[i] = tokens[i] >= m->v_lo && tokens[i] < m->v_lo + m->V
-                                  ? (int32_t)(tokens[i] - m->v_lo) : -1;
-        tok = m->tok_local;
+double mt_model_forward_chunk(mt_model_t *m, int c, const int32_t *tokens,
+                              const int32_t *targets, bool backward, float grad_scale,
+                              int64_t *count)
+{
+    const mt_backend_t *be = m->be;
+    int64_t N = m->N, H = m->H;
+    int lo = m->chunk_lo[c], hi = m->chunk_lo[c + 1], head = (int)m->L + 1;
+    *count = 0;
+    if (c == 0 && m->has_embed) {
+        const int32_t *tok = shard_tokens(m, tokens);
+        float *x0 = mt_model_stage_input(m, 0);
+        hook(m, 0, MT_UNIT_PRE_FORWARD);
+        if (m->sp) { /* partial rows of the whole sequence; keep this rank's tokens */
+            be->embedding_forward(m->dh, tok, m->embed->data, N, H);
+            m->tp_allreduce(m->tp_ctx, m->dh, x0, m->Ns * H, MT_TP_SCATTER_FLOAT);
+        } else {
+            be->embedding_forward(x0, tok, m->embed->data, N, H);
+            tp_sum(m, x0, N * H);
+        }
+        hook(m, 0, MT_UNIT_POST_FORWARD);
     }
-    hook(m, 0, MT_UNIT_PRE_FORWARD);
-    if (m->sp) { /* partial rows of the whole sequence; keep this rank's tokens */
-        be->embedding_forward(m->dh, tok, m->embed->data, N, H);
-        m->tp_allreduce(m->tp_ctx, m->dh, m->acts[0].x, m->Ns * H, MT_TP_SCATTER_FLOAT);
-    } else {
-        be->embedding_forward(m->acts[0].x, tok, m->embed->data, N, H);
-        tp_sum(m, m->acts[0].x, N * H);
-    }
-    hook(m, 0, MT_UNIT_POST_FORWARD);
-    for (int l = 0; l < m->L; l++) {
-        float *out = l + 1 < m->L ? m->acts[l + 1].x : m->x_final;
+    for (int l = lo; l < hi; l++) {
+        float *out = l + 1 < hi ? m->acts[l + 1].x : m->x_final;
         hook(m, l + 1, MT_UNIT_PRE_FORWARD);
         layer_forward(m, l, &m->acts[l], out);
         hook(m, l + 1, MT_UNIT_POST_FORWARD);
     }
+    if (!(m->has_head && c == m->nchunks - 1))
+        return 0.0;
     hook(m, head, MT_UNIT_PRE_FORWARD);
-    norm_in(m, m->xf, m->rstdf, m->x_final, m->final_norm->data);
-    m->be->matmul(m->logits, m->xf, m->lm_head->data, N, m->V, H, false, true, 0.0f);
-    double loss;
-    if (m->tp == 1) {
-        loss = be->cross_entropy(backward ? m->logits : NULL, m->logits, targets, N, m->V,
-                                 m->V_valid, grad_scale, count);
-    } else { /* vocabulary-parallel: combine row max, then exp-sums and target logits */
-        be->ce_shard_max(m->ce_mx, m->logits, N, m->V, m->V_valid);
-        m->tp_allreduce(m->tp_ctx, m->ce_mx, m->ce_mx, N, MT_TP_MAX_FLOAT);
-        be->ce_shard_sum(m->ce_z, m->ce_ly, m->logits, targets, m->ce_mx, N, m->V, m->v_lo,
-                         m->V_valid);
-        m->tp_allreduce(m->tp_ctx, m->ce_z, m->ce_z, N, MT_TP_SUM_DOUBLE);
-        m->tp_allreduce(m->tp_ctx, m->ce_ly, m->ce_ly, N, MT_TP_SUM_DOUBLE);
-        loss = be->ce_shard_finish(backward ? m->logits : NULL, m->logits, targets, m->ce_mx,
-                                   m->ce_z, m->ce_ly, N, m->V, m->v_lo, m->V_valid, grad_scale,
-                                   count);
-    }
-    if (!backward) {
+    double loss = head_forward(m, targets, backward, grad_scale, count);
+    if (!backward)
         hook(m, head, MT_UNIT_POST_FORWARD);
-        return loss;
-    }
+    return loss;
+}
 
-    /* logits now hold d loss / d logits */
-    hook(m, head, MT_UNIT_PRE_BACKWARD);
-    linear_backward(m, m->dh, 0.0f, m->logits, m->xf, m->lm_head);
-    norm_in_backward(m, m->dres, false, m->dh, m->final_norm->grad, m->x_final,
-                     m->final_norm->data, m->rstdf);
-    hook(m, head, MT_UNIT_POST_BACKWARD);
-    for (int l = m->L - 1; l >= 0; l--) {
+void mt_model_backward_chunk(mt_model_t *m, int c, const int32_t *tokens, bool defer_weights)
+{
+    const mt_backend_t *be = m->be;
+    int lo = m->chunk_lo[c], hi = m->chunk_lo[c + 1], head = (int)m->L + 1;
+    if (m->has_head && c == m->nchunks - 1) { /* logits hold d loss / d logits */
+        hook(m, head, MT_UNIT_PRE_BACKWARD);
+        linear_backward(m, m->dh, 0.0f, m->logits, m->xf, m->lm_head);
+        norm_in_backward(m, m->dres, false, m->dh, m->final_norm->grad, m->x_final,
+                         m->final_norm->data, m->rstdf);
+        hook(m, head, MT_UNIT_POST_BACKWARD);
+    }
+    for (int l = hi - 1; l >= lo; l--) {
         mt_layer_acts_t *a = &m->acts[l];
         hook(m, l + 1, MT_UNIT_PRE_BACKWARD);
         if (m->checkpointing) /* recompute this layer's activations into scratch */
             layer_forward(m, l, a, m->datt);
-        layer_backward(m, l, a);
+        layer_backward(m, l, a, defer_weights && m->split_bw);
         hook(m, l + 1, MT_UNIT_POST_BACKWARD);
     }
-    hook(m, 0, MT_UNIT_PRE_BACKWARD);
-    be->embedding_backward(m->embed->grad, whole_grad(m, m->dh), tok, N, H);
-    hook(m, 0, MT_UNIT_POST_BACKWARD);
+    if (c == 0 && m->has_embed) {
+        const int32_t *tok = shard_tokens(m, tokens);
+        hook(m, 0, MT_UNIT_PRE_BACKWARD);
+        be->embedding_backward(m->embed->grad, whole_grad(m, m->dh), tok, m->N, m->H);
+        hook(m, 0, MT_UNIT_POST_BACKWARD);
+    }
+}
+
+void mt_model_weight_chunk(mt_model_t *m, int c)
+{
+    for (int l = m->chunk_lo[c + 1] - 1; l >= m->chunk_lo[c]; l--)
+        layer_weights(m, l, &m->acts[l]);
+}
+
+double mt_model_step(mt_model_t *m, const int32_t *tokens, const int32_t *targets,
+                     bool backward, float grad_scale, int64_t *count)
+{
+    double loss = mt_model_forward_chunk(m, 0, tokens, targets, backward, grad_scale, count);
+    if (backward)
+        mt_model_backward_chunk(m, 0, tokens, false);
     return loss;
 }

@@ -79,29 +79,42 @@ static void layer_acts(const mt_model_t *m, float *base, int64_t *off, mt_layer_
     a->g = carve(base, off, N * m->I);
     a->u = carve(base, off, N * m->I);
     a->a = carve(base, off, N * m->I);
+    if (m->split_bw) {
+        a->w_dmlp = carve(base, off, N * H);
+        a->w_datt = carve(base, off, N * H);
+        a->w_dq = carve(base, off, N * Q);
+        a->w_dk = carve(base, off, N * KV);
+        a->w_dv = carve(base, off, N * KV);
+    } else {
+        a->w_dmlp = a->w_datt = a->w_dq = a->w_dk = a->w_dv = NULL;
+    }
 }
 
-/* Lay out every activation buffer; with base NULL only counts. */
-static int64_t layout_acts(mt_model_t *m, float *base)
+/* Lay out the activation buffers of chunk c (its layers, the head's when
+ * it is the last chunk of a rank with the head, and the backward scratch)
+ * from base; with base NULL only count. */
+static int64_t layout_acts(mt_model_t *m, float *base, int c)
 {
     int64_t off = 0, N = m->N, Ns = m->Ns, H = m->H, Q = m->nh * m->hd, KV = m->nkv * m->hd;
+    int lo = m->chunk_lo[c], hi = m->chunk_lo[c + 1];
+    bool head = m->has_head && c == m->nchunks - 1;
     if (m->checkpointing) {
-        for (int l = 0; l < m->L; l++)
+        for (int l = lo; l < hi; l++)
             m->acts[l].x = carve(base, &off, Ns * H);
         layer_acts(m, base, &off, &m->scratch, false);
-        for (int l = 0; l < m->L; l++) {
+        for (int l = lo; l < hi; l++) {
             float *x = m->acts[l].x;
             m->acts[l] = m->scratch;
             m->acts[l].x = x;
         }
     } else {
-        for (int l = 0; l < m->L; l++)
+        for (int l = lo; l < hi; l++)
             layer_acts(m, base, &off, &m->acts[l], true);
     }
     m->x_final = carve(base, &off, Ns * H);
-    m->xf = carve(base, &off, N * H);
-    m->rstdf = carve(base, &off, Ns);
-    m->logits = carve(base, &off, N * m->V);
+    m->xf = head ? carve(base, &off, N * H) : NULL;
+    m->rstdf = head ? carve(base, &off, Ns) : NULL;
+    m->logits = head ? carve(base, &off, N * m->V) : NULL;
     m->dres = carve(base, &off, Ns * H);
     m->dtmp = carve(base, &off, Ns * H);
     m->dh_local = m->sp ? carve(base, &off, Ns * H) : NULL;
@@ -124,6 +137,52 @@ mt_status_t mt_model_init(mt_model_t *m, const mt_config_t *cfg, const mt_backen
 mt_status_t mt_model_init_ex(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
                              int64_t B, int64_t T, unsigned flags, int tp_rank)
 {
+    return mt_model_init_part(m, cfg, be, B, T, flags, tp_rank, NULL);
+}
+
+/* This rank's layers and chunks from part (NULL: everything, one chunk). */
+static mt_status_t set_part(mt_model_t *m, const mt_model_part_t *part)
+{
+    int nc = part ? part->nchunks : 1;
+    m->nchunks = nc;
+    m->has_embed = part ? part->embed : true;
+    m->has_head = part ? part->head : true;
+    m->nslots = part && part->nslots > 0 ? part->nslots : 1;
+    m->split_bw = part && part->split_backward;
+    m->chunk_lo = malloc(sizeof *m->chunk_lo * (size_t)(nc + 1));
+    if (!m->chunk_lo)
+        MT_FAIL(MT_ERR_NOMEM, "chunk table");
+    int64_t L = 0;
+    for (int c = 0; c < nc; c++) {
+        int lo = part ? part->layer_lo[c] : 0, hi = part ? part->layer_hi[c] : (int)m->L_full;
+        if (lo < 0 || hi <= lo || hi > m->L_full || (c > 0 && lo < part->layer_hi[c - 1]))
+            MT_FAIL(MT_ERR_RANGE, "stage %d: layers [%d, %d) of %lld", c, lo, hi,
+                    (long long)m->L_full);
+        m->chunk_lo[c] = (int)L;
+        L += hi - lo;
+    }
+    m->chunk_lo[nc] = (int)L;
+    m->L = L;
+    m->layer_id = malloc(sizeof *m->layer_id * (size_t)(L > 0 ? L : 1));
+    if (!m->layer_id)
+        MT_FAIL(MT_ERR_NOMEM, "layer table");
+    for (int c = 0, l = 0; c < nc; c++)
+        for (int g = part ? part->layer_lo[c] : 0; g < (part ? part->layer_hi[c] : m->L_full); g++)
+            m->layer_id[l++] = g;
+    if (m->tied && m->has_head && !m->has_embed)
+        MT_FAIL(MT_ERR_UNSUPPORTED, "tie_word_embeddings: the last pipeline stage needs the "
+                "embedding, which another rank holds; not in this release");
+    if (m->split_bw && m->checkpointing)
+        MT_FAIL(MT_ERR_UNSUPPORTED, "a split backward (zero_bubble, v_schedule) with "
+                "activation_checkpointing is not in this release: the weight-gradient pass "
+                "needs each layer's stored activations");
+    return MT_OK;
+}
+
+mt_status_t mt_model_init_part(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
+                               int64_t B, int64_t T, unsigned flags, int tp_rank,
+                               const mt_model_part_t *part)
+{
     memset(m, 0, sizeof *m);
     if (!cfg->validated)
         MT_FAIL(MT_ERR_RANGE, "mt_model_init needs a validated config");
@@ -137,7 +196,8 @@ mt_status_t mt_model_init_ex(mt_model_t *m, const mt_config_t *cfg, const mt_bac
     m->V = Vp / m->tp, m->v_lo = m->tp_rank * m->V;
     m->V_valid = m->V_valid_full - m->v_lo;
     m->V_valid = m->V_valid < 0 ? 0 : m->V_valid > m->V ? m->V : m->V_valid;
-    m->H = mc->hidden_size, m->I = mc->intermediate_size / m->tp, m->L = mc->num_hidden_layers;
+    m->H = mc->hidden_size, m->I = mc->intermediate_size / m->tp;
+    m->L_full = mc->num_hidden_layers;
     m->nh = mc->num_attention_heads / m->tp, m->nkv = mc->num_key_value_heads.value / m->tp;
     m->hd = cfg->derived.head_dim;
     m->eps = (float)mc->rms_norm_eps, m->theta = mc->rope_theta, m->init_std = mc->initializer_range;
@@ -156,10 +216,15 @@ mt_status_t mt_model_init_ex(mt_model_t *m, const mt_config_t *cfg, const mt_bac
     if (m->hd % 2)
         MT_FAIL(MT_ERR_CONFIG, "head_dim %lld must be even for RoPE", (long long)m->hd);
 
+    mt_status_t st = set_part(m, part);
+    if (st != MT_OK) {
+        mt_model_free(m);
+        return st;
+    }
     int maxp = 3 + 11 * (int)m->L;
     m->params = calloc((size_t)maxp, sizeof *m->params);
-    m->layers = calloc((size_t)m->L, sizeof *m->layers);
-    m->acts = calloc((size_t)m->L, sizeof *m->acts);
+    m->layers = calloc((size_t)(m->L > 0 ? m->L : 1), sizeof *m->layers);
+    m->acts = calloc((size_t)(m->L > 0 ? m->L : 1), sizeof *m->acts);
     m->pos = malloc(sizeof *m->pos * (size_t)m->N);
     if (m->tp > 1) {
         m->tok_local = malloc(sizeof *m->tok_local * (size_t)m->N);
@@ -182,12 +247,13 @@ mt_status_t mt_model_init_ex(mt_model_t *m, const mt_config_t *cfg, const mt_bac
     int64_t H = m->H, Q = mc->num_attention_heads * m->hd;
     int64_t KV = mc->num_key_value_heads.value * m->hd, I = mc->intermediate_size;
     char name[MT_PARAM_NAME_MAX];
-    m->embed = add_param(&b, "model.embed_tokens.weight", Vp, H, false, 0);
+    if (m->has_embed)
+        m->embed = add_param(&b, "model.embed_tokens.weight", Vp, H, false, 0);
     for (int l = 0; l < m->L; l++) {
         mt_layer_params_t *p = &m->layers[l];
 #define LP(field, suffix, rows, cols, norm, tp_dim)                                   \
     do {                                                                                \
-        snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);                  \
+        snprintf(name, sizeof name, "model.layers.%d.%s", m->layer_id[l], suffix);     \
         p->field = add_param(&b, name, rows, cols, norm, tp_dim);                       \
     } while (0)
         LP(attn_norm, "input_layernorm.weight", H, 0, true, -1);
@@ -208,24 +274,35 @@ mt_status_t mt_model_init_ex(mt_model_t *m, const mt_config_t *cfg, const mt_bac
         LP(wdown, "mlp.down_proj.weight", H, I, false, 1);
 #undef LP
     }
-    m->final_norm = add_param(&b, "model.norm.weight", H, 0, true, -1);
-    m->final_norm->tp_partial_grad = m->sp;
-    m->lm_head = m->tied ? m->embed : add_param(&b, "lm_head.weight", Vp, H, false, 0);
+    int64_t head_lo = b.offset;
+    if (m->has_head) {
+        m->final_norm = add_param(&b, "model.norm.weight", H, 0, true, -1);
+        m->final_norm->tp_partial_grad = m->sp;
+        m->lm_head = m->tied ? m->embed : add_param(&b, "lm_head.weight", Vp, H, false, 0);
+    }
     m->numel = b.offset;
+    /* unit 0 the embedding, l + 1 layer l, L + 1 the head: empty where the
+     * rank does not hold them */
     m->unit_lo[0] = 0;
     for (int l = 0; l < m->L; l++)
         m->unit_lo[l + 1] = m->layers[l].attn_norm->offset;
-    m->unit_lo[m->L + 1] = m->final_norm->offset;
+    m->unit_lo[m->L + 1] = head_lo;
     m->unit_lo[m->L + 2] = m->numel;
 
     if (!(flags & MT_MODEL_NO_PARAM_ARENA))
         m->param_mem = malloc(sizeof(float) * (size_t)m->numel);
     if (!(flags & MT_MODEL_NO_GRAD_ARENA))
         m->grad_mem = calloc((size_t)m->numel, sizeof(float));
-    m->act_numel = layout_acts(m, NULL);
-    m->act_mem = malloc(sizeof(float) * (size_t)m->act_numel);
+    for (int c = 0; c < m->nchunks; c++) { /* a slot fits any chunk */
+        int64_t n = layout_acts(m, NULL, c);
+        m->slot_numel = n > m->slot_numel ? n : m->slot_numel;
+    }
+    m->act_numel = m->slot_numel * m->nslots;
+    if (!(flags & MT_MODEL_NO_ACT_ARENA))
+        m->act_mem = malloc(sizeof(float) * (size_t)m->act_numel);
     if ((!m->param_mem && !(flags & MT_MODEL_NO_PARAM_ARENA)) ||
-        (!m->grad_mem && !(flags & MT_MODEL_NO_GRAD_ARENA)) || !m->act_mem) {
+        (!m->grad_mem && !(flags & MT_MODEL_NO_GRAD_ARENA)) ||
+        (!m->act_mem && !(flags & MT_MODEL_NO_ACT_ARENA))) {
         int64_t p = m->numel, a = m->act_numel;
         mt_model_free(m);
         MT_FAIL(MT_ERR_NOMEM, "model arenas: %lld parameters and %lld activation floats",
@@ -236,14 +313,22 @@ mt_status_t mt_model_init_ex(mt_model_t *m, const mt_config_t *cfg, const mt_bac
         m->params[i].data = m->param_mem ? m->param_mem + off : NULL;
         m->params[i].grad = m->grad_mem ? m->grad_mem + off : NULL;
     }
-    layout_acts(m, m->act_mem);
+    if (m->act_mem)
+        mt_model_use_slot(m, 0, 0);
     for (int64_t i = 0; i < m->N; i++)
         m->pos[i] = (int32_t)(i % T);
     return MT_OK;
 }
 
+void mt_model_use_slot(mt_model_t *m, int slot, int c)
+{
+    layout_acts(m, m->act_mem + (int64_t)slot * m->slot_numel, c);
+}
+
 void mt_model_free(mt_model_t *m)
 {
+    free(m->layer_id);
+    free(m->chunk_lo);
     free(m->params);
     free(m->layers);
     free(m->acts);

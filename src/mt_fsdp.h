@@ -46,6 +46,12 @@ typedef struct {
     bool defer_grad_sync;       /* with accumulation, keep unsharded gradients
                                  * and reduce on the last micro-step only */
     int64_t accum;              /* micro-steps per step */
+    bool pipeline;              /* pipeline parallelism: a unit runs once per
+                                 * microbatch in the schedule's order, so
+                                 * it stays gathered from its first use to
+                                 * the end of the step, its gradient
+                                 * accumulates unsharded, and everything is
+                                 * reduced in mt_fsdp_finish */
 } mt_fsdp_options_t;
 
 typedef struct {

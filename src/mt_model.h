@@ -61,7 +61,9 @@ typedef struct {
 /* What a unit hook is told.  A unit is a contiguous range of the flat
  * parameter order that forward and backward use together: unit 0 is the
  * embedding, unit l+1 is decoder layer l, unit L+1 the final norm with the
- * (untied) lm_head.  A tied lm_head is the embedding's weight: it is used
+ * (untied) lm_head.  Under pipeline parallelism l counts this rank's
+ * layers, and the embedding or head unit is empty where the rank does not
+ * hold it.  A tied lm_head is the embedding's weight: it is used
  * by unit L+1 but belongs to unit 0. */
 typedef enum {
     MT_UNIT_PRE_FORWARD,   /* about to read the unit's parameters */
@@ -79,6 +81,8 @@ typedef enum {
  * unit is used (model-only code never touches absent arenas). */
 #define MT_MODEL_NO_PARAM_ARENA 1u
 #define MT_MODEL_NO_GRAD_ARENA 2u
+/* ... and no activations: a table of the parameters' names and shapes. */
+#define MT_MODEL_NO_ACT_ARENA 4u
 
 /* Saved activations of one layer (pointers into the activation arena). */
 typedef struct {
@@ -90,7 +94,26 @@ typedef struct {
     float *x_mid;        /* after the attention residual */
     float *h2, *rstd2;   /* MLP norm */
     float *g, *u, *a;    /* gate, up, silu(gate)*up */
+    /* Split backward (zero-bubble pipelines): the output gradients of the
+     * linears, kept by the input-gradient pass B for the weight-gradient
+     * pass W.  NULL otherwise.  (g and u hold the gate and up gradients
+     * after B in every case.) */
+    float *w_dmlp, *w_datt;  /* [N, H]: d(down_proj out), d(o_proj out) */
+    float *w_dq, *w_dk, *w_dv; /* [N, Q], [N, KV], [N, KV] */
 } mt_layer_acts_t;
+
+/* What part of the model this rank holds (pipeline parallelism): the
+ * stages it runs, each a contiguous range of global layers, in ascending
+ * order; whether the first stage (embedding) and the last (final norm,
+ * lm_head, loss) are among them; how many stage-microbatches may hold
+ * activations at once (slots); whether backward is split into B and W. */
+typedef struct {
+    int nchunks;
+    const int *layer_lo, *layer_hi; /* [nchunks]: global layers [lo, hi) */
+    bool embed, head;
+    int nslots;
+    bool split_backward;
+} mt_model_part_t;
 
 typedef struct {
     const mt_backend_t *be;
@@ -99,6 +122,17 @@ typedef struct {
      * rank's: vocabulary columns [v_lo, v_lo + V) of the padded vocabulary
      * (V_valid of them real), I/tp of the MLP, nh/tp and nkv/tp heads. */
     int64_t V, V_valid, H, I, L, nh, nkv, hd;
+    /* Pipeline parallelism: L is the number of layers this rank holds,
+     * L_full the model's; layer_id[l] is local layer l's global index (its
+     * name and initial values).  The rank runs nchunks stages, chunk c
+     * being local layers [chunk_lo[c], chunk_lo[c + 1]); has_embed: chunk 0
+     * starts with the embedding; has_head: the last chunk ends with the
+     * norm, lm_head and loss.  One device: one chunk of every layer. */
+    int64_t L_full;
+    int *layer_id;
+    int nchunks;
+    int *chunk_lo;
+    bool has_embed, has_head, split_bw;
     int tp, tp_rank;     /* 1, 0 on one device */
     int64_t v_lo, V_valid_full;
     float eps;
@@ -116,9 +150,11 @@ typedef struct {
     mt_param_t *embed, *final_norm, *lm_head; /* lm_head == embed when tied */
     mt_layer_params_t *layers;
 
-    /* activations */
+    /* activations: nslots slots of slot_numel floats; the pointers below
+     * are those of the slot and chunk last chosen (mt_model_use_slot) */
     float *act_mem;
-    int64_t act_numel;
+    int64_t act_numel, slot_numel;
+    int nslots;
     mt_layer_acts_t *acts;   /* L entries (all point to `scratch` except x under AC) */
     mt_layer_acts_t scratch; /* recompute buffers under activation checkpointing */
     float *x_final, *xf, *rstdf, *logits;
@@ -160,6 +196,11 @@ mt_status_t mt_model_init(mt_model_t *m, const mt_config_t *cfg, const mt_backen
  * vocabulary split by rows, o and down by columns, norms whole). */
 mt_status_t mt_model_init_ex(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
                              int64_t B, int64_t T, unsigned flags, int tp_rank);
+/* The same for part of the model (pipeline parallelism); part NULL: all
+ * of it (one chunk, one slot). */
+mt_status_t mt_model_init_part(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
+                               int64_t B, int64_t T, unsigned flags, int tp_rank,
+                               const mt_model_part_t *part);
 void mt_model_free(mt_model_t *m);
 
 /* Initial weights from (seed, parameter name, element): independent of
@@ -181,6 +222,28 @@ void mt_model_zero_grad(mt_model_t *m);
  * counted tokens of the global batch for a global token mean. */
 double mt_model_step(mt_model_t *m, const int32_t *tokens, const int32_t *targets,
                      bool backward, float grad_scale, int64_t *count);
+
+/* Pipeline stage passes.  mt_model_use_slot points the activation
+ * buffers at slot `slot` laid out for chunk c; every pass below works on
+ * the slot chosen last.  mt_model_stage_input is where chunk c's input
+ * goes (a stage without the embedding receives it there), and m->x_final
+ * holds its output after the forward.  m->dres holds the gradient of the
+ * chunk's output before its backward (the last chunk computes it from
+ * the loss) and the gradient of its input afterwards.
+ *
+ * forward_chunk returns the loss SUM (and *count) for the chunk with the
+ * head, else 0; with backward set the loss gradient is kept for
+ * backward_chunk.  backward_chunk with defer_weights (split backward)
+ * leaves the decoder layers' linear weight gradients to weight_chunk;
+ * everything else (norm weights, embedding, lm_head) is done in it.
+ * tokens are the microbatch's, needed by the chunk with the embedding. */
+void mt_model_use_slot(mt_model_t *m, int slot, int c);
+float *mt_model_stage_input(mt_model_t *m, int c);
+double mt_model_forward_chunk(mt_model_t *m, int c, const int32_t *tokens,
+                              const int32_t *targets, bool backward, float grad_scale,
+                              int64_t *count);
+void mt_model_backward_chunk(mt_model_t *m, int c, const int32_t *tokens, bool defer_weights);
+void mt_model_weight_chunk(mt_model_t *m, int c);
 
 /* Packed rows for the next mt_model_step: pos [N] are the position ids
  * (restarting in each document) and doc_start [N] the index within its row

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "mt_fsdp.h"
+#include "mt_pp_exec.h"
 
 #include <math.h>
 #include <string.h>
@@ -19,11 +20,9 @@ static int64_t stage_rank(const mt_config_t *cfg, int64_t s)
 
 static int64_t stage_layers(const mt_config_t *cfg, int64_t s)
 {
-    int64_t L = cfg->model.num_hidden_layers, S = cfg->derived.num_stages;
-    const mt_opt_int_t *k = &cfg->distributed.pipeline.layers_per_stage;
-    if (cfg->distributed.pp_size > 1 && k->set)
-        return s < S - 1 ? k->value : L - (S - 1) * k->value;
-    return L / S;
+    int lo, hi;
+    mt_pp_stage_layers(cfg, (int)s, &lo, &hi);
+    return hi - lo;
 }
 
 int64_t mt_plan_layers_on_rank(const mt_config_t *cfg, int64_t pp_rank)

@@ -23,6 +23,7 @@
 #include "mt_optim.h"
 #include "mt_pack.h"
 #include "mt_plan.h"
+#include "mt_pp_exec.h"
 #include "train_internal.h"
 
 static volatile sig_atomic_t stop_signal;
@@ -64,22 +65,33 @@ static void fmt_hms(double s, char *buf, size_t cap)
     snprintf(buf, cap, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
 }
 
-/* Mean loss over up to 64 micro-batches of the validation set, in order. */
-static double validation_loss(mt_model_t *m, const mt_dataset_t *val, int32_t *tok, int32_t *tgt)
+/* Mean loss over up to 64 batches of `rows` samples of the validation set,
+ * in order (through the pipeline's stages, a microbatch at a time, when
+ * there is one); tok and tgt hold rows samples. */
+static mt_status_t validation_loss(mt_model_t *m, mt_pp_exec_t *pipe, const mt_dataset_t *val,
+                                   int64_t rows, int32_t *tok, int32_t *tgt, double *mean)
 {
     mt_sampler_t vs = {mt_dataset_num_samples(val, m->T), m->T, false, 0};
-    int64_t batches = vs.num_samples / m->B;
+    int64_t batches = vs.num_samples / rows;
     if (batches > 64)
         batches = 64;
     double sum = 0;
     int64_t count = 0;
     for (int64_t i = 0; i < batches; i++) {
-        int64_t c = 0;
-        mt_data_fill_batch(val, &vs, i, m->B, 0, 1, 0, m->B, tok, tgt);
-        sum += mt_model_step(m, tok, tgt, false, 0.0f, &c);
-        count += c;
+        mt_data_fill_batch(val, &vs, i, rows, 0, 1, 0, rows, tok, tgt);
+        for (int64_t j = 0; j < rows / m->B; j++) {
+            int64_t c = 0;
+            double l;
+            if (pipe)
+                MT_TRY(mt_pp_exec_forward(pipe, m, tok + j * m->N, tgt + j * m->N, &l, &c));
+            else
+                l = mt_model_step(m, tok + j * m->N, tgt + j * m->N, false, 0.0f, &c);
+            sum += l;
+            count += c;
+        }
     }
-    return count ? sum / (double)count : NAN;
+    *mean = count ? sum / (double)count : NAN;
+    return MT_OK;
 }
 
 /* A relative data path is looked up in the current directory first, then
@@ -122,6 +134,11 @@ typedef struct {
     const mt_segment_t *seg;     /* what this rank updates */
     int nseg;
     MPI_Comm tp;                 /* tensor-parallel group */
+    bool pp;                     /* pipeline parallelism: the model is this
+                                  * rank's stages, run by the executor */
+    mt_pp_exec_t pipe;
+    MPI_Comm ppc;                /* pipeline group */
+    int64_t rows;                /* samples per rank per micro-step */
 } run_t;
 
 static void run_free(run_t *r)
@@ -139,6 +156,7 @@ static void run_free(run_t *r)
     mt_train_ckpt_free(&r->ckpt);
     mt_ddp_free(&r->ddp);
     mt_fsdp_free(&r->fsdp);
+    mt_pp_exec_free(&r->pipe);
 }
 
 /* The model's tensor-parallel collectives, over the TP group. */
@@ -166,6 +184,7 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
 {
     const mt_backend_t *be = mt_backend_cpu();
     int64_t B = cfg->step_scheduler.local_batch_size, T = cfg->derived.seq_len;
+    r->rows = B;
     int64_t accum = cfg->derived.grad_accum_steps;
     if (!cfg->dataset.path[0])
         MT_FAIL(MT_ERR_CONFIG, "dataset.path is empty: set it to an llm.c .bin file or a Megatron "
@@ -192,7 +211,18 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
     if (r->sharded)
         flags = (fo.shard_params ? MT_MODEL_NO_PARAM_ARENA : 0u) |
                 (fo.shard_grads ? MT_MODEL_NO_GRAD_ARENA : 0u);
-    MT_TRY(mt_model_init_ex(&r->model, cfg, be, B, T, flags, mesh->group_rank[MT_GROUP_TP]));
+    mt_model_part_t part, *pp_part = NULL;
+    r->pp = cfg->distributed.pp_size > 1;
+    r->ppc = mesh->group[MT_GROUP_PP];
+    if (r->pp) { /* this rank's stages, one microbatch at a time */
+        MT_TRY(mt_pp_exec_init(&r->pipe, cfg, r->ppc));
+        mt_pp_exec_part(&r->pipe, cfg, &part);
+        pp_part = &part;
+        B = cfg->distributed.pipeline.pp_microbatch_size;
+        fo.pipeline = true;
+    }
+    MT_TRY(mt_model_init_part(&r->model, cfg, be, B, T, flags, mesh->group_rank[MT_GROUP_TP],
+                              pp_part));
     r->tp = mesh->group[MT_GROUP_TP];
     r->model.tp_allreduce = tp_hook;
     r->model.tp_ctx = r;
@@ -218,11 +248,12 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
         r->seg = &r->whole, r->nseg = 1;
     }
     MT_TRY(mt_adamw_init(&r->opt, owned));
-    r->tokens = malloc(sizeof(int32_t) * (size_t)(accum * B * T));
-    r->targets = malloc(sizeof(int32_t) * (size_t)(accum * B * T));
+    size_t nbuf = (size_t)(accum * r->rows * T);
+    r->tokens = malloc(sizeof(int32_t) * nbuf);
+    r->targets = malloc(sizeof(int32_t) * nbuf);
     if (r->packed) {
-        r->pos = malloc(sizeof(int32_t) * (size_t)(accum * B * T));
-        r->docs = malloc(sizeof(int32_t) * (size_t)(accum * B * T));
+        r->pos = malloc(sizeof(int32_t) * nbuf);
+        r->docs = malloc(sizeof(int32_t) * nbuf);
     }
     if (!r->tokens || !r->targets || (r->packed && (!r->pos || !r->docs)))
         MT_FAIL(MT_ERR_NOMEM, "batch buffers");
@@ -265,6 +296,10 @@ static mt_status_t update(run_t *r, const mt_config_t *cfg, int64_t step, double
     if (m->tp > 1) {
         MT_TRY(mt_allreduce(&part[0], &sum[0], 1, MPI_DOUBLE, MPI_SUM, r->tp));
         part[0] = sum[0];
+    }
+    if (r->pp) { /* every stage holds different parameters */
+        MT_TRY(mt_allreduce(part, sum, 2, MPI_DOUBLE, MPI_SUM, r->ppc));
+        part[0] = sum[0], part[1] = sum[1];
     }
     *gnorm = sqrt(part[0] + part[1]);
     double coef = mt_clip_coef(*gnorm, cfg->optimizer.max_grad_norm);
@@ -325,9 +360,9 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
     memset(res, 0, sizeof *res);
     res->resumed_from_step = -1;
     const mt_distributed_config_t *dc = &cfg->distributed;
-    if (size != 1 && (dc->pp_size > 1 || dc->cp_size > 1 || dc->ep_size > 1))
-        MT_FAIL(MT_ERR_UNSUPPORTED, "pipeline, context and expert parallelism are not in this "
-                "release; use pp_size = cp_size = ep_size = 1 (tensor parallelism trains)");
+    if (size != 1 && (dc->cp_size > 1 || dc->ep_size > 1))
+        MT_FAIL(MT_ERR_UNSUPPORTED, "context and expert parallelism are not in this release; "
+                "use cp_size = ep_size = 1 (tensor and pipeline parallelism train)");
     /* Only data parallelism here: the dp group is every rank. */
     MPI_Comm dp = mesh->group[MT_GROUP_DP];
     int dp_rank = mesh->group_rank[MT_GROUP_DP], dp_size = mesh->group_size[MT_GROUP_DP];
@@ -344,7 +379,8 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
         return s;
     }
     mt_model_t *m = &r->model;
-    int64_t N = m->N, accum = cfg->derived.grad_accum_steps;
+    /* N: tokens of a rank's micro-step (the pipeline cuts it into microbatches) */
+    int64_t N = r->rows * m->T, accum = cfg->derived.grad_accum_steps;
     int64_t G = cfg->step_scheduler.global_batch_size, T = m->T;
     mt_sampler_t sampler = {r->packed ? r->pack.rows : mt_dataset_num_samples(&r->data, T), T,
                             cfg->dataset.shuffle, (uint64_t)cfg->dataset.seed};
@@ -375,6 +411,12 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
     double peak = mt_measure_sgemm_gflops(1024, 3) * (double)size;
     /* the model is this TP rank's part: matmuls and heads split evenly */
     double flops_tok = mt_model_flops_per_token(m) * (double)m->tp;
+    if (r->pp) { /* each stage's share */
+        double t = flops_tok;
+        s = mt_allreduce(&t, &flops_tok, 1, MPI_DOUBLE, MPI_SUM, r->ppc);
+        if (s != MT_OK)
+            goto fail;
+    }
     FILE *metrics = NULL;
     if (rank == 0 && cfg->logging.metrics_file[0]) {
         metrics = fopen(cfg->logging.metrics_file, start > 0 ? "a" : "w");
@@ -419,10 +461,10 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
         for (int64_t u = 0; u < accum; u++) {
             if (r->packed)
                 mt_pack_fill_batch(&r->pack, &r->data, &sampler, step - 1, G, dp_rank, dp_size, u,
-                                   m->B, r->tokens + u * N, r->targets + u * N, r->pos + u * N,
-                                   r->docs + u * N);
+                                   r->rows, r->tokens + u * N, r->targets + u * N,
+                                   r->pos + u * N, r->docs + u * N);
             else
-                mt_data_fill_batch(&r->data, &sampler, step - 1, G, dp_rank, dp_size, u, m->B,
+                mt_data_fill_batch(&r->data, &sampler, step - 1, G, dp_rank, dp_size, u, r->rows,
                                    r->tokens + u * N, r->targets + u * N);
             for (int64_t i = 0; i < N; i++)
                 local_count += r->targets[u * N + i] != MT_IGNORE_INDEX;
@@ -434,20 +476,42 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
         mt_model_zero_grad(m);
         double local_sum = 0, sum = 0;
         float scale = count ? 1.0f / (float)count : 0.0f;
+        /* Pipelines by default backpropagate the summed loss and scale the
+         * reduced gradients once (AutoModel's scale_grads_in_schedule
+         * false); in the schedule, every microbatch's loss gradient is
+         * scaled, as without a pipeline. */
+        bool in_schedule = !r->pp || cfg->distributed.pipeline.scale_grads_in_schedule;
         for (int64_t u = 0; u < accum && s == MT_OK; u++) {
             int64_t c = 0;
             if (r->sharded)
                 s = mt_fsdp_begin(&r->fsdp, u);
             else
-                mt_ddp_begin(&r->ddp, u == accum - 1);
+                mt_ddp_begin(&r->ddp, !r->pp && u == accum - 1);
+            if (s != MT_OK)
+                break;
+            if (r->pp) {
+                s = mt_pp_exec_run(&r->pipe, m, r->tokens + u * N, r->targets + u * N,
+                                   r->packed ? r->pos + u * N : NULL,
+                                   r->packed ? r->docs + u * N : NULL, in_schedule ? scale : 1.0f,
+                                   &local_sum, &c);
+                continue;
+            }
             if (r->packed)
                 mt_model_set_packing(m, r->pos + u * N, r->docs + u * N);
             local_sum += mt_model_step(m, r->tokens + u * N, r->targets + u * N, true, scale, &c);
         }
+        if (s == MT_OK && r->pp && !r->sharded)
+            mt_ddp_begin(&r->ddp, true); /* the pipeline's gradients reduce after the schedule */
         if (s == MT_OK)
             s = r->sharded ? mt_fsdp_finish(&r->fsdp) : mt_ddp_finish(&r->ddp);
+        if (s == MT_OK && !in_schedule)
+            mt_grad_scale(m, r->seg, r->nseg, scale);
         if (s == MT_OK)
             s = mt_allreduce(&local_sum, &sum, 1, MPI_DOUBLE, MPI_SUM, dp);
+        if (s == MT_OK && r->pp) { /* the loss is on the last stage's ranks */
+            double t = sum;
+            s = mt_allreduce(&t, &sum, 1, MPI_DOUBLE, MPI_SUM, r->ppc);
+        }
         double gnorm = 0, lr = 0;
         if (s == MT_OK)
             s = update(r, cfg, step, &gnorm, &lr);
@@ -460,7 +524,10 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
         if (r->have_val && cfg->step_scheduler.val_every_steps > 0 &&
             step % cfg->step_scheduler.val_every_steps == 0) {
             mt_model_set_packing(m, NULL, NULL); /* validation rows are not packed */
-            val = validation_loss(m, &r->val, r->tokens, r->targets);
+            s = validation_loss(m, r->pp ? &r->pipe : NULL, &r->val, r->rows, r->tokens, r->targets,
+                                &val);
+            if (s != MT_OK)
+                break;
         }
         double tps = (double)(G * T) / dt, mfu = peak > 0 ? flops_tok * tps / (peak * 1e9) : 0;
         if (rank == 0) {

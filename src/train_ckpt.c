@@ -58,8 +58,12 @@ mt_status_t mt_train_ckpt_init(mt_train_ckpt_t *c, const mt_config_t *cfg, mt_mo
 {
     memset(c, 0, sizeof *c);
     c->model = m, c->opt = opt;
-    c->t = calloc((size_t)m->nparams * 3, sizeof *c->t);
-    c->t_save = calloc((size_t)m->nparams * 3, sizeof *c->t_save);
+    MT_TRY(mt_model_init_ex(&c->whole, cfg, m->be, m->B, m->T, MT_MODEL_NO_PARAM_ARENA |
+                            MT_MODEL_NO_GRAD_ARENA | MT_MODEL_NO_ACT_ARENA,
+                            m->tp > 1 ? m->tp_rank : -1));
+    const mt_model_t *w = &c->whole;
+    c->t = calloc((size_t)w->nparams * 3, sizeof *c->t);
+    c->t_save = calloc((size_t)w->nparams * 3, sizeof *c->t_save);
     size_t need = mt_config_to_yaml(cfg, NULL, 0) + 1;
     c->config_yaml = malloc(need);
     if (!c->t || !c->t_save || !c->config_yaml)
@@ -70,18 +74,28 @@ mt_status_t mt_train_ckpt_init(mt_train_ckpt_t *c, const mt_config_t *cfg, mt_mo
              (long long)cfg->distributed.pp_size, (long long)cfg->derived.dp_replicate,
              (long long)cfg->derived.dp_shard, (long long)cfg->distributed.cp_size,
              (long long)cfg->distributed.tp_size);
-    int np = m->nparams;
+    int np = w->nparams;
     for (int i = 0; i < np; i++) {
-        const mt_param_t *p = &m->params[i];
-        bool vocab = p == m->embed || p == m->lm_head;
-        /* stored rows: the logical tensor's, but only the real vocabulary;
-         * local: this rank's real rows of its part */
-        int64_t rows = vocab ? m->V_valid_full : p->full_shape[0];
+        const mt_param_t *wp = &w->params[i];
+        bool vocab = wp == w->embed || wp == w->lm_head;
+        /* stored rows: the logical tensor's, but only the real vocabulary */
+        int64_t rows = vocab ? m->V_valid_full : wp->full_shape[0];
+        char path[256];
+        const mt_param_t *p = mt_model_param(m, wp->name);
+        if (!p) { /* another pipeline stage's: nothing of it here */
+            snprintf(path, sizeof path, "/model/%s", wp->name);
+            set_tensor(&c->t[i], path, wp, rows, 0, 0, NULL);
+            snprintf(path, sizeof path, "/optim/%s/exp_avg", wp->name);
+            set_tensor(&c->t[np + i], path, wp, rows, 0, 0, NULL);
+            snprintf(path, sizeof path, "/optim/%s/exp_avg_sq", wp->name);
+            set_tensor(&c->t[2 * np + i], path, wp, rows, 0, 0, NULL);
+            continue;
+        }
+        /* local: this rank's real rows of its part */
         int64_t local = vocab ? m->V_valid : p->shape[0];
         int64_t first, count, at;
         const mt_segment_t *in;
         seg_rows(p, local, seg, nseg, &first, &count, &in, &at);
-        char path[256];
         snprintf(path, sizeof path, "/model/%s", p->name);
         if (params_sharded) /* this rank's rows only */
             set_tensor(&c->t[i], path, p, rows, first, count, in->param + at);
@@ -101,9 +115,9 @@ mt_status_t mt_train_ckpt_init(mt_train_ckpt_t *c, const mt_config_t *cfg, mt_mo
 void mt_train_ckpt_writers(mt_train_ckpt_t *c, bool model_writer, bool optim_writer,
                            bool tp_rank0)
 {
-    int np = c->model->nparams;
+    int np = c->whole.nparams;
     for (int i = 0; i < c->n; i++) {
-        const mt_param_t *p = &c->model->params[i % np];
+        const mt_param_t *p = &c->whole.params[i % np];
         bool writes = (i < np ? model_writer : optim_writer) && (p->tp_dim >= 0 || tp_rank0);
         c->t_save[i] = c->t[i];
         if (!writes)
@@ -113,6 +127,7 @@ void mt_train_ckpt_writers(mt_train_ckpt_t *c, bool model_writer, bool optim_wri
 
 void mt_train_ckpt_free(mt_train_ckpt_t *c)
 {
+    mt_model_free(&c->whole);
     free(c->t);
     free(c->t_save);
     free(c->config_yaml);

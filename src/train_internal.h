@@ -14,6 +14,10 @@
 
 typedef struct {
     mt_model_t *model;
+    mt_model_t whole;    /* names and shapes of every parameter of the
+                          * model (this TP rank's parts): the tensor list
+                          * is the same on every rank, also under pipeline
+                          * parallelism, where a rank holds some of them */
     mt_adamw_t *opt;
     mt_ckpt_tensor_t *t; /* parameters, then exp_avg, then exp_avg_sq */
     mt_ckpt_tensor_t *t_save; /* what this rank writes: t, with nothing from the

@@ -221,6 +221,17 @@ static const rule_case_t rule_cases[] = {
         "looped_bfs needs at least 2 stages per rank"),
     BAD(2, PP2 "dfs" LPS "2", "distributed.pipeline.pp_schedule: ",
         "dfs needs at least 2 stages per rank"),
+    /* tied embeddings: first and last stage on one rank (the V) */
+    OK(2, PP2 "v_schedule;model.tie_word_embeddings=true"),
+    BAD(2, PP2 "1f1b;model.tie_word_embeddings=true", "model.tie_word_embeddings: ",
+        "tied embeddings need the first and the last pipeline stage on one rank (1f1b puts "
+        "them on pipeline ranks 0 and 1)"),
+    /* the split backward keeps activations: no activation checkpointing */
+    OK(2, PP2 "1f1b;" D "activation_checkpointing=true"),
+    BAD(2, PP2 "zero_bubble;" D "activation_checkpointing=true",
+        "distributed.activation_checkpointing: ", "zero_bubble defers weight gradients"),
+    BAD(2, PP2 "v_schedule;" D "activation_checkpointing=true",
+        "distributed.activation_checkpointing: ", "v_schedule defers weight gradients"),
     /* v_schedule: exactly 2 stages per rank */
     OK(2, PP2 "v_schedule"),
     OK(2, PP2 "v_schedule" LPS "1"),

@@ -1,0 +1,78 @@
+/* mt_pp_exec.h: the pipeline executor.  It runs one rank's action list of
+ * an mt_pp_sched_t (mt_pp_schedule.h) on this rank's part of the model,
+ * moving activations and gradients between stages with non-blocking MPI
+ * point-to-point over the pipeline group.
+ *
+ * Each stage-microbatch between its forward and the end of its backward
+ * holds one activation slot of the model (mt_model_use_slot); the executor
+ * hands slots out, and mt_pp_exec_init counts how many the list needs by
+ * running its bookkeeping without compute.  An outgoing activation or
+ * gradient is copied into a send buffer of its own, so nothing ever waits
+ * for a send: a rank blocks only on a receive, whose send the simulator
+ * has shown to come (doc/pipeline.md, "The executor").  Send buffers are
+ * reused once their send completed; the pool grows in the first step to
+ * the most messages the list has in flight at once. */
+#ifndef MT_PP_EXEC_H
+#define MT_PP_EXEC_H
+
+#include <mpi.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "mt_config.h"
+#include "mt_model.h"
+#include "mt_pp_schedule.h"
+#include "mt_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Global layers [*lo, *hi) of stage s: layers_per_stage each (the last
+ * stage takes the remainder), or an even split. */
+void mt_pp_stage_layers(const mt_config_t *cfg, int s, int *lo, int *hi);
+
+typedef struct {
+    mt_pp_sched_t sched;
+    MPI_Comm pp;
+    int rank;                 /* in pp */
+    int nchunks;
+    int *chunk_of_stage;      /* [num_stages]: local chunk, or -1 */
+    int *stage_of_chunk;      /* [nchunks] */
+    int *layer_lo, *layer_hi; /* [nchunks] */
+    int nslots;
+    /* run state */
+    int *slot_of;             /* [nchunks * m]: slot of (chunk, microbatch), or -1 */
+    bool *slot_busy;          /* [nslots] */
+    float **send_buf;         /* [nsend]: outgoing messages, each Ns * H */
+    MPI_Request *send_req;    /* [nsend]: their sends (NULL request: free) */
+    int nsend;
+    float *handoff;           /* forward-only passes between local stages */
+    mt_model_t *model;
+} mt_pp_exec_t;
+
+/* Build the schedule for cfg and this pipeline rank; count its slots.
+ * Collective over nothing; pp is kept for mt_pp_exec_run. */
+mt_status_t mt_pp_exec_init(mt_pp_exec_t *x, const mt_config_t *cfg, MPI_Comm pp);
+void mt_pp_exec_free(mt_pp_exec_t *x);
+
+/* The part of the model this rank builds (pointers into x). */
+void mt_pp_exec_part(const mt_pp_exec_t *x, const mt_config_t *cfg, mt_model_part_t *part);
+
+/* Run the list once: microbatch i uses tokens/targets + i * N (and pos,
+ * docs + i * N for packed rows, else NULL).  Adds the loss sum and
+ * counted targets of the microbatches whose last stage is here to *loss
+ * and *count.  Gradients accumulate as mt_model_step's. */
+mt_status_t mt_pp_exec_run(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens,
+                           const int32_t *targets, const int32_t *pos, const int32_t *docs,
+                           float grad_scale, double *loss, int64_t *count);
+
+/* Forward only (validation) of one microbatch through every stage in
+ * order; the loss sum and count come back on every pipeline rank. */
+mt_status_t mt_pp_exec_forward(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens,
+                               const int32_t *targets, double *loss, int64_t *count);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,312 @@
+/* pp_exec.c: runs a rank's pipeline action list (mt_pp_exec.h).
+ *
+ * Slots.  A stage-microbatch takes a slot at its forward (or at the
+ * receive of its input) and gives it back after its last backward pass
+ * (BW, or W when the backward is split).  A slot's buffers are laid out
+ * for the chunk that holds it (mt_model_use_slot), so the executor lays
+ * the slot out again before every action.  Stages next to each other on
+ * this rank (the bottom of v_schedule's V) pass the activation and the
+ * gradient by copying from one slot into the other right after the
+ * producing pass, while both are held. */
+/* MPICH annotates MPI_STATUSES_IGNORE arguments with access sizes that
+ * GCC 12 misreads as an overflow of a zero-sized region. */
+#pragma GCC diagnostic ignored "-Wstringop-overflow"
+#include "mt_pp_exec.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "mt_comm.h"
+
+void mt_pp_stage_layers(const mt_config_t *cfg, int s, int *lo, int *hi)
+{
+    int64_t L = cfg->model.num_hidden_layers, S = cfg->derived.num_stages;
+    const mt_opt_int_t *k = &cfg->distributed.pipeline.layers_per_stage;
+    if (S <= 1) {
+        *lo = 0, *hi = (int)L;
+    } else if (k->set) {
+        *lo = (int)(s * k->value);
+        *hi = s == S - 1 ? (int)L : (int)((s + 1) * k->value);
+    } else {
+        *lo = (int)(s * (L / S)), *hi = (int)((s + 1) * (L / S));
+    }
+}
+
+mt_status_t mt_pp_exec_init(mt_pp_exec_t *x, const mt_config_t *cfg, MPI_Comm pp)
+{
+    memset(x, 0, sizeof *x);
+    x->pp = pp;
+    MT_MPI_TRY(MPI_Comm_rank(pp, &x->rank));
+    const mt_pipeline_config_t *pl = &cfg->distributed.pipeline;
+    int p = (int)cfg->distributed.pp_size, v = (int)cfg->derived.stages_per_rank;
+    int M = (int)cfg->derived.num_microbatches;
+    MT_TRY(mt_pp_schedule_build(pl->pp_schedule, p, v, M, &x->sched));
+    int S = x->sched.num_stages;
+    x->chunk_of_stage = malloc(sizeof(int) * (size_t)S);
+    x->stage_of_chunk = malloc(sizeof(int) * (size_t)S);
+    x->layer_lo = malloc(sizeof(int) * (size_t)S);
+    x->layer_hi = malloc(sizeof(int) * (size_t)S);
+    int cap = S * M + 1;
+    x->slot_of = malloc(sizeof(int) * (size_t)(S * M));
+    x->slot_busy = calloc((size_t)cap, sizeof(bool));
+    if (!x->chunk_of_stage || !x->stage_of_chunk || !x->layer_lo || !x->layer_hi ||
+        !x->slot_of || !x->slot_busy)
+        MT_FAIL(MT_ERR_NOMEM, "pipeline tables");
+    for (int s = 0; s < S; s++) {
+        x->chunk_of_stage[s] = -1;
+        if (mt_pp_stage_rank(pl->pp_schedule, p, s) != x->rank)
+            continue;
+        x->chunk_of_stage[s] = x->nchunks;
+        x->stage_of_chunk[x->nchunks] = s;
+        mt_pp_stage_layers(cfg, s, &x->layer_lo[x->nchunks], &x->layer_hi[x->nchunks]);
+        x->nchunks++;
+    }
+
+    /* Count the slots: the bookkeeping of a run, without compute. */
+    for (int i = 0; i < S * M; i++)
+        x->slot_of[i] = -1;
+    int held = 0, peak = 0;
+    for (int i = 0; i < x->sched.num_actions[x->rank]; i++) {
+        const mt_pp_action_t *a = &x->sched.actions[x->rank][i];
+        int c = x->chunk_of_stage[a->stage], idx = c * M + a->microbatch;
+        bool next_local = a->stage + 1 < S && x->chunk_of_stage[a->stage + 1] >= 0;
+        if ((a->kind == MT_PP_FORWARD || a->kind == MT_PP_RECV_ACT) && x->slot_of[idx] < 0)
+            x->slot_of[idx] = 1, held++;
+        if (a->kind == MT_PP_FORWARD && next_local) {
+            int idx2 = x->chunk_of_stage[a->stage + 1] * M + a->microbatch;
+            if (x->slot_of[idx2] < 0)
+                x->slot_of[idx2] = 1, held++;
+        }
+        if (held > peak)
+            peak = held;
+        if (a->kind == MT_PP_BACKWARD || a->kind == MT_PP_BACKWARD_WEIGHT)
+            held--;
+    }
+    x->nslots = peak > 0 ? peak : 1;
+    return MT_OK;
+}
+
+void mt_pp_exec_free(mt_pp_exec_t *x)
+{
+    mt_pp_sched_free(&x->sched);
+    free(x->chunk_of_stage), free(x->stage_of_chunk), free(x->layer_lo), free(x->layer_hi);
+    free(x->slot_of), free(x->slot_busy), free(x->handoff);
+    for (int i = 0; i < x->nsend; i++)
+        free(x->send_buf[i]);
+    free(x->send_buf), free(x->send_req);
+    memset(x, 0, sizeof *x);
+}
+
+void mt_pp_exec_part(const mt_pp_exec_t *x, const mt_config_t *cfg, mt_model_part_t *part)
+{
+    (void)cfg;
+    memset(part, 0, sizeof *part);
+    part->nchunks = x->nchunks;
+    part->layer_lo = x->layer_lo;
+    part->layer_hi = x->layer_hi;
+    part->embed = x->chunk_of_stage[0] >= 0;
+    part->head = x->chunk_of_stage[x->sched.num_stages - 1] >= 0;
+    part->nslots = x->nslots;
+    part->split_backward = x->sched.split_backward;
+}
+
+/* The slot of (chunk c, microbatch mb), handing out a free one if it has
+ * none. */
+static mt_status_t acquire(mt_pp_exec_t *x, int c, int mb, int *slot)
+{
+    int idx = c * x->sched.m + mb;
+    if (x->slot_of[idx] >= 0) {
+        *slot = x->slot_of[idx];
+        return MT_OK;
+    }
+    for (int k = 0; k < x->nslots; k++) {
+        if (x->slot_busy[k])
+            continue;
+        x->slot_busy[k] = true;
+        x->slot_of[idx] = *slot = k;
+        return MT_OK;
+    }
+    MT_FAIL(MT_ERR_INTERNAL, "pipeline: no free activation slot of %d for stage %d microbatch %d",
+            x->nslots, x->stage_of_chunk[c], mb);
+}
+
+/* Give the slot back; slot_of keeps naming it for a send that follows. */
+static void release(mt_pp_exec_t *x, int c, int mb)
+{
+    x->slot_busy[x->slot_of[c * x->sched.m + mb]] = false;
+}
+
+/* Lay out and return the slot that (c, mb) holds. */
+static int use(mt_pp_exec_t *x, mt_model_t *m, int c, int mb)
+{
+    int k = x->slot_of[c * x->sched.m + mb];
+    mt_model_use_slot(m, k, c);
+    return k;
+}
+
+/* A send buffer whose last send has completed, or a new one. */
+static mt_status_t send_buffer(mt_pp_exec_t *x, int64_t n, int *k)
+{
+    for (int i = 0; i < x->nsend; i++) {
+        int done = 0;
+        MT_MPI_TRY(MPI_Test(&x->send_req[i], &done, MPI_STATUS_IGNORE));
+        if (done) {
+            *k = i;
+            return MT_OK;
+        }
+    }
+    float **b = realloc(x->send_buf, sizeof *b * (size_t)(x->nsend + 1));
+    if (b)
+        x->send_buf = b;
+    MPI_Request *q = realloc(x->send_req, sizeof *q * (size_t)(x->nsend + 1));
+    if (q)
+        x->send_req = q;
+    if (!b || !q || !(x->send_buf[x->nsend] = malloc(sizeof(float) * (size_t)n)))
+        MT_FAIL(MT_ERR_NOMEM, "pipeline send buffer %d", x->nsend);
+    x->send_req[x->nsend] = MPI_REQUEST_NULL;
+    *k = x->nsend++;
+    return MT_OK;
+}
+
+/* Send a copy of buf (never waited for here), or receive into buf. */
+static mt_status_t transfer(mt_pp_exec_t *x, const mt_pp_action_t *a, float *buf, int64_t n)
+{
+    int tag = mt_pp_action_tag(&x->sched, a), rc, k = 0;
+    bool send = a->kind == MT_PP_SEND_ACT || a->kind == MT_PP_SEND_GRAD;
+    MPI_Request rq;
+    if (send) {
+        MT_TRY(send_buffer(x, n, &k));
+        memcpy(x->send_buf[k], buf, sizeof(float) * (size_t)n);
+        rc = MPI_Isend(x->send_buf[k], (int)n, MPI_FLOAT, a->peer, tag, x->pp, &x->send_req[k]);
+    } else {
+        rc = MPI_Irecv(buf, (int)n, MPI_FLOAT, a->peer, tag, x->pp, &rq);
+    }
+    if (rc != MPI_SUCCESS) {
+        char what[96];
+        mt_pp_action_format(a, what, sizeof what);
+        MT_FAIL(MT_ERR_MPI, "pipeline %s: MPI error %d", what, rc);
+    }
+    return send ? MT_OK : mt_wait_all(1, &rq);
+}
+
+mt_status_t mt_pp_exec_run(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens,
+                           const int32_t *targets, const int32_t *pos, const int32_t *docs,
+                           float grad_scale, double *loss, int64_t *count)
+{
+    int M = x->sched.m, S = x->sched.num_stages, r = x->rank;
+    int64_t N = m->N, act = m->Ns * m->H;
+    if (act > 2147483647LL)
+        MT_FAIL(MT_ERR_UNSUPPORTED, "pipeline messages of %lld elements need 64-bit MPI counts",
+                (long long)act);
+    for (int i = 0; i < S * M; i++)
+        x->slot_of[i] = -1;
+    for (int k = 0; k < x->nslots; k++)
+        x->slot_busy[k] = false;
+    for (int i = 0; i < x->sched.num_actions[r]; i++) {
+        const mt_pp_action_t *a = &x->sched.actions[r][i];
+        int c = x->chunk_of_stage[a->stage], mb = a->microbatch, k;
+        const int32_t *tok = tokens + mb * N, *tgt = targets + mb * N;
+        int next = a->stage + 1 < S ? x->chunk_of_stage[a->stage + 1] : -1;
+        int prev = a->stage > 0 ? x->chunk_of_stage[a->stage - 1] : -1;
+        if (pos && (a->kind == MT_PP_FORWARD || a->kind == MT_PP_BACKWARD ||
+                    a->kind == MT_PP_BACKWARD_INPUT || a->kind == MT_PP_BACKWARD_WEIGHT))
+            mt_model_set_packing(m, pos + mb * N, docs + mb * N);
+        switch (a->kind) {
+        case MT_PP_RECV_ACT:
+            MT_TRY(acquire(x, c, mb, &k));
+            use(x, m, c, mb);
+            MT_TRY(transfer(x, a, mt_model_stage_input(m, c), act));
+            break;
+        case MT_PP_FORWARD: {
+            int64_t cnt = 0;
+            MT_TRY(acquire(x, c, mb, &k));
+            use(x, m, c, mb);
+            *loss += mt_model_forward_chunk(m, c, tok, tgt, true, grad_scale, &cnt);
+            *count += cnt;
+            if (next >= 0) { /* the next stage is here too: hand the output over */
+                float *out = m->x_final;
+                MT_TRY(acquire(x, next, mb, &k));
+                use(x, m, next, mb);
+                memcpy(mt_model_stage_input(m, next), out, sizeof(float) * (size_t)act);
+            }
+            break;
+        }
+        case MT_PP_SEND_ACT:
+            use(x, m, c, mb);
+            MT_TRY(transfer(x, a, m->x_final, act));
+            break;
+        case MT_PP_RECV_GRAD:
+            use(x, m, c, mb);
+            MT_TRY(transfer(x, a, m->dres, act));
+            break;
+        case MT_PP_BACKWARD:
+        case MT_PP_BACKWARD_INPUT:
+            use(x, m, c, mb);
+            mt_model_backward_chunk(m, c, tok, a->kind == MT_PP_BACKWARD_INPUT);
+            if (prev >= 0) { /* the previous stage is here: hand the input gradient over */
+                float *g = m->dres;
+                use(x, m, prev, mb);
+                memcpy(m->dres, g, sizeof(float) * (size_t)act);
+            }
+            if (a->kind == MT_PP_BACKWARD)
+                release(x, c, mb);
+            break;
+        case MT_PP_BACKWARD_WEIGHT:
+            use(x, m, c, mb);
+            mt_model_weight_chunk(m, c);
+            release(x, c, mb);
+            break;
+        case MT_PP_SEND_GRAD:
+            /* right after its B: the slot (even if a BW gave it back) is untouched */
+            use(x, m, c, mb);
+            MT_TRY(transfer(x, a, m->dres, act));
+            break;
+        }
+        if (x->nsend > 0) { /* move the sends along */
+            int flag;
+            MPI_Testall(x->nsend, x->send_req, &flag, MPI_STATUSES_IGNORE);
+        }
+    }
+    return x->nsend > 0 ? mt_wait_all(x->nsend, x->send_req) : MT_OK;
+}
+
+mt_status_t mt_pp_exec_forward(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens,
+                               const int32_t *targets, double *loss, int64_t *count)
+{
+    int S = x->sched.num_stages, p = x->sched.p;
+    mt_pp_schedule_t sch = x->sched.schedule;
+    int64_t act = m->Ns * m->H;
+    double part[2] = {0, 0}, sum[2];
+    if (!x->handoff && !(x->handoff = malloc(sizeof(float) * (size_t)act)))
+        MT_FAIL(MT_ERR_NOMEM, "pipeline hand-off buffer");
+    /* Stage by stage in order: a rank waits only for the stage before. */
+    for (int s = 0; s < S; s++) {
+        int c = x->chunk_of_stage[s];
+        if (c < 0)
+            continue;
+        mt_model_use_slot(m, 0, c);
+        if (s > 0) {
+            int from = mt_pp_stage_rank(sch, p, s - 1);
+            if (from == x->rank)
+                memcpy(mt_model_stage_input(m, c), x->handoff, sizeof(float) * (size_t)act);
+            else
+                MT_MPI_TRY(MPI_Recv(mt_model_stage_input(m, c), (int)act, MPI_FLOAT, from, s,
+                                    x->pp, MPI_STATUS_IGNORE));
+        }
+        int64_t cnt = 0;
+        double l = mt_model_forward_chunk(m, c, tokens, targets, false, 0.0f, &cnt);
+        if (s == S - 1) {
+            part[0] = l, part[1] = (double)cnt;
+        } else {
+            int to = mt_pp_stage_rank(sch, p, s + 1);
+            if (to == x->rank)
+                memcpy(x->handoff, m->x_final, sizeof(float) * (size_t)act);
+            else
+                MT_MPI_TRY(MPI_Send(m->x_final, (int)act, MPI_FLOAT, to, s + 1, x->pp));
+        }
+    }
+    MT_TRY(mt_allreduce(part, sum, 2, MPI_DOUBLE, MPI_SUM, x->pp));
+    *loss = sum[0];
+    *count = (int64_t)sum[1];
+    return MT_OK;
+}
