@@ -48,7 +48,11 @@ typedef struct {
     MPI_Request *send_req;    /* [nsend]: their sends (NULL request: free) */
     int nsend;
     float *handoff;           /* forward-only passes between local stages */
-    mt_model_t *model;
+    /* measured over every run: seconds and counts of F, B, W and BW passes
+     * (the compute), and the runs' wall time */
+    double t_pass[4];
+    int64_t n_pass[4];
+    double t_run;
 } mt_pp_exec_t;
 
 /* Build the schedule for cfg and this pipeline rank; count its slots.
@@ -66,6 +70,13 @@ void mt_pp_exec_part(const mt_pp_exec_t *x, const mt_config_t *cfg, mt_model_par
 mt_status_t mt_pp_exec_run(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens,
                            const int32_t *targets, const int32_t *pos, const int32_t *docs,
                            float grad_scale, double *loss, int64_t *count);
+
+/* The measured idle share of the pipeline ranks' time in the runs so far
+ * (1 - compute / wall time, over every rank of pp), and the simulator's
+ * bubble fraction for the same lists with the measured mean F, B and W
+ * costs and no transfer time.  Collective over pp. */
+mt_status_t mt_pp_exec_idle(mt_pp_exec_t *x, double *measured, double *simulated,
+                            double cost[3]);
 
 /* Forward only (validation) of one microbatch through every stage in
  * order; the loss sum and count come back on every pipeline rank. */

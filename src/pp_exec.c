@@ -15,8 +15,16 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "mt_comm.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 void mt_pp_stage_layers(const mt_config_t *cfg, int s, int *lo, int *hi)
 {
@@ -42,6 +50,13 @@ mt_status_t mt_pp_exec_init(mt_pp_exec_t *x, const mt_config_t *cfg, MPI_Comm pp
     int M = (int)cfg->derived.num_microbatches;
     MT_TRY(mt_pp_schedule_build(pl->pp_schedule, p, v, M, &x->sched));
     int S = x->sched.num_stages;
+    void *ub_attr;
+    int have_ub;
+    MT_MPI_TRY(MPI_Comm_get_attr(pp, MPI_TAG_UB, &ub_attr, &have_ub));
+    long long top = 2LL * S * M, ub = have_ub ? *(int *)ub_attr : 32767;
+    if (top > ub)
+        MT_FAIL(MT_ERR_UNSUPPORTED, "pipeline: %d stages x %d microbatches need MPI tags up to "
+                "%lld, but this MPI allows %lld; use fewer microbatches per step", S, M, top, ub);
     x->chunk_of_stage = malloc(sizeof(int) * (size_t)S);
     x->stage_of_chunk = malloc(sizeof(int) * (size_t)S);
     x->layer_lo = malloc(sizeof(int) * (size_t)S);
@@ -202,8 +217,10 @@ mt_status_t mt_pp_exec_run(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens
         x->slot_of[i] = -1;
     for (int k = 0; k < x->nslots; k++)
         x->slot_busy[k] = false;
+    double t_start = now_s();
     for (int i = 0; i < x->sched.num_actions[r]; i++) {
         const mt_pp_action_t *a = &x->sched.actions[r][i];
+        double t0 = now_s();
         int c = x->chunk_of_stage[a->stage], mb = a->microbatch, k;
         const int32_t *tok = tokens + mb * N, *tgt = targets + mb * N;
         int next = a->stage + 1 < S ? x->chunk_of_stage[a->stage + 1] : -1;
@@ -262,12 +279,18 @@ mt_status_t mt_pp_exec_run(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens
             MT_TRY(transfer(x, a, m->dres, act));
             break;
         }
+        int pass = a->kind == MT_PP_FORWARD ? 0 : a->kind == MT_PP_BACKWARD_INPUT ? 1
+                 : a->kind == MT_PP_BACKWARD_WEIGHT ? 2 : a->kind == MT_PP_BACKWARD ? 3 : -1;
+        if (pass >= 0)
+            x->t_pass[pass] += now_s() - t0, x->n_pass[pass]++;
         if (x->nsend > 0) { /* move the sends along */
             int flag;
             MPI_Testall(x->nsend, x->send_req, &flag, MPI_STATUSES_IGNORE);
         }
     }
-    return x->nsend > 0 ? mt_wait_all(x->nsend, x->send_req) : MT_OK;
+    mt_status_t st = x->nsend > 0 ? mt_wait_all(x->nsend, x->send_req) : MT_OK;
+    x->t_run += now_s() - t_start;
+    return st;
 }
 
 mt_status_t mt_pp_exec_forward(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens,
@@ -308,5 +331,33 @@ mt_status_t mt_pp_exec_forward(mt_pp_exec_t *x, mt_model_t *m, const int32_t *to
     MT_TRY(mt_allreduce(part, sum, 2, MPI_DOUBLE, MPI_SUM, x->pp));
     *loss = sum[0];
     *count = (int64_t)sum[1];
+    return MT_OK;
+}
+
+mt_status_t mt_pp_exec_idle(mt_pp_exec_t *x, double *measured, double *simulated,
+                            double cost[3])
+{
+    /* [0..3] pass seconds, [4..7] pass counts, [8] wall time */
+    double mine[9], sum[9];
+    for (int k = 0; k < 4; k++)
+        mine[k] = x->t_pass[k], mine[4 + k] = (double)x->n_pass[k];
+    mine[8] = x->t_run;
+    MT_TRY(mt_allreduce(mine, sum, 9, MPI_DOUBLE, MPI_SUM, x->pp));
+    double busy = sum[0] + sum[1] + sum[2] + sum[3];
+    *measured = sum[8] > 0 ? 1.0 - busy / sum[8] : 0.0;
+    /* mean costs; without split passes only B + W = BW matters to the
+     * simulator, so BW is split 2:1 for the report */
+    double f = sum[4] > 0 ? sum[0] / sum[4] : 0, b, w;
+    if (sum[5] > 0 && sum[6] > 0) {
+        b = sum[1] / sum[5], w = sum[2] / sum[6];
+    } else {
+        double bw = sum[7] > 0 ? sum[3] / sum[7] : 0;
+        b = bw * 2.0 / 3.0, w = bw / 3.0;
+    }
+    cost[0] = f, cost[1] = b, cost[2] = w;
+    mt_pp_sim_result_t res;
+    MT_TRY(mt_pp_simulate(&x->sched, f, b, w, 0.0, &res));
+    *simulated = res.bubble_fraction;
+    mt_pp_sim_result_free(&res);
     return MT_OK;
 }

@@ -437,8 +437,16 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
                     100.0 * (1.0 - (double)r->pack.tokens / (double)(r->pack.rows * T)));
         fprintf(out, "training: %lld parameters, %lld steps from step %lld, %lld tokens/step "
                      "(%lld micro-steps of %lld x %lld), %d threads per rank, sgemm peak %.1f GFLOP/s\n",
-                (long long)mt_model_logical_numel(m), (long long)cfg->step_scheduler.max_steps, (long long)start,
-                (long long)(G * T), (long long)accum, (long long)m->B, (long long)T, threads, peak);
+                (long long)mt_model_logical_numel(&r->ckpt.whole),
+                (long long)cfg->step_scheduler.max_steps, (long long)start, (long long)(G * T),
+                (long long)accum, (long long)r->rows, (long long)T, threads, peak);
+        if (r->pp)
+            fprintf(out, "pipeline: %s, %d stages (%d per rank), %d microbatches of %lld x %lld "
+                         "per micro-step; pipeline rank 0 holds layers of %d stages and the "
+                         "activations of up to %d stage-microbatches at once\n",
+                    mt_pp_schedule_name(cfg->distributed.pipeline.pp_schedule),
+                    r->pipe.sched.num_stages, r->pipe.sched.v, r->pipe.sched.m, (long long)m->B,
+                    (long long)T, r->pipe.nchunks, r->pipe.nslots);
         fflush(out);
     }
 
@@ -570,6 +578,15 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
             res->stopped_by_signal = 1;
             break;
         }
+    }
+    if (s == MT_OK && r->pp && res->steps_done > 0) { /* the pipeline's measured bubble */
+        double meas, sim, cost[3];
+        s = mt_pp_exec_idle(&r->pipe, &meas, &sim, cost);
+        if (s == MT_OK && rank == 0 && out)
+            fprintf(out, "pipeline idle: %.1f%% of the pipeline ranks' time measured; the "
+                         "simulator gives %.1f%% for the same lists with the measured mean "
+                         "costs F %.3f ms, B %.3f ms, W %.3f ms and free transfers\n",
+                    100.0 * meas, 100.0 * sim, 1e3 * cost[0], 1e3 * cost[1], 1e3 * cost[2]);
     }
     if (r->sharded) { /* a parameter all-gather may still be in flight */
         mt_status_t s2 = mt_fsdp_sync(&r->fsdp);
