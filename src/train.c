@@ -23,6 +23,7 @@
 #include "mt_optim.h"
 #include "mt_pack.h"
 #include "mt_plan.h"
+#include "train_cp.h"
 #include "train_internal.h"
 
 static volatile sig_atomic_t stop_signal;
@@ -122,6 +123,7 @@ typedef struct {
     const mt_segment_t *seg;     /* what this rank updates */
     int nseg;
     MPI_Comm tp;                 /* tensor-parallel group */
+    mt_train_cp_t cp;            /* context parallelism (train_cp.c) */
 } run_t;
 
 static void run_free(run_t *r)
@@ -139,6 +141,7 @@ static void run_free(run_t *r)
     mt_train_ckpt_free(&r->ckpt);
     mt_ddp_free(&r->ddp);
     mt_fsdp_free(&r->fsdp);
+    mt_train_cp_free(&r->cp);
 }
 
 /* The model's tensor-parallel collectives, over the TP group. */
@@ -192,16 +195,22 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
     if (r->sharded)
         flags = (fo.shard_params ? MT_MODEL_NO_PARAM_ARENA : 0u) |
                 (fo.shard_grads ? MT_MODEL_NO_GRAD_ARENA : 0u);
-    MT_TRY(mt_model_init_ex(&r->model, cfg, be, B, T, flags, mesh->group_rank[MT_GROUP_TP]));
+    /* under context parallelism the model holds T / cp tokens of each row */
+    int cp = (int)cfg->distributed.cp_size;
+    MT_TRY(mt_model_init_ex(&r->model, cfg, be, B, T / cp, flags, mesh->group_rank[MT_GROUP_TP]));
+    MT_TRY(mt_train_cp_init(&r->cp, mesh, &r->model, T));
     r->tp = mesh->group[MT_GROUP_TP];
     r->model.tp_allreduce = tp_hook;
     r->model.tp_ctx = r;
     int64_t owned = r->model.numel;
     if (r->sharded) {
         /* fsdp2 shards over dp_shard (all-reducing across dp_replicate:
-         * HSDP); megatron_fsdp over the whole dp group. */
+         * HSDP); megatron_fsdp over the whole dp group.  CP ranks hold the
+         * same parameters, so with cp > 1 the shard groups take them in
+         * (dp_shard_cp, dp_cp). */
         bool f2 = cfg->distributed.strategy == MT_STRATEGY_FSDP2;
-        MPI_Comm shard = mesh->group[f2 ? MT_GROUP_DP_SHARD : MT_GROUP_DP];
+        MPI_Comm shard = mesh->group[f2 ? (cp > 1 ? MT_GROUP_DP_SHARD_CP : MT_GROUP_DP_SHARD)
+                                        : (cp > 1 ? MT_GROUP_DP_CP : MT_GROUP_DP)];
         MPI_Comm rep = f2 && mesh->group_size[MT_GROUP_DP_REPLICATE] > 1
                            ? mesh->group[MT_GROUP_DP_REPLICATE] : MPI_COMM_NULL;
         MT_TRY(mt_fsdp_init(&r->fsdp, &r->model, shard, rep, &fo));
@@ -209,7 +218,7 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
         r->seg = r->fsdp.seg, r->nseg = r->fsdp.nunits, owned = r->fsdp.owned;
     } else {
         mt_model_init_weights(&r->model, (uint64_t)cfg->rng.seed);
-        MT_TRY(mt_ddp_init(&r->ddp, mesh->group[MT_GROUP_DP], &r->model,
+        MT_TRY(mt_ddp_init(&r->ddp, mesh->group[cp > 1 ? MT_GROUP_DP_CP : MT_GROUP_DP], &r->model,
                            (int64_t)(cfg->distributed.ddp_bucket_cap_mb * 1048576.0)));
         /* megatron_fsdp zero 0: overlap_grad_reduce false reduces after backward */
         if (cfg->distributed.strategy == MT_STRATEGY_MEGATRON_FSDP)
@@ -220,19 +229,20 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
     MT_TRY(mt_adamw_init(&r->opt, owned));
     r->tokens = malloc(sizeof(int32_t) * (size_t)(accum * B * T));
     r->targets = malloc(sizeof(int32_t) * (size_t)(accum * B * T));
-    if (r->packed) {
+    if (r->packed || cp > 1) { /* under CP plain rows have positions too: global ones */
         r->pos = malloc(sizeof(int32_t) * (size_t)(accum * B * T));
         r->docs = malloc(sizeof(int32_t) * (size_t)(accum * B * T));
     }
-    if (!r->tokens || !r->targets || (r->packed && (!r->pos || !r->docs)))
+    if (!r->tokens || !r->targets || ((r->packed || cp > 1) && (!r->pos || !r->docs)))
         MT_FAIL(MT_ERR_NOMEM, "batch buffers");
     MT_TRY(mt_train_ckpt_init(&r->ckpt, cfg, &r->model, &r->opt, r->seg, r->nseg,
                               r->sharded && fo.shard_params));
     /* Who writes what: replicas of a block leave it to the first of them.
      * Sharded state's replicas are the HSDP replicas (megatron_fsdp shards
-     * over all of dp: none); whole state's are every dp rank. */
+     * over all of dp: none); whole state's are every dp rank, and every
+     * CP rank (dp_cp; the same group as dp without CP). */
     bool rep0 = !r->sharded || r->fsdp.nrep == 1 || mesh->group_rank[MT_GROUP_DP_REPLICATE] == 0;
-    bool dp0 = mesh->group_rank[MT_GROUP_DP] == 0;
+    bool dp0 = mesh->group_rank[MT_GROUP_DP_CP] == 0;
     mt_train_ckpt_writers(&r->ckpt, r->sharded && fo.shard_params ? rep0 : dp0,
                           r->sharded ? rep0 : dp0, mesh->group_rank[MT_GROUP_TP] == 0);
     return MT_OK;
@@ -325,11 +335,12 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
     memset(res, 0, sizeof *res);
     res->resumed_from_step = -1;
     const mt_distributed_config_t *dc = &cfg->distributed;
-    if (size != 1 && (dc->pp_size > 1 || dc->cp_size > 1 || dc->ep_size > 1))
-        MT_FAIL(MT_ERR_UNSUPPORTED, "pipeline, context and expert parallelism are not in this "
-                "release; use pp_size = cp_size = ep_size = 1 (tensor parallelism trains)");
-    /* Only data parallelism here: the dp group is every rank. */
-    MPI_Comm dp = mesh->group[MT_GROUP_DP];
+    if (size != 1 && (dc->pp_size > 1 || dc->ep_size > 1))
+        MT_FAIL(MT_ERR_UNSUPPORTED, "pipeline and expert parallelism are not in this "
+                "release; use pp_size = ep_size = 1 (tensor and context parallelism train)");
+    /* Rows are dealt out by dp rank; the loss (sum and token count) is
+     * summed over dp_cp, which is dp without context parallelism. */
+    MPI_Comm dpcp = mesh->group[MT_GROUP_DP_CP];
     int dp_rank = mesh->group_rank[MT_GROUP_DP], dp_size = mesh->group_size[MT_GROUP_DP];
     mt_comm_set_wait_mode(mesh->node);
     int threads = mt_comm_set_threads(mesh->node);
@@ -345,7 +356,7 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
     }
     mt_model_t *m = &r->model;
     int64_t N = m->N, accum = cfg->derived.grad_accum_steps;
-    int64_t G = cfg->step_scheduler.global_batch_size, T = m->T;
+    int64_t G = cfg->step_scheduler.global_batch_size, T = cfg->derived.seq_len; /* full rows */
     mt_sampler_t sampler = {r->packed ? r->pack.rows : mt_dataset_num_samples(&r->data, T), T,
                             cfg->dataset.shuffle, (uint64_t)cfg->dataset.seed};
 
@@ -417,7 +428,11 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
         double t0 = now_s(), w0 = mt_comm_wait_seconds();
         int64_t count = 0, local_count = 0;
         for (int64_t u = 0; u < accum; u++) {
-            if (r->packed)
+            if (r->cp.size > 1)
+                mt_train_cp_fill(&r->cp, &r->data, r->packed ? &r->pack : NULL, &sampler, step - 1,
+                                 G, dp_rank, dp_size, u, r->tokens + u * N, r->targets + u * N,
+                                 r->pos + u * N, r->docs + u * N);
+            else if (r->packed)
                 mt_pack_fill_batch(&r->pack, &r->data, &sampler, step - 1, G, dp_rank, dp_size, u,
                                    m->B, r->tokens + u * N, r->targets + u * N, r->pos + u * N,
                                    r->docs + u * N);
@@ -428,7 +443,7 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
                 local_count += r->targets[u * N + i] != MT_IGNORE_INDEX;
         }
         /* the loss is a token mean over the whole global batch */
-        s = mt_allreduce(&local_count, &count, 1, MPI_INT64_T, MPI_SUM, dp);
+        s = mt_allreduce(&local_count, &count, 1, MPI_INT64_T, MPI_SUM, dpcp);
         if (s != MT_OK)
             break;
         mt_model_zero_grad(m);
@@ -440,14 +455,14 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
                 s = mt_fsdp_begin(&r->fsdp, u);
             else
                 mt_ddp_begin(&r->ddp, u == accum - 1);
-            if (r->packed)
-                mt_model_set_packing(m, r->pos + u * N, r->docs + u * N);
+            if (r->packed || r->cp.size > 1)
+                mt_model_set_packing(m, r->pos + u * N, r->packed ? r->docs + u * N : NULL);
             local_sum += mt_model_step(m, r->tokens + u * N, r->targets + u * N, true, scale, &c);
         }
         if (s == MT_OK)
             s = r->sharded ? mt_fsdp_finish(&r->fsdp) : mt_ddp_finish(&r->ddp);
         if (s == MT_OK)
-            s = mt_allreduce(&local_sum, &sum, 1, MPI_DOUBLE, MPI_SUM, dp);
+            s = mt_allreduce(&local_sum, &sum, 1, MPI_DOUBLE, MPI_SUM, dpcp);
         double gnorm = 0, lr = 0;
         if (s == MT_OK)
             s = update(r, cfg, step, &gnorm, &lr);
@@ -460,7 +475,9 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
         if (r->have_val && cfg->step_scheduler.val_every_steps > 0 &&
             step % cfg->step_scheduler.val_every_steps == 0) {
             mt_model_set_packing(m, NULL, NULL); /* validation rows are not packed */
-            val = validation_loss(m, &r->val, r->tokens, r->targets);
+            val = r->cp.size > 1 ? mt_train_cp_validation_loss(&r->cp, m, &r->val, r->tokens,
+                                                               r->targets, r->pos)
+                                 : validation_loss(m, &r->val, r->tokens, r->targets);
         }
         double tps = (double)(G * T) / dt, mfu = peak > 0 ? flops_tok * tps / (peak * 1e9) : 0;
         if (rank == 0) {
