@@ -40,9 +40,11 @@ typedef struct {
     /* Counters since init (or mt_ring_attention_reset_stats), for the
      * benchmark and the tests: block pairs computed and skipped, visible
      * (query, key) pairs computed per head (forward and backward each
-     * count), seconds in the compute kernels and blocked in waits. */
+     * count), seconds in the compute kernels and blocked in waits, and how
+     * many transfers were already complete when compute was done. */
     int64_t blocks_done, blocks_skipped;
     double pairs, t_compute, t_wait;
+    int64_t waits, waits_hidden; /* waits on transfers; those already complete */
     int no_compute;      /* benchmark only: move the data, skip the kernels */
 } mt_ring_attention_t;
 

@@ -25,6 +25,7 @@
 #include "mt_ring_attention.h"
 
 #include <limits.h>
+#include <stdbool.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,11 @@
 #include "mt_comm.h"
 
 enum { TAG_K = 701, TAG_V, TAG_DK, TAG_DV };
+
+/* Queries per kernel call: MPICH moves a large message only while some MPI
+ * call runs, so the ring tests its transfers between calls; 256 rows keep
+ * the kernels' GEMMs large and the tests frequent (a few per block). */
+#define PIECE 256
 
 mt_status_t mt_ring_attention_init(mt_ring_attention_t *ra, MPI_Comm comm, const mt_backend_t *be,
                                    int64_t B, int64_t Tl, int64_t nkv, int64_t hd)
@@ -82,6 +88,7 @@ void mt_ring_attention_reset_stats(mt_ring_attention_t *ra)
 {
     ra->blocks_done = ra->blocks_skipped = 0;
     ra->pairs = ra->t_compute = ra->t_wait = 0;
+    ra->waits = ra->waits_hidden = 0;
 }
 
 /* Global start of local chunk c (0 or 1) of CP rank r. */
@@ -106,8 +113,21 @@ static int64_t visible_pairs(const int32_t *ds, int64_t nq, int64_t q0, int64_t 
     return n;
 }
 
-static mt_status_t wait_timed(mt_ring_attention_t *ra, int n, MPI_Request *rq)
+/* Wait for transfers.  counted: a transfer the compute should have hidden
+ * (the statistics skip the waits for send buffers to be reusable). */
+static mt_status_t wait_timed(mt_ring_attention_t *ra, int n, MPI_Request *rq, bool counted)
 {
+    int done = 1;
+    for (int i = 0; i < n; i++)
+        if (rq[i] != MPI_REQUEST_NULL) {
+            int flag;
+            MPI_Test(&rq[i], &flag, MPI_STATUS_IGNORE);
+            done = done && flag;
+        }
+    if (counted) {
+        ra->waits++;
+        ra->waits_hidden += done;
+    }
     double t0 = MPI_Wtime();
     mt_status_t s = mt_wait_all(n, rq);
     ra->t_wait += MPI_Wtime() - t0;
@@ -151,19 +171,26 @@ static void compute_shard(mt_ring_attention_t *ra, int src, float *out, float *l
                 ra->pairs += (double)pairs;
                 if (ra->no_compute)
                     continue;
-                double t0 = MPI_Wtime();
-                float *lse_b = (float *)lse + b * nh * Tl + qc * C;
-                if (!dq)
-                    be->attention_block_forward(out + qi * qs, lse_b, Tl, q + qi * qs,
-                                                k + ki * kvs, v + ki * kvs, ds, C, C, q0, k0, nh,
-                                                nkv, hd);
-                else
-                    be->attention_block_backward(dq + qi * qs, dk + ki * kvs, dv + ki * kvs,
-                                                 dout + qi * qs, out + qi * qs, lse_b, Tl,
-                                                 q + qi * qs, k + ki * kvs, v + ki * kvs, ds, C,
-                                                 C, q0, k0, nh, nkv, hd);
-                ra->t_compute += MPI_Wtime() - t0;
-                poke(npend, pend);
+                /* in pieces of PIECE queries, poking the transfers between them */
+                for (int64_t p0 = 0; p0 < C; p0 += PIECE) {
+                    const int64_t np = C - p0 < PIECE ? C - p0 : PIECE, qp = qi + p0;
+                    const int32_t *dsp = ds ? ds + p0 : NULL;
+                    if (visible_pairs(dsp, np, q0 + p0, k0, C) == 0)
+                        continue;
+                    double t0 = MPI_Wtime();
+                    float *lse_b = (float *)lse + b * nh * Tl + qc * C + p0;
+                    if (!dq)
+                        be->attention_block_forward(out + qp * qs, lse_b, Tl, q + qp * qs,
+                                                    k + ki * kvs, v + ki * kvs, dsp, np, C,
+                                                    q0 + p0, k0, nh, nkv, hd);
+                    else
+                        be->attention_block_backward(dq + qp * qs, dk + ki * kvs, dv + ki * kvs,
+                                                     dout + qp * qs, out + qp * qs, lse_b, Tl,
+                                                     q + qp * qs, k + ki * kvs, v + ki * kvs, dsp,
+                                                     np, C, q0 + p0, k0, nh, nkv, hd);
+                    ra->t_compute += MPI_Wtime() - t0;
+                    poke(npend, pend);
+                }
             }
 }
 
@@ -200,7 +227,7 @@ mt_status_t mt_ring_attention_forward(mt_ring_attention_t *ra, float *out, float
         compute_shard(ra, (ra->rank - s + P) % P, out, lse, NULL, NULL, NULL, NULL, q, ck, cv,
                       doc_start, nh, s < P - 1 ? 4 : 0, rq);
         if (s < P - 1) {
-            MT_TRY(wait_timed(ra, 4, rq));
+            MT_TRY(wait_timed(ra, 4, rq, true));
             ck = ra->kv[nb][0], cv = ra->kv[nb][1];
             nb ^= 1;
         }
@@ -229,13 +256,13 @@ mt_status_t mt_ring_attention_backward(mt_ring_attention_t *ra, float *dq, float
         float *acc_k = ra->dkv[ab][0], *acc_v = ra->dkv[ab][1];
         if (s < P - 1)
             MT_TRY(post_shift(ra, ck, cv, ra->kv[nb][0], ra->kv[nb][1], TAG_K, rq));
-        MT_TRY(wait_timed(ra, 2, rq + 6 + 2 * ab)); /* this buffer's send from step s - 2 */
+        MT_TRY(wait_timed(ra, 2, rq + 6 + 2 * ab, false)); /* this buffer's send from step s - 2 */
         memset(acc_k, 0, bytes);
         memset(acc_v, 0, bytes);
         compute_shard(ra, (ra->rank - s + P) % P, (float *)out, (float *)lse, dq, acc_k, acc_v,
                       dout, q, ck, cv, doc_start, nh, 10, rq);
         if (s > 0) { /* the shard's partial sum from the ranks before */
-            MT_TRY(wait_timed(ra, 2, rq + 4));
+            MT_TRY(wait_timed(ra, 2, rq + 4, true));
             ra->be->add(acc_k, ra->dkv_in[0], n);
             ra->be->add(acc_v, ra->dkv_in[1], n);
         }
@@ -244,13 +271,13 @@ mt_status_t mt_ring_attention_backward(mt_ring_attention_t *ra, float *dq, float
         MT_MPI_TRY(MPI_Isend(acc_k, (int)n, MPI_FLOAT, right, TAG_DK, ra->comm, &rq[6 + 2 * ab]));
         MT_MPI_TRY(MPI_Isend(acc_v, (int)n, MPI_FLOAT, right, TAG_DV, ra->comm, &rq[7 + 2 * ab]));
         if (s < P - 1) {
-            MT_TRY(wait_timed(ra, 4, rq));
+            MT_TRY(wait_timed(ra, 4, rq, true));
             ck = ra->kv[nb][0], cv = ra->kv[nb][1];
             nb ^= 1;
         }
     }
     /* after P steps this rank's own shard has come home, summed over all */
-    MT_TRY(wait_timed(ra, 6, rq + 4));
+    MT_TRY(wait_timed(ra, 6, rq + 4, true));
     memcpy(dk, ra->dkv_in[0], bytes);
     memcpy(dv, ra->dkv_in[1], bytes);
     return MT_OK;
