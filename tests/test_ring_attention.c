@@ -10,7 +10,8 @@
  * random lengths that start and end inside chunks and span chunk
  * boundaries (one longer than a chunk); and documents that are exactly one
  * chunk each, where every off-diagonal block pair is masked and must be
- * skipped (the block counters are checked).  With 4 ranks the world is
+ * skipped (the block counters are checked); chunks of 300 tokens, which
+ * the ring computes in pieces.  With 4 ranks the world is
  * also split into two CP groups of 2, so the ring runs on a communicator
  * other than the world's.  Exit 0 pass, 1 fail (agreed over all ranks). */
 #include <config.h>
@@ -162,6 +163,9 @@ static void run_all(MPI_Comm comm)
     run_case(comm, "documents across chunks", DOCS_RANDOM, 2, 40, 4, 2, 16);
     run_case(comm, "documents across chunks, long", DOCS_RANDOM, 1, 150, 4, 4, 8);
     run_case(comm, "one document per chunk", DOCS_CHUNKS, 1, 32, 4, 2, 16);
+    /* chunks over 256 queries: the ring calls the kernels piece by piece */
+    run_case(comm, "documents across chunks, pieces", DOCS_RANDOM, 1, 300, 2, 1, 8);
+    run_case(comm, "causal, pieces", DOCS_NONE, 1, 300, 2, 1, 8);
 }
 
 int main(int argc, char **argv)
