@@ -386,6 +386,8 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
     double peak = mt_measure_sgemm_gflops(1024, 3) * (double)size;
     /* the model is this TP rank's part: matmuls and heads split evenly */
     double flops_tok = mt_model_flops_per_token(m) * (double)m->tp;
+    /* under CP the model holds T / cp tokens, but each still attends over its row */
+    flops_tok += 6.0 * (double)(m->L * (T - m->T) * m->H) * (double)m->tp;
     FILE *metrics = NULL;
     if (rank == 0 && cfg->logging.metrics_file[0]) {
         metrics = fopen(cfg->logging.metrics_file, start > 0 ? "a" : "w");

@@ -14,7 +14,8 @@
  * the ring computes in pieces.  With 4 ranks the world is
  * also split into two CP groups of 2, so the ring runs on a communicator
  * other than the world's.  On 1 rank no message moves: the block kernels
- * and their online-softmax merge alone against the dense kernels.  Exit 0 pass, 1 fail (agreed over all ranks). */
+ * and their online-softmax merge alone against the dense kernels.
+ * Exit 0 pass, 1 fail (agreed over all ranks). */
 #include <config.h>
 
 #include <math.h>
