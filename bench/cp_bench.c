@@ -134,12 +134,15 @@ int main(int argc, char **argv)
         res[mode][2] /= reps;
         if (mode == 1) {
             double mine[3] = {ra.pairs / reps / 2, ra.t_compute / reps, ra.t_wait / reps};
-            int64_t w[2] = {ra.waits, ra.waits_hidden}, wt[2];
-            MPI_Reduce(w, wt, 2, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
-            if (rank == 0)
-                printf("transfers complete when the compute before them was done: %lld of %lld "
-                       "(%.1f%%)\n", (long long)wt[1], (long long)wt[0],
-                       wt[0] ? 100.0 * (double)wt[1] / (double)wt[0] : 100.0);
+            int64_t w[4] = {ra.waits[0], ra.waits_hidden[0], ra.waits[1], ra.waits_hidden[1]};
+            int64_t wt[4];
+            MPI_Reduce(w, wt, 4, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
+            for (int kind = 0; kind < 2 && rank == 0; kind++)
+                printf("%s transfers complete when the compute before them was done: %lld of "
+                       "%lld (%.1f%%)\n", kind ? "dK/dV" : "K/V", (long long)wt[2 * kind + 1],
+                       (long long)wt[2 * kind],
+                       wt[2 * kind] ? 100.0 * (double)wt[2 * kind + 1] / (double)wt[2 * kind]
+                                    : 100.0);
             double *all = rank == 0 ? malloc(sizeof(double) * 3 * (size_t)P) : NULL;
             MPI_Gather(mine, 3, MPI_DOUBLE, all, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
             if (rank == 0) {

@@ -44,7 +44,8 @@ typedef struct {
      * many transfers were already complete when compute was done. */
     int64_t blocks_done, blocks_skipped;
     double pairs, t_compute, t_wait;
-    int64_t waits, waits_hidden; /* waits on transfers; those already complete */
+    int64_t waits[2], waits_hidden[2]; /* waits on [0] K/V, [1] dK/dV transfers;
+                                        * those already complete */
     int no_compute;      /* benchmark only: move the data, skip the kernels */
 } mt_ring_attention_t;
 

@@ -88,7 +88,7 @@ void mt_ring_attention_reset_stats(mt_ring_attention_t *ra)
 {
     ra->blocks_done = ra->blocks_skipped = 0;
     ra->pairs = ra->t_compute = ra->t_wait = 0;
-    ra->waits = ra->waits_hidden = 0;
+    ra->waits[0] = ra->waits[1] = ra->waits_hidden[0] = ra->waits_hidden[1] = 0;
 }
 
 /* Global start of local chunk c (0 or 1) of CP rank r. */
@@ -113,9 +113,9 @@ static int64_t visible_pairs(const int32_t *ds, int64_t nq, int64_t q0, int64_t 
     return n;
 }
 
-/* Wait for transfers.  counted: a transfer the compute should have hidden
- * (the statistics skip the waits for send buffers to be reusable). */
-static mt_status_t wait_timed(mt_ring_attention_t *ra, int n, MPI_Request *rq, bool counted)
+/* Wait for transfers.  kind: 0 K/V, 1 dK/dV, for the statistics of what
+ * compute hid; -1 for the waits for send buffers to be reusable. */
+static mt_status_t wait_timed(mt_ring_attention_t *ra, int n, MPI_Request *rq, int kind)
 {
     int done = 1;
     for (int i = 0; i < n; i++)
@@ -124,9 +124,9 @@ static mt_status_t wait_timed(mt_ring_attention_t *ra, int n, MPI_Request *rq, b
             MPI_Test(&rq[i], &flag, MPI_STATUS_IGNORE);
             done = done && flag;
         }
-    if (counted) {
-        ra->waits++;
-        ra->waits_hidden += done;
+    if (kind >= 0) {
+        ra->waits[kind]++;
+        ra->waits_hidden[kind] += done;
     }
     double t0 = MPI_Wtime();
     mt_status_t s = mt_wait_all(n, rq);
@@ -227,7 +227,7 @@ mt_status_t mt_ring_attention_forward(mt_ring_attention_t *ra, float *out, float
         compute_shard(ra, (ra->rank - s + P) % P, out, lse, NULL, NULL, NULL, NULL, q, ck, cv,
                       doc_start, nh, s < P - 1 ? 4 : 0, rq);
         if (s < P - 1) {
-            MT_TRY(wait_timed(ra, 4, rq, true));
+            MT_TRY(wait_timed(ra, 4, rq, 0));
             ck = ra->kv[nb][0], cv = ra->kv[nb][1];
             nb ^= 1;
         }
@@ -256,13 +256,13 @@ mt_status_t mt_ring_attention_backward(mt_ring_attention_t *ra, float *dq, float
         float *acc_k = ra->dkv[ab][0], *acc_v = ra->dkv[ab][1];
         if (s < P - 1)
             MT_TRY(post_shift(ra, ck, cv, ra->kv[nb][0], ra->kv[nb][1], TAG_K, rq));
-        MT_TRY(wait_timed(ra, 2, rq + 6 + 2 * ab, false)); /* this buffer's send from step s - 2 */
+        MT_TRY(wait_timed(ra, 2, rq + 6 + 2 * ab, -1)); /* this buffer's send from step s - 2 */
         memset(acc_k, 0, bytes);
         memset(acc_v, 0, bytes);
         compute_shard(ra, (ra->rank - s + P) % P, (float *)out, (float *)lse, dq, acc_k, acc_v,
                       dout, q, ck, cv, doc_start, nh, 10, rq);
         if (s > 0) { /* the shard's partial sum from the ranks before */
-            MT_TRY(wait_timed(ra, 2, rq + 4, true));
+            MT_TRY(wait_timed(ra, 2, rq + 4, 1));
             ra->be->add(acc_k, ra->dkv_in[0], n);
             ra->be->add(acc_v, ra->dkv_in[1], n);
         }
@@ -271,13 +271,13 @@ mt_status_t mt_ring_attention_backward(mt_ring_attention_t *ra, float *dq, float
         MT_MPI_TRY(MPI_Isend(acc_k, (int)n, MPI_FLOAT, right, TAG_DK, ra->comm, &rq[6 + 2 * ab]));
         MT_MPI_TRY(MPI_Isend(acc_v, (int)n, MPI_FLOAT, right, TAG_DV, ra->comm, &rq[7 + 2 * ab]));
         if (s < P - 1) {
-            MT_TRY(wait_timed(ra, 4, rq, true));
+            MT_TRY(wait_timed(ra, 4, rq, 0));
             ck = ra->kv[nb][0], cv = ra->kv[nb][1];
             nb ^= 1;
         }
     }
     /* after P steps this rank's own shard has come home, summed over all */
-    MT_TRY(wait_timed(ra, 6, rq + 4, true));
+    MT_TRY(wait_timed(ra, 6, rq + 4, 1));
     memcpy(dk, ra->dkv_in[0], bytes);
     memcpy(dv, ra->dkv_in[1], bytes);
     return MT_OK;
