@@ -163,7 +163,8 @@ const mt_cfg_key_t mt_cfg_keys[] = {
           "must equal that."),
     K_OPT("distributed.dp_replicate_size", distributed.dp_replicate_size, "none", 1,
           "HSDP replicas (fsdp2 only): dp_shard = dp_size / dp_replicate_size. Must divide "
-          "dp_size and be smaller than it."),
+          "dp_size and be smaller than it (or equal to it with cp_size > 1: fsdp2 then shards "
+          "over cp)."),
     K_INT("distributed.tp_size", distributed.tp_size, "1", 1,
           "Tensor-parallel size. Must divide the head counts and MLP widths, and a TP group "
           "must stay inside one node."),

@@ -215,7 +215,7 @@ static void check_sizes(vctx_t *v, int64_t world)
         else if (dv->dp_size % r)
             verr(v, "distributed.dp_replicate_size", "%lld does not divide dp_size %lld",
                  (long long)r, (long long)dv->dp_size);
-        else if (r >= dv->dp_size)
+        else if (r >= dv->dp_size && d->cp_size == 1) /* with cp, fsdp2 shards over cp */
             verr(v, "distributed.dp_replicate_size",
                  "%lld must be smaller than dp_size %lld: pure replication is not supported "
                  "(use strategy: ddp)", (long long)r, (long long)dv->dp_size);

@@ -135,6 +135,9 @@ static const mt_backend_t mt_cpu_backend = {
     .sum_squares = mt_cpu_sum_squares,
     .scale = mt_cpu_scale,
     .adamw = mt_cpu_adamw,
+    /* context parallelism (issue 7) */
+    .attention_block_forward = mt_cpu_attention_block_forward,
+    .attention_block_backward = mt_cpu_attention_block_backward,
 };
 
 const mt_backend_t *mt_backend_cpu(void)

@@ -217,4 +217,18 @@ MT_CPU_HIDDEN double mt_cpu_ce_shard_finish(float *dlogits, const float *logits,
                                             int64_t V, int64_t v_lo, int64_t v_valid,
                                             float grad_scale, int64_t *count);
 
+/* context parallelism (issue 7): kernels_cpu_attention_block.c */
+MT_CPU_HIDDEN void mt_cpu_attention_block_forward(float *out, float *lse, int64_t lse_stride,
+                                                  const float *q, const float *k, const float *v,
+                                                  const int32_t *doc_start, int64_t nq,
+                                                  int64_t nk, int64_t q0, int64_t k0, int64_t nh,
+                                                  int64_t nkv, int64_t hd);
+MT_CPU_HIDDEN void mt_cpu_attention_block_backward(float *dq, float *dk, float *dv,
+                                                   const float *dout, const float *out,
+                                                   const float *lse, int64_t lse_stride,
+                                                   const float *q, const float *k, const float *v,
+                                                   const int32_t *doc_start, int64_t nq,
+                                                   int64_t nk, int64_t q0, int64_t k0,
+                                                   int64_t nh, int64_t nkv, int64_t hd);
+
 #endif

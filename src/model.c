@@ -236,8 +236,12 @@ static void layer_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, 
     linear(m, a->v, h1, p->wv);
     be->rope_forward(a->q, m->pos, N, m->nh, m->hd, m->theta);
     be->rope_forward(a->k, m->pos, N, m->nkv, m->hd, m->theta);
-    be->attention_forward(a->att, a->lse, a->q, a->k, a->v, m->doc_start, m->B, m->T, m->nh, m->nkv,
-                          m->hd);
+    if (m->attn_forward) /* context parallelism: ring attention over the CP group */
+        m->attn_forward(m->attn_ctx, a->att, a->lse, a->q, a->k, a->v, m->doc_start, m->B, m->T,
+                        m->nh, m->nkv, m->hd);
+    else
+        be->attention_forward(a->att, a->lse, a->q, a->k, a->v, m->doc_start, m->B, m->T, m->nh,
+                              m->nkv, m->hd);
     row_parallel_residual(m, a->x_mid, a->x, a->att, p->wo); /* x_mid = x + att Wo^T */
 
     const float *h2 = norm_in_kept(m, a->h2, a->rstd2, a->x_mid, p->mlp_norm->data);
@@ -289,8 +293,12 @@ static void layer_backward(mt_model_t *m, int l, mt_layer_acts_t *a, bool defer)
     } else {
         linear_backward(m, m->datt, 0.0f, dout, a->att, p->wo);
     }
-    be->attention_backward(m->dq, m->dk, m->dv, m->datt, a->att, a->lse, a->q, a->k, a->v,
-                           m->doc_start, m->B, m->T, m->nh, m->nkv, m->hd);
+    if (m->attn_backward)
+        m->attn_backward(m->attn_ctx, m->dq, m->dk, m->dv, m->datt, a->att, a->lse, a->q, a->k,
+                         a->v, m->doc_start, m->B, m->T, m->nh, m->nkv, m->hd);
+    else
+        be->attention_backward(m->dq, m->dk, m->dv, m->datt, a->att, a->lse, a->q, a->k, a->v,
+                               m->doc_start, m->B, m->T, m->nh, m->nkv, m->hd);
     be->rope_backward(m->dq, m->pos, N, m->nh, m->hd, m->theta);
     be->rope_backward(m->dk, m->pos, N, m->nkv, m->hd, m->theta);
     if (m->qk_norm) { /* dq, dk are w.r.t. the normed q, k: back through the norms */

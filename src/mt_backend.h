@@ -135,6 +135,31 @@ struct mt_backend {
      * p -= lr * (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd * p). */
     void (*adamw)(float *p, const float *g, float *m, float *v, int64_t n, float lr, float b1,
                   float b2, float eps, float wd, int64_t t);
+
+    /* ---- context parallelism (issue 7): block attention for ring attention.
+     * One block = nq query tokens against nk key/value tokens taken from
+     * anywhere in a row, identified by their GLOBAL indices in the row:
+     * query i is token q0 + i, key c is token k0 + c.  q [nq, nh*hd], k and
+     * v [nk, nkv*hd] (rows contiguous); doc_start NULL (plain causal) or
+     * [nq]: the global index of query i's first document token; query i
+     * sees key j when doc_start[i] <= j <= q0 + i.  lse entries are
+     * lse[h * lse_stride + i].
+     * Forward MERGES into a running (out, lse) (online softmax over blocks):
+     * on entry they hold the attention over the keys of earlier blocks (lse
+     * -inf and out 0 before the first), on return over those and this
+     * block's keys; rows that see no key of the block are left untouched.
+     * Backward takes the final (out, lse) of all blocks and ACCUMULATES
+     * (+=) this block's share into dq [nq, nh*hd], dk and dv [nk, nkv*hd]
+     * (FlashAttention-2 with P = exp(S - lse)). */
+    void (*attention_block_forward)(float *out, float *lse, int64_t lse_stride, const float *q,
+                                    const float *k, const float *v, const int32_t *doc_start,
+                                    int64_t nq, int64_t nk, int64_t q0, int64_t k0, int64_t nh,
+                                    int64_t nkv, int64_t hd);
+    void (*attention_block_backward)(float *dq, float *dk, float *dv, const float *dout,
+                                     const float *out, const float *lse, int64_t lse_stride,
+                                     const float *q, const float *k, const float *v,
+                                     const int32_t *doc_start, int64_t nq, int64_t nk,
+                                     int64_t q0, int64_t k0, int64_t nh, int64_t nkv, int64_t hd);
 };
 
 /* The CPU reference backend. */

@@ -185,6 +185,20 @@ typedef struct {
     int32_t *tok_local;  /* [N] tokens of this vocabulary shard, -1 elsewhere */
     float *ce_mx;        /* [N] vocabulary-parallel loss: row max */
     double *ce_z, *ce_ly; /* [N] exp-sums, target logits */
+
+    /* Context parallelism: when set, attention runs through these instead
+     * of be->attention_forward/backward, with the same arguments; T is
+     * then this rank's local tokens of each row, pos their global
+     * positions and doc_start global row indices (mt_ring_attention.h).
+     * The parallelize layer sets them; NULL: the backend's kernels. */
+    void (*attn_forward)(void *ctx, float *out, float *lse, const float *q, const float *k,
+                         const float *v, const int32_t *doc_start, int64_t B, int64_t T,
+                         int64_t nh, int64_t nkv, int64_t hd);
+    void (*attn_backward)(void *ctx, float *dq, float *dk, float *dv, const float *dout,
+                          const float *out, const float *lse, const float *q, const float *k,
+                          const float *v, const int32_t *doc_start, int64_t B, int64_t T,
+                          int64_t nh, int64_t nkv, int64_t hd);
+    void *attn_ctx;
 } mt_model_t;
 
 /* Shape from a validated config (padded vocabulary, head_dim, ...), for a

@@ -64,7 +64,8 @@ void mt_pp_exec_free(mt_pp_exec_t *x);
 void mt_pp_exec_part(const mt_pp_exec_t *x, const mt_config_t *cfg, mt_model_part_t *part);
 
 /* Run the list once: microbatch i uses tokens/targets + i * N (and pos,
- * docs + i * N for packed rows, else NULL).  Adds the loss sum and
+ * docs + i * N for packed rows, pos alone under context parallelism, else
+ * NULL).  Adds the loss sum and
  * counted targets of the microbatches whose last stage is here to *loss
  * and *count.  Gradients accumulate as mt_model_step's. */
 mt_status_t mt_pp_exec_run(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens,

@@ -227,7 +227,7 @@ mt_status_t mt_pp_exec_run(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens
         int prev = a->stage > 0 ? x->chunk_of_stage[a->stage - 1] : -1;
         if (pos && (a->kind == MT_PP_FORWARD || a->kind == MT_PP_BACKWARD ||
                     a->kind == MT_PP_BACKWARD_INPUT || a->kind == MT_PP_BACKWARD_WEIGHT))
-            mt_model_set_packing(m, pos + mb * N, docs + mb * N);
+            mt_model_set_packing(m, pos + mb * N, docs ? docs + mb * N : NULL);
         switch (a->kind) {
         case MT_PP_RECV_ACT:
             MT_TRY(acquire(x, c, mb, &k));

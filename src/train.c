@@ -24,6 +24,7 @@
 #include "mt_pack.h"
 #include "mt_plan.h"
 #include "mt_pp_exec.h"
+#include "train_cp.h"
 #include "train_internal.h"
 
 static volatile sig_atomic_t stop_signal;
@@ -139,6 +140,7 @@ typedef struct {
     mt_pp_exec_t pipe;
     MPI_Comm ppc;                /* pipeline group */
     int64_t rows;                /* samples per rank per micro-step */
+    mt_train_cp_t cp;            /* context parallelism (train_cp.c) */
 } run_t;
 
 static void run_free(run_t *r)
@@ -157,6 +159,7 @@ static void run_free(run_t *r)
     mt_ddp_free(&r->ddp);
     mt_fsdp_free(&r->fsdp);
     mt_pp_exec_free(&r->pipe);
+    mt_train_cp_free(&r->cp);
 }
 
 /* The model's tensor-parallel collectives, over the TP group. */
@@ -221,17 +224,26 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
         B = cfg->distributed.pipeline.pp_microbatch_size;
         fo.pipeline = true;
     }
-    MT_TRY(mt_model_init_part(&r->model, cfg, be, B, T, flags, mesh->group_rank[MT_GROUP_TP],
-                              pp_part));
+    /* under context parallelism the model holds T / cp tokens of each row */
+    int cp = (int)cfg->distributed.cp_size;
+    if (r->pp && cp > 1 && r->have_val)
+        MT_FAIL(MT_ERR_UNSUPPORTED, "a validation set with both pipeline and context "
+                "parallelism is not in this release: drop dataset.validation_path or one of them");
+    MT_TRY(mt_model_init_part(&r->model, cfg, be, B, T / cp, flags,
+                              mesh->group_rank[MT_GROUP_TP], pp_part));
+    MT_TRY(mt_train_cp_init(&r->cp, mesh, &r->model, r->rows, T));
     r->tp = mesh->group[MT_GROUP_TP];
     r->model.tp_allreduce = tp_hook;
     r->model.tp_ctx = r;
     int64_t owned = r->model.numel;
     if (r->sharded) {
         /* fsdp2 shards over dp_shard (all-reducing across dp_replicate:
-         * HSDP); megatron_fsdp over the whole dp group. */
+         * HSDP); megatron_fsdp over the whole dp group.  CP ranks hold the
+         * same parameters, so with cp > 1 the shard groups take them in
+         * (dp_shard_cp, dp_cp). */
         bool f2 = cfg->distributed.strategy == MT_STRATEGY_FSDP2;
-        MPI_Comm shard = mesh->group[f2 ? MT_GROUP_DP_SHARD : MT_GROUP_DP];
+        MPI_Comm shard = mesh->group[f2 ? (cp > 1 ? MT_GROUP_DP_SHARD_CP : MT_GROUP_DP_SHARD)
+                                        : (cp > 1 ? MT_GROUP_DP_CP : MT_GROUP_DP)];
         MPI_Comm rep = f2 && mesh->group_size[MT_GROUP_DP_REPLICATE] > 1
                            ? mesh->group[MT_GROUP_DP_REPLICATE] : MPI_COMM_NULL;
         MT_TRY(mt_fsdp_init(&r->fsdp, &r->model, shard, rep, &fo));
@@ -239,7 +251,7 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
         r->seg = r->fsdp.seg, r->nseg = r->fsdp.nunits, owned = r->fsdp.owned;
     } else {
         mt_model_init_weights(&r->model, (uint64_t)cfg->rng.seed);
-        MT_TRY(mt_ddp_init(&r->ddp, mesh->group[MT_GROUP_DP], &r->model,
+        MT_TRY(mt_ddp_init(&r->ddp, mesh->group[cp > 1 ? MT_GROUP_DP_CP : MT_GROUP_DP], &r->model,
                            (int64_t)(cfg->distributed.ddp_bucket_cap_mb * 1048576.0)));
         /* megatron_fsdp zero 0: overlap_grad_reduce false reduces after backward */
         if (cfg->distributed.strategy == MT_STRATEGY_MEGATRON_FSDP)
@@ -251,19 +263,20 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
     size_t nbuf = (size_t)(accum * r->rows * T);
     r->tokens = malloc(sizeof(int32_t) * nbuf);
     r->targets = malloc(sizeof(int32_t) * nbuf);
-    if (r->packed) {
+    if (r->packed || cp > 1) { /* under CP plain rows have positions too: global ones */
         r->pos = malloc(sizeof(int32_t) * nbuf);
         r->docs = malloc(sizeof(int32_t) * nbuf);
     }
-    if (!r->tokens || !r->targets || (r->packed && (!r->pos || !r->docs)))
+    if (!r->tokens || !r->targets || ((r->packed || cp > 1) && (!r->pos || !r->docs)))
         MT_FAIL(MT_ERR_NOMEM, "batch buffers");
     MT_TRY(mt_train_ckpt_init(&r->ckpt, cfg, &r->model, &r->opt, r->seg, r->nseg,
                               r->sharded && fo.shard_params));
     /* Who writes what: replicas of a block leave it to the first of them.
      * Sharded state's replicas are the HSDP replicas (megatron_fsdp shards
-     * over all of dp: none); whole state's are every dp rank. */
+     * over all of dp: none); whole state's are every dp rank, and every
+     * CP rank (dp_cp; the same group as dp without CP). */
     bool rep0 = !r->sharded || r->fsdp.nrep == 1 || mesh->group_rank[MT_GROUP_DP_REPLICATE] == 0;
-    bool dp0 = mesh->group_rank[MT_GROUP_DP] == 0;
+    bool dp0 = mesh->group_rank[MT_GROUP_DP_CP] == 0;
     mt_train_ckpt_writers(&r->ckpt, r->sharded && fo.shard_params ? rep0 : dp0,
                           r->sharded ? rep0 : dp0, mesh->group_rank[MT_GROUP_TP] == 0);
     return MT_OK;
@@ -360,11 +373,12 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
     memset(res, 0, sizeof *res);
     res->resumed_from_step = -1;
     const mt_distributed_config_t *dc = &cfg->distributed;
-    if (size != 1 && (dc->cp_size > 1 || dc->ep_size > 1))
-        MT_FAIL(MT_ERR_UNSUPPORTED, "context and expert parallelism are not in this release; "
-                "use cp_size = ep_size = 1 (tensor and pipeline parallelism train)");
-    /* Only data parallelism here: the dp group is every rank. */
-    MPI_Comm dp = mesh->group[MT_GROUP_DP];
+    if (size != 1 && dc->ep_size > 1)
+        MT_FAIL(MT_ERR_UNSUPPORTED, "expert parallelism is not in this release; use ep_size = 1 "
+                "(tensor, pipeline and context parallelism train)");
+    /* Rows are dealt out by dp rank; the loss (sum and token count) is
+     * summed over dp_cp, which is dp without context parallelism. */
+    MPI_Comm dpcp = mesh->group[MT_GROUP_DP_CP];
     int dp_rank = mesh->group_rank[MT_GROUP_DP], dp_size = mesh->group_size[MT_GROUP_DP];
     mt_comm_set_wait_mode(mesh->node);
     int threads = mt_comm_set_threads(mesh->node);
@@ -379,9 +393,10 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
         return s;
     }
     mt_model_t *m = &r->model;
-    /* N: tokens of a rank's micro-step (the pipeline cuts it into microbatches) */
+    /* N: tokens of a rank's micro-step, its part of each row under CP (the
+     * pipeline cuts it into microbatches) */
     int64_t N = r->rows * m->T, accum = cfg->derived.grad_accum_steps;
-    int64_t G = cfg->step_scheduler.global_batch_size, T = m->T;
+    int64_t G = cfg->step_scheduler.global_batch_size, T = cfg->derived.seq_len; /* full rows */
     mt_sampler_t sampler = {r->packed ? r->pack.rows : mt_dataset_num_samples(&r->data, T), T,
                             cfg->dataset.shuffle, (uint64_t)cfg->dataset.seed};
 
@@ -411,6 +426,8 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
     double peak = mt_measure_sgemm_gflops(1024, 3) * (double)size;
     /* the model is this TP rank's part: matmuls and heads split evenly */
     double flops_tok = mt_model_flops_per_token(m) * (double)m->tp;
+    /* under CP the model holds T / cp tokens, but each still attends over its row */
+    flops_tok += 6.0 * (double)(m->L * (T - m->T) * m->H) * (double)m->tp;
     if (r->pp) { /* each stage's share */
         double t = flops_tok;
         s = mt_allreduce(&t, &flops_tok, 1, MPI_DOUBLE, MPI_SUM, r->ppc);
@@ -467,7 +484,11 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
         double t0 = now_s(), w0 = mt_comm_wait_seconds();
         int64_t count = 0, local_count = 0;
         for (int64_t u = 0; u < accum; u++) {
-            if (r->packed)
+            if (r->cp.size > 1)
+                mt_train_cp_fill(&r->cp, &r->data, r->packed ? &r->pack : NULL, &sampler, step - 1,
+                                 G, dp_rank, dp_size, u, r->tokens + u * N, r->targets + u * N,
+                                 r->pos + u * N, r->docs + u * N);
+            else if (r->packed)
                 mt_pack_fill_batch(&r->pack, &r->data, &sampler, step - 1, G, dp_rank, dp_size, u,
                                    r->rows, r->tokens + u * N, r->targets + u * N,
                                    r->pos + u * N, r->docs + u * N);
@@ -478,7 +499,7 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
                 local_count += r->targets[u * N + i] != MT_IGNORE_INDEX;
         }
         /* the loss is a token mean over the whole global batch */
-        s = mt_allreduce(&local_count, &count, 1, MPI_INT64_T, MPI_SUM, dp);
+        s = mt_allreduce(&local_count, &count, 1, MPI_INT64_T, MPI_SUM, dpcp);
         if (s != MT_OK)
             break;
         mt_model_zero_grad(m);
@@ -497,15 +518,16 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
                 mt_ddp_begin(&r->ddp, !r->pp && u == accum - 1);
             if (s != MT_OK)
                 break;
+            bool with_pos = r->packed || r->cp.size > 1;
             if (r->pp) {
                 s = mt_pp_exec_run(&r->pipe, m, r->tokens + u * N, r->targets + u * N,
-                                   r->packed ? r->pos + u * N : NULL,
+                                   with_pos ? r->pos + u * N : NULL,
                                    r->packed ? r->docs + u * N : NULL, in_schedule ? scale : 1.0f,
                                    &local_sum, &c);
                 continue;
             }
-            if (r->packed)
-                mt_model_set_packing(m, r->pos + u * N, r->docs + u * N);
+            if (with_pos)
+                mt_model_set_packing(m, r->pos + u * N, r->packed ? r->docs + u * N : NULL);
             local_sum += mt_model_step(m, r->tokens + u * N, r->targets + u * N, true, scale, &c);
         }
         if (s == MT_OK && r->pp && !r->sharded)
@@ -515,7 +537,7 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
         if (s == MT_OK && !in_schedule)
             mt_grad_scale(m, r->seg, r->nseg, scale);
         if (s == MT_OK)
-            s = mt_allreduce(&local_sum, &sum, 1, MPI_DOUBLE, MPI_SUM, dp);
+            s = mt_allreduce(&local_sum, &sum, 1, MPI_DOUBLE, MPI_SUM, dpcp);
         if (s == MT_OK && r->pp) { /* the loss is on the last stage's ranks */
             double t = sum;
             s = mt_allreduce(&t, &sum, 1, MPI_DOUBLE, MPI_SUM, r->ppc);
@@ -532,8 +554,12 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
         if (r->have_val && cfg->step_scheduler.val_every_steps > 0 &&
             step % cfg->step_scheduler.val_every_steps == 0) {
             mt_model_set_packing(m, NULL, NULL); /* validation rows are not packed */
-            s = validation_loss(m, r->pp ? &r->pipe : NULL, &r->val, r->rows, r->tokens, r->targets,
-                                &val);
+            if (r->cp.size > 1)
+                val = mt_train_cp_validation_loss(&r->cp, m, &r->val, r->tokens, r->targets,
+                                                  r->pos);
+            else
+                s = validation_loss(m, r->pp ? &r->pipe : NULL, &r->val, r->rows, r->tokens,
+                                    r->targets, &val);
             if (s != MT_OK)
                 break;
         }

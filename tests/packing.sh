@@ -4,7 +4,7 @@
 # token).  1 rank, fsdp2 on 2 ranks and ddp on 4 compute the same run
 # (step 1 within 1e-6, 20 steps within 1e-5); a run resumed from its step
 # 10 continues bit-identically, and the packing log line is printed.
-# Context parallelism itself (cp_size > 1) is refused with its reason.
+# Context parallelism over packed rows: tests/cp_parity.sh.
 . "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
 app="$bindir/meshtrain-cp"
 cfg="$small_cfg"
@@ -31,10 +31,7 @@ b = json.loads(open(sys.argv[2]).readline())["loss"]
 assert abs(a - b) > 1e-6 * abs(a), (a, b)
 PY
 
-# local_batch_size must be 1 with packing; cp_size > 1 does not train yet
+# local_batch_size must be 1 with packing
 expect_rc 1 "$app" --config "$cfg" $common step_scheduler.local_batch_size=2
 expect_in "$err" "packed sequences need local_batch_size 1" "local_batch_size refused"
-expect_rc 1 np 2 "$app" --config "$cfg" $common distributed.cp_size=2 \
-    checkpoint.checkpoint_dir="$workdir/cp2"
-expect_in "$err" "context" "cp_size 2 refused with its reason"
 finish

@@ -137,6 +137,7 @@ static const rule_case_t rule_cases[] = {
         "3 does not divide dp_size 8"),
     BAD(4, D "dp_replicate_size=4", "distributed.dp_replicate_size: ",
         "4 must be smaller than dp_size 4: pure replication is not supported"),
+    OK(4, D "cp_size=2;" D "dp_replicate_size=2"), /* fsdp2 shards over dp_shard_cp = cp */
     /* megatron_fsdp: no pp, ep or sequence_parallel */
     OK(2, MEG D "tp_size=2"),
     BAD(2, MEG PP2 "1f1b", "distributed.pp_size: ",

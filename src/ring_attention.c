@@ -1,0 +1,295 @@
+/* ring_attention.c: ring attention over the CP group (mt_ring_attention.h).
+ *
+ * Schedule on CP rank r of P, step s = 0..P-1: the rank holds the K/V
+ * shard of rank src = r - s (mod P), posts the receive of the next shard
+ * from r - 1 and the send of the current one to r + 1, computes its two
+ * query chunks against the two key chunks of src (skipping pairs nothing
+ * in them can see), then waits.  Between blocks it calls MPI_Test so
+ * the transfer progresses while the kernels run (MPICH moves large
+ * messages only inside MPI calls).
+ *
+ * Backward walks the same ring.  The dK/dV of shard src collect the
+ * blocks of every rank: each rank computes its share into a zeroed
+ * accumulator first and only then waits for the partial sum arriving from
+ * r - 1, adds it, and sends the sum on to r + 1.  So the gradient
+ * transfer of one step overlaps the compute of the next, and after P
+ * steps each shard's total lands at its owner.  The sums always run in
+ * the same order (owner first, then around the ring), so results are
+ * deterministic.
+ *
+ * The loss of numerical identity with the dense kernel is only the order
+ * of the softmax merges and of the dK/dV sums: parity is to rounding
+ * (tests/test_ring_attention.c). */
+#include <config.h>
+
+#include "mt_ring_attention.h"
+
+#include <limits.h>
+#include <stdbool.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mt_comm.h"
+
+enum { TAG_K = 701, TAG_V, TAG_DK, TAG_DV };
+
+/* Queries per kernel call: MPICH moves a large message only while some MPI
+ * call runs, so the ring tests its transfers between calls; 256 rows keep
+ * the kernels' GEMMs large and the tests frequent (a few per block). */
+#define PIECE 256
+
+mt_status_t mt_ring_attention_init(mt_ring_attention_t *ra, MPI_Comm comm, const mt_backend_t *be,
+                                   int64_t B, int64_t Tl, int64_t nkv, int64_t hd)
+{
+    memset(ra, 0, sizeof *ra);
+    ra->comm = comm, ra->be = be, ra->B = B, ra->Tl = Tl, ra->nkv = nkv, ra->hd = hd;
+    MT_MPI_TRY(MPI_Comm_rank(comm, &ra->rank));
+    MT_MPI_TRY(MPI_Comm_size(comm, &ra->size));
+    if (Tl % 2 || Tl < 2)
+        MT_FAIL(MT_ERR_RANGE, "ring attention: %lld local tokens per row; load-balanced "
+                "sharding needs an even number (two chunks)", (long long)Tl);
+    if (!be->attention_block_forward || !be->attention_block_backward)
+        MT_FAIL(MT_ERR_UNSUPPORTED, "ring attention: backend %s has no block attention kernels",
+                be->name);
+    ra->kv_numel = B * Tl * nkv * hd;
+    if (ra->kv_numel > INT_MAX)
+        MT_FAIL(MT_ERR_RANGE, "ring attention: a K/V shard of %lld elements is over one MPI "
+                "message (INT_MAX)", (long long)ra->kv_numel);
+    size_t bytes = sizeof(float) * (size_t)ra->kv_numel;
+    bool ok = true;
+    for (int i = 0; i < 2; i++) {
+        ra->dkv_in[i] = malloc(bytes);
+        ok = ok && ra->dkv_in[i];
+        for (int j = 0; j < 2; j++) {
+            ra->kv[i][j] = malloc(bytes);
+            ra->dkv[i][j] = malloc(bytes);
+            ok = ok && ra->kv[i][j] && ra->dkv[i][j];
+        }
+    }
+    if (!ok) {
+        mt_ring_attention_free(ra);
+        MT_FAIL(MT_ERR_NOMEM, "ring attention buffers (%zu bytes each)", bytes);
+    }
+    return MT_OK;
+}
+
+void mt_ring_attention_free(mt_ring_attention_t *ra)
+{
+    for (int i = 0; i < 2; i++) {
+        free(ra->dkv_in[i]);
+        for (int j = 0; j < 2; j++)
+            free(ra->kv[i][j]), free(ra->dkv[i][j]);
+    }
+    memset(ra, 0, sizeof *ra);
+}
+
+void mt_ring_attention_reset_stats(mt_ring_attention_t *ra)
+{
+    ra->blocks_done = ra->blocks_skipped = 0;
+    ra->pairs = ra->t_compute = ra->t_wait = 0;
+    ra->waits[0] = ra->waits[1] = ra->waits_hidden[0] = ra->waits_hidden[1] = 0;
+}
+
+/* Global start of local chunk c (0 or 1) of CP rank r. */
+static int64_t chunk_start(int64_t C, int r, int P, int c)
+{
+    return (int64_t)(c == 0 ? r : 2 * P - 1 - r) * C;
+}
+
+/* Visible (query, key) pairs between nq queries at global q0.. (first
+ * document tokens ds, or NULL) and nk keys at global k0..: 0 means the
+ * block is fully masked and is skipped. */
+static int64_t visible_pairs(const int32_t *ds, int64_t nq, int64_t q0, int64_t k0, int64_t nk)
+{
+    if (k0 > q0 + nq - 1)
+        return 0; /* every key in the future */
+    int64_t n = 0;
+    for (int64_t i = 0; i < nq; i++) {
+        const int64_t t = q0 + i, lo = ds ? ds[i] : 0;
+        const int64_t a = lo > k0 ? lo : k0, b = t < k0 + nk - 1 ? t : k0 + nk - 1;
+        n += b >= a ? b - a + 1 : 0;
+    }
+    return n;
+}
+
+/* Wait for transfers.  kind: 0 K/V, 1 dK/dV, for the statistics of what
+ * compute hid; -1 for the waits for send buffers to be reusable. */
+static mt_status_t wait_timed(mt_ring_attention_t *ra, int n, MPI_Request *rq, int kind)
+{
+    int done = 1;
+    for (int i = 0; i < n; i++)
+        if (rq[i] != MPI_REQUEST_NULL) {
+            int flag;
+            MPI_Test(&rq[i], &flag, MPI_STATUS_IGNORE);
+            done = done && flag;
+        }
+    if (kind >= 0) {
+        ra->waits[kind]++;
+        ra->waits_hidden[kind] += done;
+    }
+    double t0 = MPI_Wtime();
+    mt_status_t s = mt_wait_all(n, rq);
+    ra->t_wait += MPI_Wtime() - t0;
+    return s;
+}
+
+/* Drive pending transfers between kernels (see the top of the file). */
+static void poke(int n, MPI_Request *rq)
+{
+    for (int i = 0; i < n; i++)
+        if (rq[i] != MPI_REQUEST_NULL) {
+            int flag; /* a completed request becomes MPI_REQUEST_NULL, which the waits skip */
+            MPI_Test(&rq[i], &flag, MPI_STATUS_IGNORE);
+        }
+}
+
+/* The 2 x 2 block pairs of this rank's queries against the K/V shard of
+ * rank src: forward (dq NULL) merges into out/lse, backward adds into dq
+ * and the accumulators dk/dv. */
+static void compute_shard(mt_ring_attention_t *ra, int src, float *out, float *lse, float *dq,
+                          float *dk, float *dv, const float *dout, const float *q, const float *k,
+                          const float *v, const int32_t *doc_start, int64_t nh, int npend,
+                          MPI_Request *pend)
+{
+    const mt_backend_t *be = ra->be;
+    const int64_t Tl = ra->Tl, C = Tl / 2, nkv = ra->nkv, hd = ra->hd;
+    const int64_t qs = nh * hd, kvs = nkv * hd;
+    for (int64_t b = 0; b < ra->B; b++)
+        for (int qc = 0; qc < 2; qc++)
+            for (int kc = 0; kc < 2; kc++) {
+                const int64_t q0 = chunk_start(C, ra->rank, ra->size, qc);
+                const int64_t k0 = chunk_start(C, src, ra->size, kc);
+                const int64_t qi = b * Tl + qc * C, ki = b * Tl + kc * C;
+                const int32_t *ds = doc_start ? doc_start + qi : NULL;
+                const int64_t pairs = visible_pairs(ds, C, q0, k0, C);
+                if (pairs == 0) {
+                    ra->blocks_skipped++;
+                    continue;
+                }
+                ra->blocks_done++;
+                ra->pairs += (double)pairs;
+                if (ra->no_compute)
+                    continue;
+                /* in pieces of PIECE queries, poking the transfers between them */
+                for (int64_t p0 = 0; p0 < C; p0 += PIECE) {
+                    const int64_t np = C - p0 < PIECE ? C - p0 : PIECE, qp = qi + p0;
+                    const int32_t *dsp = ds ? ds + p0 : NULL;
+                    if (visible_pairs(dsp, np, q0 + p0, k0, C) == 0)
+                        continue;
+                    double t0 = MPI_Wtime();
+                    float *lse_b = (float *)lse + b * nh * Tl + qc * C + p0;
+                    if (!dq)
+                        be->attention_block_forward(out + qp * qs, lse_b, Tl, q + qp * qs,
+                                                    k + ki * kvs, v + ki * kvs, dsp, np, C,
+                                                    q0 + p0, k0, nh, nkv, hd);
+                    else
+                        be->attention_block_backward(dq + qp * qs, dk + ki * kvs, dv + ki * kvs,
+                                                     dout + qp * qs, out + qp * qs, lse_b, Tl,
+                                                     q + qp * qs, k + ki * kvs, v + ki * kvs, dsp,
+                                                     np, C, q0 + p0, k0, nh, nkv, hd);
+                    ra->t_compute += MPI_Wtime() - t0;
+                    poke(npend, pend);
+                }
+            }
+}
+
+/* Post the shift of (a, b) one step around the ring: receive into
+ * (ra, rb) from the left, send (a, b) to the right. */
+static mt_status_t post_shift(mt_ring_attention_t *ra, const float *a, const float *b, float *ra_,
+                              float *rb_, int tag, MPI_Request *rq)
+{
+    const int P = ra->size, left = (ra->rank + P - 1) % P, right = (ra->rank + 1) % P;
+    const int n = (int)ra->kv_numel;
+    MT_MPI_TRY(MPI_Irecv(ra_, n, MPI_FLOAT, left, tag, ra->comm, &rq[0]));
+    MT_MPI_TRY(MPI_Irecv(rb_, n, MPI_FLOAT, left, tag + 1, ra->comm, &rq[1]));
+    MT_MPI_TRY(MPI_Isend(a, n, MPI_FLOAT, right, tag, ra->comm, &rq[2]));
+    MT_MPI_TRY(MPI_Isend(b, n, MPI_FLOAT, right, tag + 1, ra->comm, &rq[3]));
+    return MT_OK;
+}
+
+mt_status_t mt_ring_attention_forward(mt_ring_attention_t *ra, float *out, float *lse,
+                                      const float *q, const float *k, const float *v,
+                                      const int32_t *doc_start, int64_t nh)
+{
+    const int P = ra->size;
+    const int64_t nq = ra->B * ra->Tl;
+    memset(out, 0, sizeof(float) * (size_t)(nq * nh * ra->hd));
+    for (int64_t i = 0; i < nq * nh; i++)
+        lse[i] = -INFINITY;
+    const float *ck = k, *cv = v;
+    int nb = 0;
+    for (int s = 0; s < P; s++) {
+        MPI_Request rq[4] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL,
+                             MPI_REQUEST_NULL};
+        if (s < P - 1)
+            MT_TRY(post_shift(ra, ck, cv, ra->kv[nb][0], ra->kv[nb][1], TAG_K, rq));
+        compute_shard(ra, (ra->rank - s + P) % P, out, lse, NULL, NULL, NULL, NULL, q, ck, cv,
+                      doc_start, nh, s < P - 1 ? 4 : 0, rq);
+        if (s < P - 1) {
+            MT_TRY(wait_timed(ra, 4, rq, 0));
+            ck = ra->kv[nb][0], cv = ra->kv[nb][1];
+            nb ^= 1;
+        }
+    }
+    return MT_OK;
+}
+
+mt_status_t mt_ring_attention_backward(mt_ring_attention_t *ra, float *dq, float *dk, float *dv,
+                                       const float *dout, const float *out, const float *lse,
+                                       const float *q, const float *k, const float *v,
+                                       const int32_t *doc_start, int64_t nh)
+{
+    const int P = ra->size, left = (ra->rank + P - 1) % P, right = (ra->rank + 1) % P;
+    const int64_t n = ra->kv_numel;
+    const size_t bytes = sizeof(float) * (size_t)n;
+    memset(dq, 0, sizeof(float) * (size_t)(ra->B * ra->Tl * nh * ra->hd));
+    /* rq[0..3] the K/V shift, [4..5] the incoming dK/dV, [6..9] the
+     * outgoing dK/dV of the last two steps (buffer ab at 6 + 2 * ab) */
+    MPI_Request rq[10];
+    for (int i = 0; i < 10; i++)
+        rq[i] = MPI_REQUEST_NULL;
+    const float *ck = k, *cv = v;
+    int nb = 0;
+    for (int s = 0; s < P; s++) {
+        const int ab = s % 2;
+        float *acc_k = ra->dkv[ab][0], *acc_v = ra->dkv[ab][1];
+        if (s < P - 1)
+            MT_TRY(post_shift(ra, ck, cv, ra->kv[nb][0], ra->kv[nb][1], TAG_K, rq));
+        MT_TRY(wait_timed(ra, 2, rq + 6 + 2 * ab, -1)); /* this buffer's send from step s - 2 */
+        memset(acc_k, 0, bytes);
+        memset(acc_v, 0, bytes);
+        compute_shard(ra, (ra->rank - s + P) % P, (float *)out, (float *)lse, dq, acc_k, acc_v,
+                      dout, q, ck, cv, doc_start, nh, 10, rq);
+        if (s > 0) { /* the shard's partial sum from the ranks before */
+            MT_TRY(wait_timed(ra, 2, rq + 4, 1));
+            ra->be->add(acc_k, ra->dkv_in[0], n);
+            ra->be->add(acc_v, ra->dkv_in[1], n);
+        }
+        MT_MPI_TRY(MPI_Irecv(ra->dkv_in[0], (int)n, MPI_FLOAT, left, TAG_DK, ra->comm, &rq[4]));
+        MT_MPI_TRY(MPI_Irecv(ra->dkv_in[1], (int)n, MPI_FLOAT, left, TAG_DV, ra->comm, &rq[5]));
+        MT_MPI_TRY(MPI_Isend(acc_k, (int)n, MPI_FLOAT, right, TAG_DK, ra->comm, &rq[6 + 2 * ab]));
+        MT_MPI_TRY(MPI_Isend(acc_v, (int)n, MPI_FLOAT, right, TAG_DV, ra->comm, &rq[7 + 2 * ab]));
+        if (s < P - 1) {
+            MT_TRY(wait_timed(ra, 4, rq, 0));
+            ck = ra->kv[nb][0], cv = ra->kv[nb][1];
+            nb ^= 1;
+        }
+    }
+    /* after P steps this rank's own shard has come home, summed over all */
+    MT_TRY(wait_timed(ra, 6, rq + 4, 1));
+    memcpy(dk, ra->dkv_in[0], bytes);
+    memcpy(dv, ra->dkv_in[1], bytes);
+    return MT_OK;
+}
+
+double mt_cp_rank_pairs(const int32_t *doc_start, int64_t T, int r, int cp, int contiguous)
+{
+    const int64_t Tl = T / cp;
+    double n = 0;
+    for (int64_t i = 0; i < Tl; i++) {
+        const int64_t t = contiguous ? (int64_t)r * Tl + i : mt_cp_global_index(i, Tl, r, cp);
+        n += (double)(t - (doc_start ? doc_start[t] : 0) + 1);
+    }
+    return n;
+}

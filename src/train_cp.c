@@ -1,0 +1,134 @@
+/* train_cp.c: context parallelism in the trainer (train_cp.h).
+ *
+ * The model stays single-device: it sees T / cp tokens per row and calls
+ * its attention hook, which runs ring attention over the CP group.  CP
+ * ranks of one dp rank read the same rows (the data layer is indexed by
+ * dp rank only) and each keeps chunks r and 2cp-1-r.  Loss sums and token
+ * counts, gradient reduction and FSDP sharding over dp_cp / dp_shard_cp
+ * are the training loop's (train.c): here only the CP-specific pieces.
+ * Not here: CP for the validation rows of packed data (validation rows are
+ * plain, as without CP). */
+#include <config.h>
+
+#include "train_cp.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mt_comm.h"
+
+static void cp_forward(void *ctx, float *out, float *lse, const float *q, const float *k,
+                       const float *v, const int32_t *doc_start, int64_t B, int64_t T,
+                       int64_t nh, int64_t nkv, int64_t hd)
+{
+    mt_train_cp_t *cp = ctx;
+    (void)B, (void)T, (void)nkv, (void)hd; /* fixed at init: the model's shape */
+    /* mid-forward: the CP peers cannot be told, so a failure aborts */
+    if (mt_ring_attention_forward(&cp->ring, out, lse, q, k, v, doc_start, nh) != MT_OK)
+        mt_comm_fatal(cp->comm, MPI_ERR_OTHER, "ring attention (forward)");
+}
+
+static void cp_backward(void *ctx, float *dq, float *dk, float *dv, const float *dout,
+                        const float *out, const float *lse, const float *q, const float *k,
+                        const float *v, const int32_t *doc_start, int64_t B, int64_t T,
+                        int64_t nh, int64_t nkv, int64_t hd)
+{
+    mt_train_cp_t *cp = ctx;
+    (void)B, (void)T, (void)nkv, (void)hd;
+    if (mt_ring_attention_backward(&cp->ring, dq, dk, dv, dout, out, lse, q, k, v, doc_start,
+                                   nh) != MT_OK)
+        mt_comm_fatal(cp->comm, MPI_ERR_OTHER, "ring attention (backward)");
+}
+
+mt_status_t mt_train_cp_init(mt_train_cp_t *cp, const mt_mesh_t *mesh, mt_model_t *m, int64_t rows,
+                             int64_t T)
+{
+    memset(cp, 0, sizeof *cp);
+    cp->size = mesh->group_size[MT_GROUP_CP];
+    cp->rank = mesh->group_rank[MT_GROUP_CP];
+    cp->comm = mesh->group[MT_GROUP_CP];
+    if (cp->size <= 1)
+        return MT_OK;
+    if (m->T * cp->size != T)
+        MT_FAIL(MT_ERR_INTERNAL, "context parallelism: the model holds %lld tokens per row, "
+                "not %lld / %d", (long long)m->T, (long long)T, cp->size);
+    cp->B = rows, cp->T = T;
+    MT_TRY(mt_ring_attention_init(&cp->ring, cp->comm, m->be, m->B, m->T, m->nkv, m->hd));
+    size_t n = sizeof(int32_t) * (size_t)(rows * T);
+    cp->tokens = malloc(n), cp->targets = malloc(n), cp->pos = malloc(n), cp->docs = malloc(n);
+    if (!cp->tokens || !cp->targets || !cp->pos || !cp->docs)
+        MT_FAIL(MT_ERR_NOMEM, "context parallelism: row buffers");
+    m->attn_forward = cp_forward;
+    m->attn_backward = cp_backward;
+    m->attn_ctx = cp;
+    return MT_OK;
+}
+
+void mt_train_cp_free(mt_train_cp_t *cp)
+{
+    if (cp->size > 1)
+        mt_ring_attention_free(&cp->ring);
+    free(cp->tokens), free(cp->targets), free(cp->pos), free(cp->docs);
+    memset(cp, 0, sizeof *cp);
+}
+
+/* local[b, i] = full[b, global index of local token i] */
+static void keep_chunks(const mt_train_cp_t *cp, const int32_t *full, int32_t *local)
+{
+    const int64_t Tl = cp->T / cp->size;
+    for (int64_t b = 0; b < cp->B; b++)
+        for (int64_t i = 0; i < Tl; i++)
+            local[b * Tl + i] = full[b * cp->T + mt_cp_global_index(i, Tl, cp->rank, cp->size)];
+}
+
+/* Plain rows: positions are the global indices along the row. */
+static void row_positions(mt_train_cp_t *cp)
+{
+    for (int64_t i = 0; i < cp->B * cp->T; i++)
+        cp->pos[i] = (int32_t)(i % cp->T);
+}
+
+void mt_train_cp_fill(mt_train_cp_t *cp, const mt_dataset_t *ds, const mt_packing_t *pk,
+                      const mt_sampler_t *s, int64_t step, int64_t global, int64_t dp_rank,
+                      int64_t dp_size, int64_t micro, int32_t *tokens, int32_t *targets,
+                      int32_t *pos, int32_t *docs)
+{
+    if (pk)
+        mt_pack_fill_batch(pk, ds, s, step, global, dp_rank, dp_size, micro, cp->B, cp->tokens,
+                           cp->targets, cp->pos, cp->docs);
+    else {
+        mt_data_fill_batch(ds, s, step, global, dp_rank, dp_size, micro, cp->B, cp->tokens,
+                           cp->targets);
+        row_positions(cp);
+    }
+    keep_chunks(cp, cp->tokens, tokens);
+    keep_chunks(cp, cp->targets, targets);
+    keep_chunks(cp, cp->pos, pos);
+    if (pk) /* doc_start values are row indices already: global, as the ring wants */
+        keep_chunks(cp, cp->docs, docs);
+}
+
+double mt_train_cp_validation_loss(mt_train_cp_t *cp, mt_model_t *m, const mt_dataset_t *val,
+                                   int32_t *tok, int32_t *tgt, int32_t *pos)
+{
+    mt_sampler_t vs = {mt_dataset_num_samples(val, cp->T), cp->T, false, 0};
+    int64_t batches = vs.num_samples / m->B;
+    if (batches > 64)
+        batches = 64;
+    double sum[2] = {0, 0}, tot[2] = {0, 0}; /* loss sum, token count */
+    row_positions(cp);
+    keep_chunks(cp, cp->pos, pos);
+    for (int64_t i = 0; i < batches; i++) {
+        int64_t c = 0;
+        mt_data_fill_batch(val, &vs, i, m->B, 0, 1, 0, m->B, cp->tokens, cp->targets);
+        keep_chunks(cp, cp->tokens, tok);
+        keep_chunks(cp, cp->targets, tgt);
+        mt_model_set_packing(m, pos, NULL);
+        sum[0] += mt_model_step(m, tok, tgt, false, 0.0f, &c);
+        sum[1] += (double)c;
+    }
+    if (mt_allreduce(sum, tot, 2, MPI_DOUBLE, MPI_SUM, cp->comm) != MT_OK)
+        return NAN;
+    return tot[1] > 0 ? tot[0] / tot[1] : NAN;
+}
