@@ -418,22 +418,26 @@ double mt_model_forward_chunk(mt_model_t *m, int c, const int32_t *tokens,
         return 0.0;
     hook(m, head, MT_UNIT_PRE_FORWARD);
     double loss = head_forward(m, targets, backward, grad_scale, count);
-    if (!backward)
+    if (!backward) {
         hook(m, head, MT_UNIT_POST_FORWARD);
+        return loss;
+    }
+    /* The head's backward needs nothing but the loss: run it now, so a
+     * pipeline keeps dres (N x H) until the chunk's backward instead of the
+     * logits' gradient (N x V), and logits are scratch. */
+    hook(m, head, MT_UNIT_PRE_BACKWARD);
+    linear_backward(m, m->dh, 0.0f, m->logits, m->xf, m->lm_head);
+    norm_in_backward(m, m->dres, false, m->dh, m->final_norm->grad, m->x_final,
+                     m->final_norm->data, m->rstdf);
+    hook(m, head, MT_UNIT_POST_BACKWARD);
     return loss;
 }
 
 void mt_model_backward_chunk(mt_model_t *m, int c, const int32_t *tokens, bool defer_weights)
 {
     const mt_backend_t *be = m->be;
-    int lo = m->chunk_lo[c], hi = m->chunk_lo[c + 1], head = (int)m->L + 1;
-    if (m->has_head && c == m->nchunks - 1) { /* logits hold d loss / d logits */
-        hook(m, head, MT_UNIT_PRE_BACKWARD);
-        linear_backward(m, m->dh, 0.0f, m->logits, m->xf, m->lm_head);
-        norm_in_backward(m, m->dres, false, m->dh, m->final_norm->grad, m->x_final,
-                         m->final_norm->data, m->rstdf);
-        hook(m, head, MT_UNIT_POST_BACKWARD);
-    }
+    int lo = m->chunk_lo[c], hi = m->chunk_lo[c + 1];
+    /* the head's part ran in the forward (mt_model_forward_chunk) */
     for (int l = hi - 1; l >= lo; l--) {
         mt_layer_acts_t *a = &m->acts[l];
         hook(m, l + 1, MT_UNIT_PRE_BACKWARD);

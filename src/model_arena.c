@@ -90,18 +90,23 @@ static void layer_acts(const mt_model_t *m, float *base, int64_t *off, mt_layer_
     }
 }
 
-/* Lay out the activation buffers of chunk c (its layers, the head's when
- * it is the last chunk of a rank with the head, and the backward scratch)
- * from base; with base NULL only count. */
-static int64_t layout_acts(mt_model_t *m, float *base, int c)
+/* Lay out the activation buffers of chunk c: what a stage-microbatch
+ * keeps from its forward to its backward (its layers' activations, the
+ * output and the output gradient) from base, and the scratch that one pass
+ * uses and leaves (the backward's working buffers, the recompute buffers
+ * under activation checkpointing, the head's norm output and logits) from
+ * shared, which every slot shares.  With
+ * NULL bases only count; *nshared gets the shared part's size. */
+static int64_t layout_acts(mt_model_t *m, float *base, float *shared, int c, int64_t *nshared)
 {
-    int64_t off = 0, N = m->N, Ns = m->Ns, H = m->H, Q = m->nh * m->hd, KV = m->nkv * m->hd;
+    int64_t off = 0, sh = 0, N = m->N, Ns = m->Ns, H = m->H, Q = m->nh * m->hd;
+    int64_t KV = m->nkv * m->hd;
     int lo = m->chunk_lo[c], hi = m->chunk_lo[c + 1];
     bool head = m->has_head && c == m->nchunks - 1;
     if (m->checkpointing) {
         for (int l = lo; l < hi; l++)
             m->acts[l].x = carve(base, &off, Ns * H);
-        layer_acts(m, base, &off, &m->scratch, false);
+        layer_acts(m, shared, &sh, &m->scratch, false);
         for (int l = lo; l < hi; l++) {
             float *x = m->acts[l].x;
             m->acts[l] = m->scratch;
@@ -112,19 +117,21 @@ static int64_t layout_acts(mt_model_t *m, float *base, int c)
             layer_acts(m, base, &off, &m->acts[l], true);
     }
     m->x_final = carve(base, &off, Ns * H);
-    m->xf = head ? carve(base, &off, N * H) : NULL;
-    m->rstdf = head ? carve(base, &off, Ns) : NULL;
-    m->logits = head ? carve(base, &off, N * m->V) : NULL;
     m->dres = carve(base, &off, Ns * H);
-    m->dtmp = carve(base, &off, Ns * H);
-    m->dh_local = m->sp ? carve(base, &off, Ns * H) : NULL;
-    m->gather = m->sp ? carve(base, &off, N * H) : NULL;
-    m->dh = carve(base, &off, N * H);
-    m->datt = carve(base, &off, N * (Q > H ? Q : H));
-    m->dq = carve(base, &off, N * Q);
-    m->dk = carve(base, &off, N * KV);
-    m->dv = carve(base, &off, N * KV);
-    m->dI = carve(base, &off, N * m->I);
+    /* the head's forward and backward run in one pass (model.c) */
+    m->xf = head ? carve(shared, &sh, N * H) : NULL;
+    m->rstdf = head ? carve(shared, &sh, Ns) : NULL;
+    m->logits = head ? carve(shared, &sh, N * m->V) : NULL;
+    m->dtmp = carve(shared, &sh, Ns * H);
+    m->dh_local = m->sp ? carve(shared, &sh, Ns * H) : NULL;
+    m->gather = m->sp ? carve(shared, &sh, N * H) : NULL;
+    m->dh = carve(shared, &sh, N * H);
+    m->datt = carve(shared, &sh, N * (Q > H ? Q : H));
+    m->dq = carve(shared, &sh, N * Q);
+    m->dk = carve(shared, &sh, N * KV);
+    m->dv = carve(shared, &sh, N * KV);
+    m->dI = carve(shared, &sh, N * m->I);
+    *nshared = sh;
     return off;
 }
 
@@ -293,11 +300,13 @@ mt_status_t mt_model_init_part(mt_model_t *m, const mt_config_t *cfg, const mt_b
         m->param_mem = malloc(sizeof(float) * (size_t)m->numel);
     if (!(flags & MT_MODEL_NO_GRAD_ARENA))
         m->grad_mem = calloc((size_t)m->numel, sizeof(float));
+    int64_t shared = 0;
     for (int c = 0; c < m->nchunks; c++) { /* a slot fits any chunk */
-        int64_t n = layout_acts(m, NULL, c);
+        int64_t sh, n = layout_acts(m, NULL, NULL, c, &sh);
         m->slot_numel = n > m->slot_numel ? n : m->slot_numel;
+        shared = sh > shared ? sh : shared;
     }
-    m->act_numel = m->slot_numel * m->nslots;
+    m->act_numel = m->slot_numel * m->nslots + shared;
     if (!(flags & MT_MODEL_NO_ACT_ARENA))
         m->act_mem = malloc(sizeof(float) * (size_t)m->act_numel);
     if ((!m->param_mem && !(flags & MT_MODEL_NO_PARAM_ARENA)) ||
@@ -322,7 +331,9 @@ mt_status_t mt_model_init_part(mt_model_t *m, const mt_config_t *cfg, const mt_b
 
 void mt_model_use_slot(mt_model_t *m, int slot, int c)
 {
-    layout_acts(m, m->act_mem + (int64_t)slot * m->slot_numel, c);
+    int64_t sh;
+    layout_acts(m, m->act_mem + (int64_t)slot * m->slot_numel,
+                m->act_mem + (int64_t)m->nslots * m->slot_numel, c, &sh);
 }
 
 void mt_model_free(mt_model_t *m)

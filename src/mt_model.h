@@ -150,8 +150,10 @@ typedef struct {
     mt_param_t *embed, *final_norm, *lm_head; /* lm_head == embed when tied */
     mt_layer_params_t *layers;
 
-    /* activations: nslots slots of slot_numel floats; the pointers below
-     * are those of the slot and chunk last chosen (mt_model_use_slot) */
+    /* activations: nslots slots of slot_numel floats (what a
+     * stage-microbatch keeps from forward to backward), then the scratch
+     * every slot shares; the pointers below are those of the slot and
+     * chunk last chosen (mt_model_use_slot) */
     float *act_mem;
     int64_t act_numel, slot_numel;
     int nslots;
@@ -246,8 +248,9 @@ double mt_model_step(mt_model_t *m, const int32_t *tokens, const int32_t *target
  * the loss) and the gradient of its input afterwards.
  *
  * forward_chunk returns the loss SUM (and *count) for the chunk with the
- * head, else 0; with backward set the loss gradient is kept for
- * backward_chunk.  backward_chunk with defer_weights (split backward)
+ * head, else 0; with backward set, the head's backward (lm_head, final
+ * norm) runs right there and m->dres holds the gradient of the chunk's
+ * last layer output for backward_chunk.  backward_chunk with defer_weights (split backward)
  * leaves the decoder layers' linear weight gradients to weight_chunk;
  * everything else (norm weights, embedding, lm_head) is done in it.
  * tokens are the microbatch's, needed by the chunk with the embedding. */

@@ -139,6 +139,7 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
     double fp = 1, fg = 1, fo = 1;
     mt_fsdp_options_t fso;
     bool fsdp = mt_fsdp_options_from_config(cfg, &fso);
+    fso.pipeline = d->pp_size > 1; /* the trainer's pipeline mode (mt_fsdp.h) */
     if (d->strategy == MT_STRATEGY_FSDP2) {
         fp = fg = fo = shard;
     } else if (d->strategy == MT_STRATEGY_MEGATRON_FSDP) {
@@ -216,6 +217,14 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
                                                 : cfg->step_scheduler.local_batch_size) *
                         (double)dv->seq_len / (double)d->cp_size;
         double per_layer = act_per_token_layer(cfg) * tokens * act_bytes;
+        if (d->pp_size > 1 && (d->pipeline.pp_schedule == MT_PP_ZERO_BUBBLE ||
+                               d->pipeline.pp_schedule == MT_PP_V_SCHEDULE)) {
+            /* B keeps the linears' output gradients for W: d(down_proj) and
+             * d(o_proj) whole, dq, dk, dv of this rank's heads */
+            double hdim = (double)dv->head_dim;
+            double qkv = ((double)m->num_attention_heads + 2.0 * (double)m->num_key_value_heads.value) * hdim;
+            per_layer += (2.0 * (double)H + qkv / tp) * tokens * act_bytes;
+        }
         double stage_layers_avg = layers / (double)dv->stages_per_rank;
         double acts;
         /* stage-microbatches whose activations this rank holds at its peak
@@ -226,7 +235,9 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
                        (d->sequence_parallel ? tp : 1) * act_bytes + per_layer;
         else
             acts = nflight * stage_layers_avg * per_layer;
-        if (last) /* fp32 logits of one microbatch for the loss */
+        /* fp32 logits of one microbatch for the loss: the head's backward
+         * runs right after its forward, so only one is ever alive */
+        if (last)
             acts += tokens * (double)V / tp * 4.0;
         { /* backward working buffers of one microbatch: the final norm's input
            * and output and four residual-stream gradients, plus the q, k, v

@@ -1,8 +1,8 @@
 #!/bin/sh
 # config_abort.sh: a config error found by rank 0 ends all 8 ranks
 # promptly, non-zero, with one message that names file, line, key and rule.
-# Also: --dry-run on a valid config succeeds on 8 ranks, and a plain run
-# says honestly that this release does not train.
+# Also: --dry-run on a valid config succeeds on 8 ranks, and a layout this
+# release cannot train is refused with one message saying so.
 . "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
 
 run8() { timeout 120 "$MPIEXEC" $MPIEXEC_NP 8 "$@"; }
@@ -33,9 +33,13 @@ expect_in "$out" "dry run: the config and the 8-rank mesh are valid" "dry run"
 expect_in "$out" "--- resolved config ---" "resolved config printed"
 expect_in "$out" "dp_shard      1 group of 8" "mesh printed"
 
-# context parallelism on 8 ranks is refused (not in this release), once, by rank 0.
-expect_rc 1 run8 "$bindir/meshtrain-dense" --config "$cfg" dataset.path="$abs_top_builddir/share/data/tiny-corpus.bin" distributed.cp_size=2
-expect_in "$err" "pipeline, context and expert parallelism are not in this release" "honest about training"
+# What this release does not do is refused once, by rank 0, on 8 ranks:
+# here a validation set under both pipeline and context parallelism.
+corpus="$abs_top_builddir/share/data/tiny-corpus.bin"
+expect_rc 1 run8 "$bindir/meshtrain-dense" --config "$cfg" dataset.path="$corpus" \
+    distributed.cp_size=2 distributed.pp_size=2 distributed.pipeline.pp_schedule=1f1b \
+    dataset.validation_path="$corpus"
+expect_in "$err" "a validation set with both pipeline and context parallelism is not in this release" "honest about training"
 checks=$((checks + 1))
 [ "$(printf '%s\n' "$err" | grep -c "error on rank")" -eq 1 ] || fail "one message expected:
 $err"

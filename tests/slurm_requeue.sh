@@ -43,6 +43,14 @@ for i in $(seq 1 600); do
     sleep 0.1
 done
 checks=$((checks + 1))
+# Release it only once slurmd has cleaned up the killed instance: released
+# earlier, slurmd may refuse the new launch ("Job 1 already killed, do not
+# launch batch job") and the job fails; seen on a loaded 2-core machine.
+for i in $(seq 1 300); do
+    [ -z "$(scontrol listpids "$job" 2>/dev/null | sed 1d)" ] && break
+    sleep 0.1
+done
+sleep 2
 case "$line" in
     *"JobState=PENDING"*"Restarts=1"*) scontrol update JobId="$job" StartTime=now ;;
     *) fail "job $job was not requeued: $line
