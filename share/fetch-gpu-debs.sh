@@ -1,0 +1,42 @@
+#!/bin/sh
+# fetch-gpu-debs.sh: download (never install) the Debian packages that
+# meshtrain needs to build and run on a GPU machine that cannot reach a
+# package registry: MPICH, parallel HDF5, libyaml, OpenMP OpenBLAS and
+# their library dependencies, as .deb files into one folder.  Run it on a
+# Debian 12 machine with network access (no root needed: apt-get download
+# writes into the current directory), copy the folder next to the source
+# tree as debs/, and tests/gpu/run.sh unpacks them with `dpkg -x` into a
+# private prefix (nothing is installed system-wide).  Not installed.
+#
+#   share/fetch-gpu-debs.sh [DIR]        (default DIR: debs)
+#
+# Packages the GPU machine's own base system certainly has (libc, libgcc,
+# libstdc++, zlib, ...) are left out: mixing a second libc into
+# LD_LIBRARY_PATH breaks every program.  The GPU machine should run the
+# same Debian release (12) as the one the packages come from; CUDA itself
+# is not fetched (the GPU machine has its toolkit and driver).
+set -e
+dir=${1:-debs}
+top="mpich libmpich-dev libhdf5-mpich-dev libyaml-dev libopenblas-openmp-dev pkg-config"
+# the base system (Debian "required" and the compiler runtime): never fetched
+skip='^(libc6|libc6-dev|libc-dev-bin|linux-libc-dev|libgcc-s1|libstdc\+\+6|gcc-[0-9]+-base|zlib1g|libcrypt1|libcrypt-dev|debconf|dpkg|perl-base|tar|libselinux1|libpcre2-8-0|libzstd1|liblzma5|libbz2-1\.0|libtinfo6|libgcc-[0-9]+-dev|libgomp1|libstdc\+\+-[0-9]+-dev|gcc|gcc-[0-9]+|cpp|cpp-[0-9]+|binutils.*|libbinutils|libctf.*|libgprofng0|libjansson4|libisl23|libmpc3|libmpfr6|libgmp10|libasan[0-9]+|liblsan[0-9]+|libtsan[0-9]+|libubsan[0-9]+|libitm1|libatomic1|libquadmath0|libcc1-0|libhwasan0|libnsl.*|libtirpc.*|libtirpc-common|libgssapi.*|libkrb5.*|libk5crypto3|libkeyutils1|libcom-err2|libssl3|libsystemd0|libudev1|libcap2|libgcrypt20|libgpg-error0|liblz4-1|libmd0|libdb5\.3|libaudit.*|libcap-ng0|libpam.*|sensible-utils|init-system-helpers|adduser|passwd|login|libsemanage.*|libsepol2|mount|util-linux|libblkid1|libmount1|libsmartcols1|libuuid1|coreutils|bash|dash|sed|grep|findutils|diffutils|base-files|base-passwd|debianutils|hostname|mawk|ncurses-base|ncurses-bin|libacl1|libattr1|libxxhash0|libdebconfclient0|lsb-base|sysvinit-utils)$'
+mkdir -p "$dir"
+cd "$dir"
+command -v apt-get >/dev/null || { echo "fetch-gpu-debs: apt-get not found (Debian/Ubuntu only)" >&2; exit 1; }
+[ -n "$(ls /var/lib/apt/lists/ 2>/dev/null | grep -v lock)" ] ||
+    echo "fetch-gpu-debs: the package lists look empty: run 'apt-get update' first" >&2
+# every package the top ones depend on, recursively; no recommends or
+# suggests; virtual packages (<...>) dropped
+deps=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
+           --no-replaces --no-enhances $top 2>/dev/null |
+       awk '/^[a-z0-9]/ {print $1}' | sed 's/:.*//' | sort -u | grep -Ev "$skip" || true)
+[ -n "$deps" ] || { echo "fetch-gpu-debs: apt-cache found no packages" >&2; exit 1; }
+n=0
+for p in $deps; do
+    if apt-get download "$p" >/dev/null 2>&1; then
+        n=$((n + 1))
+    else
+        echo "fetch-gpu-debs: could not download $p (skipped)" >&2
+    fi
+done
+echo "fetch-gpu-debs: $n packages in $(pwd)"
