@@ -29,9 +29,12 @@ __global__ void mt_k_embedding_forward(float *out, const int32_t *tokens, const 
             __trap();
         }
         float *o = out + i * dim;
-        const float *row = table + (int64_t)tok * dim;
-        for (int64_t c = threadIdx.x; c < dim; c += blockDim.x)
-            o[c] = tok == -1 ? 0.0f : row[c];
+        if (tok == -1) /* another vocabulary shard's token */
+            for (int64_t c = threadIdx.x; c < dim; c += blockDim.x)
+                o[c] = 0.0f;
+        else
+            for (int64_t c = threadIdx.x; c < dim; c += blockDim.x)
+                o[c] = table[(int64_t)tok * dim + c];
     }
 }
 
