@@ -25,12 +25,14 @@ cd "$dir"
 command -v apt-get >/dev/null || { echo "fetch-gpu-debs: apt-get not found (Debian/Ubuntu only)" >&2; exit 1; }
 [ -n "$(ls /var/lib/apt/lists/ 2>/dev/null | grep -v lock)" ] ||
     echo "fetch-gpu-debs: the package lists look empty: run 'apt-get update' first" >&2
-# every package the top ones depend on, recursively; no recommends or
-# suggests; virtual packages (<...>) dropped
-deps=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
-           --no-replaces --no-enhances $top 2>/dev/null |
-       awk '/^[a-z0-9]/ {print $1}' | sed 's/:.*//' | sort -u | grep -Ev "$skip" || true)
-[ -n "$deps" ] || { echo "fetch-gpu-debs: apt-cache found no packages" >&2; exit 1; }
+# the packages apt would install on an EMPTY system (a status file with
+# nothing in it): the dependency closure with alternatives resolved as apt
+# resolves them, no recommends; simulation only, nothing is installed
+empty=$(mktemp)
+deps=$(apt-get -o Dir::State::status="$empty" -o Debug::NoLocking=1 --no-install-recommends \
+           -s install $top 2>/dev/null | awk '/^Inst / {print $2}' | sort -u | grep -Ev "$skip" || true)
+rm -f "$empty"
+[ -n "$deps" ] || { echo "fetch-gpu-debs: apt-get resolved no packages" >&2; exit 1; }
 n=0
 for p in $deps; do
     if apt-get download "$p" >/dev/null 2>&1; then
