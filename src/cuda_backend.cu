@@ -184,9 +184,10 @@ static void t_swiglu_backward(float *dgate, float *dup, const float *dout, const
 }
 
 /* Copy the n row losses and targets back, wait, and add the non-ignored
- * rows in row order (the CPU's sum). */
-static double sum_rows(const char *kernel, const double *row_loss, const int32_t *targets,
-                       int64_t n, int64_t *count)
+ * rows in row order (the CPU's sum), onto `total`; *count gets their
+ * number (added to what it holds when `add` is set). */
+static double sum_rows_onto(const char *kernel, double total, const double *row_loss,
+                            const int32_t *targets, int64_t n, int64_t *count, bool add)
 {
     const size_t lb = (size_t)n * sizeof(double);
     char *h = host_buf(kernel, lb + (size_t)n * sizeof(int32_t));
@@ -196,7 +197,6 @@ static double sum_rows(const char *kernel, const double *row_loss, const int32_t
     MT_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
     const double *loss = (const double *)h;
     const int32_t *tg = (const int32_t *)(h + lb);
-    double total = 0.0;
     int64_t cnt = 0;
     for (int64_t i = 0; i < n; i++)
         if (tg[i] != -100) {
@@ -204,8 +204,14 @@ static double sum_rows(const char *kernel, const double *row_loss, const int32_t
             cnt++;
         }
     if (count)
-        *count = cnt;
+        *count = add ? *count + cnt : cnt;
     return total;
+}
+
+static double sum_rows(const char *kernel, const double *row_loss, const int32_t *targets,
+                       int64_t n, int64_t *count)
+{
+    return sum_rows_onto(kernel, 0.0, row_loss, targets, n, count, false);
 }
 
 static double t_cross_entropy(float *dlogits, const float *logits, const int32_t *targets,
@@ -371,6 +377,47 @@ extern "C" double mt_cuda_cross_entropy_bf16(uint16_t *dlogits, const uint16_t *
     mt_cuda_launch_cross_entropy(S, dlogits, logits, true, targets, n, V, v_valid, grad_scale,
                                  rows);
     return sum_rows("cross_entropy_bf16", rows, targets, n, count);
+}
+
+extern "C" void mt_cuda_matmul_bf16_f32out(float *c, const uint16_t *a, const uint16_t *b,
+                                           int64_t m, int64_t n, int64_t k, bool trans_a,
+                                           bool trans_b, float beta)
+{
+    mt_cuda_launch_matmul_bf16_f32out(S, c, a, b, m, n, k, trans_a, trans_b, beta);
+}
+
+extern "C" double mt_cuda_lm_head_cross_entropy_bf16(uint16_t *dh, float *dW, const uint16_t *h,
+                                                     const uint16_t *W, const int32_t *targets,
+                                                     int64_t n, int64_t H, int64_t V,
+                                                     int64_t v_valid, float grad_scale,
+                                                     uint16_t *work, int64_t chunk_rows,
+                                                     int64_t *count)
+{
+    MT_CUDA_REQUIRE(chunk_rows > 0 && n >= 0 && H > 0, "lm_head_cross_entropy_bf16",
+                    "chunk_rows=%lld n=%lld H=%lld", (long long)chunk_rows, (long long)n,
+                    (long long)H);
+    cudaStream_t s = S;
+    double *rows = (double *)mt_cuda_scratch("lm_head_cross_entropy_bf16",
+                                             (size_t)chunk_rows * sizeof(double));
+    const bool grad = dh || dW;
+    double total = 0.0;
+    if (count)
+        *count = 0;
+    for (int64_t r0 = 0; r0 < n; r0 += chunk_rows) {
+        const int64_t c = n - r0 < chunk_rows ? n - r0 : chunk_rows;
+        const uint16_t *hc = h + r0 * H;
+        mt_cuda_launch_matmul_bf16(s, work, hc, W, c, V, H, false, true, 0.0f);
+        mt_cuda_launch_cross_entropy(s, grad ? work : NULL, work, true, targets + r0, c, V,
+                                     v_valid, grad_scale, rows);
+        if (dh)
+            mt_cuda_launch_matmul_bf16(s, dh + r0 * H, work, W, c, H, V, false, false, 0.0f);
+        if (dW)
+            mt_cuda_launch_matmul_bf16_f32out(s, dW, work, hc, V, H, c, true, false, 1.0f);
+        /* waits for the chunk: its row losses are read on the host */
+        total = sum_rows_onto("lm_head_cross_entropy_bf16", total, rows, targets + r0, c, count,
+                              true);
+    }
+    return total;
 }
 
 extern "C" void mt_cuda_adamw_mixed(float *p, uint16_t *p_bf16, const float *g, float *m,

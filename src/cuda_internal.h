@@ -84,6 +84,10 @@ void mt_cuda_launch_matmul(cudaStream_t s, float *c, const float *a, const float
 void mt_cuda_launch_matmul_bf16(cudaStream_t s, uint16_t *c, const uint16_t *a,
                                 const uint16_t *b, int64_t m, int64_t n, int64_t k, bool ta,
                                 bool tb, float beta);
+/* bf16 A, B; fp32 C (beta 1: accumulate fp32 weight gradients) */
+void mt_cuda_launch_matmul_bf16_f32out(cudaStream_t s, float *c, const uint16_t *a,
+                                       const uint16_t *b, int64_t m, int64_t n, int64_t k,
+                                       bool ta, bool tb, float beta);
 void mt_cuda_launch_embedding_forward(cudaStream_t s, float *out, const int32_t *tokens,
                                       const float *table, int64_t n_tokens, int64_t dim);
 void mt_cuda_launch_embedding_backward(cudaStream_t s, float *dtable, const float *dout,

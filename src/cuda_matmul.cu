@@ -3,8 +3,8 @@
  *
  * fp32: cublasSgemm in the default math mode (no TF32), so the results
  * stay within a few fp32 ulps of the CPU's sgemm.  bf16: cublasLtMatmul
- * with bf16 A, B, C and CUBLAS_COMPUTE_32F (fp32 accumulation, fp32
- * alpha/beta).  Both are row-major through the usual trick: a row-major
+ * with bf16 A, B and CUBLAS_COMPUTE_32F (fp32 accumulation, fp32
+ * alpha/beta), C bf16 or fp32 (weight gradients accumulate in fp32).  Both are row-major through the usual trick: a row-major
  * [M,N] matrix is a column-major [N,M] one, so C^T = op(B)^T op(A)^T is
  * computed with the operands swapped and the transposes kept.
  *
@@ -80,20 +80,26 @@ extern "C" void mt_cuda_launch_matmul(cudaStream_t s, float *c, const float *a, 
                              (int)(ta ? m : k), &beta, c, (int)n));
 }
 
-extern "C" void mt_cuda_launch_matmul_bf16(cudaStream_t s, uint16_t *c, const uint16_t *a,
-                                           const uint16_t *b, int64_t m, int64_t n, int64_t k,
-                                           bool ta, bool tb, float beta)
+/* cuBLASLt: bf16 A and B, C (and D, the same buffer) bf16 or fp32,
+ * fp32 accumulation and alpha/beta */
+static void matmul_lt(cudaStream_t s, void *c, bool c_f32, const uint16_t *a, const uint16_t *b,
+                      int64_t m, int64_t n, int64_t k, bool ta, bool tb, float beta,
+                      const char *kernel)
 {
-    check_dims("matmul_bf16", m, n, k);
+    check_dims(kernel, m, n, k);
     if (m == 0 || n == 0)
         return;
     if (k == 0) {
-        mt_k_beta_only<__nv_bfloat16>
-            <<<mt_cuda_blocks(m * n, 256), 256, 0, s>>>((__nv_bfloat16 *)c, m * n, beta);
+        if (c_f32)
+            mt_k_beta_only<float><<<mt_cuda_blocks(m * n, 256), 256, 0, s>>>((float *)c, m * n,
+                                                                              beta);
+        else
+            mt_k_beta_only<__nv_bfloat16>
+                <<<mt_cuda_blocks(m * n, 256), 256, 0, s>>>((__nv_bfloat16 *)c, m * n, beta);
         MT_CUDA_LAUNCH_CHECK("beta_only");
         return;
     }
-    mt_cuda_ctx_t *ctx = mt_cuda_ctx("matmul_bf16");
+    mt_cuda_ctx_t *ctx = mt_cuda_ctx(kernel);
     cublasLtHandle_t lt = (cublasLtHandle_t)ctx->cublaslt;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc;
@@ -110,7 +116,7 @@ extern "C" void mt_cuda_launch_matmul_bf16(cudaStream_t s, uint16_t *c, const ui
     /* second operand A: stored column-major [k,m] (ld k), or [m,k] (ld m) when ta */
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, ta ? m : k, ta ? k : m,
                                             ta ? m : k));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, n, m, n));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, c_f32 ? CUDA_R_32F : CUDA_R_16BF, n, m, n));
 
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -120,7 +126,7 @@ extern "C" void mt_cuda_launch_matmul_bf16(cudaStream_t s, uint16_t *c, const ui
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
     CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &heur, &found));
-    MT_CUDA_REQUIRE(found > 0, "matmul_bf16",
+    MT_CUDA_REQUIRE(found > 0, kernel,
                     "cuBLASLt has no algorithm for m=%lld n=%lld k=%lld ta=%d tb=%d",
                     (long long)m, (long long)n, (long long)k, (int)ta, (int)tb);
     const float alpha = 1.0f;
@@ -131,6 +137,20 @@ extern "C" void mt_cuda_launch_matmul_bf16(cudaStream_t s, uint16_t *c, const ui
     cublasLtMatrixLayoutDestroy(lb);
     cublasLtMatrixLayoutDestroy(la);
     cublasLtMatmulDescDestroy(desc);
+}
+
+extern "C" void mt_cuda_launch_matmul_bf16(cudaStream_t s, uint16_t *c, const uint16_t *a,
+                                           const uint16_t *b, int64_t m, int64_t n, int64_t k,
+                                           bool ta, bool tb, float beta)
+{
+    matmul_lt(s, c, false, a, b, m, n, k, ta, tb, beta, "matmul_bf16");
+}
+
+extern "C" void mt_cuda_launch_matmul_bf16_f32out(cudaStream_t s, float *c, const uint16_t *a,
+                                                  const uint16_t *b, int64_t m, int64_t n,
+                                                  int64_t k, bool ta, bool tb, float beta)
+{
+    matmul_lt(s, c, true, a, b, m, n, k, ta, tb, beta, "matmul_bf16_f32out");
 }
 
 extern "C" void mt_cuda_launch_convert(cudaStream_t s, void *dst, const void *src, int64_t n,

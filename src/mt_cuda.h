@@ -123,6 +123,25 @@ double mt_cuda_cross_entropy_bf16(uint16_t *dlogits, const uint16_t *logits,
                                   const int32_t *targets, int64_t n, int64_t V, int64_t v_valid,
                                   float grad_scale, int64_t *count);
 
+/* The same with an fp32 C (fp32 accumulation into fp32 weight gradients). */
+void mt_cuda_matmul_bf16_f32out(float *c, const uint16_t *a, const uint16_t *b, int64_t m,
+                                int64_t n, int64_t k, bool trans_a, bool trans_b, float beta);
+
+/* LM head and cross-entropy together, bf16, in row chunks, so the [n, V]
+ * logits never exist whole, in fp32 or bf16.  h [n, H] and W [V, H] are
+ * bf16 (W in nn.Linear layout; V = padded vocabulary, v_valid real
+ * columns).  For each chunk of at most chunk_rows rows: logits = h W^T
+ * into `work` (bf16, chunk_rows * V elements, from the caller), the bf16
+ * cross-entropy in place, then dh = dlogits W (bf16, overwritten) and
+ * dW += dlogits^T h (fp32).  dh and dW may be NULL (loss only: no
+ * gradient pass at all when both are).  Returns the loss summed over
+ * non-ignored rows in row order, *count their number. */
+double mt_cuda_lm_head_cross_entropy_bf16(uint16_t *dh, float *dW, const uint16_t *h,
+                                          const uint16_t *W, const int32_t *targets, int64_t n,
+                                          int64_t H, int64_t V, int64_t v_valid,
+                                          float grad_scale, uint16_t *work, int64_t chunk_rows,
+                                          int64_t *count);
+
 /* AdamW on fp32 master weights p (the table's adamw), also writing the
  * bf16 working copy p_bf16 the forward reads (NULL: none). */
 void mt_cuda_adamw_mixed(float *p, uint16_t *p_bf16, const float *g, float *m, float *v, int64_t n,

@@ -2,7 +2,8 @@
  * against the CPU backend (mt_backend_cpu) on the same random inputs:
  * inputs are copied to the device, both backends run, the GPU's results
  * come back and are compared NORMWISE (max |gpu - cpu| / max |cpu|).
- * Also the bf16 pieces (GEMM, cross-entropy, mixed AdamW) and the MoE
+ * Also the bf16 pieces (GEMM, cross-entropy, the chunked LM head with
+ * its cross-entropy, mixed AdamW) and the MoE
  * permutation, against host loops.  Exits 77 (skip) when no CUDA device
  * is visible, which is the case on the build machines and in CI: there
  * it only proves that the test builds and links.  No MPI.
@@ -327,6 +328,55 @@ static void test_cross_entropy(uint64_t *s)
     mt_cuda_arena_reset(&tc_arena);
 }
 
+/* LM head + cross-entropy in bf16 chunks against the CPU's fp32 matmuls
+ * and cross-entropy on the same (bf16-exact) values.  The GPU rounds the
+ * logits and dlogits to bf16 (2^-9 relative), which moves the loss by
+ * ~1e-3 relative and the gradients by ~1e-2 normwise: bounds 5e-3, 2e-2. */
+static void test_lm_head(uint64_t *s)
+{
+    const int64_t n = 40, H = 64, V = 136, v_valid = 130, chunk = 16;
+    uint16_t *hb = malloc((size_t)(n * H) * 2), *wb = malloc((size_t)(V * H) * 2);
+    float *h = malloc(F(n * H)), *w = malloc(F(V * H)), *dw0 = tc_rand(s, V * H, 1.0f);
+    for (int64_t i = 0; i < n * H; i++)
+        h[i] = tc_f32(hb[i] = tc_bf16(tc_uniform(s)));
+    for (int64_t i = 0; i < V * H; i++)
+        w[i] = tc_f32(wb[i] = tc_bf16(tc_uniform(s)));
+    int32_t tg[40];
+    for (int64_t i = 0; i < n; i++)
+        tg[i] = i % 7 == 2 ? -100 : (int32_t)(tc_rng_next(s) % v_valid);
+    /* CPU: logits, loss and dlogits, dh = dlogits W, dW += dlogits^T h */
+    float *lg = malloc(F(n * V)), *dh = malloc(F(n * H)), *dw = malloc(F(V * H));
+    memcpy(dw, dw0, F(V * H));
+    tc_cpu->matmul(lg, h, w, n, V, H, false, true, 0.0f);
+    int64_t cc = 0, cg = 0;
+    const double lc = tc_cpu->cross_entropy(lg, lg, tg, n, V, v_valid, 0.5f, &cc);
+    tc_cpu->matmul(dh, lg, w, n, H, V, false, false, 0.0f);
+    tc_cpu->matmul(dw, lg, h, V, H, n, true, false, 1.0f);
+
+    uint16_t *d_h = tc_up(hb, (size_t)(n * H) * 2), *d_w = tc_up(wb, (size_t)(V * H) * 2);
+    uint16_t *d_dh = tc_dev((size_t)(n * H) * 2), *d_work = tc_dev((size_t)(chunk * V) * 2);
+    float *d_dw = tc_up(dw0, F(V * H));
+    int32_t *d_tg = tc_up(tg, sizeof tg);
+    const double lgpu = mt_cuda_lm_head_cross_entropy_bf16(d_dh, d_dw, d_h, d_w, d_tg, n, H, V,
+                                                           v_valid, 0.5f, d_work, chunk, &cg);
+    uint16_t *g_dhb = tc_down(d_dh, (size_t)(n * H) * 2);
+    float *g_dw = tc_down(d_dw, F(V * H)), *g_dh = malloc(F(n * H));
+    for (int64_t i = 0; i < n * H; i++)
+        g_dh[i] = tc_f32(g_dhb[i]);
+    CHECK(cc == cg, "lm_head count %lld vs cpu %lld", (long long)cg, (long long)cc);
+    CHECK(fabs(lgpu - lc) <= 5e-3 * fabs(lc), "lm_head loss %.9g vs cpu %.9g", lgpu, lc);
+    CHECK_CLOSE("lm_head_cross_entropy_bf16 dh", g_dh, dh, n * H, 2e-2);
+    CHECK_CLOSE("lm_head_cross_entropy_bf16 dW (fp32, accumulated)", g_dw, dw, V * H, 2e-2);
+    /* loss only: no gradients, the same loss */
+    int64_t c2 = 0;
+    const double l2 = mt_cuda_lm_head_cross_entropy_bf16(NULL, NULL, d_h, d_w, d_tg, n, H, V,
+                                                         v_valid, 0.5f, d_work, chunk, &c2);
+    CHECK(l2 == lgpu && c2 == cg, "lm_head loss only %.17g vs %.17g", l2, lgpu);
+    free(hb), free(wb), free(h), free(w), free(dw0), free(lg), free(dh), free(dw), free(g_dhb);
+    free(g_dw), free(g_dh);
+    mt_cuda_arena_reset(&tc_arena);
+}
+
 static void test_moe(uint64_t *s)
 {
     const int64_t nt = 50, K = 2, E = 6, dim = 33, na = nt * K;
@@ -414,6 +464,7 @@ int main(void)
     test_elementwise(&seed);
     test_adamw(&seed);
     test_cross_entropy(&seed);
+    test_lm_head(&seed);
     test_moe(&seed);
     tc_test_attention(&seed);
     tc_gpu->synchronize();
