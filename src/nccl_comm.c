@@ -193,6 +193,11 @@ static size_t type_size(ncclDataType_t t)
     case ncclInt8:
     case ncclUint8:
         return 1;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 24, 0)
+    case ncclFloat8e4m3:
+    case ncclFloat8e5m2:
+        return 1;
+#endif
     case ncclFloat16:
     case ncclBfloat16:
         return 2;
