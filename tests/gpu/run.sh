@@ -3,7 +3,14 @@
 # with an NVIDIA GPU (an H200 is the target).  Run it from the source tree:
 #
 #   bash tests/gpu/run.sh            (env: MT_CUDA_ARCH=sm_90, MT_GPU_BUILD=build-gpu,
-#                                      MT_DEBS=debs, MT_PEAK_TFLOPS=989)
+#                                      MT_DEBS=debs, MT_PEAK_TFLOPS=989,
+#                                      MT_GPU_SANITIZE=1 adds compute-sanitizer runs)
+#
+# A GPU machine without network and without autotools needs two things
+# from a development machine, both ignored by git and so passed to the
+# device tool as `carry`: `make dist`'s meshtrain-*.tar.gz and the debs/
+# folder of share/fetch-gpu-debs.sh (about 35 MB; the carry limit is 64
+# MiB).  doc/gpu.md, "Getting the dependencies onto a GPU machine".
 #
 # It:
 #   0. unpacks debs/ (share/fetch-gpu-debs.sh made it) into a private
@@ -107,6 +114,21 @@ for t in tests/test_kernels tests/test_cuda_kernels tests/nccl-np1.mpi; do
     detail=$(grep -E 'checks|skipping|failed' "$build/$base.log" 2>/dev/null | tail -1)
     row "$t" "$res" "${detail:-see $build/$base.log}"
 done
+
+# ---------------------------------------------------------------- 2b. sanitizer
+# memcheck and racecheck of the kernel test (shared-memory races in the
+# attention and reduction kernels are what reading cannot rule out)
+if [ "${MT_GPU_SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+    for tool in memcheck racecheck; do
+        if (cd "$build" && timeout 600 compute-sanitizer --tool "$tool" --error-exitcode 1 \
+                tests/test_cuda_kernels > "$logs/sanitizer-$tool.log" 2>&1); then
+            row "compute-sanitizer $tool" "ok" "tests/test_cuda_kernels"
+        else
+            row "compute-sanitizer $tool" "FAIL" "see $logs/sanitizer-$tool.log"
+            fail=1
+        fi
+    done
+fi
 
 # ---------------------------------------------------------------- 3. parity
 # TODO(issue 8): 1-rank dense step on the GPU against the CPU backend at
