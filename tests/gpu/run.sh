@@ -75,6 +75,23 @@ else
     extra_cfg=()
 fi
 
+# ---------------------------------------------------------------- NCCL
+# configure looks in the CUDA prefix; where NCCL only comes as the Python
+# wheel (nvidia-nccl-cu13: include/ and lib/libnccl.so.2, no libnccl.so),
+# make a prefix of links to it
+nccl_cfg=--with-nccl
+if [ ! -f /usr/local/cuda/include/nccl.h ]; then
+    wheel=$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null)
+    if [ -n "$wheel" ] && [ -f "$wheel/include/nccl.h" ]; then
+        mkdir -p "$build/nccl/include" "$build/nccl/lib"
+        ln -sf "$wheel"/include/*.h "$build/nccl/include/"
+        ln -sf "$(ls "$wheel"/lib/libnccl.so* | head -1)" "$build/nccl/lib/libnccl.so"
+        export LD_LIBRARY_PATH=$wheel/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+        nccl_cfg=--with-nccl=$build/nccl
+        row "NCCL from the Python wheel" "ok" "$wheel"
+    fi
+fi
+
 # ---------------------------------------------------------------- 1. build
 cfg=$src/configure
 if [ -f "$src/config.status" ]; then
@@ -91,7 +108,7 @@ if [ ! -x "$cfg" ]; then
     fi
 fi
 t0=$(date +%s)
-if (cd "$build" && "$cfg" --with-cuda --with-nccl --with-cuda-arch="$arch" "${extra_cfg[@]}" \
+if (cd "$build" && "$cfg" --with-cuda "$nccl_cfg" --with-cuda-arch="$arch" "${extra_cfg[@]}" \
         > "$logs/configure.log" 2>&1 && make -j"$jobs" > "$logs/make.log" 2>&1 &&
         make -j"$jobs" check TESTS= > "$logs/make-check-build.log" 2>&1); then
     row "build (--with-cuda --with-nccl)" "ok" "$arch, $(( $(date +%s) - t0 )) s"
