@@ -44,6 +44,12 @@ row() { rows+=("$(printf '%-34s %-6s %s' "$1" "$2" "$3")"); }
 fail=0
 
 export PATH=/usr/local/cuda/bin:$PATH
+# configure's default prefix is /usr/local/cuda: follow nvcc where it is elsewhere
+if [ -z "${CUDA_HOME:-}" ] && command -v nvcc >/dev/null; then
+    CUDA_HOME=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
+    export CUDA_HOME
+fi
+echo "run.sh: CUDA_HOME=${CUDA_HOME:-unset} ($(nvcc --version 2>/dev/null | tail -1))"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version \
     --format=csv,noheader | sed 's/^/gpu: /'
 
@@ -80,7 +86,7 @@ fi
 # wheel (nvidia-nccl-cu13: include/ and lib/libnccl.so.2, no libnccl.so),
 # make a prefix of links to it
 nccl_cfg=--with-nccl
-if [ ! -f /usr/local/cuda/include/nccl.h ]; then
+if [ ! -f "${CUDA_HOME:-/usr/local/cuda}/include/nccl.h" ]; then
     wheel=$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null)
     if [ -n "$wheel" ] && [ -f "$wheel/include/nccl.h" ]; then
         mkdir -p "$build/nccl/include" "$build/nccl/lib"
