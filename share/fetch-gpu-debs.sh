@@ -23,9 +23,11 @@ skip='^(libc6|libc6-dev|libc-dev-bin|linux-libc-dev|libgcc-s1|libstdc\+\+6|gcc-[
 # not needed to build or run meshtrain's C code, and large: compilers (the
 # GPU machine has its own gcc for nvcc), perl, autotools (build from a
 # `make dist` tarball), Fortran and C++ HDF5 bindings, and the -dev
-# packages that only the four -dev packages we use drag in.  Keeps the
-# folder well under the device tool's 64 MiB carry limit.
-unneeded='^(g\+\+.*|gfortran.*|libgfortran-[0-9]+-dev|perl|perl-modules-.*|libperl.*|libgdbm.*|autoconf|automake|autotools-dev|m4|hwloc-nox|rpcsvc-proto|libhdf5-mpich-(cpp|fortran|hl-cpp|hl-fortran)-.*|lib(curl4-openssl|jpeg62-turbo|jpeg|ssl|aec|ltdl|hwloc|ucx|numa)-dev|zlib1g-dev)$'
+# packages that only the four -dev packages we use drag in (but not
+# libhwloc-dev and libucx-dev: mpich.pc links -lhwloc -lucp -lucs, whose
+# .so links only they hold).  About 40 MB: under the device tool's 64 MiB
+# carry limit.
+unneeded='^(g\+\+.*|gfortran.*|libgfortran-[0-9]+-dev|perl|perl-modules-.*|libperl.*|libgdbm.*|autoconf|automake|autotools-dev|m4|hwloc-nox|rpcsvc-proto|libhdf5-mpich-(cpp|fortran|hl-cpp|hl-fortran)-.*|lib(curl4-openssl|jpeg62-turbo|jpeg|ssl|aec|ltdl|numa)-dev|zlib1g-dev)$'
 mkdir -p "$dir"
 cd "$dir"
 command -v apt-get >/dev/null || { echo "fetch-gpu-debs: apt-get not found (Debian/Ubuntu only)" >&2; exit 1; }

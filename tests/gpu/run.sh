@@ -9,7 +9,7 @@
 # A GPU machine without network and without autotools needs two things
 # from a development machine, both ignored by git and so passed to the
 # device tool as `carry`: `make dist`'s meshtrain-*.tar.gz and the debs/
-# folder of share/fetch-gpu-debs.sh (about 35 MB; the carry limit is 64
+# folder of share/fetch-gpu-debs.sh (about 41 MB; the carry limit is 64
 # MiB).  doc/gpu.md, "Getting the dependencies onto a GPU machine".
 #
 # It:
