@@ -8,8 +8,9 @@
  * is visible, which is the case on the build machines and in CI: there
  * it only proves that the test builds and links.  No MPI.
  *
- * Bounds (u = 6e-8, the fp32 unit roundoff; bf16 keeps 8 bits, 2^-9 =
- * 2e-3 relative rounding):
+ * Bounds (u = 6e-8, the fp32 unit roundoff; bf16 keeps 8 significant
+ * bits: rounding is within 2^-8 = 3.9e-3 relative, one bf16 ulp is at most
+ * 2^-7 = 7.8e-3 of the largest element of its binade):
  *  - bitwise equal: embedding forward and backward (the GPU backward adds
  *    the rows in the CPU's token order), bf16 conversion, MoE permutation;
  *  - 1e-6: elementwise kernels, RoPE, AdamW parameters (one or two
@@ -17,9 +18,11 @@
  *  - 1e-5: matmul (k <= 100 terms in different orders), RMSNorm forward
  *    and backward, cross-entropy loss and gradient, the sharded passes;
  *  - 2e-5: attention (test_cuda_attention.c);
- *  - 8e-3: bf16 GEMM against the CPU's bf16 reference, and bf16
- *    cross-entropy gradients against fp32: one bf16 rounding of the
- *    output (2e-3 of an element, up to 4e-3 normwise) plus order;
+ *  - 1.6e-2: bf16 GEMM against the CPU's bf16 reference: two fp32 sums
+ *    in different orders can round to neighbouring bf16 values, one ulp
+ *    (7.8e-3 normwise) apart; the bound allows two;
+ *  - 8e-3: bf16 cross-entropy gradients against fp32: one rounding
+ *    (3.9e-3 normwise) plus order;
  *  - sum_squares: 1e-12 relative (double sums of exact float squares).
  * Set MT_TEST_VERBOSE=1 to print every measured error. */
 #include "test_cuda_kernels.h"
@@ -91,7 +94,7 @@ static void test_matmul_bf16(uint64_t *s)
                 }
                 char what[64];
                 snprintf(what, sizeof what, "matmul_bf16 ta=%d tb=%d beta=%d", ta, tb, acc);
-                CHECK_CLOSE(what, gf, rf, m * n, 8e-3);
+                CHECK_CLOSE(what, gf, rf, m * n, 1.6e-2);
                 free(ab), free(bb), free(cb), free(gb), free(gf), free(rf);
                 mt_cuda_arena_reset(&tc_arena);
             }
@@ -330,7 +333,7 @@ static void test_cross_entropy(uint64_t *s)
 
 /* LM head + cross-entropy in bf16 chunks against the CPU's fp32 matmuls
  * and cross-entropy on the same (bf16-exact) values.  The GPU rounds the
- * logits and dlogits to bf16 (2^-9 relative), which moves the loss by
+ * logits and dlogits to bf16 (2^-8 relative), which moves the loss by
  * ~1e-3 relative and the gradients by ~1e-2 normwise: bounds 5e-3, 2e-2. */
 static void test_lm_head(uint64_t *s)
 {
