@@ -27,7 +27,8 @@
 #   4. runs the GEMM throughput micro-benchmark (bench/cuda_gemm_bench:
 #      bf16 cuBLASLt at Llama-1B shapes, TFLOP/s and MFU against 989);
 #   5. prints a short table last.
-# Exit status: 0 when every step that ran passed, 1 otherwise.  Logs are
+# Exit status: 0 when every step that ran passed, 1 otherwise (a SKIP is
+# a failure here: on a GPU machine it means the device was not seen).  Logs are
 # kept under $MT_GPU_BUILD/gpu-logs/.  Nothing here has run on a GPU yet:
 # the first session with one runs it and fixes what it finds.
 set -u
