@@ -112,6 +112,64 @@ static void mt_cpu_adamw(float *restrict p, const float *restrict g, float *rest
     }
 }
 
+/* ------------------------------------------------------------------ memory, bf16 */
+
+/* The CPU backend's memory is host memory: the moves are memcpy/memset. */
+static void mt_cpu_copy(void *dst, const void *src, size_t bytes)
+{
+    if (bytes)
+        memcpy(dst, src, bytes);
+}
+
+static void mt_cpu_zero(void *dst, size_t bytes)
+{
+    if (bytes)
+        memset(dst, 0, bytes);
+}
+
+static void mt_cpu_synchronize(void) {}
+
+static inline float bf16_to_f32(uint16_t h)
+{
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* round to nearest even; NaN stays a (quiet) NaN */
+static inline uint16_t f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* Reference bf16 GEMM: fp32 products and sums in k order, one rounding
+ * to bf16 at the end.  For tests and small shapes, not for speed. */
+static void mt_cpu_matmul_bf16(uint16_t *c, const uint16_t *a, const uint16_t *b, int64_t m,
+                               int64_t n, int64_t k, bool trans_a, bool trans_b, float beta)
+{
+    MT_CPU_REQUIRE(m >= 0 && n >= 0 && k >= 0, "matmul_bf16", "m=%lld n=%lld k=%lld",
+                   (long long)m, (long long)n, (long long)k);
+#pragma omp parallel for schedule(static) if (m * n * k > MT_CPU_PAR_MIN)
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            float acc = 0.0f;
+            for (int64_t p = 0; p < k; p++) {
+                const float av = bf16_to_f32(trans_a ? a[p * m + i] : a[i * k + p]);
+                const float bv = bf16_to_f32(trans_b ? b[j * k + p] : b[p * n + j]);
+                acc += av * bv;
+            }
+            if (beta != 0.0f)
+                acc += beta * bf16_to_f32(c[i * n + j]);
+            c[i * n + j] = f32_to_bf16(acc);
+        }
+}
+
 /* ------------------------------------------------------------------ table */
 
 static const mt_backend_t mt_cpu_backend = {
@@ -138,6 +196,13 @@ static const mt_backend_t mt_cpu_backend = {
     /* context parallelism (issue 7) */
     .attention_block_forward = mt_cpu_attention_block_forward,
     .attention_block_backward = mt_cpu_attention_block_backward,
+
+    .copy_to_device = mt_cpu_copy,
+    .copy_to_host = mt_cpu_copy,
+    .copy = mt_cpu_copy,
+    .zero = mt_cpu_zero,
+    .synchronize = mt_cpu_synchronize,
+    .matmul_bf16 = mt_cpu_matmul_bf16,
 };
 
 const mt_backend_t *mt_backend_cpu(void)

@@ -21,6 +21,7 @@
 #define MT_BACKEND_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -160,6 +161,27 @@ struct mt_backend {
                                      const float *q, const float *k, const float *v,
                                      const int32_t *doc_start, int64_t nq, int64_t nk,
                                      int64_t q0, int64_t k0, int64_t nh, int64_t nkv, int64_t hd);
+
+    /* ---- appended for the GPU backend (issue 8) ----
+     * Memory moves for a backend whose tensors live on a device; the
+     * model's memcpy/memset on arena memory go through these once it is
+     * wired to the device (doc/gpu.md).  On the CPU backend they are
+     * memcpy, memset and nothing.  copy_to_device / copy_to_host move
+     * bytes between host memory and the backend's memory, copy within the
+     * backend's memory; all three block until done.  zero sets bytes to
+     * 0 in the backend's memory, in order with the kernels.  synchronize
+     * waits for every kernel issued so far. */
+    void (*copy_to_device)(void *dst, const void *src, size_t bytes);
+    void (*copy_to_host)(void *dst, const void *src, size_t bytes);
+    void (*copy)(void *dst, const void *src, size_t bytes);
+    void (*zero)(void *dst, size_t bytes);
+    void (*synchronize)(void);
+
+    /* matmul with bf16 operands and result (uint16_t bit patterns,
+     * round to nearest even), fp32 accumulation; same shapes, transposes
+     * and beta as matmul.  The CPU version is a plain reference loop. */
+    void (*matmul_bf16)(uint16_t *c, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n,
+                        int64_t k, bool trans_a, bool trans_b, float beta);
 };
 
 /* The CPU reference backend. */

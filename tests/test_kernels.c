@@ -1262,6 +1262,75 @@ static void test_preconditions(void)
 
 /* ------------------------------------------------------------------ main */
 
+/* The entries appended for the GPU backend (issue 8): on the CPU the memory
+ * moves are memcpy/memset, and matmul_bf16 is the reference the CUDA tests
+ * compare cuBLASLt with: fp32 sums of exact bf16 products, one rounding
+ * to nearest even at the end.  Checked against a double reference: the
+ * fp32 sum is within 2 (k+1) u sum |a b| of it, and the rounding adds
+ * half a bf16 ulp (2^-8 relative). */
+static uint16_t to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float from_bf16(uint16_t h)
+{
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static void test_gpu_entries(void)
+{
+    float src[5] = {1, -2, 3.5f, NAN, 5}, dst[5] = {0};
+    be->copy_to_device(dst, src, sizeof src);
+    be->copy(dst, dst, 0); /* zero bytes: nothing happens */
+    CHECK(memcmp(dst, src, sizeof src) == 0, "copy_to_device is not memcpy");
+    be->zero(dst + 1, 3 * sizeof(float));
+    CHECK(dst[0] == 1 && dst[1] == 0 && dst[2] == 0 && dst[3] == 0 && dst[4] == 5,
+          "zero: %g %g %g %g %g", dst[0], dst[1], dst[2], dst[3], dst[4]);
+    be->synchronize();
+
+    CHECK(to_bf16(1.0f) == 0x3f80 && to_bf16(1.00390625f) == 0x3f80 &&
+              to_bf16(1.01171875f) == 0x3f82,
+          "bf16 rounding to nearest even");
+    const int64_t m = 9, n = 7, k = 13;
+    for (int tr = 0; tr < 4; tr++)
+        for (int acc = 0; acc < 2; acc++) {
+            const bool ta = tr & 1, tb = tr & 2;
+            uint16_t a[9 * 13], b[13 * 7], c[9 * 7], c0[9 * 7];
+            float *fa = frand(m * k, 1.0), *fb = frand(k * n, 1.0), *fc = frand(m * n, 1.0);
+            for (int64_t i = 0; i < m * k; i++)
+                a[i] = to_bf16(fa[i]);
+            for (int64_t i = 0; i < k * n; i++)
+                b[i] = to_bf16(fb[i]);
+            for (int64_t i = 0; i < m * n; i++)
+                c0[i] = c[i] = acc ? to_bf16(fc[i]) : 0x7fc0; /* NaN: beta 0 must not read it */
+            be->matmul_bf16(c, a, b, m, n, k, ta, tb, acc ? 1.0f : 0.0f);
+            int bad = 0;
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < n; j++) {
+                    double ref = acc ? (double)from_bf16(c0[i * n + j]) : 0.0, mag = fabs(ref);
+                    for (int64_t l = 0; l < k; l++) {
+                        const double p = (double)from_bf16(ta ? a[l * m + i] : a[i * k + l]) *
+                                         (double)from_bf16(tb ? b[j * k + l] : b[l * n + j]);
+                        ref += p;
+                        mag += fabs(p);
+                    }
+                    const double bound =
+                        2.0 * (double)(k + 2) * 5.9604645e-8 * mag + fabs(ref) / 256.0;
+                    bad += !(fabs((double)from_bf16(c[i * n + j]) - ref) <= bound);
+                }
+            CHECK(bad == 0, "matmul_bf16 ta=%d tb=%d beta=%d: %d elements out of bounds", ta, tb,
+                  acc, bad);
+            free(fa), free(fb), free(fc);
+        }
+}
+
 int main(void)
 {
     const char *ve = getenv("MT_TEST_VERBOSE");
@@ -1273,7 +1342,8 @@ int main(void)
               be->rmsnorm_backward && be->rope_forward && be->rope_backward &&
               be->attention_forward && be->attention_backward && be->swiglu_forward &&
               be->swiglu_backward && be->cross_entropy && be->add && be->sum_squares &&
-              be->scale && be->adamw,
+              be->scale && be->adamw && be->copy_to_device && be->copy_to_host && be->copy &&
+              be->zero && be->synchronize && be->matmul_bf16,
           "mt_backend_cpu() has an empty slot");
 
     test_expf();
@@ -1288,5 +1358,6 @@ int main(void)
     test_cross_entropy();
     test_ce_shards();
     test_preconditions();
+    test_gpu_entries();
     return mt_test_exit("test_kernels");
 }

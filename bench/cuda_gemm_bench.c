@@ -1,0 +1,151 @@
+/* cuda_gemm_bench: bf16 GEMM throughput of the CUDA backend (cuBLASLt,
+ * fp32 accumulation, mt_cuda_matmul_bf16) at the GEMM shapes of one
+ * training step of a Llama-3.2-1B-sized model (d 2048, ffn 8192, 32 heads
+ * of 64, 8 kv heads, vocabulary 128256, 16 layers), and what that
+ * implies: TFLOP/s per GEMM, the step's GEMM time, and the MFU of the
+ * GEMM path against 989 TFLOP/s (H100/H200 dense bf16).  It measures
+ * GEMMs only: attention, norms and the optimizer are not in it, so the
+ * MFU of a real step is lower; tests/gpu/run.sh prints this as the
+ * micro-benchmark until the model runs on the device.
+ *
+ *   bench/cuda_gemm_bench [--tokens N] [--iters N] [--peak TFLOPS]
+ *
+ * Exits 77 without a CUDA device. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mt_cuda.h"
+
+typedef struct {
+    const char *name;
+    int64_t n, k; /* weight [n, k] (nn.Linear layout): y[M,n] = x[M,k] W^T */
+    int per_step; /* times per step (layers) */
+} shape_t;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void die(const char *what)
+{
+    fprintf(stderr, "cuda_gemm_bench: %s: %s (%s)\nhint: %s\n", what, mt_error_message(),
+            mt_error_where(), mt_error_hint_text());
+    exit(1);
+}
+
+/* seconds per call of y = op(a) op(b), averaged over iters after a warm-up */
+static double time_gemm(uint16_t *c, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n,
+                        int64_t k, int ta, int tb, int iters)
+{
+    for (int i = 0; i < 3; i++)
+        mt_cuda_matmul_bf16(c, a, b, m, n, k, ta, tb, 0.0f);
+    if (mt_cuda_synchronize() != MT_OK)
+        die("warm-up");
+    const double t0 = now_s();
+    for (int i = 0; i < iters; i++)
+        mt_cuda_matmul_bf16(c, a, b, m, n, k, ta, tb, 0.0f);
+    if (mt_cuda_synchronize() != MT_OK)
+        die("timing");
+    return (now_s() - t0) / iters;
+}
+
+int main(int argc, char **argv)
+{
+    int64_t M = 8192; /* tokens per micro-batch: 4 x 2048 */
+    int iters = 20;
+    double peak = 989.0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--tokens") && i + 1 < argc)
+            M = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--iters") && i + 1 < argc)
+            iters = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--peak") && i + 1 < argc)
+            peak = atof(argv[++i]);
+        else {
+            fprintf(stderr, "usage: %s [--tokens N] [--iters N] [--peak TFLOPS]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (mt_cuda_device_count() == 0) {
+        printf("cuda_gemm_bench: no CUDA device: skipping\n");
+        return 77;
+    }
+    const int L = 16;
+    const shape_t shapes[] = {
+        {"q_proj / o_proj", 2048, 2048, 2 * L},
+        {"k_proj / v_proj", 512, 2048, 2 * L},
+        {"gate / up", 8192, 2048, 2 * L},
+        {"down", 2048, 8192, L},
+        {"lm_head", 128256, 2048, 1},
+    };
+    const int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
+    size_t maxw = 0, maxy = 0, maxx = 0;
+    for (int s = 0; s < nshapes; s++) {
+        const size_t w = (size_t)(shapes[s].n * shapes[s].k), y = (size_t)(M * shapes[s].n),
+                     x = (size_t)(M * shapes[s].k);
+        maxw = w > maxw ? w : maxw;
+        maxy = y > maxy ? y : maxy;
+        maxx = x > maxx ? x : maxx;
+    }
+    mt_cuda_arena_t arena;
+    const size_t bytes = 2 * (maxw * 2 + maxy + maxx * 2) + ((size_t)256 << 20);
+    if (mt_cuda_arena_init(&arena, "bench", bytes) != MT_OK ||
+        mt_cuda_backend_init(&arena, (size_t)16 << 20) != MT_OK)
+        die("device setup");
+    uint16_t *W, *X, *Y, *dW, *dX;
+    void *p;
+    if (mt_cuda_arena_alloc(&arena, maxw * 2, &p) != MT_OK) die("alloc");
+    W = p;
+    if (mt_cuda_arena_alloc(&arena, maxw * 2, &p) != MT_OK) die("alloc");
+    dW = p;
+    if (mt_cuda_arena_alloc(&arena, maxy * 2, &p) != MT_OK) die("alloc");
+    Y = p;
+    if (mt_cuda_arena_alloc(&arena, maxx * 2, &p) != MT_OK) die("alloc");
+    X = p;
+    if (mt_cuda_arena_alloc(&arena, maxx * 2, &p) != MT_OK) die("alloc");
+    dX = p;
+    const mt_backend_t *be = mt_backend_cuda();
+    /* small values (bf16 0x3c00 = 0.0078125) so nothing overflows */
+    uint16_t *fill = malloc(maxy * 2 > maxw * 2 ? maxy * 2 : maxw * 2);
+    for (size_t i = 0; i < (maxy > maxw ? maxy : maxw); i++)
+        fill[i] = 0x3c00;
+    be->copy_to_device(W, fill, maxw * 2);
+    be->copy_to_device(Y, fill, maxy * 2);
+    be->copy_to_device(X, fill, maxx * 2);
+    free(fill);
+
+    printf("cuda_gemm_bench: bf16 cuBLASLt GEMMs, fp32 accumulation, M = %lld tokens, %d iters\n",
+           (long long)M, iters);
+    printf("%-18s %-9s %8s %8s %8s %10s %9s\n", "gemm", "pass", "M", "N", "K", "ms", "TFLOP/s");
+    double step_flop = 0.0, step_s = 0.0;
+    for (int s = 0; s < nshapes; s++) {
+        const int64_t n = shapes[s].n, k = shapes[s].k;
+        /* forward y = x W^T; backward dx = dy W, dW = dy^T x */
+        const double tf = time_gemm(Y, X, W, M, n, k, 0, 1, iters);
+        const double tdx = time_gemm(dX, Y, W, M, k, n, 0, 0, iters);
+        const double tdw = time_gemm(dW, Y, X, n, k, M, 1, 0, iters);
+        const double flop = 2.0 * (double)M * (double)n * (double)k;
+        const char *pass[3] = {"forward", "dgrad", "wgrad"};
+        const double t[3] = {tf, tdx, tdw};
+        for (int j = 0; j < 3; j++)
+            printf("%-18s %-9s %8lld %8lld %8lld %10.3f %9.1f\n", j ? "" : shapes[s].name, pass[j],
+                   (long long)(j == 2 ? n : M), (long long)(j == 1 ? k : n),
+                   (long long)(j == 2 ? M : (j == 1 ? n : k)), t[j] * 1e3, flop / t[j] / 1e12);
+        step_flop += 3.0 * flop * shapes[s].per_step;
+        step_s += (tf + tdx + tdw) * shapes[s].per_step;
+    }
+    const double tflops = step_flop / step_s / 1e12;
+    printf("gemm_step: %.1f GFLOP in %.2f ms: %.1f TFLOP/s, MFU %.1f%% of %.0f TFLOP/s, "
+           "%.0f tokens/s (GEMMs only)\n",
+           step_flop / 1e9, step_s * 1e3, tflops, 100.0 * tflops / peak, peak, (double)M / step_s);
+    printf("RESULT gemm_tflops=%.1f gemm_mfu_pct=%.1f gemm_tokens_per_s=%.0f\n", tflops,
+           100.0 * tflops / peak, (double)M / step_s);
+    mt_cuda_backend_free();
+    mt_cuda_arena_free(&arena);
+    return 0;
+}

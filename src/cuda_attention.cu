@@ -1,0 +1,359 @@
+/* cuda_attention.cu: causal grouped-query attention of the CUDA backend,
+ * fp32, forward and backward, with the optional doc_start document mask;
+ * the contract of kernels_cpu_attention.c (lse [B, nh, T], scale
+ * 1/sqrt(hd), query head h reads kv head h / (nh/nkv)).
+ *
+ * FlashAttention-style: the [T, T] score matrix is never stored.  Keys
+ * (or queries) come in tiles of 32 through shared memory; within a warp,
+ * lane j owns the score of the tile's j-th key, and the running max/sum
+ * (online softmax) are warp reductions.  Three kernels:
+ *   forward   a warp per query row; out = P V with the online softmax,
+ *             lse = max + log(sum);
+ *   backward  D = dout . out per row (a small kernel, into backend
+ *             scratch); dq: a warp per query row walking its keys
+ *             (P recomputed from lse, dS = P (dP - D), dq = c dS K);
+ *             dk/dv: a warp per KEY row walking the queries that see it,
+ *             every query head of its group, in order (dv = P^T dout,
+ *             dk = dS^T (c q)).
+ * Each output row is owned by one warp that adds its terms in a fixed
+ * order, so the backward is deterministic without atomics; the price is
+ * that dk/dv recompute the scores the dq kernel already formed.
+ *
+ * Limits: head_dim <= 128 (MAX_HD: registers and shared memory as sized
+ * here), fp32 only, CUDA-core FMAs (no tensor cores).  This is the
+ * reference-quality GPU path, correct first; the bf16 tensor-core
+ * kernel (mma tiles of 64-128 queries, FA2's split of the work) is the
+ * performance item left open in doc/gpu.md. */
+#include "cuda_common.cuh"
+
+#define TILE 32   /* keys (forward, dq) or queries (dk/dv) per shared tile */
+#define MAX_HD 128
+#define MAX_R (MAX_HD / MT_WARP) /* head dims per lane */
+#define FWD_WARPS 4              /* query rows per block */
+#define KV_WARPS 8               /* key rows per block */
+
+typedef struct {
+    int64_t B, T, nh, nkv, hd, group, qstride, kvstride;
+    float scale;
+    const int32_t *doc_start;
+} geom_t;
+
+/* first key visible to token t of batch row b */
+__device__ __forceinline__ int64_t first_key(const geom_t &G, int64_t b, int64_t t)
+{
+    return G.doc_start ? (int64_t)G.doc_start[b * G.T + t] : 0;
+}
+
+/* ------------------------------------------------------------------ kernels */
+
+/* rows: FWD_WARPS queries (b, h, t0 + warp); shared: Qs [FWD_WARPS][hd],
+ * K and V tiles [TILE][hd + 1] (the pad keeps lane j's row reads
+ * conflict-free). */
+__global__ void mt_k_attention_forward(float *out, float *lse, const float *q, const float *k,
+                                       const float *v, geom_t G)
+{
+    extern __shared__ float sm[];
+    const int64_t hd = G.hd, ld = hd + 1;
+    float *Qs = sm, *Ks = Qs + FWD_WARPS * hd, *Vs = Ks + TILE * ld;
+    const int lane = threadIdx.x % MT_WARP, w = threadIdx.x / MT_WARP;
+    const int64_t b = blockIdx.z, h = blockIdx.y, g = h / G.group;
+    const int64_t t0 = (int64_t)blockIdx.x * FWD_WARPS, t = t0 + w;
+    const bool active = t < G.T;
+    const int64_t tlast = t0 + FWD_WARPS - 1 < G.T - 1 ? t0 + FWD_WARPS - 1 : G.T - 1;
+
+    int64_t minlo = tlast, lo = 0;
+    for (int64_t r = t0; r <= tlast; r++) {
+        const int64_t l = first_key(G, b, r);
+        minlo = l < minlo ? l : minlo;
+        if (r == t)
+            lo = l;
+    }
+    if (active)
+        for (int64_t d = lane; d < hd; d += MT_WARP)
+            Qs[w * hd + d] = q[(b * G.T + t) * G.qstride + h * hd + d] * G.scale;
+
+    float o[MAX_R];
+    for (int r = 0; r < MAX_R; r++)
+        o[r] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    const int64_t kvbase = b * G.T * G.kvstride + g * hd;
+
+    for (int64_t j0 = minlo; j0 <= tlast; j0 += TILE) {
+        const int64_t nj = tlast + 1 - j0 < TILE ? tlast + 1 - j0 : TILE;
+        __syncthreads(); /* the previous tile is no longer read */
+        for (int64_t e = threadIdx.x; e < nj * hd; e += blockDim.x) {
+            const int64_t j = e / hd, d = e % hd;
+            Ks[j * ld + d] = k[kvbase + (j0 + j) * G.kvstride + d];
+            Vs[j * ld + d] = v[kvbase + (j0 + j) * G.kvstride + d];
+        }
+        __syncthreads();
+        if (!active)
+            continue;
+        const int64_t key = j0 + lane;
+        const bool vis = lane < nj && key >= lo && key <= t;
+        float s = -INFINITY;
+        if (vis) {
+            s = 0.0f;
+            for (int64_t d = 0; d < hd; d++)
+                s += Qs[w * hd + d] * Ks[lane * ld + d];
+        }
+        const float tmax = mt_warp_max(s);
+        if (tmax == -INFINITY)
+            continue; /* nothing visible to this row in the tile */
+        const float mnew = fmaxf(m, tmax);
+        const float corr = expf(m - mnew); /* 0 on the row's first visible tile */
+        const float p = vis ? expf(s - mnew) : 0.0f;
+        l = l * corr + mt_warp_sum(p);
+        m = mnew;
+        for (int r = 0; r < MAX_R; r++)
+            o[r] *= corr;
+        for (int j = 0; j < nj; j++) {
+            const float pj = __shfl_sync(0xffffffffu, p, j);
+            for (int r = 0; r < MAX_R; r++) {
+                const int64_t d = lane + r * MT_WARP;
+                if (d < hd)
+                    o[r] += pj * Vs[j * ld + d];
+            }
+        }
+    }
+    if (!active)
+        return;
+    const float inv = 1.0f / l;
+    for (int r = 0; r < MAX_R; r++) {
+        const int64_t d = lane + r * MT_WARP;
+        if (d < hd)
+            out[(b * G.T + t) * G.qstride + h * hd + d] = o[r] * inv;
+    }
+    if (lane == 0)
+        lse[(b * G.nh + h) * G.T + t] = m + logf(l);
+}
+
+/* D[(b*nh + h)*T + t] = dout . out over the row's head dims; a warp per row */
+__global__ void mt_k_attention_rowdot(float *D, const float *dout, const float *out, geom_t G)
+{
+    const int lane = threadIdx.x % MT_WARP;
+    const int64_t nrows = G.B * G.nh * G.T, wstride = (int64_t)gridDim.x * blockDim.x / MT_WARP;
+    for (int64_t row = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / MT_WARP; row < nrows;
+         row += wstride) { /* the whole warp takes the same rows */
+        const int64_t t = row % G.T, h = (row / G.T) % G.nh, b = row / (G.T * G.nh);
+        const int64_t off = (b * G.T + t) * G.qstride + h * G.hd;
+        float acc = 0.0f;
+        for (int64_t d = lane; d < G.hd; d += MT_WARP)
+            acc += dout[off + d] * out[off + d];
+        acc = mt_warp_sum(acc);
+        if (lane == 0)
+            D[row] = acc;
+    }
+}
+
+/* dq of FWD_WARPS query rows; the forward's layout plus dO [FWD_WARPS][hd] */
+__global__ void mt_k_attention_dq(float *dq, const float *dout, const float *lse, const float *D,
+                                  const float *q, const float *k, const float *v, geom_t G)
+{
+    extern __shared__ float sm[];
+    const int64_t hd = G.hd, ld = hd + 1;
+    float *Qs = sm, *dO = Qs + FWD_WARPS * hd, *Ks = dO + FWD_WARPS * hd, *Vs = Ks + TILE * ld;
+    const int lane = threadIdx.x % MT_WARP, w = threadIdx.x / MT_WARP;
+    const int64_t b = blockIdx.z, h = blockIdx.y, g = h / G.group;
+    const int64_t t0 = (int64_t)blockIdx.x * FWD_WARPS, t = t0 + w;
+    const bool active = t < G.T;
+    const int64_t tlast = t0 + FWD_WARPS - 1 < G.T - 1 ? t0 + FWD_WARPS - 1 : G.T - 1;
+
+    int64_t minlo = tlast, lo = 0;
+    for (int64_t r = t0; r <= tlast; r++) {
+        const int64_t l = first_key(G, b, r);
+        minlo = l < minlo ? l : minlo;
+        if (r == t)
+            lo = l;
+    }
+    const int64_t qoff = (b * G.T + t) * G.qstride + h * hd;
+    float L = 0.0f, Dr = 0.0f;
+    if (active) {
+        for (int64_t d = lane; d < hd; d += MT_WARP) {
+            Qs[w * hd + d] = q[qoff + d] * G.scale;
+            dO[w * hd + d] = dout[qoff + d];
+        }
+        L = lse[(b * G.nh + h) * G.T + t];
+        Dr = D[(b * G.nh + h) * G.T + t];
+    }
+    float acc[MAX_R];
+    for (int r = 0; r < MAX_R; r++)
+        acc[r] = 0.0f;
+    const int64_t kvbase = b * G.T * G.kvstride + g * hd;
+
+    for (int64_t j0 = minlo; j0 <= tlast; j0 += TILE) {
+        const int64_t nj = tlast + 1 - j0 < TILE ? tlast + 1 - j0 : TILE;
+        __syncthreads();
+        for (int64_t e = threadIdx.x; e < nj * hd; e += blockDim.x) {
+            const int64_t j = e / hd, d = e % hd;
+            Ks[j * ld + d] = k[kvbase + (j0 + j) * G.kvstride + d];
+            Vs[j * ld + d] = v[kvbase + (j0 + j) * G.kvstride + d];
+        }
+        __syncthreads();
+        if (!active)
+            continue;
+        const int64_t key = j0 + lane;
+        float ds = 0.0f;
+        if (lane < nj && key >= lo && key <= t) {
+            float s = 0.0f, dp = 0.0f;
+            for (int64_t d = 0; d < hd; d++) {
+                s += Qs[w * hd + d] * Ks[lane * ld + d];
+                dp += dO[w * hd + d] * Vs[lane * ld + d];
+            }
+            const float p = expf(s - L);
+            ds = p * (dp - Dr);
+        }
+        for (int j = 0; j < nj; j++) {
+            const float dsj = __shfl_sync(0xffffffffu, ds, j);
+            for (int r = 0; r < MAX_R; r++) {
+                const int64_t d = lane + r * MT_WARP;
+                if (d < hd)
+                    acc[r] += dsj * Ks[j * ld + d];
+            }
+        }
+    }
+    if (!active)
+        return;
+    for (int r = 0; r < MAX_R; r++) {
+        const int64_t d = lane + r * MT_WARP;
+        if (d < hd)
+            dq[qoff + d] = acc[r] * G.scale;
+    }
+}
+
+/* dk, dv of KV_WARPS key rows (b, g, j0 + warp).  Shared: own K and V
+ * rows [KV_WARPS][hd]; query tiles Qs (scaled) and dO [TILE][hd + 1];
+ * per query L, D and first visible key. */
+__global__ void mt_k_attention_dkdv(float *dk, float *dv, const float *dout, const float *lse,
+                                    const float *D, const float *q, const float *k,
+                                    const float *v, geom_t G)
+{
+    extern __shared__ float sm[];
+    __shared__ float sL[TILE], sD[TILE];
+    __shared__ int64_t sLo[TILE];
+    const int64_t hd = G.hd, ld = hd + 1;
+    float *Kr = sm, *Vr = Kr + KV_WARPS * hd, *Qs = Vr + KV_WARPS * hd, *dO = Qs + TILE * ld;
+    const int lane = threadIdx.x % MT_WARP, w = threadIdx.x / MT_WARP;
+    const int64_t b = blockIdx.z, g = blockIdx.y;
+    const int64_t j0 = (int64_t)blockIdx.x * KV_WARPS, key = j0 + w;
+    const bool active = key < G.T;
+    const int64_t kvoff = (b * G.T + key) * G.kvstride + g * hd;
+    if (active)
+        for (int64_t d = lane; d < hd; d += MT_WARP) {
+            Kr[w * hd + d] = k[kvoff + d];
+            Vr[w * hd + d] = v[kvoff + d];
+        }
+    float adk[MAX_R], adv[MAX_R];
+    for (int r = 0; r < MAX_R; r++)
+        adk[r] = adv[r] = 0.0f;
+
+    for (int64_t hh = 0; hh < G.group; hh++) {
+        const int64_t h = g * G.group + hh;
+        for (int64_t q0 = j0; q0 < G.T; q0 += TILE) { /* queries before j0 see none of these keys */
+            const int64_t nq = G.T - q0 < TILE ? G.T - q0 : TILE;
+            __syncthreads(); /* the previous tile (and, first time, Kr/Vr) */
+            for (int64_t e = threadIdx.x; e < nq * hd; e += blockDim.x) {
+                const int64_t i = e / hd, d = e % hd;
+                const int64_t off = (b * G.T + q0 + i) * G.qstride + h * hd + d;
+                Qs[i * ld + d] = q[off] * G.scale;
+                dO[i * ld + d] = dout[off];
+            }
+            for (int64_t i = threadIdx.x; i < nq; i += blockDim.x) {
+                sL[i] = lse[(b * G.nh + h) * G.T + q0 + i];
+                sD[i] = D[(b * G.nh + h) * G.T + q0 + i];
+                sLo[i] = first_key(G, b, q0 + i);
+            }
+            __syncthreads();
+            if (!active)
+                continue;
+            const int64_t tq = q0 + lane;
+            float p = 0.0f, ds = 0.0f;
+            if (lane < nq && tq >= key && sLo[lane] <= key) {
+                float s = 0.0f, dp = 0.0f;
+                for (int64_t d = 0; d < hd; d++) {
+                    s += Qs[lane * ld + d] * Kr[w * hd + d];
+                    dp += dO[lane * ld + d] * Vr[w * hd + d];
+                }
+                p = expf(s - sL[lane]);
+                ds = p * (dp - sD[lane]);
+            }
+            for (int i = 0; i < nq; i++) {
+                const float pi = __shfl_sync(0xffffffffu, p, i);
+                const float dsi = __shfl_sync(0xffffffffu, ds, i);
+                for (int r = 0; r < MAX_R; r++) {
+                    const int64_t d = lane + r * MT_WARP;
+                    if (d < hd) {
+                        adv[r] += pi * dO[i * ld + d];
+                        adk[r] += dsi * Qs[i * ld + d];
+                    }
+                }
+            }
+        }
+    }
+    if (!active)
+        return;
+    for (int r = 0; r < MAX_R; r++) {
+        const int64_t d = lane + r * MT_WARP;
+        if (d < hd) {
+            dk[kvoff + d] = adk[r];
+            dv[kvoff + d] = adv[r];
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ launchers */
+
+static geom_t make_geom(const char *kernel, const int32_t *doc_start, int64_t B, int64_t T,
+                        int64_t nh, int64_t nkv, int64_t hd)
+{
+    MT_CUDA_REQUIRE(B > 0 && T > 0 && nh > 0 && nkv > 0 && nh % nkv == 0, kernel,
+                    "B=%lld T=%lld nh=%lld nkv=%lld (nh must be a multiple of nkv)",
+                    (long long)B, (long long)T, (long long)nh, (long long)nkv);
+    MT_CUDA_REQUIRE(hd > 0 && hd <= MAX_HD, kernel, "head_dim=%lld, this kernel serves 1..%d",
+                    (long long)hd, MAX_HD);
+    MT_CUDA_REQUIRE(B <= 65535 && nh <= 65535, kernel, "grid: B=%lld nh=%lld", (long long)B,
+                    (long long)nh);
+    geom_t G;
+    G.B = B, G.T = T, G.nh = nh, G.nkv = nkv, G.hd = hd, G.group = nh / nkv;
+    G.qstride = nh * hd, G.kvstride = nkv * hd;
+    G.scale = (float)(1.0 / sqrt((double)hd));
+    G.doc_start = doc_start;
+    return G;
+}
+
+extern "C" void mt_cuda_launch_attention_forward(cudaStream_t s, float *out, float *lse,
+                                                 const float *q, const float *k, const float *v,
+                                                 const int32_t *doc_start, int64_t B, int64_t T,
+                                                 int64_t nh, int64_t nkv, int64_t hd)
+{
+    const geom_t G = make_geom("attention_forward", doc_start, B, T, nh, nkv, hd);
+    const size_t smem = (size_t)(FWD_WARPS * hd + 2 * TILE * (hd + 1)) * sizeof(float);
+    dim3 grid((unsigned)((T + FWD_WARPS - 1) / FWD_WARPS), (unsigned)nh, (unsigned)B);
+    mt_k_attention_forward<<<grid, FWD_WARPS * MT_WARP, smem, s>>>(out, lse, q, k, v, G);
+    MT_CUDA_LAUNCH_CHECK("attention_forward");
+}
+
+extern "C" void mt_cuda_launch_attention_backward(cudaStream_t s, float *dq, float *dk, float *dv,
+                                                  const float *dout, const float *out,
+                                                  const float *lse, const float *q,
+                                                  const float *k, const float *v,
+                                                  const int32_t *doc_start, int64_t B, int64_t T,
+                                                  int64_t nh, int64_t nkv, int64_t hd)
+{
+    const geom_t G = make_geom("attention_backward", doc_start, B, T, nh, nkv, hd);
+    float *D = (float *)mt_cuda_scratch("attention_backward",
+                                        (size_t)(B * nh * T) * sizeof(float));
+    const int64_t rows = B * nh * T;
+    mt_k_attention_rowdot<<<mt_cuda_blocks(rows * MT_WARP, 256), 256, 0, s>>>(D, dout, out, G);
+    MT_CUDA_LAUNCH_CHECK("attention_rowdot");
+
+    const size_t smem_dq = (size_t)(2 * FWD_WARPS * hd + 2 * TILE * (hd + 1)) * sizeof(float);
+    dim3 gq((unsigned)((T + FWD_WARPS - 1) / FWD_WARPS), (unsigned)nh, (unsigned)B);
+    mt_k_attention_dq<<<gq, FWD_WARPS * MT_WARP, smem_dq, s>>>(dq, dout, lse, D, q, k, v, G);
+    MT_CUDA_LAUNCH_CHECK("attention_dq");
+
+    const size_t smem_kv = (size_t)(2 * KV_WARPS * hd + 2 * TILE * (hd + 1)) * sizeof(float);
+    dim3 gk((unsigned)((T + KV_WARPS - 1) / KV_WARPS), (unsigned)nkv, (unsigned)B);
+    mt_k_attention_dkdv<<<gk, KV_WARPS * MT_WARP, smem_kv, s>>>(dk, dv, dout, lse, D, q, k, v, G);
+    MT_CUDA_LAUNCH_CHECK("attention_dkdv");
+}

@@ -1,0 +1,455 @@
+/* cuda_backend.cu: the CUDA backend's context (stream, cuBLAS handles,
+ * scratch) and its mt_backend_t table, mt_backend_cuda(), plus the public
+ * bf16 and MoE entry points of mt_cuda.h.
+ *
+ * The table's functions have the CPU backend's signatures, with device
+ * pointers; they run the launchers of the cuda_*.cu files on the
+ * context's stream.  Functions that return a value (cross_entropy,
+ * ce_shard_finish, sum_squares) copy per-row or per-part sums to pinned
+ * host memory, wait for the stream and add them in order on the host, so
+ * the result is the CPU's row-order sum of the same terms.  The context is
+ * per process (one GPU per rank); it is not thread-safe, and every kernel
+ * shares one scratch area, which stream order protects.  It does not
+ * overlap anything: communication streams live in nccl_comm.c. */
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <string.h>
+
+#include "cuda_common.cuh"
+
+#define LT_WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt's recommendation for Hopper */
+
+static mt_cuda_ctx_t ctx;
+
+/* ------------------------------------------------------------------ context */
+
+extern "C" mt_cuda_ctx_t *mt_cuda_ctx(const char *kernel)
+{
+    if (!ctx.ready)
+        mt_cuda_die(kernel, "the CUDA backend is not initialised: call mt_cuda_backend_init first",
+                    __FILE__, __LINE__);
+    return &ctx;
+}
+
+extern "C" void *mt_cuda_scratch(const char *kernel, size_t bytes)
+{
+    mt_cuda_ctx(kernel);
+    if (bytes > ctx.scratch_bytes) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "needs %zu bytes of scratch, the backend has %zu", bytes,
+                 ctx.scratch_bytes);
+        mt_cuda_die(kernel, msg, __FILE__, __LINE__);
+    }
+    return ctx.scratch;
+}
+
+/* pinned host buffer of at least `bytes` */
+static char *host_buf(const char *kernel, size_t bytes)
+{
+    if (bytes > ctx.host_bytes) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "needs %zu bytes of host staging, the backend has %zu", bytes,
+                 ctx.host_bytes);
+        mt_cuda_die(kernel, msg, __FILE__, __LINE__);
+    }
+    return ctx.host;
+}
+
+extern "C" mt_status_t mt_cuda_backend_init(mt_cuda_arena_t *arena, size_t scratch_bytes)
+{
+    if (ctx.ready)
+        MT_FAIL(MT_ERR_INTERNAL, "the CUDA backend is already initialised");
+    memset(&ctx, 0, sizeof ctx);
+    MT_CUDA_TRY(cudaStreamCreateWithFlags(&ctx.stream, cudaStreamNonBlocking));
+    cublasHandle_t h;
+    cublasStatus_t st = cublasCreate(&h);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        MT_FAIL(MT_ERR_INTERNAL, "cublasCreate failed: %s", cublasGetStatusString(st));
+    ctx.cublas = h;
+    cublasLtHandle_t lt;
+    st = cublasLtCreate(&lt);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        MT_FAIL(MT_ERR_INTERNAL, "cublasLtCreate failed: %s", cublasGetStatusString(st));
+    ctx.cublaslt = lt;
+    /* fp32 GEMMs stay fp32: no TF32 unless asked for (NVIDIA_TF32_OVERRIDE) */
+    cublasSetMathMode(h, CUBLAS_DEFAULT_MATH);
+    MT_TRY(mt_cuda_arena_alloc(arena, LT_WORKSPACE_BYTES, &ctx.lt_workspace));
+    ctx.lt_workspace_bytes = LT_WORKSPACE_BYTES;
+    void *scratch = NULL;
+    MT_TRY(mt_cuda_arena_alloc(arena, scratch_bytes, &scratch));
+    ctx.scratch = (char *)scratch;
+    ctx.scratch_bytes = scratch_bytes;
+    void *host = NULL;
+    MT_CUDA_TRY(cudaMallocHost(&host, scratch_bytes));
+    ctx.host = (char *)host;
+    ctx.host_bytes = scratch_bytes;
+    ctx.ready = 1;
+    return MT_OK;
+}
+
+extern "C" void mt_cuda_backend_free(void)
+{
+    if (!ctx.ready)
+        return;
+    cudaStreamSynchronize(ctx.stream);
+    cublasLtDestroy((cublasLtHandle_t)ctx.cublaslt);
+    cublasDestroy((cublasHandle_t)ctx.cublas);
+    cudaFreeHost(ctx.host);
+    cudaStreamDestroy(ctx.stream);
+    memset(&ctx, 0, sizeof ctx); /* the scratch belongs to the caller's arena */
+}
+
+extern "C" void *mt_cuda_stream(void)
+{
+    return mt_cuda_ctx("mt_cuda_stream")->stream;
+}
+
+extern "C" mt_status_t mt_cuda_synchronize(void)
+{
+    MT_CUDA_TRY(cudaStreamSynchronize(mt_cuda_ctx("mt_cuda_synchronize")->stream));
+    return MT_OK;
+}
+
+#define S (mt_cuda_ctx(__func__)->stream)
+
+/* ------------------------------------------------------------------ table */
+
+static void t_matmul(float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k,
+                     bool ta, bool tb, float beta)
+{
+    mt_cuda_launch_matmul(S, c, a, b, m, n, k, ta, tb, beta);
+}
+
+static void t_embedding_forward(float *out, const int32_t *tokens, const float *table,
+                                int64_t n_tokens, int64_t dim)
+{
+    mt_cuda_launch_embedding_forward(S, out, tokens, table, n_tokens, dim);
+}
+
+static void t_embedding_backward(float *dtable, const float *dout, const int32_t *tokens,
+                                 int64_t n_tokens, int64_t dim)
+{
+    mt_cuda_launch_embedding_backward(S, dtable, dout, tokens, n_tokens, dim);
+}
+
+static void t_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int64_t n,
+                              int64_t dim, float eps)
+{
+    mt_cuda_launch_rmsnorm_forward(S, out, rstd, x, w, n, dim, eps);
+}
+
+static void t_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x,
+                               const float *w, const float *rstd, int64_t n, int64_t dim)
+{
+    mt_cuda_launch_rmsnorm_backward(S, dx, dw, dout, x, w, rstd, n, dim);
+}
+
+static void t_rope_forward(float *x, const int32_t *pos, int64_t n_tokens, int64_t n_heads,
+                           int64_t head_dim, double theta)
+{
+    mt_cuda_launch_rope(S, x, pos, n_tokens, n_heads, head_dim, theta, 1.0);
+}
+
+static void t_rope_backward(float *dx, const int32_t *pos, int64_t n_tokens, int64_t n_heads,
+                            int64_t head_dim, double theta)
+{
+    mt_cuda_launch_rope(S, dx, pos, n_tokens, n_heads, head_dim, theta, -1.0);
+}
+
+static void t_attention_forward(float *out, float *lse, const float *q, const float *k,
+                                const float *v, const int32_t *doc_start, int64_t B, int64_t T,
+                                int64_t nh, int64_t nkv, int64_t hd)
+{
+    mt_cuda_launch_attention_forward(S, out, lse, q, k, v, doc_start, B, T, nh, nkv, hd);
+}
+
+static void t_attention_backward(float *dq, float *dk, float *dv, const float *dout,
+                                 const float *out, const float *lse, const float *q,
+                                 const float *k, const float *v, const int32_t *doc_start,
+                                 int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd)
+{
+    mt_cuda_launch_attention_backward(S, dq, dk, dv, dout, out, lse, q, k, v, doc_start, B, T, nh,
+                                      nkv, hd);
+}
+
+static void t_swiglu_forward(float *out, const float *gate, const float *up, int64_t n)
+{
+    mt_cuda_launch_swiglu_forward(S, out, gate, up, n);
+}
+
+static void t_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
+                              const float *up, int64_t n)
+{
+    mt_cuda_launch_swiglu_backward(S, dgate, dup, dout, gate, up, n);
+}
+
+/* Copy the n row losses and targets back, wait, and add the non-ignored
+ * rows in row order (the CPU's sum), onto `total`; *count gets their
+ * number (added to what it holds when `add` is set). */
+static double sum_rows_onto(const char *kernel, double total, const double *row_loss,
+                            const int32_t *targets, int64_t n, int64_t *count, bool add)
+{
+    const size_t lb = (size_t)n * sizeof(double);
+    char *h = host_buf(kernel, lb + (size_t)n * sizeof(int32_t));
+    MT_CUDA_CHECK(cudaMemcpyAsync(h, row_loss, lb, cudaMemcpyDeviceToHost, ctx.stream));
+    MT_CUDA_CHECK(cudaMemcpyAsync(h + lb, targets, (size_t)n * sizeof(int32_t),
+                                  cudaMemcpyDeviceToHost, ctx.stream));
+    MT_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    const double *loss = (const double *)h;
+    const int32_t *tg = (const int32_t *)(h + lb);
+    int64_t cnt = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (tg[i] != -100) {
+            total += loss[i];
+            cnt++;
+        }
+    if (count)
+        *count = add ? *count + cnt : cnt;
+    return total;
+}
+
+static double sum_rows(const char *kernel, const double *row_loss, const int32_t *targets,
+                       int64_t n, int64_t *count)
+{
+    return sum_rows_onto(kernel, 0.0, row_loss, targets, n, count, false);
+}
+
+static double t_cross_entropy(float *dlogits, const float *logits, const int32_t *targets,
+                              int64_t n, int64_t V, int64_t v_valid, float grad_scale,
+                              int64_t *count)
+{
+    double *rows = (double *)mt_cuda_scratch("cross_entropy", (size_t)n * sizeof(double));
+    mt_cuda_launch_cross_entropy(S, dlogits, logits, false, targets, n, V, v_valid, grad_scale,
+                                 rows);
+    return sum_rows("cross_entropy", rows, targets, n, count);
+}
+
+static void t_ce_shard_max(float *mx, const float *logits, int64_t n, int64_t V, int64_t v_valid)
+{
+    mt_cuda_launch_ce_shard_max(S, mx, logits, n, V, v_valid);
+}
+
+static void t_ce_shard_sum(double *z, double *ly, const float *logits, const int32_t *targets,
+                           const float *mx, int64_t n, int64_t V, int64_t v_lo, int64_t v_valid)
+{
+    mt_cuda_launch_ce_shard_sum(S, z, ly, logits, targets, mx, n, V, v_lo, v_valid);
+}
+
+static double t_ce_shard_finish(float *dlogits, const float *logits, const int32_t *targets,
+                                const float *mx, const double *z, const double *ly, int64_t n,
+                                int64_t V, int64_t v_lo, int64_t v_valid, float grad_scale,
+                                int64_t *count)
+{
+    double *rows = (double *)mt_cuda_scratch("ce_shard_finish", (size_t)n * sizeof(double));
+    mt_cuda_launch_ce_shard_finish(S, dlogits, logits, targets, mx, z, ly, n, V, v_lo, v_valid,
+                                   grad_scale, rows);
+    return sum_rows("ce_shard_finish", rows, targets, n, count);
+}
+
+static void t_add(float *y, const float *x, int64_t n) { mt_cuda_launch_add(S, y, x, n); }
+
+static double t_sum_squares(const float *x, int64_t n)
+{
+    const size_t bytes = MT_CUDA_SUMSQ_PARTS * sizeof(double);
+    double *part = (double *)mt_cuda_scratch("sum_squares", bytes);
+    mt_cuda_launch_sum_squares(ctx.stream, part, x, n);
+    double *h = (double *)host_buf("sum_squares", bytes);
+    MT_CUDA_CHECK(cudaMemcpyAsync(h, part, bytes, cudaMemcpyDeviceToHost, ctx.stream));
+    MT_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    double total = 0.0;
+    for (int i = 0; i < MT_CUDA_SUMSQ_PARTS; i++)
+        total += h[i];
+    return total;
+}
+
+static void t_scale(float *x, float s, int64_t n) { mt_cuda_launch_scale(S, x, s, n); }
+
+static void t_adamw(float *p, const float *g, float *m, float *v, int64_t n, float lr, float b1,
+                    float b2, float eps, float wd, int64_t t)
+{
+    mt_cuda_launch_adamw(S, p, NULL, g, m, v, n, lr, b1, b2, eps, wd, t);
+}
+
+static void t_copy_to_device(void *dst, const void *src, size_t bytes)
+{
+    if (!bytes)
+        return;
+    MT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, S));
+    MT_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+}
+
+static void t_copy_to_host(void *dst, const void *src, size_t bytes)
+{
+    if (!bytes)
+        return;
+    MT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, S));
+    MT_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+}
+
+static void t_copy(void *dst, const void *src, size_t bytes)
+{
+    if (!bytes)
+        return;
+    MT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, S));
+    MT_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+}
+
+static void t_zero(void *dst, size_t bytes)
+{
+    if (bytes)
+        MT_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, S));
+}
+
+static void t_synchronize(void) { MT_CUDA_CHECK(cudaStreamSynchronize(S)); }
+
+static void t_matmul_bf16(uint16_t *c, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n,
+                          int64_t k, bool ta, bool tb, float beta)
+{
+    mt_cuda_launch_matmul_bf16(S, c, a, b, m, n, k, ta, tb, beta);
+}
+
+static mt_backend_t make_table(void)
+{
+    mt_backend_t t;
+    memset(&t, 0, sizeof t);
+    t.name = "cuda";
+    t.matmul = t_matmul;
+    t.embedding_forward = t_embedding_forward;
+    t.embedding_backward = t_embedding_backward;
+    t.rmsnorm_forward = t_rmsnorm_forward;
+    t.rmsnorm_backward = t_rmsnorm_backward;
+    t.rope_forward = t_rope_forward;
+    t.rope_backward = t_rope_backward;
+    t.attention_forward = t_attention_forward;
+    t.attention_backward = t_attention_backward;
+    t.swiglu_forward = t_swiglu_forward;
+    t.swiglu_backward = t_swiglu_backward;
+    t.cross_entropy = t_cross_entropy;
+    t.ce_shard_max = t_ce_shard_max;
+    t.ce_shard_sum = t_ce_shard_sum;
+    t.ce_shard_finish = t_ce_shard_finish;
+    t.add = t_add;
+    t.sum_squares = t_sum_squares;
+    t.scale = t_scale;
+    t.adamw = t_adamw;
+    t.copy_to_device = t_copy_to_device;
+    t.copy_to_host = t_copy_to_host;
+    t.copy = t_copy;
+    t.zero = t_zero;
+    t.synchronize = t_synchronize;
+    t.matmul_bf16 = t_matmul_bf16;
+    return t;
+}
+
+/* filled field by field (C++ has no designated initialisers before C++20),
+ * so an entry another branch appends to mt_backend_t stays NULL here until
+ * this file sets it */
+static const mt_backend_t cuda_table = make_table();
+
+extern "C" const mt_backend_t *mt_backend_cuda(void)
+{
+    return &cuda_table;
+}
+
+/* ------------------------------------------------------------------ mt_cuda.h extras */
+
+extern "C" void mt_cuda_f32_to_bf16(uint16_t *dst, const float *src, int64_t n)
+{
+    mt_cuda_launch_convert(S, dst, src, n, true);
+}
+
+extern "C" void mt_cuda_bf16_to_f32(float *dst, const uint16_t *src, int64_t n)
+{
+    mt_cuda_launch_convert(S, dst, src, n, false);
+}
+
+extern "C" void mt_cuda_matmul_bf16(uint16_t *c, const uint16_t *a, const uint16_t *b, int64_t m,
+                                    int64_t n, int64_t k, bool trans_a, bool trans_b, float beta)
+{
+    mt_cuda_launch_matmul_bf16(S, c, a, b, m, n, k, trans_a, trans_b, beta);
+}
+
+extern "C" double mt_cuda_cross_entropy_bf16(uint16_t *dlogits, const uint16_t *logits,
+                                             const int32_t *targets, int64_t n, int64_t V,
+                                             int64_t v_valid, float grad_scale, int64_t *count)
+{
+    double *rows = (double *)mt_cuda_scratch("cross_entropy_bf16", (size_t)n * sizeof(double));
+    mt_cuda_launch_cross_entropy(S, dlogits, logits, true, targets, n, V, v_valid, grad_scale,
+                                 rows);
+    return sum_rows("cross_entropy_bf16", rows, targets, n, count);
+}
+
+extern "C" void mt_cuda_matmul_bf16_f32out(float *c, const uint16_t *a, const uint16_t *b,
+                                           int64_t m, int64_t n, int64_t k, bool trans_a,
+                                           bool trans_b, float beta)
+{
+    mt_cuda_launch_matmul_bf16_f32out(S, c, a, b, m, n, k, trans_a, trans_b, beta);
+}
+
+extern "C" double mt_cuda_lm_head_cross_entropy_bf16(uint16_t *dh, float *dW, const uint16_t *h,
+                                                     const uint16_t *W, const int32_t *targets,
+                                                     int64_t n, int64_t H, int64_t V,
+                                                     int64_t v_valid, float grad_scale,
+                                                     uint16_t *work, int64_t chunk_rows,
+                                                     int64_t *count)
+{
+    MT_CUDA_REQUIRE(chunk_rows > 0 && n >= 0 && H > 0, "lm_head_cross_entropy_bf16",
+                    "chunk_rows=%lld n=%lld H=%lld", (long long)chunk_rows, (long long)n,
+                    (long long)H);
+    cudaStream_t s = S;
+    double *rows = (double *)mt_cuda_scratch("lm_head_cross_entropy_bf16",
+                                             (size_t)chunk_rows * sizeof(double));
+    const bool grad = dh || dW;
+    double total = 0.0;
+    if (count)
+        *count = 0;
+    for (int64_t r0 = 0; r0 < n; r0 += chunk_rows) {
+        const int64_t c = n - r0 < chunk_rows ? n - r0 : chunk_rows;
+        const uint16_t *hc = h + r0 * H;
+        mt_cuda_launch_matmul_bf16(s, work, hc, W, c, V, H, false, true, 0.0f);
+        mt_cuda_launch_cross_entropy(s, grad ? work : NULL, work, true, targets + r0, c, V,
+                                     v_valid, grad_scale, rows);
+        if (dh)
+            mt_cuda_launch_matmul_bf16(s, dh + r0 * H, work, W, c, H, V, false, false, 0.0f);
+        if (dW)
+            mt_cuda_launch_matmul_bf16_f32out(s, dW, work, hc, V, H, c, true, false, 1.0f);
+        /* waits for the chunk: its row losses are read on the host */
+        total = sum_rows_onto("lm_head_cross_entropy_bf16", total, rows, targets + r0, c, count,
+                              true);
+    }
+    return total;
+}
+
+extern "C" void mt_cuda_adamw_mixed(float *p, uint16_t *p_bf16, const float *g, float *m,
+                                    float *v, int64_t n, float lr, float b1, float b2, float eps,
+                                    float wd, int64_t t)
+{
+    mt_cuda_launch_adamw(S, p, p_bf16, g, m, v, n, lr, b1, b2, eps, wd, t);
+}
+
+extern "C" void mt_cuda_moe_route(int32_t *pos, int32_t *offsets, const int32_t *expert,
+                                  int64_t n_assign, int64_t n_experts)
+{
+    mt_cuda_launch_moe_route(S, pos, offsets, expert, n_assign, n_experts);
+}
+
+extern "C" void mt_cuda_moe_permute(float *out, const float *x, const int32_t *pos,
+                                    int64_t n_tokens, int64_t top_k, int64_t dim)
+{
+    mt_cuda_launch_moe_permute(S, out, x, pos, n_tokens, top_k, dim);
+}
+
+extern "C" void mt_cuda_moe_unpermute(float *y, const float *e, const int32_t *pos,
+                                      const float *w, int64_t n_tokens, int64_t top_k,
+                                      int64_t dim)
+{
+    mt_cuda_launch_moe_unpermute(S, y, e, pos, w, n_tokens, top_k, dim);
+}
+
+extern "C" void mt_cuda_moe_unpermute_backward(float *de, float *dw, const float *dy,
+                                               const float *e, const int32_t *pos,
+                                               const float *w, int64_t n_tokens, int64_t top_k,
+                                               int64_t dim)
+{
+    mt_cuda_launch_moe_unpermute_backward(S, de, dw, dy, e, pos, w, n_tokens, top_k, dim);
+}

@@ -1,0 +1,152 @@
+/* cuda_internal.h: what the CUDA backend's files share (not installed).
+ * Included by C (cuda_device.c, nccl_comm.c, the tests do not) and by the
+ * .cu files.  It holds the error macros, the backend context (stream,
+ * cuBLAS handles, scratch) and the launchers' declarations: each launcher
+ * takes a stream, checks its shape preconditions, launches and checks the
+ * launch.  Device-side helpers live in cuda_common.cuh (C++ only). */
+#ifndef MT_CUDA_INTERNAL_H
+#define MT_CUDA_INTERNAL_H
+
+#include <cuda_runtime.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "mt_cuda.h"
+#include "mt_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Library code that returns mt_status_t: record the CUDA error string with
+ * file:line and a hint, and return. */
+#define MT_CUDA_TRY(call)                                                           \
+    do {                                                                            \
+        cudaError_t mt_cuda_rc_ = (call);                                           \
+        if (mt_cuda_rc_ != cudaSuccess)                                             \
+            return mt_error_cuda((int)mt_cuda_rc_, #call, __FILE__, __LINE__);      \
+    } while (0)
+
+/* Kernels (void, like the CPU ones): a failed call stops the process with
+ * the CUDA error string and file:line. */
+void mt_cuda_die(const char *what, const char *detail, const char *file, int line);
+
+#define MT_CUDA_CHECK(call)                                                         \
+    do {                                                                            \
+        cudaError_t mt_cuda_rc_ = (call);                                           \
+        if (mt_cuda_rc_ != cudaSuccess)                                             \
+            mt_cuda_die(#call, cudaGetErrorString(mt_cuda_rc_), __FILE__, __LINE__); \
+    } while (0)
+
+/* After a <<<>>> launch: bad configurations surface here, faults later. */
+#define MT_CUDA_LAUNCH_CHECK(kernel) MT_CUDA_CHECK(cudaGetLastError())
+
+/* A shape precondition of a launcher (a caller bug). */
+#define MT_CUDA_REQUIRE(cond, kernel, ...)                                            \
+    do {                                                                              \
+        if (!(cond)) {                                                                \
+            fprintf(stderr, "meshtrain cuda backend: %s: precondition %s failed: ",   \
+                    (kernel), #cond);                                                 \
+            fprintf(stderr, __VA_ARGS__);                                             \
+            fputc('\n', stderr);                                                      \
+            abort();                                                                  \
+        }                                                                             \
+    } while (0)
+
+/* The process's backend context (mt_cuda_backend_init). */
+typedef struct {
+    int ready;
+    cudaStream_t stream;
+    void *cublas;   /* cublasHandle_t */
+    void *cublaslt; /* cublasLtHandle_t */
+    void *lt_workspace;
+    size_t lt_workspace_bytes;
+    char *scratch; /* device scratch: partial sums of deterministic reductions */
+    size_t scratch_bytes;
+    char *host;    /* pinned host buffer: partial sums copied back */
+    size_t host_bytes;
+} mt_cuda_ctx_t;
+
+/* The initialised context; stops the process if mt_cuda_backend_init was
+ * not called. */
+mt_cuda_ctx_t *mt_cuda_ctx(const char *kernel);
+
+/* Device scratch of `bytes` (reused by every kernel: valid until the next
+ * kernel on the stream), stops the process naming `kernel` when too small. */
+void *mt_cuda_scratch(const char *kernel, size_t bytes);
+
+/* Launchers: kernels first, these last, one file per op family.  All
+ * pointers are device pointers; bf16 tensors are uint16_t bit patterns. */
+void mt_cuda_launch_matmul(cudaStream_t s, float *c, const float *a, const float *b, int64_t m,
+                           int64_t n, int64_t k, bool ta, bool tb, float beta);
+void mt_cuda_launch_matmul_bf16(cudaStream_t s, uint16_t *c, const uint16_t *a,
+                                const uint16_t *b, int64_t m, int64_t n, int64_t k, bool ta,
+                                bool tb, float beta);
+/* bf16 A, B; fp32 C (beta 1: accumulate fp32 weight gradients) */
+void mt_cuda_launch_matmul_bf16_f32out(cudaStream_t s, float *c, const uint16_t *a,
+                                       const uint16_t *b, int64_t m, int64_t n, int64_t k,
+                                       bool ta, bool tb, float beta);
+void mt_cuda_launch_embedding_forward(cudaStream_t s, float *out, const int32_t *tokens,
+                                      const float *table, int64_t n_tokens, int64_t dim);
+void mt_cuda_launch_embedding_backward(cudaStream_t s, float *dtable, const float *dout,
+                                       const int32_t *tokens, int64_t n_tokens, int64_t dim);
+void mt_cuda_launch_rmsnorm_forward(cudaStream_t s, float *out, float *rstd, const float *x,
+                                    const float *w, int64_t n, int64_t dim, float eps);
+void mt_cuda_launch_rmsnorm_backward(cudaStream_t s, float *dx, float *dw, const float *dout,
+                                     const float *x, const float *w, const float *rstd,
+                                     int64_t n, int64_t dim);
+void mt_cuda_launch_rope(cudaStream_t s, float *x, const int32_t *pos, int64_t n_tokens,
+                         int64_t n_heads, int64_t head_dim, double theta, double sign);
+void mt_cuda_launch_swiglu_forward(cudaStream_t s, float *out, const float *gate,
+                                   const float *up, int64_t n);
+void mt_cuda_launch_swiglu_backward(cudaStream_t s, float *dgate, float *dup, const float *dout,
+                                    const float *gate, const float *up, int64_t n);
+void mt_cuda_launch_add(cudaStream_t s, float *y, const float *x, int64_t n);
+void mt_cuda_launch_scale(cudaStream_t s, float *x, float a, int64_t n);
+/* Deterministic sum of squares: writes MT_CUDA_SUMSQ_PARTS doubles to
+ * partial (the caller adds them in order). */
+#define MT_CUDA_SUMSQ_PARTS 256
+void mt_cuda_launch_sum_squares(cudaStream_t s, double *partial, const float *x, int64_t n);
+void mt_cuda_launch_adamw(cudaStream_t s, float *p, uint16_t *p_bf16, const float *g, float *m,
+                          float *v, int64_t n, float lr, float b1, float b2, float eps, float wd,
+                          int64_t t);
+void mt_cuda_launch_convert(cudaStream_t s, void *dst, const void *src, int64_t n,
+                            bool to_bf16);
+/* Cross-entropy: row_loss[i] (0 for ignored rows) per row; the caller sums
+ * in row order.  logits_bf16 selects the element type of logits/dlogits. */
+void mt_cuda_launch_cross_entropy(cudaStream_t s, void *dlogits, const void *logits,
+                                  bool logits_bf16, const int32_t *targets, int64_t n, int64_t V,
+                                  int64_t v_valid, float grad_scale, double *row_loss);
+void mt_cuda_launch_ce_shard_max(cudaStream_t s, float *mx, const float *logits, int64_t n,
+                                 int64_t V, int64_t v_valid);
+void mt_cuda_launch_ce_shard_sum(cudaStream_t s, double *z, double *ly, const float *logits,
+                                 const int32_t *targets, const float *mx, int64_t n, int64_t V,
+                                 int64_t v_lo, int64_t v_valid);
+void mt_cuda_launch_ce_shard_finish(cudaStream_t s, float *dlogits, const float *logits,
+                                    const int32_t *targets, const float *mx, const double *z,
+                                    const double *ly, int64_t n, int64_t V, int64_t v_lo,
+                                    int64_t v_valid, float grad_scale, double *row_loss);
+void mt_cuda_launch_attention_forward(cudaStream_t s, float *out, float *lse, const float *q,
+                                      const float *k, const float *v, const int32_t *doc_start,
+                                      int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd);
+void mt_cuda_launch_attention_backward(cudaStream_t s, float *dq, float *dk, float *dv,
+                                       const float *dout, const float *out, const float *lse,
+                                       const float *q, const float *k, const float *v,
+                                       const int32_t *doc_start, int64_t B, int64_t T,
+                                       int64_t nh, int64_t nkv, int64_t hd);
+void mt_cuda_launch_moe_route(cudaStream_t s, int32_t *pos, int32_t *offsets,
+                              const int32_t *expert, int64_t n_assign, int64_t n_experts);
+void mt_cuda_launch_moe_permute(cudaStream_t s, float *out, const float *x, const int32_t *pos,
+                                int64_t n_tokens, int64_t top_k, int64_t dim);
+void mt_cuda_launch_moe_unpermute(cudaStream_t s, float *y, const float *e, const int32_t *pos,
+                                  const float *w, int64_t n_tokens, int64_t top_k, int64_t dim);
+void mt_cuda_launch_moe_unpermute_backward(cudaStream_t s, float *de, float *dw, const float *dy,
+                                           const float *e, const int32_t *pos, const float *w,
+                                           int64_t n_tokens, int64_t top_k, int64_t dim);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

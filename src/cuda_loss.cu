@@ -1,0 +1,217 @@
+/* cuda_loss.cu: softmax cross-entropy of the CUDA backend: the fused loss
+ * and gradient (fp32 or bf16 logits) and the vocabulary-parallel passes
+ * (ce_shard_max / _sum / _finish), same contract as kernels_cpu_loss.c.
+ *
+ * One block per row: max over the valid columns, then Z = sum exp(l - max)
+ * in double with a fixed block tree, then the gradient written in place
+ * (dlogits may alias logits: every read of the row is done before the
+ * block's first write, and each thread writes only what it just read).
+ * The row losses go to a device array and the caller adds them in row
+ * order, as the CPU does.  The bf16 variant reads bf16 logits and writes
+ * bf16 gradients: the fp32 logits exist only in registers, never as a
+ * [n, V] fp32 tensor (issue 8's fused cross-entropy).  It does not fuse
+ * the LM-head GEMM itself: the caller chunks rows (doc/gpu.md).
+ * A target outside [0, v_valid) that is not -100 traps the kernel. */
+#include "cuda_common.cuh"
+
+#define IGNORE_INDEX (-100)
+#define CE_THREADS 512
+
+/* ------------------------------------------------------------------ kernels */
+
+template <typename T>
+__global__ void mt_k_cross_entropy(T *dlogits, const T *logits, const int32_t *targets, int64_t n,
+                                   int64_t V, int64_t v_valid, float grad_scale,
+                                   double *row_loss)
+{
+    __shared__ float fbuf[MT_WARP];
+    __shared__ double dbuf[MT_WARP];
+    __shared__ float s_ly;
+    for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+        const int32_t y = targets[i];
+        const T *lr = logits + i * V;
+        T *dr = dlogits ? dlogits + i * V : nullptr;
+        if (y == IGNORE_INDEX) {
+            if (dr)
+                for (int64_t j = threadIdx.x; j < V; j += blockDim.x)
+                    mt_st(dr, j, 0.0f);
+            if (threadIdx.x == 0)
+                row_loss[i] = 0.0;
+            continue;
+        }
+        if (y < 0 || y >= v_valid) {
+            if (threadIdx.x == 0)
+                printf("meshtrain cuda cross_entropy: targets[%lld] = %d, outside [0, %lld) and "
+                       "not -100\n",
+                       (long long)i, y, (long long)v_valid);
+            __trap();
+        }
+        __syncthreads(); /* s_ly of the previous row is no longer read */
+        if (threadIdx.x == 0)
+            s_ly = mt_ld(lr, y);
+        float mx = -INFINITY;
+        for (int64_t j = threadIdx.x; j < v_valid; j += blockDim.x)
+            mx = fmaxf(mx, mt_ld(lr, j));
+        mx = mt_block_max(mx, fbuf); /* its barriers also publish s_ly */
+        double z = 0.0;
+        for (int64_t j = threadIdx.x; j < v_valid; j += blockDim.x)
+            z += (double)expf(mt_ld(lr, j) - mx);
+        z = mt_block_sum(z, dbuf); /* after it, every thread has read the row */
+        const float ly = s_ly;
+        if (threadIdx.x == 0)
+            row_loss[i] = ((double)mx - (double)ly) + log(z);
+        if (dr) {
+            const float f = (float)((double)grad_scale / z);
+            for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+                float d;
+                if (j >= v_valid)
+                    d = 0.0f;
+                else if (j == y)
+                    d = (float)(((double)expf(ly - mx) / z - 1.0) * (double)grad_scale);
+                else
+                    d = expf(mt_ld(lr, j) - mx) * f;
+                mt_st(dr, j, d);
+            }
+        }
+    }
+}
+
+__global__ void mt_k_ce_shard_max(float *mxo, const float *logits, int64_t n, int64_t V,
+                                  int64_t v_valid)
+{
+    __shared__ float fbuf[MT_WARP];
+    for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+        float mx = -INFINITY;
+        for (int64_t j = threadIdx.x; j < v_valid; j += blockDim.x)
+            mx = fmaxf(mx, logits[i * V + j]);
+        mx = mt_block_max(mx, fbuf);
+        if (threadIdx.x == 0)
+            mxo[i] = mx;
+    }
+}
+
+__global__ void mt_k_ce_shard_sum(double *z, double *ly, const float *logits,
+                                  const int32_t *targets, const float *mx, int64_t n, int64_t V,
+                                  int64_t v_lo, int64_t v_valid)
+{
+    __shared__ double dbuf[MT_WARP];
+    for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+        const float *lr = logits + i * V;
+        const float m = mx[i];
+        double acc = 0.0;
+        for (int64_t j = threadIdx.x; j < v_valid; j += blockDim.x)
+            acc += (double)expf(lr[j] - m);
+        acc = mt_block_sum(acc, dbuf);
+        if (threadIdx.x == 0) {
+            z[i] = acc;
+            const int64_t y = (int64_t)targets[i] - v_lo;
+            ly[i] = targets[i] != IGNORE_INDEX && y >= 0 && y < v_valid ? (double)lr[y] : 0.0;
+        }
+    }
+}
+
+__global__ void mt_k_ce_shard_finish(float *dlogits, const float *logits, const int32_t *targets,
+                                     const float *mx, const double *z, const double *ly,
+                                     int64_t n, int64_t V, int64_t v_lo, int64_t v_valid,
+                                     float grad_scale, double *row_loss)
+{
+    __shared__ float s_ey;
+    for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+        const bool ignored = targets[i] == IGNORE_INDEX;
+        if (threadIdx.x == 0)
+            row_loss[i] = ignored ? 0.0 : ((double)mx[i] - ly[i]) + log(z[i]);
+        if (!dlogits)
+            continue;
+        const float *lr = logits + i * V;
+        float *dr = dlogits + i * V;
+        if (ignored) {
+            for (int64_t j = threadIdx.x; j < V; j += blockDim.x)
+                dr[j] = 0.0f;
+            continue;
+        }
+        const int64_t y = (int64_t)targets[i] - v_lo;
+        const bool here = y >= 0 && y < v_valid;
+        __syncthreads(); /* s_ey of the previous row is no longer read */
+        if (threadIdx.x == 0)
+            s_ey = here ? expf(lr[y] - mx[i]) : 0.0f;
+        __syncthreads(); /* lr[y] is read before anyone overwrites it */
+        const float f = (float)((double)grad_scale / z[i]);
+        for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+            float d;
+            if (j >= v_valid)
+                d = 0.0f;
+            else if (here && j == y)
+                d = (float)(((double)s_ey / z[i] - 1.0) * (double)grad_scale);
+            else
+                d = expf(lr[j] - mx[i]) * f;
+            dr[j] = d;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ launchers */
+
+static unsigned row_blocks(int64_t n) { return n < 65535 * 16 ? (unsigned)n : 65535 * 16; }
+
+extern "C" void mt_cuda_launch_cross_entropy(cudaStream_t s, void *dlogits, const void *logits,
+                                             bool logits_bf16, const int32_t *targets, int64_t n,
+                                             int64_t V, int64_t v_valid, float grad_scale,
+                                             double *row_loss)
+{
+    MT_CUDA_REQUIRE(n >= 0 && v_valid >= 1 && v_valid <= V, "cross_entropy",
+                    "n=%lld V=%lld v_valid=%lld", (long long)n, (long long)V, (long long)v_valid);
+    if (n == 0)
+        return;
+    if (logits_bf16)
+        mt_k_cross_entropy<__nv_bfloat16><<<row_blocks(n), CE_THREADS, 0, s>>>(
+            (__nv_bfloat16 *)dlogits, (const __nv_bfloat16 *)logits, targets, n, V, v_valid,
+            grad_scale, row_loss);
+    else
+        mt_k_cross_entropy<float><<<row_blocks(n), CE_THREADS, 0, s>>>(
+            (float *)dlogits, (const float *)logits, targets, n, V, v_valid, grad_scale,
+            row_loss);
+    MT_CUDA_LAUNCH_CHECK("cross_entropy");
+}
+
+#define REQUIRE_SHARD(kernel)                                                                \
+    MT_CUDA_REQUIRE(n >= 0 && v_valid >= 0 && v_valid <= V, kernel,                          \
+                    "n=%lld V=%lld v_valid=%lld", (long long)n, (long long)V,                \
+                    (long long)v_valid)
+
+extern "C" void mt_cuda_launch_ce_shard_max(cudaStream_t s, float *mx, const float *logits,
+                                            int64_t n, int64_t V, int64_t v_valid)
+{
+    REQUIRE_SHARD("ce_shard_max");
+    if (n == 0)
+        return;
+    mt_k_ce_shard_max<<<row_blocks(n), CE_THREADS, 0, s>>>(mx, logits, n, V, v_valid);
+    MT_CUDA_LAUNCH_CHECK("ce_shard_max");
+}
+
+extern "C" void mt_cuda_launch_ce_shard_sum(cudaStream_t s, double *z, double *ly,
+                                            const float *logits, const int32_t *targets,
+                                            const float *mx, int64_t n, int64_t V, int64_t v_lo,
+                                            int64_t v_valid)
+{
+    REQUIRE_SHARD("ce_shard_sum");
+    if (n == 0)
+        return;
+    mt_k_ce_shard_sum<<<row_blocks(n), CE_THREADS, 0, s>>>(z, ly, logits, targets, mx, n, V,
+                                                           v_lo, v_valid);
+    MT_CUDA_LAUNCH_CHECK("ce_shard_sum");
+}
+
+extern "C" void mt_cuda_launch_ce_shard_finish(cudaStream_t s, float *dlogits,
+                                               const float *logits, const int32_t *targets,
+                                               const float *mx, const double *z,
+                                               const double *ly, int64_t n, int64_t V,
+                                               int64_t v_lo, int64_t v_valid, float grad_scale,
+                                               double *row_loss)
+{
+    REQUIRE_SHARD("ce_shard_finish");
+    if (n == 0)
+        return;
+    mt_k_ce_shard_finish<<<row_blocks(n), CE_THREADS, 0, s>>>(
+        dlogits, logits, targets, mx, z, ly, n, V, v_lo, v_valid, grad_scale, row_loss);
+    MT_CUDA_LAUNCH_CHECK("ce_shard_finish");
+}

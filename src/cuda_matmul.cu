@@ -1,0 +1,169 @@
+/* cuda_matmul.cu: GEMMs of the CUDA backend and the bf16 <-> fp32
+ * conversions.
+ *
+ * fp32: cublasSgemm in the default math mode (no TF32), so the results
+ * stay within a few fp32 ulps of the CPU's sgemm.  bf16: cublasLtMatmul
+ * with bf16 A, B and CUBLAS_COMPUTE_32F (fp32 accumulation, fp32
+ * alpha/beta), C bf16 or fp32 (weight gradients accumulate in fp32).  Both are row-major through the usual trick: a row-major
+ * [M,N] matrix is a column-major [N,M] one, so C^T = op(B)^T op(A)^T is
+ * computed with the operands swapped and the transposes kept.
+ *
+ * Not done here: algorithm caching for cuBLASLt (each call asks the
+ * heuristic again, some microseconds of host time), fused epilogues
+ * (bias, GELU), fp8. */
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <limits.h>
+
+#include "cuda_common.cuh"
+
+static void cublas_check(cublasStatus_t st, const char *call, const char *file, int line)
+{
+    if (st != CUBLAS_STATUS_SUCCESS)
+        mt_cuda_die(call, cublasGetStatusString(st), file, line);
+}
+#define CUBLAS_CHECK(call) cublas_check((call), #call, __FILE__, __LINE__)
+
+/* ------------------------------------------------------------------ kernels */
+
+__global__ void mt_k_convert_f32_bf16(__nv_bfloat16 *dst, const float *src, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+__global__ void mt_k_convert_bf16_f32(float *dst, const __nv_bfloat16 *src, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = __bfloat162float(src[i]);
+}
+
+/* C = beta C for k == 0 (cuBLAS wants ld >= 1); bf16 or fp32 */
+template <typename T> __global__ void mt_k_beta_only(T *c, int64_t n, float beta)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        mt_st(c, i, beta == 0.0f ? 0.0f : beta * mt_ld(c, i));
+}
+
+/* ------------------------------------------------------------------ launchers */
+
+static void check_dims(const char *kernel, int64_t m, int64_t n, int64_t k)
+{
+    MT_CUDA_REQUIRE(m >= 0 && n >= 0 && k >= 0, kernel, "m=%lld n=%lld k=%lld", (long long)m,
+                    (long long)n, (long long)k);
+    MT_CUDA_REQUIRE(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX, kernel,
+                    "cuBLAS takes int dims: m=%lld n=%lld k=%lld", (long long)m, (long long)n,
+                    (long long)k);
+}
+
+extern "C" void mt_cuda_launch_matmul(cudaStream_t s, float *c, const float *a, const float *b,
+                                      int64_t m, int64_t n, int64_t k, bool ta, bool tb,
+                                      float beta)
+{
+    check_dims("matmul", m, n, k);
+    if (m == 0 || n == 0)
+        return;
+    if (k == 0) {
+        mt_k_beta_only<float><<<mt_cuda_blocks(m * n, 256), 256, 0, s>>>(c, m * n, beta);
+        MT_CUDA_LAUNCH_CHECK("beta_only");
+        return;
+    }
+    cublasHandle_t h = (cublasHandle_t)mt_cuda_ctx("matmul")->cublas;
+    CUBLAS_CHECK(cublasSetStream(h, s));
+    const float alpha = 1.0f;
+    /* column-major: C^T[n,m] = op(B)^T[n,k] op(A)^T[k,m] */
+    CUBLAS_CHECK(cublasSgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                             (int)n, (int)m, (int)k, &alpha, b, (int)(tb ? k : n), a,
+                             (int)(ta ? m : k), &beta, c, (int)n));
+}
+
+/* cuBLASLt: bf16 A and B, C (and D, the same buffer) bf16 or fp32,
+ * fp32 accumulation and alpha/beta */
+static void matmul_lt(cudaStream_t s, void *c, bool c_f32, const uint16_t *a, const uint16_t *b,
+                      int64_t m, int64_t n, int64_t k, bool ta, bool tb, float beta,
+                      const char *kernel)
+{
+    check_dims(kernel, m, n, k);
+    if (m == 0 || n == 0)
+        return;
+    if (k == 0) {
+        if (c_f32)
+            mt_k_beta_only<float><<<mt_cuda_blocks(m * n, 256), 256, 0, s>>>((float *)c, m * n,
+                                                                              beta);
+        else
+            mt_k_beta_only<__nv_bfloat16>
+                <<<mt_cuda_blocks(m * n, 256), 256, 0, s>>>((__nv_bfloat16 *)c, m * n, beta);
+        MT_CUDA_LAUNCH_CHECK("beta_only");
+        return;
+    }
+    mt_cuda_ctx_t *ctx = mt_cuda_ctx(kernel);
+    cublasLtHandle_t lt = (cublasLtHandle_t)ctx->cublaslt;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    const cublasOperation_t op1 = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op2 = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op1,
+                                                sizeof op1));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op2,
+                                                sizeof op2));
+    /* first operand B: stored column-major [n,k] (ld n), or [k,n] (ld k) when tb */
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, tb ? k : n, tb ? n : k,
+                                            tb ? k : n));
+    /* second operand A: stored column-major [k,m] (ld k), or [m,k] (ld m) when ta */
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, ta ? m : k, ta ? k : m,
+                                            ta ? m : k));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, c_f32 ? CUDA_R_32F : CUDA_R_16BF, n, m, n));
+
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = ctx->lt_workspace_bytes;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &heur, &found));
+    MT_CUDA_REQUIRE(found > 0, kernel,
+                    "cuBLASLt has no algorithm for m=%lld n=%lld k=%lld ta=%d tb=%d",
+                    (long long)m, (long long)n, (long long)k, (int)ta, (int)tb);
+    const float alpha = 1.0f;
+    CUBLAS_CHECK(cublasLtMatmul(lt, desc, &alpha, b, la, a, lb, &beta, c, lc, c, lc, &heur.algo,
+                                ctx->lt_workspace, ctx->lt_workspace_bytes, s));
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatmulDescDestroy(desc);
+}
+
+extern "C" void mt_cuda_launch_matmul_bf16(cudaStream_t s, uint16_t *c, const uint16_t *a,
+                                           const uint16_t *b, int64_t m, int64_t n, int64_t k,
+                                           bool ta, bool tb, float beta)
+{
+    matmul_lt(s, c, false, a, b, m, n, k, ta, tb, beta, "matmul_bf16");
+}
+
+extern "C" void mt_cuda_launch_matmul_bf16_f32out(cudaStream_t s, float *c, const uint16_t *a,
+                                                  const uint16_t *b, int64_t m, int64_t n,
+                                                  int64_t k, bool ta, bool tb, float beta)
+{
+    matmul_lt(s, c, true, a, b, m, n, k, ta, tb, beta, "matmul_bf16_f32out");
+}
+
+extern "C" void mt_cuda_launch_convert(cudaStream_t s, void *dst, const void *src, int64_t n,
+                                       bool to_bf16)
+{
+    MT_CUDA_REQUIRE(n >= 0, "convert", "n=%lld", (long long)n);
+    if (n == 0)
+        return;
+    if (to_bf16)
+        mt_k_convert_f32_bf16<<<mt_cuda_blocks(n, 256), 256, 0, s>>>((__nv_bfloat16 *)dst,
+                                                                    (const float *)src, n);
+    else
+        mt_k_convert_bf16_f32<<<mt_cuda_blocks(n, 256), 256, 0, s>>>(
+            (float *)dst, (const __nv_bfloat16 *)src, n);
+    MT_CUDA_LAUNCH_CHECK("convert");
+}

@@ -1,0 +1,117 @@
+/* cuda_mlp.cu: the elementwise kernels of the CUDA backend: SwiGLU forward
+ * and backward, y += x, x *= s, and the deterministic sum of squares (the
+ * gradient norm).
+ *
+ * SwiGLU uses CUDA's expf (within 2 ulp), where the CPU uses its own
+ * Cephes expf: the two agree to a few float ulps, not bit for bit.  The
+ * backward may run in place (dgate == gate, dup == up): each thread reads
+ * its element before writing it.  sum_squares splits x into
+ * MT_CUDA_SUMSQ_PARTS contiguous ranges (a function of n only), reduces
+ * each in double with a fixed block tree, and the caller adds the parts in
+ * order: the same bits on every run. */
+#include "cuda_common.cuh"
+
+/* ------------------------------------------------------------------ kernels */
+
+#define GRID_STRIDE(i, n)                                                       \
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n);   \
+         i += (int64_t)gridDim.x * blockDim.x)
+
+__device__ __forceinline__ float mt_sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }
+
+__global__ void mt_k_swiglu_forward(float *out, const float *gate, const float *up, int64_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        const float g = gate[i];
+        out[i] = (g * mt_sigmoid(g)) * up[i];
+    }
+}
+
+__global__ void mt_k_swiglu_backward(float *dgate, float *dup, const float *dout,
+                                     const float *gate, const float *up, int64_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        const float g = gate[i], u = up[i], d = dout[i];
+        const float sg = mt_sigmoid(g);
+        dgate[i] = d * u * (sg * (1.0f + g * (1.0f - sg)));
+        dup[i] = d * (g * sg);
+    }
+}
+
+__global__ void mt_k_add(float *y, const float *x, int64_t n)
+{
+    GRID_STRIDE(i, n) y[i] += x[i];
+}
+
+__global__ void mt_k_scale(float *x, float a, int64_t n)
+{
+    GRID_STRIDE(i, n) x[i] *= a;
+}
+
+/* block b sums x over its contiguous part, the CPU's chunking formula */
+__global__ void mt_k_sum_squares(double *partial, const float *x, int64_t n, int64_t nparts)
+{
+    __shared__ double buf[MT_WARP];
+    const int64_t b = blockIdx.x;
+    const int64_t lo = n / nparts * b + (b < n % nparts ? b : n % nparts);
+    const int64_t hi = lo + n / nparts + (b < n % nparts ? 1 : 0);
+    double acc = 0.0;
+    for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x)
+        acc += (double)x[i] * (double)x[i];
+    acc = mt_block_sum(acc, buf);
+    if (threadIdx.x == 0)
+        partial[b] = acc;
+}
+
+/* ------------------------------------------------------------------ launchers */
+
+#define REQUIRE_N(kernel, n) MT_CUDA_REQUIRE((n) >= 0, kernel, "n=%lld", (long long)(n))
+
+extern "C" void mt_cuda_launch_swiglu_forward(cudaStream_t s, float *out, const float *gate,
+                                              const float *up, int64_t n)
+{
+    REQUIRE_N("swiglu_forward", n);
+    if (n == 0)
+        return;
+    mt_k_swiglu_forward<<<mt_cuda_blocks(n, 256), 256, 0, s>>>(out, gate, up, n);
+    MT_CUDA_LAUNCH_CHECK("swiglu_forward");
+}
+
+extern "C" void mt_cuda_launch_swiglu_backward(cudaStream_t s, float *dgate, float *dup,
+                                               const float *dout, const float *gate,
+                                               const float *up, int64_t n)
+{
+    REQUIRE_N("swiglu_backward", n);
+    if (n == 0)
+        return;
+    mt_k_swiglu_backward<<<mt_cuda_blocks(n, 256), 256, 0, s>>>(dgate, dup, dout, gate, up, n);
+    MT_CUDA_LAUNCH_CHECK("swiglu_backward");
+}
+
+extern "C" void mt_cuda_launch_add(cudaStream_t s, float *y, const float *x, int64_t n)
+{
+    REQUIRE_N("add", n);
+    if (n == 0)
+        return;
+    mt_k_add<<<mt_cuda_blocks(n, 256), 256, 0, s>>>(y, x, n);
+    MT_CUDA_LAUNCH_CHECK("add");
+}
+
+extern "C" void mt_cuda_launch_scale(cudaStream_t s, float *x, float a, int64_t n)
+{
+    REQUIRE_N("scale", n);
+    if (n == 0)
+        return;
+    mt_k_scale<<<mt_cuda_blocks(n, 256), 256, 0, s>>>(x, a, n);
+    MT_CUDA_LAUNCH_CHECK("scale");
+}
+
+extern "C" void mt_cuda_launch_sum_squares(cudaStream_t s, double *partial, const float *x,
+                                           int64_t n)
+{
+    REQUIRE_N("sum_squares", n);
+    mt_k_sum_squares<<<MT_CUDA_SUMSQ_PARTS, 256, 0, s>>>(partial, x, n, MT_CUDA_SUMSQ_PARTS);
+    MT_CUDA_LAUNCH_CHECK("sum_squares");
+}

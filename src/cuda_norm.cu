@@ -1,0 +1,123 @@
+/* cuda_norm.cu: RMSNorm of the CUDA backend, forward and backward.
+ *
+ * One block per row for the row-wise parts (rstd, out, dx), sums in double
+ * as on the CPU.  The weight gradient dw is a reduction over rows; to stay
+ * deterministic without atomics it runs in two kernels: partial sums over
+ * a fixed number of row chunks (DW_CHUNKS, a function of n only) into
+ * backend scratch, then one thread per column adding the chunks in order.
+ * The bits do not depend on the GPU or the launch, only on the shapes.
+ * Scratch: DW_CHUNKS * dim doubles. */
+#include "cuda_common.cuh"
+
+#define ROW_THREADS 256
+#define DW_CHUNKS 128
+
+/* ------------------------------------------------------------------ kernels */
+
+__global__ void mt_k_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w,
+                                     int64_t n, int64_t dim, float eps)
+{
+    __shared__ double buf[MT_WARP];
+    for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+        const float *xr = x + i * dim;
+        double ss = 0.0;
+        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
+            ss += (double)xr[j] * (double)xr[j];
+        ss = mt_block_sum(ss, buf);
+        const float r = (float)(1.0 / sqrt(ss / (double)dim + (double)eps));
+        if (threadIdx.x == 0)
+            rstd[i] = r;
+        float *yr = out + i * dim;
+        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
+            yr[j] = (xr[j] * r) * w[j]; /* Hugging Face's order */
+    }
+}
+
+__global__ void mt_k_rmsnorm_backward_dx(float *dx, const float *dout, const float *x,
+                                         const float *w, const float *rstd, int64_t n,
+                                         int64_t dim)
+{
+    __shared__ double buf[MT_WARP];
+    for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+        const float *xr = x + i * dim, *gr = dout + i * dim;
+        double gx = 0.0;
+        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
+            gx += (double)gr[j] * (double)w[j] * (double)xr[j];
+        gx = mt_block_sum(gx, buf);
+        const double r = rstd[i];
+        const float coef = (float)(r * r * r * gx / (double)dim);
+        const float rf = (float)r;
+        float *dr = dx + i * dim; /* may not alias dout: rows are read above, then written */
+        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
+            dr[j] = rf * (gr[j] * w[j]) - coef * xr[j];
+    }
+}
+
+/* partial[ch][c] = sum over the rows of chunk ch of dout * x * rstd */
+__global__ void mt_k_rmsnorm_dw_partial(double *partial, const float *dout, const float *x,
+                                        const float *rstd, int64_t n, int64_t dim,
+                                        int64_t rows_per_chunk)
+{
+    const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    const int64_t ch = blockIdx.y;
+    if (c >= dim)
+        return;
+    const int64_t r0 = ch * rows_per_chunk;
+    const int64_t r1 = r0 + rows_per_chunk < n ? r0 + rows_per_chunk : n;
+    double acc = 0.0;
+    for (int64_t i = r0; i < r1; i++)
+        acc += (double)dout[i * dim + c] * (double)x[i * dim + c] * (double)rstd[i];
+    partial[ch * dim + c] = acc;
+}
+
+__global__ void mt_k_rmsnorm_dw_finish(float *dw, const double *partial, int64_t nchunks,
+                                       int64_t dim)
+{
+    const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (c >= dim)
+        return;
+    double acc = 0.0;
+    for (int64_t ch = 0; ch < nchunks; ch++)
+        acc += partial[ch * dim + c];
+    dw[c] += (float)acc;
+}
+
+/* ------------------------------------------------------------------ launchers */
+
+static unsigned row_blocks(int64_t n) { return n < 65535 * 16 ? (unsigned)n : 65535 * 16; }
+
+extern "C" void mt_cuda_launch_rmsnorm_forward(cudaStream_t s, float *out, float *rstd,
+                                               const float *x, const float *w, int64_t n,
+                                               int64_t dim, float eps)
+{
+    MT_CUDA_REQUIRE(n >= 0 && dim > 0, "rmsnorm_forward", "n=%lld dim=%lld", (long long)n,
+                    (long long)dim);
+    if (n == 0)
+        return;
+    mt_k_rmsnorm_forward<<<row_blocks(n), ROW_THREADS, 0, s>>>(out, rstd, x, w, n, dim, eps);
+    MT_CUDA_LAUNCH_CHECK("rmsnorm_forward");
+}
+
+extern "C" void mt_cuda_launch_rmsnorm_backward(cudaStream_t s, float *dx, float *dw,
+                                                const float *dout, const float *x,
+                                                const float *w, const float *rstd, int64_t n,
+                                                int64_t dim)
+{
+    MT_CUDA_REQUIRE(n >= 0 && dim > 0, "rmsnorm_backward", "n=%lld dim=%lld", (long long)n,
+                    (long long)dim);
+    if (n == 0)
+        return;
+    const int64_t nchunks = n < DW_CHUNKS ? n : DW_CHUNKS;
+    const int64_t rows_per_chunk = (n + nchunks - 1) / nchunks;
+    double *partial = (double *)mt_cuda_scratch("rmsnorm_backward",
+                                                (size_t)(nchunks * dim) * sizeof(double));
+    /* dw first: it reads dout and x, which dx may overwrite when aliased */
+    dim3 grid((unsigned)((dim + 255) / 256), (unsigned)nchunks);
+    mt_k_rmsnorm_dw_partial<<<grid, 256, 0, s>>>(partial, dout, x, rstd, n, dim, rows_per_chunk);
+    MT_CUDA_LAUNCH_CHECK("rmsnorm_dw_partial");
+    mt_k_rmsnorm_dw_finish<<<(unsigned)((dim + 255) / 256), 256, 0, s>>>(dw, partial, nchunks,
+                                                                         dim);
+    MT_CUDA_LAUNCH_CHECK("rmsnorm_dw_finish");
+    mt_k_rmsnorm_backward_dx<<<row_blocks(n), ROW_THREADS, 0, s>>>(dx, dout, x, w, rstd, n, dim);
+    MT_CUDA_LAUNCH_CHECK("rmsnorm_backward_dx");
+}

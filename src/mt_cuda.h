@@ -1,0 +1,176 @@
+/* mt_cuda.h: the CUDA backend's public C interface (built when configure
+ * finds CUDA; MT_HAVE_CUDA in config.h).
+ *
+ * A rank binds one GPU (mt_cuda_device_init, by its node-local rank), takes
+ * its device memory from arenas (one cudaMalloc each, a bump allocator, no
+ * managed memory), and computes through mt_backend_cuda(): the same table
+ * as the CPU backend (mt_backend.h), operating on DEVICE pointers, on one
+ * CUDA stream.  The bf16 pieces that the fp32 table has no slot for yet
+ * (mixed-precision AdamW, bf16 cross-entropy, MoE permutation) are plain
+ * functions below; bf16 values are passed as uint16_t bit patterns so this
+ * header needs no CUDA header.  All of it is untested on hardware so far:
+ * doc/gpu.md says what has been checked and what has not.
+ *
+ * Nothing here prints or exits except the kernel launchers, which, like
+ * the CPU kernels (void, no status), stop the process with the kernel's
+ * name when a shape precondition or a launch fails. */
+#ifndef MT_CUDA_H
+#define MT_CUDA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mt_backend.h"
+#include "mt_status.h"
+
+#if !defined(__CUDACC__)
+#include <mpi.h>
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ device */
+
+typedef struct {
+    int device;         /* CUDA ordinal this rank uses */
+    int local_rank;     /* rank within its node */
+    int local_size;     /* ranks on its node */
+    int device_count;   /* devices visible to this rank */
+    int cc_major, cc_minor;
+    int sm_count;
+    size_t total_mem;   /* bytes */
+    char name[128];
+} mt_cuda_device_t;
+
+/* Devices visible to this process; 0 when there is no device or no driver
+ * (never an error: tests use it to skip). */
+int mt_cuda_device_count(void);
+
+#if !defined(__CUDACC__)
+/* Bind the GPU of this rank's node-local rank: node_comm is a
+ * communicator of the ranks on this node (MPI_Comm_split_type with
+ * MPI_COMM_TYPE_SHARED).  Device local_rank % device_count, so several
+ * ranks may share one GPU (the MPI-staged fallback of issue 8). */
+mt_status_t mt_cuda_device_init(mt_cuda_device_t *dev, MPI_Comm node_comm);
+#endif
+
+/* Record a CUDA runtime error (code err from `call`) with its
+ * cudaGetErrorString text, file:line and a hint; returns MT_ERR_INTERNAL
+ * (MT_ERR_NOMEM for out-of-memory). */
+mt_status_t mt_error_cuda(int err, const char *call, const char *file, int line);
+
+/* ------------------------------------------------------------------ arenas */
+
+/* One cudaMalloc; allocations are bumped off it, 256-byte aligned, and
+ * released all together (reset) or with the arena (free). */
+typedef struct {
+    char *base;
+    size_t size;
+    size_t used;
+    size_t peak;
+    const char *name; /* for error messages ("params", "activations") */
+} mt_cuda_arena_t;
+
+mt_status_t mt_cuda_arena_init(mt_cuda_arena_t *a, const char *name, size_t bytes);
+/* *out = bytes of device memory; MT_ERR_NOMEM naming the arena when full. */
+mt_status_t mt_cuda_arena_alloc(mt_cuda_arena_t *a, size_t bytes, void **out);
+void mt_cuda_arena_reset(mt_cuda_arena_t *a);
+void mt_cuda_arena_free(mt_cuda_arena_t *a);
+
+/* ------------------------------------------------------------------ backend */
+
+/* Set up the process's CUDA backend on the current device: its stream,
+ * cuBLAS and cuBLASLt handles, and scratch_bytes of device scratch taken
+ * from `arena` (kernels never allocate; reductions that must be
+ * deterministic keep fixed-size partial sums there).  A pinned host buffer
+ * of the same order receives the partial sums of the kernels that return a
+ * double (cross-entropy, sum_squares).  mt_backend_cuda() is usable
+ * after this returns MT_OK; its kernels stop the process if it was not
+ * called. */
+mt_status_t mt_cuda_backend_init(mt_cuda_arena_t *arena, size_t scratch_bytes);
+void mt_cuda_backend_free(void);
+
+/* The CUDA backend's table: same semantics as mt_backend_cpu(), device
+ * pointers; kernels run on the backend's stream.  Kernels that return a
+ * value (cross_entropy, ce_shard_finish, sum_squares) synchronise it. */
+const mt_backend_t *mt_backend_cuda(void);
+
+/* The backend's stream (a cudaStream_t) and a blocking wait for it. */
+void *mt_cuda_stream(void);
+mt_status_t mt_cuda_synchronize(void);
+
+/* ------------------------------------------------------------------ bf16 */
+
+/* bf16 <-> fp32 conversion, round to nearest even (device pointers). */
+void mt_cuda_f32_to_bf16(uint16_t *dst, const float *src, int64_t n);
+void mt_cuda_bf16_to_f32(float *dst, const uint16_t *src, int64_t n);
+
+/* C[M,N] (bf16) = op(A) @ op(B) + beta C with A, B bf16 and fp32
+ * accumulation through cuBLASLt; row-major, the transposes of
+ * mt_backend_t.matmul.  Also the table's matmul_bf16 entry. */
+void mt_cuda_matmul_bf16(uint16_t *c, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n,
+                         int64_t k, bool trans_a, bool trans_b, float beta);
+
+/* Cross-entropy over bf16 logits [n, V] (first v_valid columns real):
+ * the loss of cross_entropy in fp32 registers, never an fp32 copy of the
+ * logits; the gradient (softmax - onehot) * grad_scale is written as bf16
+ * into dlogits (may alias logits) unless it is NULL.  Returns the sum over
+ * non-ignored rows (row order), *count their number. */
+double mt_cuda_cross_entropy_bf16(uint16_t *dlogits, const uint16_t *logits,
+                                  const int32_t *targets, int64_t n, int64_t V, int64_t v_valid,
+                                  float grad_scale, int64_t *count);
+
+/* The same with an fp32 C (fp32 accumulation into fp32 weight gradients). */
+void mt_cuda_matmul_bf16_f32out(float *c, const uint16_t *a, const uint16_t *b, int64_t m,
+                                int64_t n, int64_t k, bool trans_a, bool trans_b, float beta);
+
+/* LM head and cross-entropy together, bf16, in row chunks, so the [n, V]
+ * logits never exist whole, in fp32 or bf16.  h [n, H] and W [V, H] are
+ * bf16 (W in nn.Linear layout; V = padded vocabulary, v_valid real
+ * columns).  For each chunk of at most chunk_rows rows: logits = h W^T
+ * into `work` (bf16, chunk_rows * V elements, from the caller), the bf16
+ * cross-entropy in place, then dh = dlogits W (bf16, overwritten) and
+ * dW += dlogits^T h (fp32).  dh and dW may be NULL (loss only: no
+ * gradient pass at all when both are).  Returns the loss summed over
+ * non-ignored rows in row order, *count their number. */
+double mt_cuda_lm_head_cross_entropy_bf16(uint16_t *dh, float *dW, const uint16_t *h,
+                                          const uint16_t *W, const int32_t *targets, int64_t n,
+                                          int64_t H, int64_t V, int64_t v_valid,
+                                          float grad_scale, uint16_t *work, int64_t chunk_rows,
+                                          int64_t *count);
+
+/* AdamW on fp32 master weights p (the table's adamw), also writing the
+ * bf16 working copy p_bf16 the forward reads (NULL: none). */
+void mt_cuda_adamw_mixed(float *p, uint16_t *p_bf16, const float *g, float *m, float *v, int64_t n,
+                         float lr, float b1, float b2, float eps, float wd, int64_t t);
+
+/* ------------------------------------------------------------------ MoE */
+
+/* Routing: expert[i] in [0, n_experts) for the n_assign = tokens*top_k
+ * assignments (row-major [tokens, top_k]).  Writes pos[i], the row of
+ * assignment i in the expert-sorted order (experts ascending, assignments
+ * of one expert in index order: a stable counting sort, deterministic),
+ * and offsets[e] (n_experts + 1 entries), the first row of expert e. */
+void mt_cuda_moe_route(int32_t *pos, int32_t *offsets, const int32_t *expert, int64_t n_assign,
+                       int64_t n_experts);
+/* Permute: out[pos[t*top_k+k], :] = x[t, :] (each token copied once per
+ * chosen expert).  Its backward is unpermute with weights NULL (1). */
+void mt_cuda_moe_permute(float *out, const float *x, const int32_t *pos, int64_t n_tokens,
+                         int64_t top_k, int64_t dim);
+/* Unpermute: y[t, :] = sum_k w[t,k] * e[pos[t*top_k+k], :], k ascending
+ * (w NULL: weights 1).  Overwrites y. */
+void mt_cuda_moe_unpermute(float *y, const float *e, const int32_t *pos, const float *w,
+                           int64_t n_tokens, int64_t top_k, int64_t dim);
+/* Unpermute backward: de[pos[t,k], :] = w[t,k] dy[t, :] (overwrites de),
+ * dw[t,k] = dot(dy[t], e[pos[t,k]]) (overwrites dw; skipped when NULL). */
+void mt_cuda_moe_unpermute_backward(float *de, float *dw, const float *dy, const float *e,
+                                    const int32_t *pos, const float *w, int64_t n_tokens,
+                                    int64_t top_k, int64_t dim);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

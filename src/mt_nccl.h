@@ -1,0 +1,88 @@
+/* mt_nccl.h: NCCL communicators for the mesh's process groups (built when
+ * configure finds NCCL; MT_HAVE_NCCL in config.h).
+ *
+ * One communicator per mesh group (each axis and each flattened group of
+ * mt_mesh.h), created from that group's MPI communicator by broadcasting
+ * an ncclUniqueId over it.  Communicators are non-blocking (ncclConfig_t
+ * blocking = 0): no NCCL call can hang the host, and mt_nccl_wait polls
+ * for completion and for ncclCommGetAsyncError up to the timeout
+ * (distributed.timeout_s), then aborts the communicator and returns an
+ * error naming the collective and the axis, so every rank can exit.
+ *
+ * Collectives run on the group's own stream: each waits for an event
+ * recorded on the caller's compute stream (so it sees the data the
+ * compute produced) and records a `done` event that mt_nccl_join makes
+ * the compute stream wait on; the compute stream is never blocked by the
+ * host.  Untested on hardware so far (doc/gpu.md). */
+#ifndef MT_NCCL_H
+#define MT_NCCL_H
+
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+#include <stddef.h>
+
+#include "mt_mesh.h"
+#include "mt_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    ncclComm_t comm; /* NULL: the group does not exist on this layout */
+    cudaStream_t stream;
+    cudaEvent_t ready; /* recorded on the compute stream before a collective */
+    cudaEvent_t done;  /* recorded on `stream` after it */
+    int rank, size;
+    const char *axis;  /* group name for messages ("dp_shard", "tp", ...) */
+    double timeout_s;
+} mt_nccl_group_t;
+
+typedef struct {
+    mt_nccl_group_t group[MT_NGROUPS];
+} mt_nccl_t;
+
+/* One communicator over the MPI communicator comm (collective over it),
+ * named `axis` in error messages. */
+mt_status_t mt_nccl_group_init(mt_nccl_group_t *g, MPI_Comm comm, const char *axis,
+                               double timeout_s);
+void mt_nccl_group_free(mt_nccl_group_t *g);
+
+/* Every group of the mesh, in group order (collective over the mesh's
+ * communicator; the device must already be bound). */
+mt_status_t mt_nccl_init(mt_nccl_t *n, const mt_mesh_t *mesh, double timeout_s);
+void mt_nccl_free(mt_nccl_t *n);
+
+/* Collectives: enqueued on g's stream after the work already on
+ * `compute` (a cudaStream_t); they return once enqueued.  Counts are in
+ * elements of `type`.  all_gather: recv holds size * count; reduce_scatter:
+ * send holds size * count; all_to_all: send and recv hold size * count,
+ * block r going to / coming from rank r (grouped send/recv). */
+mt_status_t mt_nccl_all_reduce(mt_nccl_group_t *g, const void *send, void *recv, size_t count,
+                               ncclDataType_t type, ncclRedOp_t op, cudaStream_t compute);
+mt_status_t mt_nccl_all_gather(mt_nccl_group_t *g, const void *send, void *recv, size_t count,
+                               ncclDataType_t type, cudaStream_t compute);
+mt_status_t mt_nccl_reduce_scatter(mt_nccl_group_t *g, const void *send, void *recv,
+                                   size_t count, ncclDataType_t type, ncclRedOp_t op,
+                                   cudaStream_t compute);
+mt_status_t mt_nccl_all_to_all(mt_nccl_group_t *g, const void *send, void *recv, size_t count,
+                               ncclDataType_t type, cudaStream_t compute);
+mt_status_t mt_nccl_send(mt_nccl_group_t *g, const void *buf, size_t count, ncclDataType_t type,
+                         int peer, cudaStream_t compute);
+mt_status_t mt_nccl_recv(mt_nccl_group_t *g, void *buf, size_t count, ncclDataType_t type,
+                         int peer, cudaStream_t compute);
+
+/* Make `compute` wait (on the device) for g's collectives so far. */
+mt_status_t mt_nccl_join(mt_nccl_group_t *g, cudaStream_t compute);
+
+/* Block the host until g's collectives so far finish, polling
+ * ncclCommGetAsyncError; after g->timeout_s seconds, or on an
+ * asynchronous NCCL error, abort the communicator and fail with a message
+ * naming `collective` and the axis. */
+mt_status_t mt_nccl_wait(mt_nccl_group_t *g, const char *collective);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

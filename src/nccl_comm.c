@@ -1,0 +1,277 @@
+/* nccl_comm.c: NCCL communicators per mesh group, collectives on their own
+ * streams, and the timeout (see mt_nccl.h for the contract).
+ *
+ * A communicator is made by broadcasting rank 0's ncclUniqueId over the
+ * group's MPI communicator and calling ncclCommInitRankConfig with
+ * blocking = 0; init and every collective may return ncclInProgress, and
+ * nccl_poll() then waits on ncclCommGetAsyncError with the timeout.  Groups
+ * are created one after the other in mt_group_t order, which every rank
+ * follows, so no two ranks wait on different communicators' inits.
+ * It does not retry or shrink after a failure: an aborted communicator
+ * stays aborted and the run ends (the job restarts from a checkpoint). */
+#include "config.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "cuda_internal.h"
+#include "mt_nccl.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void nap(void)
+{
+    const struct timespec ts = {0, 200000}; /* 0.2 ms: cheap, and quick enough */
+    nanosleep(&ts, NULL);
+}
+
+static mt_status_t fail_abort(mt_nccl_group_t *g, const char *what, const char *why)
+{
+    mt_error_set(MT_ERR_MPI, __FILE__, __LINE__, "NCCL %s on axis %s (rank %d of %d): %s", what,
+                 g->axis, g->rank, g->size, why);
+    mt_error_hint("another rank of this %s group failed or hangs: look at the first rank that "
+                  "reported an error; NCCL_DEBUG=WARN says more; distributed.timeout_s sets the "
+                  "wait",
+                  g->axis);
+    if (g->comm) {
+        ncclCommAbort(g->comm);
+        g->comm = NULL;
+    }
+    return MT_ERR_MPI;
+}
+
+/* After a non-blocking NCCL call: wait while the communicator reports
+ * ncclInProgress, up to the timeout. */
+static mt_status_t nccl_poll(mt_nccl_group_t *g, ncclResult_t rc, const char *what)
+{
+    if (rc != ncclSuccess && rc != ncclInProgress)
+        return fail_abort(g, what, ncclGetErrorString(rc));
+    const double t0 = now_s();
+    for (;;) {
+        ncclResult_t st = ncclSuccess;
+        const ncclResult_t q = ncclCommGetAsyncError(g->comm, &st);
+        if (q != ncclSuccess)
+            return fail_abort(g, what, ncclGetErrorString(q));
+        if (st == ncclSuccess)
+            return MT_OK;
+        if (st != ncclInProgress)
+            return fail_abort(g, what, ncclGetErrorString(st));
+        if (now_s() - t0 > g->timeout_s) {
+            char why[96];
+            snprintf(why, sizeof why, "still in progress after %.0f s", g->timeout_s);
+            return fail_abort(g, what, why);
+        }
+        nap();
+    }
+}
+
+mt_status_t mt_nccl_group_init(mt_nccl_group_t *g, MPI_Comm comm, const char *axis,
+                               double timeout_s)
+{
+    memset(g, 0, sizeof *g);
+    g->axis = axis;
+    g->timeout_s = timeout_s > 0 ? timeout_s : 600.0;
+    MT_MPI_TRY(MPI_Comm_rank(comm, &g->rank));
+    MT_MPI_TRY(MPI_Comm_size(comm, &g->size));
+    ncclUniqueId id;
+    if (g->rank == 0) {
+        const ncclResult_t rc = ncclGetUniqueId(&id);
+        if (rc != ncclSuccess)
+            MT_FAIL(MT_ERR_MPI, "ncclGetUniqueId for axis %s: %s", axis, ncclGetErrorString(rc));
+    }
+    MT_MPI_TRY(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, comm));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    const ncclResult_t rc = ncclCommInitRankConfig(&g->comm, g->size, id, g->rank, &config);
+    if (rc != ncclSuccess && rc != ncclInProgress)
+        MT_FAIL(MT_ERR_MPI, "ncclCommInitRankConfig for axis %s: %s", axis,
+                ncclGetErrorString(rc));
+    MT_TRY(nccl_poll(g, rc, "communicator init"));
+    MT_CUDA_TRY(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
+    MT_CUDA_TRY(cudaEventCreateWithFlags(&g->ready, cudaEventDisableTiming));
+    MT_CUDA_TRY(cudaEventCreateWithFlags(&g->done, cudaEventDisableTiming));
+    return MT_OK;
+}
+
+void mt_nccl_group_free(mt_nccl_group_t *g)
+{
+    if (g->comm) {
+        /* finalize is non-blocking too; poll it, then destroy */
+        if (nccl_poll(g, ncclCommFinalize(g->comm), "communicator finalize") == MT_OK)
+            ncclCommDestroy(g->comm);
+        g->comm = NULL; /* on failure nccl_poll() has aborted it */
+    }
+    if (g->done)
+        cudaEventDestroy(g->done);
+    if (g->ready)
+        cudaEventDestroy(g->ready);
+    if (g->stream)
+        cudaStreamDestroy(g->stream);
+    memset(g, 0, sizeof *g);
+}
+
+mt_status_t mt_nccl_init(mt_nccl_t *n, const mt_mesh_t *mesh, double timeout_s)
+{
+    memset(n, 0, sizeof *n);
+    for (int gi = 0; gi < MT_NGROUPS; gi++) {
+        if (mesh->group[gi] == MPI_COMM_NULL)
+            continue;
+        const mt_status_t s =
+            mt_nccl_group_init(&n->group[gi], mesh->group[gi], mt_group_name((mt_group_t)gi),
+                               timeout_s);
+        if (s != MT_OK) {
+            mt_error_trace(__FILE__, __LINE__);
+            mt_nccl_free(n);
+            return s;
+        }
+    }
+    return MT_OK;
+}
+
+void mt_nccl_free(mt_nccl_t *n)
+{
+    for (int gi = MT_NGROUPS - 1; gi >= 0; gi--)
+        mt_nccl_group_free(&n->group[gi]);
+}
+
+/* ------------------------------------------------------------------ collectives */
+
+/* the group's stream waits for the compute stream's work so far */
+static mt_status_t begin(mt_nccl_group_t *g, cudaStream_t compute, const char *what)
+{
+    if (!g->comm)
+        MT_FAIL(MT_ERR_INTERNAL, "NCCL %s on axis %s: no communicator (not created or aborted)",
+                what, g->axis ? g->axis : "?");
+    MT_CUDA_TRY(cudaEventRecord(g->ready, compute));
+    MT_CUDA_TRY(cudaStreamWaitEvent(g->stream, g->ready, 0));
+    return MT_OK;
+}
+
+static mt_status_t end(mt_nccl_group_t *g, ncclResult_t rc, const char *what)
+{
+    MT_TRY(nccl_poll(g, rc, what));
+    MT_CUDA_TRY(cudaEventRecord(g->done, g->stream));
+    return MT_OK;
+}
+
+mt_status_t mt_nccl_all_reduce(mt_nccl_group_t *g, const void *send, void *recv, size_t count,
+                               ncclDataType_t type, ncclRedOp_t op, cudaStream_t compute)
+{
+    MT_TRY(begin(g, compute, "all_reduce"));
+    MT_TRY(end(g, ncclAllReduce(send, recv, count, type, op, g->comm, g->stream), "all_reduce"));
+    return MT_OK;
+}
+
+mt_status_t mt_nccl_all_gather(mt_nccl_group_t *g, const void *send, void *recv, size_t count,
+                               ncclDataType_t type, cudaStream_t compute)
+{
+    MT_TRY(begin(g, compute, "all_gather"));
+    MT_TRY(end(g, ncclAllGather(send, recv, count, type, g->comm, g->stream), "all_gather"));
+    return MT_OK;
+}
+
+mt_status_t mt_nccl_reduce_scatter(mt_nccl_group_t *g, const void *send, void *recv,
+                                   size_t count, ncclDataType_t type, ncclRedOp_t op,
+                                   cudaStream_t compute)
+{
+    MT_TRY(begin(g, compute, "reduce_scatter"));
+    MT_TRY(end(g, ncclReduceScatter(send, recv, count, type, op, g->comm, g->stream),
+               "reduce_scatter"));
+    return MT_OK;
+}
+
+static size_t type_size(ncclDataType_t t)
+{
+    switch (t) {
+    case ncclInt8:
+    case ncclUint8:
+        return 1;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 24, 0)
+    case ncclFloat8e4m3:
+    case ncclFloat8e5m2:
+        return 1;
+#endif
+    case ncclFloat16:
+    case ncclBfloat16:
+        return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32:
+        return 4;
+    default:
+        return 8;
+    }
+}
+
+mt_status_t mt_nccl_all_to_all(mt_nccl_group_t *g, const void *send, void *recv, size_t count,
+                               ncclDataType_t type, cudaStream_t compute)
+{
+    MT_TRY(begin(g, compute, "all_to_all"));
+    const size_t block = count * type_size(type);
+    ncclResult_t rc = ncclGroupStart();
+    for (int r = 0; r < g->size && (rc == ncclSuccess || rc == ncclInProgress); r++) {
+        rc = ncclSend((const char *)send + (size_t)r * block, count, type, r, g->comm, g->stream);
+        if (rc == ncclSuccess || rc == ncclInProgress)
+            rc = ncclRecv((char *)recv + (size_t)r * block, count, type, r, g->comm, g->stream);
+    }
+    const ncclResult_t rc_end = ncclGroupEnd();
+    MT_TRY(end(g, rc != ncclSuccess && rc != ncclInProgress ? rc : rc_end, "all_to_all"));
+    return MT_OK;
+}
+
+mt_status_t mt_nccl_send(mt_nccl_group_t *g, const void *buf, size_t count, ncclDataType_t type,
+                         int peer, cudaStream_t compute)
+{
+    MT_TRY(begin(g, compute, "send"));
+    MT_TRY(end(g, ncclSend(buf, count, type, peer, g->comm, g->stream), "send"));
+    return MT_OK;
+}
+
+mt_status_t mt_nccl_recv(mt_nccl_group_t *g, void *buf, size_t count, ncclDataType_t type,
+                         int peer, cudaStream_t compute)
+{
+    MT_TRY(begin(g, compute, "recv"));
+    MT_TRY(end(g, ncclRecv(buf, count, type, peer, g->comm, g->stream), "recv"));
+    return MT_OK;
+}
+
+mt_status_t mt_nccl_join(mt_nccl_group_t *g, cudaStream_t compute)
+{
+    MT_CUDA_TRY(cudaStreamWaitEvent(compute, g->done, 0));
+    return MT_OK;
+}
+
+mt_status_t mt_nccl_wait(mt_nccl_group_t *g, const char *collective)
+{
+    if (!g->comm)
+        MT_FAIL(MT_ERR_INTERNAL, "NCCL %s on axis %s: no communicator", collective,
+                g->axis ? g->axis : "?");
+    const double t0 = now_s();
+    for (;;) {
+        const cudaError_t e = cudaEventQuery(g->done);
+        if (e == cudaSuccess)
+            return MT_OK;
+        if (e != cudaErrorNotReady)
+            return mt_error_cuda((int)e, "cudaEventQuery(done)", __FILE__, __LINE__);
+        ncclResult_t st = ncclSuccess;
+        const ncclResult_t q = ncclCommGetAsyncError(g->comm, &st);
+        if (q != ncclSuccess)
+            return fail_abort(g, collective, ncclGetErrorString(q));
+        if (st != ncclSuccess && st != ncclInProgress)
+            return fail_abort(g, collective, ncclGetErrorString(st));
+        if (now_s() - t0 > g->timeout_s) {
+            char why[96];
+            snprintf(why, sizeof why, "did not complete in %.0f s (distributed.timeout_s)",
+                     g->timeout_s);
+            return fail_abort(g, collective, why);
+        }
+        nap();
+    }
+}

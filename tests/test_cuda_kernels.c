@@ -1,0 +1,478 @@
+/* test_cuda_kernels: every kernel of the CUDA backend (mt_backend_cuda)
+ * against the CPU backend (mt_backend_cpu) on the same random inputs:
+ * inputs are copied to the device, both backends run, the GPU's results
+ * come back and are compared NORMWISE (max |gpu - cpu| / max |cpu|).
+ * Also the bf16 pieces (GEMM, cross-entropy, the chunked LM head with
+ * its cross-entropy, mixed AdamW) and the MoE
+ * permutation, against host loops.  Exits 77 (skip) when no CUDA device
+ * is visible, which is the case on the build machines and in CI: there
+ * it only proves that the test builds and links.  No MPI.
+ *
+ * Bounds (u = 6e-8, the fp32 unit roundoff; bf16 keeps 8 significant
+ * bits: rounding is within 2^-8 = 3.9e-3 relative, one bf16 ulp is at most
+ * 2^-7 = 7.8e-3 of the largest element of its binade):
+ *  - bitwise equal: embedding forward and backward (the GPU backward adds
+ *    the rows in the CPU's token order), bf16 conversion, MoE permutation;
+ *  - 1e-6: elementwise kernels, RoPE, AdamW parameters (one or two
+ *    roundings apart: CUDA's expf vs the CPU's, FMA contraction);
+ *  - 1e-5: matmul (k <= 100 terms in different orders), RMSNorm forward
+ *    and backward, cross-entropy loss and gradient, the sharded passes;
+ *  - 2e-5: attention (test_cuda_attention.c);
+ *  - 1.6e-2: bf16 GEMM against the CPU's bf16 reference: two fp32 sums
+ *    in different orders can round to neighbouring bf16 values, one ulp
+ *    (7.8e-3 normwise) apart; the bound allows two;
+ *  - 8e-3: bf16 cross-entropy gradients against fp32: one rounding
+ *    (3.9e-3 normwise) plus order;
+ *  - sum_squares: 1e-12 relative (double sums of exact float squares).
+ * Set MT_TEST_VERBOSE=1 to print every measured error. */
+#include "test_cuda_kernels.h"
+
+mt_cuda_arena_t tc_arena;
+const mt_backend_t *tc_cpu, *tc_gpu;
+int tc_verbose;
+
+#define F(n) ((size_t)(n) * sizeof(float))
+
+static void test_matmul(uint64_t *s)
+{
+    const int64_t m = 67, n = 45, k = 33;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int acc = 0; acc < 2; acc++) {
+                float *a = tc_rand(s, m * k, 1.0f), *b = tc_rand(s, k * n, 1.0f);
+                float *c = tc_rand(s, m * n, 1.0f);
+                if (!acc) /* beta 0 must not read C, even NaN */
+                    for (int64_t i = 0; i < m * n; i++)
+                        c[i] = NAN;
+                float *da = tc_up(a, F(m * k)), *db = tc_up(b, F(k * n)), *dc = tc_up(c, F(m * n));
+                tc_cpu->matmul(c, a, b, m, n, k, ta, tb, acc ? 1.0f : 0.0f);
+                tc_gpu->matmul(dc, da, db, m, n, k, ta, tb, acc ? 1.0f : 0.0f);
+                float *g = tc_down(dc, F(m * n));
+                char what[64];
+                snprintf(what, sizeof what, "matmul ta=%d tb=%d beta=%d", ta, tb, acc);
+                CHECK_CLOSE(what, g, c, m * n, 1e-5);
+                free(a), free(b), free(c), free(g);
+                mt_cuda_arena_reset(&tc_arena);
+            }
+    /* k = 0: C = beta C */
+    float c[6] = {1, 2, 3, 4, 5, 6}, ref[6] = {2, 4, 6, 8, 10, 12};
+    float *dc = tc_up(c, sizeof c);
+    tc_gpu->matmul(dc, dc, dc, 2, 3, 0, false, false, 2.0f);
+    float *g = tc_down(dc, sizeof c);
+    CHECK_CLOSE("matmul k=0", g, ref, 6, 0.0);
+    free(g);
+    mt_cuda_arena_reset(&tc_arena);
+}
+
+/* bf16 against the CPU's bf16 reference.  Dimensions are multiples of 8
+ * (16-byte rows), what cuBLASLt's tensor-core kernels want and what model
+ * shapes are; whether odd shapes find an algorithm is left to the
+ * heuristic (the launcher stops with the shape if none does). */
+static void test_matmul_bf16(uint64_t *s)
+{
+    const int64_t m = 72, n = 48, k = 40;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int acc = 0; acc < 2; acc++) {
+                uint16_t *ab = malloc((size_t)(m * k) * 2), *bb = malloc((size_t)(k * n) * 2);
+                uint16_t *cb = malloc((size_t)(m * n) * 2);
+                for (int64_t i = 0; i < m * k; i++)
+                    ab[i] = tc_bf16(tc_uniform(s));
+                for (int64_t i = 0; i < k * n; i++)
+                    bb[i] = tc_bf16(tc_uniform(s));
+                for (int64_t i = 0; i < m * n; i++)
+                    cb[i] = tc_bf16(acc ? tc_uniform(s) : 0.0f);
+                uint16_t *dab = tc_up(ab, (size_t)(m * k) * 2), *dbb = tc_up(bb, (size_t)(k * n) * 2);
+                uint16_t *dcb = tc_up(cb, (size_t)(m * n) * 2);
+                tc_cpu->matmul_bf16(cb, ab, bb, m, n, k, ta, tb, acc ? 1.0f : 0.0f);
+                tc_gpu->matmul_bf16(dcb, dab, dbb, m, n, k, ta, tb, acc ? 1.0f : 0.0f);
+                uint16_t *gb = tc_down(dcb, (size_t)(m * n) * 2);
+                float *gf = malloc(F(m * n)), *rf = malloc(F(m * n));
+                for (int64_t i = 0; i < m * n; i++) {
+                    gf[i] = tc_f32(gb[i]);
+                    rf[i] = tc_f32(cb[i]);
+                }
+                char what[64];
+                snprintf(what, sizeof what, "matmul_bf16 ta=%d tb=%d beta=%d", ta, tb, acc);
+                CHECK_CLOSE(what, gf, rf, m * n, 1.6e-2);
+                free(ab), free(bb), free(cb), free(gb), free(gf), free(rf);
+                mt_cuda_arena_reset(&tc_arena);
+            }
+}
+
+static void test_embedding(uint64_t *s)
+{
+    const int64_t n = 300, dim = 70, vocab = 17;
+    int32_t tok[300];
+    for (int64_t i = 0; i < n; i++) /* many repeats, and other shards' tokens */
+        tok[i] = (int32_t)(tc_rng_next(s) % (vocab + 3)) - 1;
+    for (int64_t i = 0; i < n; i++)
+        if (tok[i] >= vocab)
+            tok[i] = -1;
+    float *table = tc_rand(s, vocab * dim, 1.0f), *dout = tc_rand(s, n * dim, 1.0f);
+    float *dtable = tc_rand(s, vocab * dim, 1.0f), *out = malloc(F(n * dim));
+    int32_t *dtok = tc_up(tok, sizeof tok);
+    float *dtab = tc_up(table, F(vocab * dim)), *ddout = tc_up(dout, F(n * dim));
+    float *ddt = tc_up(dtable, F(vocab * dim)), *dout_ = tc_dev(F(n * dim));
+    tc_cpu->embedding_forward(out, tok, table, n, dim);
+    tc_gpu->embedding_forward(dout_, dtok, dtab, n, dim);
+    float *g = tc_down(dout_, F(n * dim));
+    CHECK_SAME_BYTES("embedding_forward", g, out, F(n * dim));
+    tc_cpu->embedding_backward(dtable, dout, tok, n, dim);
+    tc_gpu->embedding_backward(ddt, ddout, dtok, n, dim);
+    float *gd = tc_down(ddt, F(vocab * dim));
+    CHECK_SAME_BYTES("embedding_backward (token order)", gd, dtable, F(vocab * dim));
+    free(table), free(dout), free(dtable), free(out), free(g), free(gd);
+    mt_cuda_arena_reset(&tc_arena);
+}
+
+static void test_rmsnorm(uint64_t *s)
+{
+    const int64_t n = 37, dim = 300;
+    float *x = tc_rand(s, n * dim, 2.0f), *w = tc_rand(s, dim, 1.0f), *dout = tc_rand(s, n * dim, 1.0f);
+    float *dw = tc_rand(s, dim, 1.0f), *out = malloc(F(n * dim)), *rstd = malloc(F(n));
+    float *dx = malloc(F(n * dim));
+    float *d_x = tc_up(x, F(n * dim)), *d_w = tc_up(w, F(dim)), *d_g = tc_up(dout, F(n * dim));
+    float *d_dw = tc_up(dw, F(dim)), *d_out = tc_dev(F(n * dim)), *d_r = tc_dev(F(n));
+    float *d_dx = tc_dev(F(n * dim));
+    tc_cpu->rmsnorm_forward(out, rstd, x, w, n, dim, 1e-5f);
+    tc_gpu->rmsnorm_forward(d_out, d_r, d_x, d_w, n, dim, 1e-5f);
+    tc_cpu->rmsnorm_backward(dx, dw, dout, x, w, rstd, n, dim);
+    tc_gpu->rmsnorm_backward(d_dx, d_dw, d_g, d_x, d_w, d_r, n, dim);
+    float *g_out = tc_down(d_out, F(n * dim)), *g_r = tc_down(d_r, F(n));
+    float *g_dx = tc_down(d_dx, F(n * dim)), *g_dw = tc_down(d_dw, F(dim));
+    CHECK_CLOSE("rmsnorm_forward out", g_out, out, n * dim, 1e-5);
+    CHECK_CLOSE("rmsnorm_forward rstd", g_r, rstd, n, 1e-5);
+    CHECK_CLOSE("rmsnorm_backward dx", g_dx, dx, n * dim, 1e-5);
+    CHECK_CLOSE("rmsnorm_backward dw (accumulated)", g_dw, dw, dim, 1e-5);
+    free(x), free(w), free(dout), free(dw), free(out), free(rstd), free(dx);
+    free(g_out), free(g_r), free(g_dx), free(g_dw);
+    mt_cuda_arena_reset(&tc_arena);
+}
+
+static void test_rope(uint64_t *s)
+{
+    const int64_t n = 40, nh = 3, hd = 16;
+    int32_t pos[40];
+    for (int64_t i = 0; i < n; i++)
+        pos[i] = (int32_t)(i * 97 % 5000);
+    float *x = tc_rand(s, n * nh * hd, 1.0f);
+    float *dx = tc_up(x, F(n * nh * hd));
+    int32_t *dp = tc_up(pos, sizeof pos);
+    tc_cpu->rope_forward(x, pos, n, nh, hd, 500000.0);
+    tc_gpu->rope_forward(dx, dp, n, nh, hd, 500000.0);
+    float *g = tc_down(dx, F(n * nh * hd));
+    CHECK_CLOSE("rope_forward", g, x, n * nh * hd, 1e-6);
+    tc_cpu->rope_backward(x, pos, n, nh, hd, 500000.0);
+    tc_gpu->rope_backward(dx, dp, n, nh, hd, 500000.0);
+    float *g2 = tc_down(dx, F(n * nh * hd));
+    CHECK_CLOSE("rope_backward", g2, x, n * nh * hd, 1e-6);
+    free(x), free(g), free(g2);
+    mt_cuda_arena_reset(&tc_arena);
+}
+
+static void test_elementwise(uint64_t *s)
+{
+    const int64_t n = 100003;
+    float *gate = tc_rand(s, n, 6.0f), *up = tc_rand(s, n, 2.0f), *dout = tc_rand(s, n, 1.0f);
+    float *out = malloc(F(n)), *dg = malloc(F(n)), *du = malloc(F(n));
+    float *d_gate = tc_up(gate, F(n)), *d_up = tc_up(up, F(n)), *d_dout = tc_up(dout, F(n));
+    float *d_out = tc_dev(F(n));
+    tc_cpu->swiglu_forward(out, gate, up, n);
+    tc_gpu->swiglu_forward(d_out, d_gate, d_up, n);
+    float *g = tc_down(d_out, F(n));
+    CHECK_CLOSE("swiglu_forward", g, out, n, 1e-6);
+    tc_cpu->swiglu_backward(dg, du, dout, gate, up, n);
+    tc_gpu->swiglu_backward(d_gate, d_up, d_dout, d_gate, d_up, n); /* in place */
+    float *gg = tc_down(d_gate, F(n)), *gu = tc_down(d_up, F(n));
+    CHECK_CLOSE("swiglu_backward dgate (in place)", gg, dg, n, 1e-6);
+    CHECK_CLOSE("swiglu_backward dup (in place)", gu, du, n, 1e-6);
+
+    tc_cpu->add(out, dout, n);
+    tc_gpu->add(d_out, d_dout, n);
+    tc_cpu->scale(out, 0.37f, n);
+    tc_gpu->scale(d_out, 0.37f, n);
+    float *ga = tc_down(d_out, F(n));
+    CHECK_CLOSE("add, scale", ga, out, n, 1e-6);
+    const double ss_c = tc_cpu->sum_squares(gate, n), ss_g = tc_gpu->sum_squares(d_gate, 0);
+    CHECK(ss_g == 0.0, "sum_squares of 0 elements = %g", ss_g);
+    float *d_g2 = tc_up(gate, F(n));
+    const double ss1 = tc_gpu->sum_squares(d_g2, n), ss2 = tc_gpu->sum_squares(d_g2, n);
+    CHECK(fabs(ss1 - ss_c) <= 1e-12 * ss_c, "sum_squares %.17g vs cpu %.17g", ss1, ss_c);
+    CHECK(ss1 == ss2, "sum_squares twice: %.17g vs %.17g", ss1, ss2);
+    free(gate), free(up), free(dout), free(out), free(dg), free(du), free(g), free(gg), free(gu);
+    free(ga);
+    mt_cuda_arena_reset(&tc_arena);
+}
+
+static void test_adamw(uint64_t *s)
+{
+    const int64_t n = 5000;
+    float *p = tc_rand(s, n, 1.0f), *g = tc_rand(s, n, 1.0f), *m = tc_rand(s, n, 0.1f);
+    float *v = tc_rand(s, n, 0.1f);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = fabsf(v[i]);
+    float *d_p = tc_up(p, F(n)), *d_g = tc_up(g, F(n)), *d_m = tc_up(m, F(n)), *d_v = tc_up(v, F(n));
+    uint16_t *d_pb = tc_dev((size_t)n * 2);
+    tc_cpu->adamw(p, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7);
+    mt_cuda_adamw_mixed(d_p, d_pb, d_g, d_m, d_v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7);
+    float *gp = tc_down(d_p, F(n)), *gm = tc_down(d_m, F(n)), *gv = tc_down(d_v, F(n));
+    uint16_t *gb = tc_down(d_pb, (size_t)n * 2);
+    CHECK_CLOSE("adamw p", gp, p, n, 1e-6);
+    CHECK_CLOSE("adamw m", gm, m, n, 1e-6);
+    CHECK_CLOSE("adamw v", gv, v, n, 1e-6);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        bad += gb[i] != tc_bf16(gp[i]);
+    CHECK(bad == 0, "adamw_mixed: %lld bf16 copies are not the rounded fp32 weights",
+          (long long)bad);
+    /* the conversions round to nearest even, like the host's */
+    uint16_t *d_b2 = tc_dev((size_t)n * 2);
+    float *d_f2 = tc_dev(F(n));
+    mt_cuda_f32_to_bf16(d_b2, d_g, n);
+    mt_cuda_bf16_to_f32(d_f2, d_b2, n);
+    float *gf = tc_down(d_f2, F(n));
+    bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        bad += gf[i] != tc_f32(tc_bf16(g[i]));
+    CHECK(bad == 0, "bf16 conversion: %lld values differ from the host's rounding", (long long)bad);
+    free(p), free(g), free(m), free(v), free(gp), free(gm), free(gv), free(gb), free(gf);
+    mt_cuda_arena_reset(&tc_arena);
+}
+
+static void test_cross_entropy(uint64_t *s)
+{
+    const int64_t n = 23, V = 1100, v_valid = 1037;
+    float *lg = tc_rand(s, n * V, 8.0f);
+    int32_t tg[23];
+    for (int64_t i = 0; i < n; i++)
+        tg[i] = i % 5 == 3 ? -100 : (int32_t)(tc_rng_next(s) % v_valid);
+    float *dl = malloc(F(n * V));
+    int64_t cnt_c = 0, cnt_g = 0;
+    const double lc = tc_cpu->cross_entropy(dl, lg, tg, n, V, v_valid, 0.25f, &cnt_c);
+    float *d_lg = tc_up(lg, F(n * V));
+    int32_t *d_tg = tc_up(tg, sizeof tg);
+    const double lgpu = tc_gpu->cross_entropy(d_lg, d_lg, d_tg, n, V, v_valid, 0.25f, &cnt_g);
+    float *g = tc_down(d_lg, F(n * V)); /* in place */
+    CHECK(cnt_c == cnt_g, "cross_entropy count %lld vs cpu %lld", (long long)cnt_g, (long long)cnt_c);
+    CHECK(fabs(lgpu - lc) <= 1e-5 * fabs(lc), "cross_entropy loss %.9g vs cpu %.9g", lgpu, lc);
+    CHECK_CLOSE("cross_entropy dlogits (in place)", g, dl, n * V, 1e-5);
+
+    /* the vocabulary-parallel passes: two shards of 600 + 500 columns */
+    const int64_t V0 = 600, V1 = V - V0; /* shard 1 holds v_valid - V0 real columns */
+    float *sh[2];
+    for (int r = 0; r < 2; r++) {
+        const int64_t w = r ? V1 : V0;
+        sh[r] = malloc(F(n * w));
+        for (int64_t i = 0; i < n; i++)
+            memcpy(sh[r] + i * w, lg + i * V + (r ? V0 : 0), F(w));
+    }
+    const int64_t lo[2] = {0, V0}, wv[2] = {V0, V1}, valid[2] = {V0, v_valid - V0};
+    float mx_c[2][23], mx[23];
+    double z_c[2][23], ly_c[2][23], z[23], ly[23];
+    for (int r = 0; r < 2; r++)
+        tc_cpu->ce_shard_max(mx_c[r], sh[r], n, wv[r], valid[r]);
+    for (int64_t i = 0; i < n; i++)
+        mx[i] = mx_c[0][i] > mx_c[1][i] ? mx_c[0][i] : mx_c[1][i];
+    for (int r = 0; r < 2; r++)
+        tc_cpu->ce_shard_sum(z_c[r], ly_c[r], sh[r], tg, mx, n, wv[r], lo[r], valid[r]);
+    for (int64_t i = 0; i < n; i++) {
+        z[i] = z_c[0][i] + z_c[1][i];
+        ly[i] = ly_c[0][i] + ly_c[1][i];
+    }
+    for (int r = 0; r < 2; r++) {
+        float *d_sh = tc_up(sh[r], F(n * wv[r]));
+        float *d_mx = tc_dev(F(n)), *d_mxg = tc_up(mx, F(n));
+        double *d_z = tc_dev(n * sizeof(double)), *d_ly = tc_dev(n * sizeof(double));
+        tc_gpu->ce_shard_max(d_mx, d_sh, n, wv[r], valid[r]);
+        tc_gpu->ce_shard_sum(d_z, d_ly, d_sh, d_tg, d_mxg, n, wv[r], lo[r], valid[r]);
+        float *g_mx = tc_down(d_mx, F(n));
+        double *g_z = tc_down(d_z, n * sizeof(double)), *g_ly = tc_down(d_ly, n * sizeof(double));
+        CHECK_SAME_BYTES("ce_shard_max", g_mx, mx_c[r], F(n));
+        double ez = 0.0;
+        for (int64_t i = 0; i < n; i++) {
+            ez = fmax(ez, fabs(g_z[i] - z_c[r][i]) / z_c[r][i]);
+            CHECK(g_ly[i] == ly_c[r][i], "ce_shard_sum ly[%lld] %g vs cpu %g", (long long)i,
+                  g_ly[i], ly_c[r][i]);
+        }
+        CHECK(ez <= 1e-6, "ce_shard_sum z: relative error %.3g", ez);
+        /* finish from the CPU's combined figures, in place */
+        double *d_zc = tc_up(z, sizeof z), *d_lyc = tc_up(ly, sizeof ly);
+        float *dref = malloc(F(n * wv[r]));
+        int64_t c1 = 0, c2 = 0;
+        const double l1 = tc_cpu->ce_shard_finish(dref, sh[r], tg, mx, z, ly, n, wv[r], lo[r],
+                                                  valid[r], 0.25f, &c1);
+        const double l2 = tc_gpu->ce_shard_finish(d_sh, d_sh, d_tg, d_mxg, d_zc, d_lyc, n, wv[r],
+                                                  lo[r], valid[r], 0.25f, &c2);
+        float *gd = tc_down(d_sh, F(n * wv[r]));
+        CHECK(c1 == c2 && fabs(l1 - l2) <= 1e-12 * fabs(l1), "ce_shard_finish %.17g/%lld vs %.17g/%lld",
+              l2, (long long)c2, l1, (long long)c1);
+        CHECK_CLOSE("ce_shard_finish dlogits (in place)", gd, dref, n * wv[r], 1e-5);
+        free(g_mx), free(g_z), free(g_ly), free(dref), free(gd), free(sh[r]);
+    }
+    mt_cuda_arena_reset(&tc_arena);
+
+    /* bf16 logits: the CPU's fp32 loss of the same (bf16-exact) values */
+    uint16_t *lb = malloc((size_t)(n * V) * 2);
+    for (int64_t i = 0; i < n * V; i++) {
+        lb[i] = tc_bf16(lg[i]);
+        lg[i] = tc_f32(lb[i]);
+    }
+    const double lc2 = tc_cpu->cross_entropy(dl, lg, tg, n, V, v_valid, 0.25f, &cnt_c);
+    uint16_t *d_lb = tc_up(lb, (size_t)(n * V) * 2);
+    d_tg = tc_up(tg, sizeof tg);
+    const double lb2 = mt_cuda_cross_entropy_bf16(d_lb, d_lb, d_tg, n, V, v_valid, 0.25f, &cnt_g);
+    uint16_t *gb = tc_down(d_lb, (size_t)(n * V) * 2);
+    for (int64_t i = 0; i < n * V; i++)
+        g[i] = tc_f32(gb[i]);
+    CHECK(fabs(lb2 - lc2) <= 1e-5 * fabs(lc2), "cross_entropy_bf16 loss %.9g vs cpu %.9g", lb2, lc2);
+    CHECK_CLOSE("cross_entropy_bf16 dlogits (bf16)", g, dl, n * V, 8e-3);
+    free(lg), free(dl), free(g), free(lb), free(gb);
+    mt_cuda_arena_reset(&tc_arena);
+}
+
+/* LM head + cross-entropy in bf16 chunks against the CPU's fp32 matmuls
+ * and cross-entropy on the same (bf16-exact) values.  The GPU rounds the
+ * logits and dlogits to bf16 (2^-8 relative), which moves the loss by
+ * ~1e-3 relative and the gradients by ~1e-2 normwise: bounds 5e-3, 2e-2. */
+static void test_lm_head(uint64_t *s)
+{
+    const int64_t n = 40, H = 64, V = 136, v_valid = 130, chunk = 16;
+    uint16_t *hb = malloc((size_t)(n * H) * 2), *wb = malloc((size_t)(V * H) * 2);
+    float *h = malloc(F(n * H)), *w = malloc(F(V * H)), *dw0 = tc_rand(s, V * H, 1.0f);
+    for (int64_t i = 0; i < n * H; i++)
+        h[i] = tc_f32(hb[i] = tc_bf16(tc_uniform(s)));
+    for (int64_t i = 0; i < V * H; i++)
+        w[i] = tc_f32(wb[i] = tc_bf16(tc_uniform(s)));
+    int32_t tg[40];
+    for (int64_t i = 0; i < n; i++)
+        tg[i] = i % 7 == 2 ? -100 : (int32_t)(tc_rng_next(s) % v_valid);
+    /* CPU: logits, loss and dlogits, dh = dlogits W, dW += dlogits^T h */
+    float *lg = malloc(F(n * V)), *dh = malloc(F(n * H)), *dw = malloc(F(V * H));
+    memcpy(dw, dw0, F(V * H));
+    tc_cpu->matmul(lg, h, w, n, V, H, false, true, 0.0f);
+    int64_t cc = 0, cg = 0;
+    const double lc = tc_cpu->cross_entropy(lg, lg, tg, n, V, v_valid, 0.5f, &cc);
+    tc_cpu->matmul(dh, lg, w, n, H, V, false, false, 0.0f);
+    tc_cpu->matmul(dw, lg, h, V, H, n, true, false, 1.0f);
+
+    uint16_t *d_h = tc_up(hb, (size_t)(n * H) * 2), *d_w = tc_up(wb, (size_t)(V * H) * 2);
+    uint16_t *d_dh = tc_dev((size_t)(n * H) * 2), *d_work = tc_dev((size_t)(chunk * V) * 2);
+    float *d_dw = tc_up(dw0, F(V * H));
+    int32_t *d_tg = tc_up(tg, sizeof tg);
+    const double lgpu = mt_cuda_lm_head_cross_entropy_bf16(d_dh, d_dw, d_h, d_w, d_tg, n, H, V,
+                                                           v_valid, 0.5f, d_work, chunk, &cg);
+    uint16_t *g_dhb = tc_down(d_dh, (size_t)(n * H) * 2);
+    float *g_dw = tc_down(d_dw, F(V * H)), *g_dh = malloc(F(n * H));
+    for (int64_t i = 0; i < n * H; i++)
+        g_dh[i] = tc_f32(g_dhb[i]);
+    CHECK(cc == cg, "lm_head count %lld vs cpu %lld", (long long)cg, (long long)cc);
+    CHECK(fabs(lgpu - lc) <= 5e-3 * fabs(lc), "lm_head loss %.9g vs cpu %.9g", lgpu, lc);
+    CHECK_CLOSE("lm_head_cross_entropy_bf16 dh", g_dh, dh, n * H, 2e-2);
+    CHECK_CLOSE("lm_head_cross_entropy_bf16 dW (fp32, accumulated)", g_dw, dw, V * H, 2e-2);
+    /* loss only: no gradients, the same loss */
+    int64_t c2 = 0;
+    const double l2 = mt_cuda_lm_head_cross_entropy_bf16(NULL, NULL, d_h, d_w, d_tg, n, H, V,
+                                                         v_valid, 0.5f, d_work, chunk, &c2);
+    CHECK(l2 == lgpu && c2 == cg, "lm_head loss only %.17g vs %.17g", l2, lgpu);
+    free(hb), free(wb), free(h), free(w), free(dw0), free(lg), free(dh), free(dw), free(g_dhb);
+    free(g_dw), free(g_dh);
+    mt_cuda_arena_reset(&tc_arena);
+}
+
+static void test_moe(uint64_t *s)
+{
+    const int64_t nt = 50, K = 2, E = 6, dim = 33, na = nt * K;
+    int32_t ex[100], pos[100], off[7];
+    for (int64_t i = 0; i < na; i++)
+        ex[i] = (int32_t)(tc_rng_next(s) % E);
+    /* reference: stable counting sort */
+    int32_t cnt[6] = {0};
+    for (int64_t i = 0; i < na; i++)
+        cnt[ex[i]]++;
+    off[0] = 0;
+    for (int e = 0; e < E; e++)
+        off[e + 1] = off[e] + cnt[e];
+    int32_t fill[6];
+    memcpy(fill, off, sizeof fill);
+    for (int64_t i = 0; i < na; i++)
+        pos[i] = fill[ex[i]]++;
+    int32_t *d_ex = tc_up(ex, sizeof ex), *d_pos = tc_dev(sizeof pos), *d_off = tc_dev(sizeof off);
+    mt_cuda_moe_route(d_pos, d_off, d_ex, na, E);
+    int32_t *g_pos = tc_down(d_pos, sizeof pos), *g_off = tc_down(d_off, sizeof off);
+    CHECK_SAME_BYTES("moe_route pos", g_pos, pos, sizeof pos);
+    CHECK_SAME_BYTES("moe_route offsets", g_off, off, sizeof off);
+
+    float *x = tc_rand(s, nt * dim, 1.0f), *w = tc_rand(s, na, 1.0f), *dy = tc_rand(s, nt * dim, 1.0f);
+    float *perm = calloc((size_t)(na * dim), 4), *y = calloc((size_t)(nt * dim), 4);
+    float *de = calloc((size_t)(na * dim), 4), *dw = calloc((size_t)na, 4);
+    for (int64_t a = 0; a < na; a++)
+        memcpy(perm + (int64_t)pos[a] * dim, x + (a / K) * dim, F(dim));
+    for (int64_t t = 0; t < nt; t++)
+        for (int64_t c = 0; c < dim; c++) {
+            float acc = 0.0f;
+            for (int64_t k = 0; k < K; k++)
+                acc += w[t * K + k] * perm[(int64_t)pos[t * K + k] * dim + c];
+            y[t * dim + c] = acc;
+        }
+    for (int64_t a = 0; a < na; a++) {
+        double d = 0.0;
+        for (int64_t c = 0; c < dim; c++) {
+            de[(int64_t)pos[a] * dim + c] = w[a] * dy[(a / K) * dim + c];
+            d += (double)dy[(a / K) * dim + c] * perm[(int64_t)pos[a] * dim + c];
+        }
+        dw[a] = (float)d;
+    }
+    float *d_x = tc_up(x, F(nt * dim)), *d_w = tc_up(w, F(na)), *d_dy = tc_up(dy, F(nt * dim));
+    float *d_perm = tc_dev(F(na * dim)), *d_y = tc_dev(F(nt * dim)), *d_de = tc_dev(F(na * dim));
+    float *d_dw = tc_dev(F(na));
+    mt_cuda_moe_permute(d_perm, d_x, d_pos, nt, K, dim);
+    mt_cuda_moe_unpermute(d_y, d_perm, d_pos, d_w, nt, K, dim);
+    mt_cuda_moe_unpermute_backward(d_de, d_dw, d_dy, d_perm, d_pos, d_w, nt, K, dim);
+    float *g_perm = tc_down(d_perm, F(na * dim)), *g_y = tc_down(d_y, F(nt * dim));
+    float *g_de = tc_down(d_de, F(na * dim)), *g_dw = tc_down(d_dw, F(na));
+    CHECK_SAME_BYTES("moe_permute", g_perm, perm, F(na * dim));
+    CHECK_CLOSE("moe_unpermute", g_y, y, nt * dim, 1e-6);
+    CHECK_CLOSE("moe_unpermute_backward de", g_de, de, na * dim, 0.0);
+    CHECK_CLOSE("moe_unpermute_backward dw", g_dw, dw, na, 1e-5);
+    free(g_pos), free(g_off), free(x), free(w), free(dy), free(perm), free(y), free(de), free(dw);
+    free(g_perm), free(g_y), free(g_de), free(g_dw);
+    mt_cuda_arena_reset(&tc_arena);
+}
+
+int main(void)
+{
+    const int ndev = mt_cuda_device_count();
+    if (ndev == 0) {
+        printf("test_cuda_kernels: no CUDA device visible: skipping (exit 77)\n");
+        return 77;
+    }
+    tc_verbose = getenv("MT_TEST_VERBOSE") != NULL;
+    mt_cuda_arena_t backend_arena;
+    if (mt_cuda_arena_init(&backend_arena, "backend", (size_t)160 << 20) != MT_OK ||
+        mt_cuda_backend_init(&backend_arena, (size_t)64 << 20) != MT_OK ||
+        mt_cuda_arena_init(&tc_arena, "test", (size_t)256 << 20) != MT_OK) {
+        fprintf(stderr, "test_cuda_kernels: %s (%s)\nhint: %s\n", mt_error_message(),
+                mt_error_where(), mt_error_hint_text());
+        return 99;
+    }
+    tc_cpu = mt_backend_cpu();
+    tc_gpu = mt_backend_cuda();
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    test_matmul(&seed);
+    test_matmul_bf16(&seed);
+    test_embedding(&seed);
+    test_rmsnorm(&seed);
+    test_rope(&seed);
+    test_elementwise(&seed);
+    test_adamw(&seed);
+    test_cross_entropy(&seed);
+    test_lm_head(&seed);
+    test_moe(&seed);
+    tc_test_attention(&seed);
+    tc_gpu->synchronize();
+    mt_cuda_arena_free(&tc_arena);
+    mt_cuda_backend_free();
+    mt_cuda_arena_free(&backend_arena);
+    return mt_test_exit("test_cuda_kernels");
+}

@@ -1,0 +1,113 @@
+/* test_cuda_kernels.h: helpers of the CUDA kernel tests (test_cuda_kernels.c,
+ * test_cuda_attention.c): random inputs, device buffers from a test arena,
+ * and the normwise comparison.  Errors are max |gpu - cpu| / max |cpu|
+ * over a tensor (elementwise relative error is meaningless where entries
+ * cancel to ~0). */
+#ifndef MT_TEST_CUDA_KERNELS_H
+#define MT_TEST_CUDA_KERNELS_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mt_cuda.h"
+#include "mt_test.h"
+
+/* the device arena the tests allocate from (reset between tests) */
+extern mt_cuda_arena_t tc_arena;
+extern const mt_backend_t *tc_cpu, *tc_gpu;
+extern int tc_verbose;
+
+static inline uint64_t tc_rng_next(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *s = x;
+}
+
+/* uniform in [-1, 1) */
+static inline float tc_uniform(uint64_t *s)
+{
+    return (float)((double)(tc_rng_next(s) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+}
+
+static inline float *tc_rand(uint64_t *s, int64_t n, float scale)
+{
+    float *x = (float *)malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        x[i] = tc_uniform(s) * scale;
+    return x;
+}
+
+static inline void *tc_dev(size_t bytes)
+{
+    void *p = NULL;
+    if (mt_cuda_arena_alloc(&tc_arena, bytes ? bytes : 1, &p) != MT_OK) {
+        fprintf(stderr, "test arena: %s\n", mt_error_message());
+        exit(99);
+    }
+    return p;
+}
+
+/* a device copy of host memory */
+static inline void *tc_up(const void *host, size_t bytes)
+{
+    void *d = tc_dev(bytes);
+    tc_gpu->copy_to_device(d, host, bytes);
+    return d;
+}
+
+/* a new host copy of device memory */
+static inline void *tc_down(const void *dev, size_t bytes)
+{
+    void *h = malloc(bytes ? bytes : 1);
+    tc_gpu->copy_to_host(h, dev, bytes);
+    return h;
+}
+
+static inline double tc_normwise(const float *got, const float *ref, int64_t n)
+{
+    double md = 0.0, mr = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        const double d = fabs((double)got[i] - (double)ref[i]);
+        md = d > md || d != d ? d : md; /* NaN propagates */
+        mr = fabs((double)ref[i]) > mr ? fabs((double)ref[i]) : mr;
+    }
+    return mr > 0 ? md / mr : md;
+}
+
+#define CHECK_CLOSE(what, got, ref, n, tol)                                             \
+    do {                                                                                \
+        const double tc_e_ = tc_normwise((got), (ref), (n));                            \
+        if (tc_verbose)                                                                 \
+            printf("  %-36s normwise error %.3g (bound %.1g)\n", (what), tc_e_, (tol));  \
+        CHECK(tc_e_ <= (tol), "%s: normwise error %.3g > %.1g", (what), tc_e_, (tol));  \
+    } while (0)
+
+#define CHECK_SAME_BYTES(what, a, b, bytes)                                             \
+    CHECK(memcmp((a), (b), (bytes)) == 0, "%s: the bytes differ", (what))
+
+static inline uint16_t tc_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float tc_f32(uint16_t h)
+{
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* test_cuda_attention.c */
+void tc_test_attention(uint64_t *seed);
+
+#endif
