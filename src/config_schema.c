@@ -121,6 +121,13 @@ const mt_cfg_key_t mt_cfg_keys[] = {
            "Renormalise the top-k routing weights to sum to 1."),
     K_FLT("model.router_aux_loss_coef", model.router_aux_loss_coef, "0.001",
           "Scale of the load-balancing auxiliary loss. Must not be negative."),
+    K_STR("model.mlp_only_layers", model.mlp_only_layers, "\"\"",
+          "Layers that keep a dense MLP in a MoE model, as comma-separated indices "
+          "(\"0,3\"; Hugging Face's mlp_only_layers list). Each must be below "
+          "num_hidden_layers."),
+    K_INT("model.num_shared_experts", model.num_shared_experts, "0", 0,
+          "Always-active shared experts (DeepSeek style). meshtrain-moe refuses values "
+          "above 0 in this release."),
 
     /* dataset */
     K_STR("dataset.path", dataset.path, "\"\"",

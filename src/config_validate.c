@@ -175,6 +175,19 @@ static void check_model(vctx_t *v, mt_app_kind_t app)
     if (app == MT_APP_MOE && m->num_experts == 0)
         verr(v, "model.num_experts",
              "meshtrain-moe trains MoE models: set num_experts > 0 (or use meshtrain-dense)");
+    if (m->mlp_only_layers[0]) { /* "0, 3": integers in [0, num_hidden_layers) */
+        const char *c = m->mlp_only_layers;
+        while (*c) {
+            char *end;
+            long long l = strtoll(c, &end, 10);
+            if (end == c || l < 0 || l >= m->num_hidden_layers) {
+                verr(v, "model.mlp_only_layers", "\"%s\": expected comma-separated layer "
+                     "indices in [0, %lld)", m->mlp_only_layers, (long long)m->num_hidden_layers);
+                break;
+            }
+            c = end + strspn(end, " ,");
+        }
+    }
     if ((app == MT_APP_DENSE || app == MT_APP_CP) && m->num_experts > 0)
         verr(v, "model.num_experts", "%s trains dense models; num_experts = %lld is a MoE model: "
              "use meshtrain-moe", mt_app_kind_name(app), (long long)m->num_experts);

@@ -135,6 +135,11 @@ static const mt_backend_t mt_cpu_backend = {
     .sum_squares = mt_cpu_sum_squares,
     .scale = mt_cpu_scale,
     .adamw = mt_cpu_adamw,
+    .moe_router_forward = mt_cpu_moe_router_forward,
+    .moe_router_backward = mt_cpu_moe_router_backward,
+    .moe_gather_rows = mt_cpu_moe_gather_rows,
+    .moe_combine = mt_cpu_moe_combine,
+    .moe_combine_backward = mt_cpu_moe_combine_backward,
 };
 
 const mt_backend_t *mt_backend_cpu(void)

@@ -5,6 +5,8 @@
  * gradient reductions see flat buffers) and activations. */
 #include "mt_model.h"
 
+#include "model_moe.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,11 +120,17 @@ static int64_t layout_acts(mt_model_t *m, float *base)
 mt_status_t mt_model_init(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
                           int64_t B, int64_t T)
 {
-    return mt_model_init_ex(m, cfg, be, B, T, 0, -1);
+    return mt_model_init_ep(m, cfg, be, B, T, 0, -1, -1);
 }
 
 mt_status_t mt_model_init_ex(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
                              int64_t B, int64_t T, unsigned flags, int tp_rank)
+{
+    return mt_model_init_ep(m, cfg, be, B, T, flags, tp_rank, -1);
+}
+
+mt_status_t mt_model_init_ep(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
+                             int64_t B, int64_t T, unsigned flags, int tp_rank, int ep_rank)
 {
     memset(m, 0, sizeof *m);
     if (!cfg->validated)
@@ -203,9 +211,13 @@ mt_status_t mt_model_init_ex(mt_model_t *m, const mt_config_t *cfg, const mt_bac
         LP(mlp_norm, "post_attention_layernorm.weight", H, 0, true, -1);
         /* under sequence parallelism each rank normalises its own tokens */
         p->attn_norm->tp_partial_grad = p->mlp_norm->tp_partial_grad = m->sp;
-        LP(wgate, "mlp.gate_proj.weight", I, H, false, 0);
-        LP(wup, "mlp.up_proj.weight", I, H, false, 0);
-        LP(wdown, "mlp.down_proj.weight", H, I, false, 1);
+        if (mt_moe_is_sparse(cfg, l)) { /* the router; the experts: model_moe.c */
+            LP(router, "mlp.gate.weight", mc->num_experts, H, false, -1);
+        } else {
+            LP(wgate, "mlp.gate_proj.weight", I, H, false, 0);
+            LP(wup, "mlp.up_proj.weight", I, H, false, 0);
+            LP(wdown, "mlp.down_proj.weight", H, I, false, 1);
+        }
 #undef LP
     }
     m->final_norm = add_param(&b, "model.norm.weight", H, 0, true, -1);
@@ -239,11 +251,20 @@ mt_status_t mt_model_init_ex(mt_model_t *m, const mt_config_t *cfg, const mt_bac
     layout_acts(m, m->act_mem);
     for (int64_t i = 0; i < m->N; i++)
         m->pos[i] = (int32_t)(i % T);
+    if (mc->num_experts > 0) {
+        mt_status_t s = mt_moe_init(m, cfg, ep_rank < 0 ? 0 : ep_rank,
+                                    ep_rank < 0 ? 1 : (int)cfg->distributed.ep_size);
+        if (s != MT_OK) {
+            mt_model_free(m);
+            return s;
+        }
+    }
     return MT_OK;
 }
 
 void mt_model_free(mt_model_t *m)
 {
+    mt_moe_free(m);
     free(m->params);
     free(m->layers);
     free(m->acts);

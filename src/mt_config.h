@@ -62,6 +62,8 @@ typedef struct {
     int64_t num_experts, num_experts_per_tok, moe_intermediate_size;
     bool norm_topk_prob;
     double router_aux_loss_coef;
+    char mlp_only_layers[MT_PATH_MAX]; /* comma-separated layer indices: dense MLPs */
+    int64_t num_shared_experts;
 } mt_model_config_t;
 
 typedef struct {
