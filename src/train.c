@@ -24,6 +24,7 @@
 #include "mt_pack.h"
 #include "mt_plan.h"
 #include "train_internal.h"
+#include "train_moe.h"
 
 static volatile sig_atomic_t stop_signal;
 
@@ -122,6 +123,7 @@ typedef struct {
     const mt_segment_t *seg;     /* what this rank updates */
     int nseg;
     MPI_Comm tp;                 /* tensor-parallel group */
+    mt_train_moe_t moe;          /* experts, aux loss, expert load (train_moe.c) */
 } run_t;
 
 static void run_free(run_t *r)
@@ -139,6 +141,7 @@ static void run_free(run_t *r)
     mt_train_ckpt_free(&r->ckpt);
     mt_ddp_free(&r->ddp);
     mt_fsdp_free(&r->fsdp);
+    mt_train_moe_free(&r->moe);
 }
 
 /* The model's tensor-parallel collectives, over the TP group. */
@@ -192,7 +195,10 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
     if (r->sharded)
         flags = (fo.shard_params ? MT_MODEL_NO_PARAM_ARENA : 0u) |
                 (fo.shard_grads ? MT_MODEL_NO_GRAD_ARENA : 0u);
-    MT_TRY(mt_model_init_ex(&r->model, cfg, be, B, T, flags, mesh->group_rank[MT_GROUP_TP]));
+    MT_TRY(mt_train_moe_check(cfg, mesh->size));
+    int ep_rank = cfg->distributed.ep_size > 1 ? mesh->group_rank[MT_GROUP_EP] : -1;
+    MT_TRY(mt_model_init_ep(&r->model, cfg, be, B, T, flags, mesh->group_rank[MT_GROUP_TP],
+                            ep_rank));
     r->tp = mesh->group[MT_GROUP_TP];
     r->model.tp_allreduce = tp_hook;
     r->model.tp_ctx = r;
@@ -218,6 +224,7 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
         r->seg = &r->whole, r->nseg = 1;
     }
     MT_TRY(mt_adamw_init(&r->opt, owned));
+    MT_TRY(mt_train_moe_init(&r->moe, &r->model, cfg, mesh));
     r->tokens = malloc(sizeof(int32_t) * (size_t)(accum * B * T));
     r->targets = malloc(sizeof(int32_t) * (size_t)(accum * B * T));
     if (r->packed) {
@@ -235,6 +242,7 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
     bool dp0 = mesh->group_rank[MT_GROUP_DP] == 0;
     mt_train_ckpt_writers(&r->ckpt, r->sharded && fo.shard_params ? rep0 : dp0,
                           r->sharded ? rep0 : dp0, mesh->group_rank[MT_GROUP_TP] == 0);
+    MT_TRY(mt_train_moe_ckpt(&r->moe, &r->ckpt, &r->model));
     return MT_OK;
 }
 
@@ -266,12 +274,16 @@ static mt_status_t update(run_t *r, const mt_config_t *cfg, int64_t step, double
         MT_TRY(mt_allreduce(&part[0], &sum[0], 1, MPI_DOUBLE, MPI_SUM, r->tp));
         part[0] = sum[0];
     }
-    *gnorm = sqrt(part[0] + part[1]);
+    double experts = 0; /* distinct per EP rank: summed over the EP group */
+    MT_TRY(mt_train_moe_grad_sumsq(&r->moe, m, &experts));
+    *gnorm = sqrt(part[0] + part[1] + experts);
     double coef = mt_clip_coef(*gnorm, cfg->optimizer.max_grad_norm);
     if (coef < 1.0)
         mt_grad_scale(m, r->seg, r->nseg, (float)coef);
     *lr = mt_lr_at(cfg, step);
     mt_adamw_step(&r->opt, m, r->seg, r->nseg, &cfg->optimizer, *lr);
+    r->moe.opt.step = r->opt.step - 1; /* the same step count, also after a resume */
+    mt_train_moe_update(&r->moe, m, coef, &cfg->optimizer, *lr);
     if (r->sharded)
         MT_TRY(mt_fsdp_after_update(&r->fsdp));
     return MT_OK;
@@ -303,7 +315,7 @@ static void print_memory(const run_t *r, const mt_config_t *cfg, FILE *out)
 
 static void write_metrics(FILE *f, int64_t step, double loss, double gnorm, double lr,
                           int64_t tokens, double dt, double tps, double mfu, double val,
-                          double wait)
+                          double wait, const char *extra)
 {
     if (!f)
         return;
@@ -312,7 +324,7 @@ static void write_metrics(FILE *f, int64_t step, double loss, double gnorm, doub
             (long long)step, loss, gnorm, lr, (long long)tokens, dt, tps, mfu);
     if (!isnan(val))
         fprintf(f, ", \"val_loss\": %.9g", val);
-    fprintf(f, ", \"comm_wait_s\": %.6f}\n", wait);
+    fprintf(f, ", \"comm_wait_s\": %.6f%s}\n", wait, extra);
     fflush(f);
 }
 
@@ -325,9 +337,9 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
     memset(res, 0, sizeof *res);
     res->resumed_from_step = -1;
     const mt_distributed_config_t *dc = &cfg->distributed;
-    if (size != 1 && (dc->pp_size > 1 || dc->cp_size > 1 || dc->ep_size > 1))
-        MT_FAIL(MT_ERR_UNSUPPORTED, "pipeline, context and expert parallelism are not in this "
-                "release; use pp_size = cp_size = ep_size = 1 (tensor parallelism trains)");
+    if (size != 1 && (dc->pp_size > 1 || dc->cp_size > 1))
+        MT_FAIL(MT_ERR_UNSUPPORTED, "pipeline and context parallelism are not in this "
+                "release; use pp_size = cp_size = 1 (tensor and expert parallelism train)");
     /* Only data parallelism here: the dp group is every rank. */
     MPI_Comm dp = mesh->group[MT_GROUP_DP];
     int dp_rank = mesh->group_rank[MT_GROUP_DP], dp_size = mesh->group_size[MT_GROUP_DP];
@@ -432,6 +444,7 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
         if (s != MT_OK)
             break;
         mt_model_zero_grad(m);
+        mt_train_moe_begin_step(&r->moe, m);
         double local_sum = 0, sum = 0;
         float scale = count ? 1.0f / (float)count : 0.0f;
         for (int64_t u = 0; u < accum && s == MT_OK; u++) {
@@ -443,6 +456,7 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
             if (r->packed)
                 mt_model_set_packing(m, r->pos + u * N, r->docs + u * N);
             local_sum += mt_model_step(m, r->tokens + u * N, r->targets + u * N, true, scale, &c);
+            mt_train_moe_after_micro(&r->moe, m);
         }
         if (s == MT_OK)
             s = r->sharded ? mt_fsdp_finish(&r->fsdp) : mt_ddp_finish(&r->ddp);
@@ -453,7 +467,11 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
             s = update(r, cfg, step, &gnorm, &lr);
         if (s != MT_OK)
             break;
-        loss = count ? sum / (double)count : NAN;
+        s = mt_train_moe_step_stats(&r->moe, dp, comm);
+        if (s != MT_OK)
+            break;
+        /* the objective: token-mean cross-entropy + coef x mean aux loss */
+        loss = count ? sum / (double)count + r->moe.coef * r->moe.aux : NAN;
         double dt = now_s() - t0, wait = mt_comm_wait_seconds() - w0;
 
         double val = NAN;
@@ -463,8 +481,11 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
             val = validation_loss(m, &r->val, r->tokens, r->targets);
         }
         double tps = (double)(G * T) / dt, mfu = peak > 0 ? flops_tok * tps / (peak * 1e9) : 0;
+        char moe_line[160], moe_json[320];
+        mt_train_moe_log(&r->moe, moe_line, sizeof moe_line, moe_json, sizeof moe_json);
         if (rank == 0) {
-            write_metrics(metrics, step, loss, gnorm, lr, G * T, dt, tps, mfu, val, wait);
+            write_metrics(metrics, step, loss, gnorm, lr, G * T, dt, tps, mfu, val, wait,
+                          moe_json);
             if (out && (step % cfg->logging.log_every_steps == 0 || step == max_steps ||
                         step == start + 1)) {
                 char el[32], eta[32];
@@ -477,6 +498,7 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
                         (long long)step, (long long)max_steps, loss, lr, gnorm, tps, 100 * mfu, dt);
                 if (!isnan(val))
                     fprintf(out, " | val_loss %.6f", val);
+                fputs(moe_line, out);
                 fprintf(out, "\nprogress %5.1f%% | elapsed %s | ETA %s\n",
                         100.0 * (double)step / (double)max_steps, el, eta);
                 fflush(out);

@@ -1,0 +1,234 @@
+/* train_moe.c: the training loop's MoE glue (train_moe.h).
+ *
+ * The router is an ordinary layer parameter and follows the data-parallel
+ * strategy (fsdp2 over dp_shard, or ddp).  The experts live in their own
+ * arena (model_moe.h): each rank holds num_experts / ep_size of them, and
+ * the ranks holding the same experts (ep_shard = dp / ep of them: the
+ * MT_GROUP_EP_SHARD group, or all of dp when ep_size is 1) each see
+ * different tokens, so the expert gradients are summed over that group
+ * once per step, after backward.  Expert weights are replicated over
+ * ep_shard rather than FSDP-sharded (doc/moe.md says what that costs and
+ * what is open).  Expert gradients are distinct on each EP rank, so their
+ * squares are summed over the EP group for the global norm, once. */
+#include "train_moe.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_moe.h"
+#include "mt_comm.h"
+
+mt_status_t mt_train_moe_check(const mt_config_t *cfg, int world)
+{
+    const mt_distributed_config_t *d = &cfg->distributed;
+    if (cfg->model.num_experts == 0)
+        return MT_OK;
+    if (d->tp_size > 1)
+        MT_FAIL(MT_ERR_UNSUPPORTED, "MoE training with tensor parallelism (tp_size %lld) is not "
+                "in this release: use tp_size 1 and expert parallelism (ep_size)",
+                (long long)d->tp_size);
+    if (cfg->model.num_shared_experts > 0)
+        MT_FAIL(MT_ERR_UNSUPPORTED, "model.num_shared_experts = %lld: shared experts are not in "
+                "this release; set it to 0", (long long)cfg->model.num_shared_experts);
+    if (d->moe.reshard_after_forward)
+        MT_FAIL(MT_ERR_UNSUPPORTED, "distributed.moe.reshard_after_forward: expert weights are "
+                "replicated over ep_shard in this release (not FSDP-sharded), so there is "
+                "nothing to reshard; set it to false");
+    if (d->moe.ignore_router_for_ac)
+        MT_FAIL(MT_ERR_UNSUPPORTED, "distributed.moe.ignore_router_for_ac: activation "
+                "checkpointing recomputes the router with the rest of the layer in this "
+                "release (bit-identical routing); set it to false");
+    if (!d->moe.wrap_outer_model)
+        MT_FAIL(MT_ERR_UNSUPPORTED, "distributed.moe.wrap_outer_model = false: the embedding "
+                "and the final norm with lm_head are always FSDP units of their own in this "
+                "release; set it to true");
+    (void)world;
+    return MT_OK;
+}
+
+mt_status_t mt_train_moe_init(mt_train_moe_t *t, mt_model_t *m, const mt_config_t *cfg,
+                              const mt_mesh_t *mesh)
+{
+    memset(t, 0, sizeof *t);
+    t->rep = t->ep_comm = MPI_COMM_NULL;
+    if (!m->moe)
+        return MT_OK;
+    t->on = true;
+    t->ep = (int)cfg->distributed.ep_size;
+    if (t->ep > 1) {
+        t->ep_comm = mesh->group[MT_GROUP_EP];
+        t->rep = mesh->group[MT_GROUP_EP_SHARD];
+        MT_TRY(mt_moe_dispatch_init(&t->dispatch, t->ep_comm));
+        mt_moe_dispatch_attach(&t->dispatch, m);
+    } else {
+        t->rep = mesh->group[MT_GROUP_DP];
+    }
+    t->coef = cfg->model.router_aux_loss_coef;
+    t->micro = cfg->derived.grad_accum_steps * mesh->group_size[MT_GROUP_DP];
+    t->E = m->moe->E;
+    t->load = calloc((size_t)t->E, sizeof *t->load);
+    if (!t->load)
+        MT_FAIL(MT_ERR_NOMEM, "expert load counters");
+    mt_moe_init_weights(m, (uint64_t)cfg->rng.seed);
+    MT_TRY(mt_adamw_init(&t->opt, m->moe->numel));
+    return MT_OK;
+}
+
+void mt_train_moe_free(mt_train_moe_t *t)
+{
+    if (t->ep > 1)
+        mt_moe_dispatch_free(&t->dispatch);
+    mt_adamw_free(&t->opt);
+    free(t->load);
+    memset(t, 0, sizeof *t);
+}
+
+static void set_block(mt_ckpt_tensor_t *e, const char *path, const int64_t shape[2],
+                      int64_t rows, float *data)
+{
+    memset(e, 0, sizeof *e);
+    snprintf(e->path, sizeof e->path, "%s", path);
+    e->ndim = 2;
+    e->shape[0] = shape[0], e->shape[1] = shape[1];
+    e->row_count = rows;
+    e->data = data;
+}
+
+mt_status_t mt_train_moe_ckpt(mt_train_moe_t *t, mt_train_ckpt_t *c, const mt_model_t *m)
+{
+    if (!t->on)
+        return MT_OK;
+    int rep_rank = 0;
+    MPI_Comm_rank(t->rep, &rep_rank);
+    bool writer = rep_rank == 0;
+    const mt_moe_t *x = m->moe;
+    int add = 3 * 3 * x->nmoe * (int)x->E; /* model, exp_avg, exp_avg_sq of every expert tensor */
+    mt_ckpt_tensor_t *nt = realloc(c->t, sizeof *nt * (size_t)(c->n + add));
+    if (!nt)
+        MT_FAIL(MT_ERR_NOMEM, "checkpoint tensor list");
+    c->t = nt;
+    nt = realloc(c->t_save, sizeof *nt * (size_t)(c->n + add));
+    if (!nt)
+        MT_FAIL(MT_ERR_NOMEM, "checkpoint tensor list");
+    c->t_save = nt;
+    static const char *const proj[3] = {"gate_proj", "up_proj", "down_proj"};
+    static const char *const kind[3] = {"/model/%s", "/optim/%s/exp_avg", "/optim/%s/exp_avg_sq"};
+    int n = c->n;
+    for (int l = 0; l < m->L; l++) {
+        if (!x->sparse[l])
+            continue;
+        for (int64_t e = 0; e < x->E; e++)
+            for (int k = 0; k < 3; k++) {
+                char name[MT_PARAM_NAME_MAX], path[256];
+                snprintf(name, sizeof name, "model.layers.%d.mlp.experts.%lld.%s.weight", l,
+                         (long long)e, proj[k]);
+                int64_t shape[2] = {k == 2 ? m->H : x->Im, k == 2 ? x->Im : m->H};
+                const mt_param_t *p = NULL;
+                if (e >= x->e_lo && e < x->e_lo + x->El)
+                    p = &x->xp[x->xfirst[l] + 3 * (e - x->e_lo) + k];
+                for (int s = 0; s < 3; s++) {
+                    snprintf(path, sizeof path, kind[s], name);
+                    float *data = !p ? NULL : s == 0 ? p->data
+                                      : s == 1 ? t->opt.exp_avg + p->offset
+                                               : t->opt.exp_avg_sq + p->offset;
+                    set_block(&c->t[n], path, shape, p ? shape[0] : 0, data);
+                    c->t_save[n] = c->t[n];
+                    if (!writer) /* another replica of these experts writes them */
+                        c->t_save[n].row_count = 0;
+                    n++;
+                }
+            }
+    }
+    c->n = n;
+    return MT_OK;
+}
+
+void mt_train_moe_begin_step(mt_train_moe_t *t, mt_model_t *m)
+{
+    if (!t->on)
+        return;
+    m->moe->aux_scale = (float)(t->coef / (double)t->micro);
+    t->aux_sum = 0;
+    memset(t->load, 0, sizeof *t->load * (size_t)m->moe->E);
+    t->dispatch.bytes_sent = 0, t->dispatch.seconds = 0, t->dispatch.calls = 0;
+}
+
+void mt_train_moe_after_micro(mt_train_moe_t *t, const mt_model_t *m)
+{
+    if (!t->on)
+        return;
+    const mt_moe_t *x = m->moe;
+    t->aux_sum += x->aux;
+    for (int l = 0; l < m->L; l++)
+        if (x->sparse[l])
+            for (int64_t e = 0; e < x->E; e++)
+                t->load[e] += x->counts[l * x->E + e];
+}
+
+mt_status_t mt_train_moe_grad_sumsq(mt_train_moe_t *t, mt_model_t *m, double *sumsq)
+{
+    *sumsq = 0;
+    if (!t->on)
+        return MT_OK;
+    mt_moe_t *x = m->moe;
+    int nrep = 1;
+    MPI_Comm_size(t->rep, &nrep);
+    /* one message per step: the expert arena is contiguous */
+    for (int64_t o = 0; nrep > 1 && o < x->numel; o += 1 << 30) {
+        int n = (int)(x->numel - o < (1 << 30) ? x->numel - o : 1 << 30);
+        MT_TRY(mt_allreduce(MPI_IN_PLACE, x->grad_mem + o, n, MPI_FLOAT, MPI_SUM, t->rep));
+    }
+    double local = m->be->sum_squares(x->grad_mem, x->numel);
+    if (t->ep > 1)
+        MT_TRY(mt_allreduce(&local, sumsq, 1, MPI_DOUBLE, MPI_SUM, t->ep_comm));
+    else
+        *sumsq = local;
+    return MT_OK;
+}
+
+void mt_train_moe_update(mt_train_moe_t *t, mt_model_t *m, double coef,
+                         const mt_optimizer_config_t *oc, double lr)
+{
+    if (!t->on)
+        return;
+    mt_model_t v = mt_moe_param_view(m);
+    mt_segment_t all = mt_segment_whole(&v);
+    if (coef < 1.0)
+        mt_grad_scale(&v, &all, 1, (float)coef);
+    mt_adamw_step(&t->opt, &v, &all, 1, oc, lr);
+}
+
+mt_status_t mt_train_moe_step_stats(mt_train_moe_t *t, MPI_Comm dp, MPI_Comm world)
+{
+    if (!t->on)
+        return MT_OK;
+    double aux = 0;
+    MT_TRY(mt_allreduce(&t->aux_sum, &aux, 1, MPI_DOUBLE, MPI_SUM, dp));
+    t->aux = aux / (double)t->micro;
+    MT_TRY(mt_allreduce(MPI_IN_PLACE, t->load, (int)t->E, MPI_INT64_T, MPI_SUM, dp));
+    int64_t total = 0;
+    t->load_min = t->load_max = t->load[0];
+    for (int64_t e = 0; e < t->E; e++) {
+        total += t->load[e];
+        t->load_min = t->load[e] < t->load_min ? t->load[e] : t->load_min;
+        t->load_max = t->load[e] > t->load_max ? t->load[e] : t->load_max;
+    }
+    t->imbalance = total > 0 ? (double)t->load_max * (double)t->E / (double)total : 0;
+    MT_TRY(mt_allreduce(&t->dispatch.seconds, &t->a2a_seconds, 1, MPI_DOUBLE, MPI_MAX, world));
+    MT_TRY(mt_allreduce(&t->dispatch.bytes_sent, &t->a2a_bytes, 1, MPI_INT64_T, MPI_SUM, world));
+    return MT_OK;
+}
+
+void mt_train_moe_log(const mt_train_moe_t *t, char *line, size_t lcap, char *json, size_t jcap)
+{
+    line[0] = json[0] = '\0';
+    if (!t->on)
+        return;
+    snprintf(line, lcap, " | aux %.4f | expert load %lld..%lld imbalance %.2f", t->aux,
+             (long long)t->load_min, (long long)t->load_max, t->imbalance);
+    snprintf(json, jcap, ", \"aux_loss\": %.9g, \"expert_load_min\": %lld, "
+             "\"expert_load_max\": %lld, \"expert_load_imbalance\": %.6f, "
+             "\"a2a_bytes\": %lld, \"a2a_s\": %.6f",
+             t->aux, (long long)t->load_min, (long long)t->load_max, t->imbalance,
+             (long long)t->a2a_bytes, t->a2a_seconds);
+}

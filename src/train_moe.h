@@ -1,0 +1,73 @@
+/* train_moe.h: what the training loop does for MoE models (train_moe.c):
+ * the expert parameters' own reduction, norm, optimizer and checkpoint
+ * entries, the load-balancing loss's scale, and the per-step expert load.
+ * Not installed. */
+#ifndef MT_TRAIN_MOE_H
+#define MT_TRAIN_MOE_H
+
+#include <mpi.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "moe_dispatch.h"
+#include "mt_config.h"
+#include "mt_mesh.h"
+#include "mt_model.h"
+#include "mt_optim.h"
+#include "train_internal.h"
+
+typedef struct {
+    bool on;                  /* the model has MoE layers */
+    int ep;
+    int64_t E;                /* experts */
+    MPI_Comm rep;             /* ranks holding the same experts: EP_SHARD (ep > 1) or dp */
+    MPI_Comm ep_comm;         /* the EP group (ep > 1) or MPI_COMM_NULL */
+    mt_moe_dispatch_t dispatch;
+    mt_adamw_t opt;           /* expert optimizer state, laid out like the experts */
+    double coef;              /* router_aux_loss_coef */
+    int64_t micro;            /* micro-batches of a step over all dp ranks */
+    double aux_sum;           /* this rank's micro-batches' aux losses, this step */
+    int64_t *load;            /* [E] tokens per expert this step, this rank */
+    /* the step's figures, combined over dp (mt_train_moe_step_stats) */
+    double aux;
+    int64_t load_min, load_max;
+    double imbalance;
+    double a2a_seconds;       /* this step's all-to-all time, max over ranks */
+    int64_t a2a_bytes;        /* this step's all-to-all bytes sent, summed over ranks */
+} mt_train_moe_t;
+
+/* What this release refuses for MoE training, with a message each. */
+mt_status_t mt_train_moe_check(const mt_config_t *cfg, int world);
+
+/* After the model is built (ep rank from the mesh): groups, the dispatch
+ * hook, expert weights, optimizer state. */
+mt_status_t mt_train_moe_init(mt_train_moe_t *t, mt_model_t *m, const mt_config_t *cfg,
+                              const mt_mesh_t *mesh);
+void mt_train_moe_free(mt_train_moe_t *t);
+
+/* Append the expert tensors (every expert's names; rows only for this
+ * rank's experts) to the checkpoint lists, after mt_train_ckpt_writers:
+ * the first of the ranks holding the same experts writes them. */
+mt_status_t mt_train_moe_ckpt(mt_train_moe_t *t, mt_train_ckpt_t *c, const mt_model_t *m);
+
+/* Before a step's micro-batches; after each one. */
+void mt_train_moe_begin_step(mt_train_moe_t *t, mt_model_t *m);
+void mt_train_moe_after_micro(mt_train_moe_t *t, const mt_model_t *m);
+
+/* Sum the expert gradients over their replicas, then the experts' share
+ * of the squared global gradient norm (summed over the EP group). */
+mt_status_t mt_train_moe_grad_sumsq(mt_train_moe_t *t, mt_model_t *m, double *sumsq);
+
+/* Clip by coef (< 1) and apply AdamW to the experts. */
+void mt_train_moe_update(mt_train_moe_t *t, mt_model_t *m, double coef,
+                         const mt_optimizer_config_t *oc, double lr);
+
+/* The step's aux loss (mean over micro-batches) and expert load, over dp;
+ * fills the figures above.  Collective over dp. */
+mt_status_t mt_train_moe_step_stats(mt_train_moe_t *t, MPI_Comm dp, MPI_Comm world);
+
+/* " | aux ... | load ..." for the step line, and ", \"aux_loss\": ..." for
+ * metrics.jsonl (empty strings when not a MoE run). */
+void mt_train_moe_log(const mt_train_moe_t *t, char *line, size_t lcap, char *json, size_t jcap);
+
+#endif
