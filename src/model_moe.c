@@ -62,8 +62,13 @@ bool mt_moe_is_sparse(const mt_config_t *cfg, int l)
 
 static void *moe_alloc(mt_moe_t *x, size_t bytes)
 {
-    if (x->nalloc >= (int)(sizeof x->allocs / sizeof x->allocs[0]))
-        return NULL;
+    if (x->nalloc == x->capalloc) {
+        int cap = x->capalloc ? 2 * x->capalloc : 64;
+        void **a = realloc(x->allocs, sizeof *a * (size_t)cap);
+        if (!a)
+            return NULL;
+        x->allocs = a, x->capalloc = cap;
+    }
     void *p = calloc(bytes ? bytes : 1, 1);
     if (p)
         x->allocs[x->nalloc++] = p;
@@ -193,6 +198,7 @@ void mt_moe_free(mt_model_t *m)
         return;
     for (int i = 0; i < x->nalloc; i++)
         free(x->allocs[i]);
+    free(x->allocs);
     free(x);
     m->moe = NULL;
 }

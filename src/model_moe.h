@@ -44,8 +44,8 @@ typedef struct mt_moe {
     int64_t *off;             /* [E] */
     int32_t *src_tok;         /* [N K] token of each send row */
     float *sendbuf, *recvbuf, *ye, *da, *dw, *dlogits, *aux_dp;
-    void *allocs[64];
-    int nalloc;
+    void **allocs;            /* everything above, for mt_moe_free */
+    int nalloc, capalloc;
 } mt_moe_t;
 
 /* Whether layer l of cfg's model is a MoE layer (num_experts > 0 and l

@@ -298,12 +298,14 @@ static void print_memory(const run_t *r, const mt_config_t *cfg, FILE *out)
     double ps = 4.0 * (double)m->numel, pw = 0, gs = ps, gw = 0;
     if (r->sharded)
         mt_fsdp_bytes(&r->fsdp, &ps, &pw, &gs, &gw);
+    double experts = 4.0 * (double)r->moe.opt.numel; /* this rank's experts, replicated */
+    ps += experts, gs += experts;
     if (mt_plan_compute(cfg, &plan) != MT_OK)
         return;
     fprintf(out, "memory per rank (MiB, measured / plan estimate): parameters %.3f / %.3f, "
                  "gradients %.3f / %.3f, optimizer state %.3f / %.3f, activations %.3f / %.3f\n",
             (ps + pw) / mib, plan.bytes_params / mib, (gs + gw) / mib, plan.bytes_grads / mib,
-            8.0 * (double)r->opt.numel / mib, plan.bytes_optim / mib, act / mib,
+            8.0 * (double)(r->opt.numel + r->moe.opt.numel) / mib, plan.bytes_optim / mib, act / mib,
             plan.bytes_activations / mib);
     if (r->sharded)
         fprintf(out, "sharded over %d ranks (model %.3f MiB): parameters %.3f own + %.3f "
