@@ -126,8 +126,9 @@ const mt_cfg_key_t mt_cfg_keys[] = {
           "(\"0,3\"; Hugging Face's mlp_only_layers list). Each must be below "
           "num_hidden_layers."),
     K_INT("model.num_shared_experts", model.num_shared_experts, "0", 0,
-          "Always-active shared experts (DeepSeek style). meshtrain-moe refuses values "
-          "above 0 in this release."),
+          "Always-active shared experts (DeepSeek style: one SwiGLU of width "
+          "num_shared_experts x moe_intermediate_size on every MoE layer, "
+          "mlp.shared_experts.*)."),
 
     /* dataset */
     K_STR("dataset.path", dataset.path, "\"\"",

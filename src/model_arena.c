@@ -213,6 +213,12 @@ mt_status_t mt_model_init_ep(mt_model_t *m, const mt_config_t *cfg, const mt_bac
         p->attn_norm->tp_partial_grad = p->mlp_norm->tp_partial_grad = m->sp;
         if (mt_moe_is_sparse(cfg, l)) { /* the router; the experts: model_moe.c */
             LP(router, "mlp.gate.weight", mc->num_experts, H, false, -1);
+            if (mc->num_shared_experts > 0) { /* DeepSeek's always-active shared experts */
+                int64_t S = mc->num_shared_experts * mc->moe_intermediate_size;
+                LP(wgate, "mlp.shared_experts.gate_proj.weight", S, H, false, 0);
+                LP(wup, "mlp.shared_experts.up_proj.weight", S, H, false, 0);
+                LP(wdown, "mlp.shared_experts.down_proj.weight", H, S, false, 1);
+            }
         } else {
             LP(wgate, "mlp.gate_proj.weight", I, H, false, 0);
             LP(wup, "mlp.up_proj.weight", I, H, false, 0);

@@ -20,8 +20,13 @@
  * with R = (MoE layers) N; its gradient w.r.t. p is E C_e / R^2 (no
  * gradient through the top-k selection).  The trainer scales it.
  *
+ * Shared experts (DeepSeek style, num_shared_experts of them fused into
+ * one SwiGLU of width num_shared_experts x moe_intermediate_size) see
+ * every token and are added after the routed sum; they are ordinary layer
+ * parameters (the layer's wgate/wup/wdown), data-parallel like the router.
+ *
  * Not here (refused at init or by the trainer): tensor parallelism of the
- * experts, shared experts, capacity-factor dropping, bias balancing. */
+ * experts, capacity-factor dropping, bias balancing. */
 #include "model_moe.h"
 
 #include <stdlib.h>
@@ -41,6 +46,7 @@ struct moe_acts {
     float *xe;         /* [rmax,H] expert inputs, expert-major */
     float *g, *u, *a;  /* [rmax,Im] */
     float *y;          /* [N K,H] expert outputs, back in send order */
+    float *sg, *su, *sa; /* [N,Is] shared experts' gate, up, silu(gate) up */
 };
 
 bool mt_moe_is_sparse(const mt_config_t *cfg, int l)
@@ -95,6 +101,11 @@ static bool acts_alloc(mt_moe_t *x, moe_acts_t *a, int64_t N, int64_t H)
     ALLOC(a->u, x->rmax * x->Im);
     ALLOC(a->a, x->rmax * x->Im);
     ALLOC(a->y, NK * H);
+    if (x->Is > 0) {
+        ALLOC(a->sg, N * x->Is);
+        ALLOC(a->su, N * x->Is);
+        ALLOC(a->sa, N * x->Is);
+    }
     return ok;
 }
 
@@ -104,9 +115,6 @@ mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int 
     if (m->tp > 1)
         MT_FAIL(MT_ERR_UNSUPPORTED, "MoE layers with tensor parallelism (tp_size %d) are not in "
                 "this release: use tp_size 1 with expert parallelism", m->tp);
-    if (mc->num_shared_experts > 0)
-        MT_FAIL(MT_ERR_UNSUPPORTED, "model.num_shared_experts = %lld: shared experts are not in "
-                "this release; set it to 0", (long long)mc->num_shared_experts);
     if (ep_size < 1 || mc->num_experts % ep_size)
         MT_FAIL(MT_ERR_CONFIG, "%lld experts do not split over ep_size %d",
                 (long long)mc->num_experts, ep_size);
@@ -117,6 +125,7 @@ mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int 
     int L = (int)m->L;
     int64_t N = m->N, H = m->H;
     x->E = mc->num_experts, x->K = mc->num_experts_per_tok, x->Im = mc->moe_intermediate_size;
+    x->Is = mc->num_shared_experts * x->Im;
     x->ep = ep_size, x->ep_rank = ep_rank;
     x->El = x->E / ep_size, x->e_lo = ep_rank * x->El;
     x->norm_topk = mc->norm_topk_prob;
@@ -369,6 +378,13 @@ void mt_moe_forward(mt_model_t *m, int l, const float *h, const float *res, floa
     be->moe_gather_rows(x->recvbuf, x->ye, a->iperm, a->R, H);
     exchange(m, MT_EP_ROWS, x->recvbuf, a->rcnt, a->y, a->scnt, H);
     be->moe_combine(out, res, a->y, a->slot_row, a->w, N, K, H);
+    const mt_layer_params_t *p = &m->layers[l];
+    if (x->Is > 0) { /* shared experts: every token, added after the routed sum */
+        be->matmul(a->sg, h, p->wgate->data, N, x->Is, H, false, true, 0.0f);
+        be->matmul(a->su, h, p->wup->data, N, x->Is, H, false, true, 0.0f);
+        be->swiglu_forward(a->sa, a->sg, a->su, N * x->Is);
+        be->matmul(out, a->sa, p->wdown->data, N, H, x->Is, false, true, 1.0f);
+    }
     if (l == x->last)
         aux_loss(m);
 }
@@ -417,4 +433,16 @@ void mt_moe_backward(mt_model_t *m, int l, const float *h, const float *dout, fl
                             x->norm_topk);
     be->matmul(router->grad, x->dlogits, h, E, H, N, true, false, 1.0f);
     be->matmul(dh, x->dlogits, router->data, N, H, E, false, false, 1.0f);
+
+    const mt_layer_params_t *p = &m->layers[l];
+    int64_t Is = x->Is;
+    if (Is > 0) { /* shared experts; x->da [rmax >= N, Im] is too narrow: reuse sa */
+        be->matmul(p->wdown->grad, dout, a->sa, H, Is, N, true, false, 1.0f);
+        be->matmul(a->sa, dout, p->wdown->data, N, Is, H, false, false, 0.0f);
+        be->swiglu_backward(a->sg, a->su, a->sa, a->sg, a->su, N * Is); /* sg, su <- d */
+        be->matmul(p->wgate->grad, a->sg, h, Is, H, N, true, false, 1.0f);
+        be->matmul(p->wup->grad, a->su, h, Is, H, N, true, false, 1.0f);
+        be->matmul(dh, a->sg, p->wgate->data, N, H, Is, false, false, 1.0f);
+        be->matmul(dh, a->su, p->wup->data, N, H, Is, false, false, 1.0f);
+    }
 }

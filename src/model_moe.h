@@ -20,6 +20,7 @@ typedef struct moe_acts moe_acts_t;
 
 typedef struct mt_moe {
     int64_t E, K, Im;         /* experts, experts per token, expert width */
+    int64_t Is;               /* shared experts' width (num_shared_experts Im), or 0 */
     int64_t El, e_lo;         /* this rank's experts: [e_lo, e_lo + El) */
     int ep, ep_rank;
     bool norm_topk;
@@ -54,7 +55,7 @@ bool mt_moe_is_sparse(const mt_config_t *cfg, int l);
 
 /* Experts, routing buffers and scratch for m (whose layers and router
  * parameters exist), for EP rank ep_rank of ep_size.  Refuses what this
- * release does not compute (tensor parallelism, shared experts). */
+ * release does not compute (tensor parallelism). */
 mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int ep_size);
 void mt_moe_free(mt_model_t *m);
 

@@ -57,7 +57,9 @@ typedef struct {
     mt_param_t *attn_norm, *wq, *wk, *wv, *wo, *q_norm, *k_norm;
     mt_param_t *mlp_norm, *wgate, *wup, *wdown;
     mt_param_t *router; /* MoE layers: mlp.gate.weight (the experts are in
-                         * model_moe.c); NULL for a dense MLP */
+                         * model_moe.c); NULL for a dense MLP.  A MoE layer's
+                         * wgate, wup, wdown are its shared experts
+                         * (mlp.shared_experts.*), or NULL */
 } mt_layer_params_t;
 
 /* The expert-parallel all-to-alls (mt_model_t.ep_alltoall), over the EP

@@ -27,9 +27,6 @@ mt_status_t mt_train_moe_check(const mt_config_t *cfg, int world)
         MT_FAIL(MT_ERR_UNSUPPORTED, "MoE training with tensor parallelism (tp_size %lld) is not "
                 "in this release: use tp_size 1 and expert parallelism (ep_size)",
                 (long long)d->tp_size);
-    if (cfg->model.num_shared_experts > 0)
-        MT_FAIL(MT_ERR_UNSUPPORTED, "model.num_shared_experts = %lld: shared experts are not in "
-                "this release; set it to 0", (long long)cfg->model.num_shared_experts);
     if (d->moe.reshard_after_forward)
         MT_FAIL(MT_ERR_UNSUPPORTED, "distributed.moe.reshard_after_forward: expert weights are "
                 "replicated over ep_shard in this release (not FSDP-sharded), so there is "

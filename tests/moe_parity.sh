@@ -6,7 +6,8 @@
 # trains 20 steps of one-sequence micro-batches on 1 rank; then ep 2 on 2
 # ranks (dp 2), ep 2 x ep_shard 2 on 4 ranks (expert gradients summed over
 # ep_shard), ep 4 on 4 ranks with activation checkpointing, and ep 1 on 2
-# ranks (experts replicated over dp).  Dropless routing and ties to the
+# ranks (experts replicated over dp); and with a shared expert at ep 2
+# against its own 1-rank run.  Dropless routing and ties to the
 # lowest expert index make the routing mesh-independent, so every run
 # must reproduce the 1-rank losses and gradient norms (step 1 to 1e-6
 # relative, every step to 1e-5) and its final parameters (5e-5 per
@@ -25,6 +26,11 @@ final() { echo "$workdir/$1/step_00000020/model.h5"; }
 parity() { # parity NAME LABEL
     compare_losses "$workdir/r1.jsonl" "$workdir/$1.jsonl" "$2"
     params_close "$(final r1)" "$(final "$1")" "$2: final parameters" 5e-5
+    python3 - "$workdir/r1.jsonl" "$workdir/$1.jsonl" <<'PY' # the figure for the record
+import json, sys
+a, b = ({json.loads(l)["step"]: json.loads(l)["loss"] for l in open(f)} for f in sys.argv[1:])
+print(f"worst relative loss difference {max(abs(a[s] - b[s]) / abs(a[s]) for s in a):.2e}")
+PY
 }
 
 train r1 1
@@ -61,6 +67,14 @@ train e4 4 distributed.ep_size=4 distributed.activation_checkpointing=true
 parity e4 "ep 4, activation checkpointing"
 train m2 2
 parity m2 "ep 1 on 2 ranks (experts replicated over dp)"
+# shared experts (data-parallel like the router) under ep 2
+train s1 1 model.num_shared_experts=1
+train s2 2 model.num_shared_experts=1 distributed.ep_size=2
+compare_losses "$workdir/s1.jsonl" "$workdir/s2.jsonl" "shared experts, ep 2"
+params_close "$(final s1)" "$(final s2)" "shared experts, ep 2: final parameters" 5e-5
+checks=$((checks + 1))
+h5ls -r "$(final s2)/model" | grep -q "layers.0.mlp.shared_experts.down_proj.weight.*{64, 32}" ||
+    fail "checkpoint lacks layer 0's shared expert"
 
 # Checkpoints are mesh-independent: ep 2 -> 1 rank, 1 rank -> ep 2 x ep_shard 2
 train re1 1 checkpoint.resume="$workdir/e2/step_00000010"
@@ -82,7 +96,6 @@ refuse 2 "megatron_fsdp does not support expert parallelism" distributed.ep_size
 refuse 4 "not divisible by ep_size 3" distributed.ep_size=3
 refuse 2 "4 experts do not split evenly over ep_size 8" distributed.ep_size=8 \
     distributed.dp_size=8
-refuse 1 "shared experts are not in this release" model.num_shared_experts=1
 refuse 2 "nothing to reshard" distributed.ep_size=2 distributed.moe.reshard_after_forward=true
 refuse 2 "ignore_router_for_ac" distributed.ep_size=2 distributed.moe.ignore_router_for_ac=true
 refuse 2 "wrap_outer_model = false" distributed.ep_size=2 distributed.moe.wrap_outer_model=false

@@ -7,7 +7,8 @@
  *    finite differences of the objective CE-mean + s * aux, along a random
  *    direction per tensor: router (mlp.gate), every expert's gate/up/down,
  *    and the rest; with and without norm_topk_prob, with a dense layer
- *    (mlp_only_layers), and the aux loss alone (CE scale 0).  The
+ *    (mlp_only_layers), with shared experts, and the aux loss alone (CE
+ *    scale 0).  The
  *    perturbation is small enough that no token changes experts (checked:
  *    a route change makes the objective non-smooth).  Tolerance: relative
  *    1e-2 or absolute 1e-5 (fp32 forward; h = 1e-2 / |d|, smaller
@@ -251,6 +252,7 @@ int main(int argc, char **argv)
     grad_check("aux alone", NULL, 0.0, 1.0);
     grad_check("dense layer 0, top 1 of 4", "model.mlp_only_layers=0;model.num_experts_per_tok=1",
                1.0, 0.1);
+    grad_check("2 shared experts", "model.num_shared_experts=2", 1.0, 0.1);
     ac_identical();
     int rc = mt_test_exit("test_moe");
     MPI_Finalize();
