@@ -259,7 +259,8 @@ mt_status_t mt_model_init_ep(mt_model_t *m, const mt_config_t *cfg, const mt_bac
         m->pos[i] = (int32_t)(i % T);
     if (mc->num_experts > 0) {
         mt_status_t s = mt_moe_init(m, cfg, ep_rank < 0 ? 0 : ep_rank,
-                                    ep_rank < 0 ? 1 : (int)cfg->distributed.ep_size);
+                                    ep_rank < 0 ? 1 : (int)cfg->distributed.ep_size,
+                                    (flags & MT_MODEL_NO_EXPERT_ARENAS) != 0);
         if (s != MT_OK) {
             mt_model_free(m);
             return s;

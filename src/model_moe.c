@@ -109,7 +109,8 @@ static bool acts_alloc(mt_moe_t *x, moe_acts_t *a, int64_t N, int64_t H)
     return ok;
 }
 
-mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int ep_size)
+mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int ep_size,
+                        bool no_arenas)
 {
     const mt_model_config_t *mc = &cfg->model;
     if (m->tp > 1)
@@ -176,13 +177,15 @@ mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int 
                 x->numel += p->numel;
             }
     }
-    ALLOC(x->param_mem, x->numel);
-    ALLOC(x->grad_mem, x->numel);
-    if (!ok)
-        MT_FAIL(MT_ERR_NOMEM, "%lld expert parameters", (long long)x->numel);
-    for (int i = 0; i < x->nxp; i++) {
-        x->xp[i].data = x->param_mem + x->xp[i].offset;
-        x->xp[i].grad = x->grad_mem + x->xp[i].offset;
+    if (!no_arenas) {
+        ALLOC(x->param_mem, x->numel);
+        ALLOC(x->grad_mem, x->numel);
+        if (!ok)
+            MT_FAIL(MT_ERR_NOMEM, "%lld expert parameters", (long long)x->numel);
+        for (int i = 0; i < x->nxp; i++) {
+            x->xp[i].data = x->param_mem + x->xp[i].offset;
+            x->xp[i].grad = x->grad_mem + x->xp[i].offset;
+        }
     }
     /* Under activation checkpointing a layer's forward is recomputed right
      * before its backward, so one set of routing buffers serves them all. */
@@ -215,6 +218,8 @@ void mt_moe_free(mt_model_t *m)
 void mt_moe_init_weights(mt_model_t *m, uint64_t seed)
 {
     mt_moe_t *x = m->moe;
+    if (!x->param_mem) /* sharded: the sharding layer initialises its rows */
+        return;
     for (int i = 0; i < x->nxp; i++)
         mt_rng_fill_normal(x->xp[i].data, x->xp[i].numel, seed, mt_rng_stream(x->xp[i].name), 0,
                            (float)m->init_std);
@@ -222,7 +227,8 @@ void mt_moe_init_weights(mt_model_t *m, uint64_t seed)
 
 void mt_moe_zero_grad(mt_model_t *m)
 {
-    memset(m->moe->grad_mem, 0, sizeof(float) * (size_t)m->moe->numel);
+    if (m->moe->grad_mem)
+        memset(m->moe->grad_mem, 0, sizeof(float) * (size_t)m->moe->numel);
 }
 
 int64_t mt_moe_logical_numel(const mt_model_t *m)
@@ -237,13 +243,24 @@ double mt_moe_flops_per_token(const mt_model_t *m)
     return 6.0 * (double)x->nmoe * (double)x->K * 3.0 * (double)m->H * (double)x->Im;
 }
 
-mt_model_t mt_moe_param_view(const mt_model_t *m)
+mt_model_t mt_moe_param_view(const mt_model_t *m, int64_t *unit_lo)
 {
+    const mt_moe_t *x = m->moe;
     mt_model_t v;
     memset(&v, 0, sizeof v);
     v.be = m->be;
-    v.params = m->moe->xp, v.nparams = m->moe->nxp, v.numel = m->moe->numel;
-    v.param_mem = m->moe->param_mem, v.grad_mem = m->moe->grad_mem;
+    v.L = m->L;
+    v.init_std = m->init_std; /* mt_model_init_range reads it */
+    v.params = x->xp, v.nparams = x->nxp, v.numel = x->numel;
+    v.param_mem = x->param_mem, v.grad_mem = x->grad_mem;
+    v.nunits = (int)m->L + 2;
+    v.unit_lo = unit_lo;
+    unit_lo[0] = unit_lo[1] = 0;
+    for (int l = 0; l < m->L; l++) /* layer l's experts end where the next layer's begin */
+        unit_lo[l + 2] = x->sparse[l] ? x->xp[x->xfirst[l] + 3 * x->El - 1].offset +
+                                            x->xp[x->xfirst[l] + 3 * x->El - 1].numel
+                                      : unit_lo[l + 1];
+    unit_lo[m->L + 2] = x->numel;
     return v;
 }
 

@@ -31,7 +31,7 @@ typedef struct mt_moe {
     mt_param_t *xp;
     int nxp, *xfirst;
     int64_t numel;            /* expert parameter elements on this rank */
-    float *param_mem, *grad_mem;
+    float *param_mem, *grad_mem; /* NULL when the experts are sharded */
     /* routing statistics of the last forward: tokens of this micro-batch
      * routed to each expert, and their summed router probabilities */
     int64_t *counts;          /* [L * E] */
@@ -55,8 +55,11 @@ bool mt_moe_is_sparse(const mt_config_t *cfg, int l);
 
 /* Experts, routing buffers and scratch for m (whose layers and router
  * parameters exist), for EP rank ep_rank of ep_size.  Refuses what this
- * release does not compute (tensor parallelism). */
-mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int ep_size);
+ * release does not compute (tensor parallelism).  no_arenas: leave out the
+ * expert parameter and gradient arenas; whoever shards the experts points
+ * their data and grad at its own buffers before use. */
+mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int ep_size,
+                        bool no_arenas);
 void mt_moe_free(mt_model_t *m);
 
 /* Initial expert weights: normal(seed, name, element), as for every other
@@ -76,8 +79,11 @@ void mt_moe_backward(mt_model_t *m, int l, const float *h, const float *dout, fl
 int64_t mt_moe_logical_numel(const mt_model_t *m);
 double mt_moe_flops_per_token(const mt_model_t *m);
 
-/* A model-like view of the expert parameters (params, nparams, be, numel,
- * arenas) for mt_adamw_step and friends. */
-mt_model_t mt_moe_param_view(const mt_model_t *m);
+/* A model-like view of the expert parameters for mt_adamw_step and
+ * mt_fsdp: params, nparams, be, numel, arenas, and units that mirror the
+ * model's (unit 0 and L+1 empty, unit l+1 = layer l's experts, empty for
+ * a dense layer), so the model's unit events drive it unchanged.
+ * unit_lo must have room for L + 3 entries. */
+mt_model_t mt_moe_param_view(const mt_model_t *m, int64_t *unit_lo);
 
 #endif

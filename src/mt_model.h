@@ -91,6 +91,9 @@ typedef enum {
  * unit is used (model-only code never touches absent arenas). */
 #define MT_MODEL_NO_PARAM_ARENA 1u
 #define MT_MODEL_NO_GRAD_ARENA 2u
+/* The same for the MoE experts' own arenas (model_moe.h): the trainer
+ * shards them over ep_shard. */
+#define MT_MODEL_NO_EXPERT_ARENAS 4u
 
 /* Saved activations of one layer (pointers into the activation arena). */
 typedef struct {

@@ -196,6 +196,8 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
         flags = (fo.shard_params ? MT_MODEL_NO_PARAM_ARENA : 0u) |
                 (fo.shard_grads ? MT_MODEL_NO_GRAD_ARENA : 0u);
     MT_TRY(mt_train_moe_check(cfg, mesh->size));
+    if (mt_train_moe_sharded(cfg))
+        flags |= MT_MODEL_NO_EXPERT_ARENAS;
     int ep_rank = cfg->distributed.ep_size > 1 ? mesh->group_rank[MT_GROUP_EP] : -1;
     MT_TRY(mt_model_init_ep(&r->model, cfg, be, B, T, flags, mesh->group_rank[MT_GROUP_TP],
                             ep_rank));
@@ -283,7 +285,7 @@ static mt_status_t update(run_t *r, const mt_config_t *cfg, int64_t step, double
     *lr = mt_lr_at(cfg, step);
     mt_adamw_step(&r->opt, m, r->seg, r->nseg, &cfg->optimizer, *lr);
     r->moe.opt.step = r->opt.step - 1; /* the same step count, also after a resume */
-    mt_train_moe_update(&r->moe, m, coef, &cfg->optimizer, *lr);
+    MT_TRY(mt_train_moe_update(&r->moe, m, coef, &cfg->optimizer, *lr));
     if (r->sharded)
         MT_TRY(mt_fsdp_after_update(&r->fsdp));
     return MT_OK;
@@ -298,8 +300,7 @@ static void print_memory(const run_t *r, const mt_config_t *cfg, FILE *out)
     double ps = 4.0 * (double)m->numel, pw = 0, gs = ps, gw = 0;
     if (r->sharded)
         mt_fsdp_bytes(&r->fsdp, &ps, &pw, &gs, &gw);
-    double experts = 4.0 * (double)r->moe.opt.numel; /* this rank's experts, replicated */
-    ps += experts, gs += experts;
+    mt_train_moe_bytes(&r->moe, &ps, &pw, &gs, &gw);
     if (mt_plan_compute(cfg, &plan) != MT_OK)
         return;
     fprintf(out, "memory per rank (MiB, measured / plan estimate): parameters %.3f / %.3f, "
@@ -455,6 +456,8 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
                 s = mt_fsdp_begin(&r->fsdp, u);
             else
                 mt_ddp_begin(&r->ddp, u == accum - 1);
+            if (s == MT_OK)
+                s = mt_train_moe_begin_micro(&r->moe, u);
             if (r->packed)
                 mt_model_set_packing(m, r->pos + u * N, r->docs + u * N);
             local_sum += mt_model_step(m, r->tokens + u * N, r->targets + u * N, true, scale, &c);

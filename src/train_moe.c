@@ -6,9 +6,12 @@
  * the ranks holding the same experts (ep_shard = dp / ep of them: the
  * MT_GROUP_EP_SHARD group, or all of dp when ep_size is 1) each see
  * different tokens, so the expert gradients are summed over that group
- * once per step, after backward.  Expert weights are replicated over
- * ep_shard rather than FSDP-sharded (doc/moe.md says what that costs and
- * what is open).  Expert gradients are distinct on each EP rank, so their
+ * once per step, after backward.  Under fsdp2 with ep_shard > 1 the
+ * experts are instead FSDP-sharded over ep_shard by a second mt_fsdp over
+ * a model-like view of the expert arena whose units mirror the model's,
+ * driven by the model's own unit events (chain_hook): gathered before a
+ * MoE layer's forward and backward, gradients reduce-scattered after its
+ * backward.  Expert gradients are distinct on each EP rank, so their
  * squares are summed over the EP group for the global norm, once. */
 #include "train_moe.h"
 
@@ -17,6 +20,16 @@
 
 #include "model_moe.h"
 #include "mt_comm.h"
+#include "mt_fsdp.h"
+
+/* Experts are FSDP-sharded over ep_shard under fsdp2 when there is more
+ * than one rank to shard over; else replicated there. */
+bool mt_train_moe_sharded(const mt_config_t *cfg)
+{
+    const mt_distributed_config_t *d = &cfg->distributed;
+    return cfg->model.num_experts > 0 && d->strategy == MT_STRATEGY_FSDP2 && d->ep_size > 1 &&
+           cfg->derived.ep_shard > 1;
+}
 
 mt_status_t mt_train_moe_check(const mt_config_t *cfg, int world)
 {
@@ -27,10 +40,11 @@ mt_status_t mt_train_moe_check(const mt_config_t *cfg, int world)
         MT_FAIL(MT_ERR_UNSUPPORTED, "MoE training with tensor parallelism (tp_size %lld) is not "
                 "in this release: use tp_size 1 and expert parallelism (ep_size)",
                 (long long)d->tp_size);
-    if (d->moe.reshard_after_forward)
-        MT_FAIL(MT_ERR_UNSUPPORTED, "distributed.moe.reshard_after_forward: expert weights are "
-                "replicated over ep_shard in this release (not FSDP-sharded), so there is "
-                "nothing to reshard; set it to false");
+    if (d->moe.reshard_after_forward && !mt_train_moe_sharded(cfg))
+        MT_FAIL(MT_ERR_UNSUPPORTED, "distributed.moe.reshard_after_forward: the experts are not "
+                "sharded here (they are sharded over ep_shard = dp x cp / ep_size = %lld ranks "
+                "under fsdp2 when it is above 1), so there is nothing to reshard; set it to false",
+                (long long)cfg->derived.ep_shard);
     if (d->moe.ignore_router_for_ac)
         MT_FAIL(MT_ERR_UNSUPPORTED, "distributed.moe.ignore_router_for_ac: activation "
                 "checkpointing recomputes the router with the rest of the layer in this "
@@ -43,6 +57,16 @@ mt_status_t mt_train_moe_check(const mt_config_t *cfg, int world)
     return MT_OK;
 }
 
+/* The model's unit events go to the non-expert hook (fsdp or ddp), then to
+ * the experts' fsdp, whose units mirror the model's. */
+static void chain_hook(void *ctx, int unit, mt_unit_event_t ev)
+{
+    mt_train_moe_t *t = ctx;
+    if (t->dense_hook)
+        t->dense_hook(t->dense_ctx, unit, ev);
+    t->view.unit_hook(t->view.hook_ctx, unit, ev);
+}
+
 mt_status_t mt_train_moe_init(mt_train_moe_t *t, mt_model_t *m, const mt_config_t *cfg,
                               const mt_mesh_t *mesh)
 {
@@ -52,6 +76,7 @@ mt_status_t mt_train_moe_init(mt_train_moe_t *t, mt_model_t *m, const mt_config_
         return MT_OK;
     t->on = true;
     t->ep = (int)cfg->distributed.ep_size;
+    t->dp = mesh->group[MT_GROUP_DP];
     if (t->ep > 1) {
         t->ep_comm = mesh->group[MT_GROUP_EP];
         t->rep = mesh->group[MT_GROUP_EP_SHARD];
@@ -64,10 +89,27 @@ mt_status_t mt_train_moe_init(mt_train_moe_t *t, mt_model_t *m, const mt_config_
     t->micro = cfg->derived.grad_accum_steps * mesh->group_size[MT_GROUP_DP];
     t->E = m->moe->E;
     t->load = calloc((size_t)t->E, sizeof *t->load);
-    if (!t->load)
+    t->unit_lo = malloc(sizeof *t->unit_lo * (size_t)(m->L + 3));
+    if (!t->load || !t->unit_lo)
         MT_FAIL(MT_ERR_NOMEM, "expert load counters");
-    mt_moe_init_weights(m, (uint64_t)cfg->rng.seed);
-    MT_TRY(mt_adamw_init(&t->opt, m->moe->numel));
+    t->view = mt_moe_param_view(m, t->unit_lo);
+    int64_t owned = m->moe->numel;
+    t->sharded = mt_train_moe_sharded(cfg);
+    if (t->sharded) {
+        mt_fsdp_options_t fo;
+        mt_fsdp_options_from_config(cfg, &fo);
+        fo.reshard_after_forward = cfg->distributed.moe.reshard_after_forward;
+        MT_TRY(mt_fsdp_init(&t->fsdp, &t->view, t->rep, MPI_COMM_NULL, &fo));
+        mt_fsdp_init_weights(&t->fsdp, (uint64_t)cfg->rng.seed);
+        t->seg = t->fsdp.seg, t->nseg = t->fsdp.nunits, owned = t->fsdp.owned;
+        t->dense_hook = m->unit_hook, t->dense_ctx = m->hook_ctx;
+        m->unit_hook = chain_hook, m->hook_ctx = t;
+    } else {
+        mt_moe_init_weights(m, (uint64_t)cfg->rng.seed);
+        t->whole = mt_segment_whole(&t->view);
+        t->seg = &t->whole, t->nseg = 1;
+    }
+    MT_TRY(mt_adamw_init(&t->opt, owned));
     return MT_OK;
 }
 
@@ -75,9 +117,17 @@ void mt_train_moe_free(mt_train_moe_t *t)
 {
     if (t->ep > 1)
         mt_moe_dispatch_free(&t->dispatch);
+    if (t->sharded)
+        mt_fsdp_free(&t->fsdp);
     mt_adamw_free(&t->opt);
     free(t->load);
+    free(t->unit_lo);
     memset(t, 0, sizeof *t);
+}
+
+mt_status_t mt_train_moe_begin_micro(mt_train_moe_t *t, int64_t micro)
+{
+    return t->sharded ? mt_fsdp_begin(&t->fsdp, micro) : MT_OK;
 }
 
 static void set_block(mt_ckpt_tensor_t *e, const char *path, const int64_t shape[2],
@@ -97,7 +147,8 @@ mt_status_t mt_train_moe_ckpt(mt_train_moe_t *t, mt_train_ckpt_t *c, const mt_mo
         return MT_OK;
     int rep_rank = 0;
     MPI_Comm_rank(t->rep, &rep_rank);
-    bool writer = rep_rank == 0;
+    /* sharded: every rank writes its own rows; replicated: the first replica */
+    bool writer = t->sharded || rep_rank == 0;
     const mt_moe_t *x = m->moe;
     int add = 3 * 3 * x->nmoe * (int)x->E; /* model, exp_avg, exp_avg_sq of every expert tensor */
     mt_ckpt_tensor_t *nt = realloc(c->t, sizeof *nt * (size_t)(c->n + add));
@@ -120,15 +171,28 @@ mt_status_t mt_train_moe_ckpt(mt_train_moe_t *t, mt_train_ckpt_t *c, const mt_mo
                 snprintf(name, sizeof name, "model.layers.%d.mlp.experts.%lld.%s.weight", l,
                          (long long)e, proj[k]);
                 int64_t shape[2] = {k == 2 ? m->H : x->Im, k == 2 ? x->Im : m->H};
-                const mt_param_t *p = NULL;
-                if (e >= x->e_lo && e < x->e_lo + x->El)
-                    p = &x->xp[x->xfirst[l] + 3 * (e - x->e_lo) + k];
+                /* this rank's rows of it: none unless it holds the expert; then
+                 * the rows its segment covers (shards end on row boundaries) */
+                int64_t first = 0, rows = 0;
+                float *pd = NULL, *m1 = NULL, *m2 = NULL;
+                if (e >= x->e_lo && e < x->e_lo + x->El) {
+                    const mt_param_t *p = &x->xp[x->xfirst[l] + 3 * (e - x->e_lo) + k];
+                    for (int g = 0; g < t->nseg && rows == 0; g++) {
+                        const mt_segment_t *sg = &t->seg[g];
+                        int64_t a, cnt = mt_param_overlap(p, sg->offset, sg->offset + sg->count, &a);
+                        if (cnt == 0)
+                            continue;
+                        first = (a - p->offset) / shape[1], rows = cnt / shape[1];
+                        pd = sg->param + (a - sg->offset);
+                        m1 = t->opt.exp_avg + sg->state + (a - sg->offset);
+                        m2 = t->opt.exp_avg_sq + sg->state + (a - sg->offset);
+                    }
+                }
+                float *data[3] = {pd, m1, m2};
                 for (int s = 0; s < 3; s++) {
                     snprintf(path, sizeof path, kind[s], name);
-                    float *data = !p ? NULL : s == 0 ? p->data
-                                      : s == 1 ? t->opt.exp_avg + p->offset
-                                               : t->opt.exp_avg_sq + p->offset;
-                    set_block(&c->t[n], path, shape, p ? shape[0] : 0, data);
+                    set_block(&c->t[n], path, shape, rows, data[s]);
+                    c->t[n].row_offset = first;
                     c->t_save[n] = c->t[n];
                     if (!writer) /* another replica of these experts writes them */
                         c->t_save[n].row_count = 0;
@@ -168,6 +232,13 @@ mt_status_t mt_train_moe_grad_sumsq(mt_train_moe_t *t, mt_model_t *m, double *su
     if (!t->on)
         return MT_OK;
     mt_moe_t *x = m->moe;
+    double local;
+    if (t->sharded) { /* reduce-scattered: every rank of dp holds distinct rows */
+        MT_TRY(mt_fsdp_finish(&t->fsdp));
+        local = mt_grad_sumsq(&t->view, t->seg, t->nseg);
+        MT_TRY(mt_allreduce(&local, sumsq, 1, MPI_DOUBLE, MPI_SUM, t->dp));
+        return MT_OK;
+    }
     int nrep = 1;
     MPI_Comm_size(t->rep, &nrep);
     /* one message per step: the expert arena is contiguous */
@@ -175,7 +246,7 @@ mt_status_t mt_train_moe_grad_sumsq(mt_train_moe_t *t, mt_model_t *m, double *su
         int n = (int)(x->numel - o < (1 << 30) ? x->numel - o : 1 << 30);
         MT_TRY(mt_allreduce(MPI_IN_PLACE, x->grad_mem + o, n, MPI_FLOAT, MPI_SUM, t->rep));
     }
-    double local = m->be->sum_squares(x->grad_mem, x->numel);
+    local = m->be->sum_squares(x->grad_mem, x->numel);
     if (t->ep > 1)
         MT_TRY(mt_allreduce(&local, sumsq, 1, MPI_DOUBLE, MPI_SUM, t->ep_comm));
     else
@@ -183,16 +254,20 @@ mt_status_t mt_train_moe_grad_sumsq(mt_train_moe_t *t, mt_model_t *m, double *su
     return MT_OK;
 }
 
-void mt_train_moe_update(mt_train_moe_t *t, mt_model_t *m, double coef,
-                         const mt_optimizer_config_t *oc, double lr)
+mt_status_t mt_train_moe_update(mt_train_moe_t *t, mt_model_t *m, double coef,
+                                const mt_optimizer_config_t *oc, double lr)
 {
+    (void)m;
     if (!t->on)
-        return;
-    mt_model_t v = mt_moe_param_view(m);
-    mt_segment_t all = mt_segment_whole(&v);
+        return MT_OK;
     if (coef < 1.0)
-        mt_grad_scale(&v, &all, 1, (float)coef);
-    mt_adamw_step(&t->opt, &v, &all, 1, oc, lr);
+        mt_grad_scale(&t->view, t->seg, t->nseg, (float)coef);
+    mt_adamw_step(&t->opt, &t->view, t->seg, t->nseg, oc, lr);
+    if (t->sharded) { /* and nothing left in flight (a prefetch of an empty unit) */
+        MT_TRY(mt_fsdp_after_update(&t->fsdp));
+        MT_TRY(mt_fsdp_sync(&t->fsdp));
+    }
+    return MT_OK;
 }
 
 mt_status_t mt_train_moe_step_stats(mt_train_moe_t *t, MPI_Comm dp, MPI_Comm world)
@@ -228,4 +303,18 @@ void mt_train_moe_log(const mt_train_moe_t *t, char *line, size_t lcap, char *js
              "\"a2a_bytes\": %lld, \"a2a_s\": %.6f",
              t->aux, (long long)t->load_min, (long long)t->load_max, t->imbalance,
              (long long)t->a2a_bytes, t->a2a_seconds);
+}
+
+void mt_train_moe_bytes(const mt_train_moe_t *t, double *params_own, double *params_work,
+                        double *grads_own, double *grads_work)
+{
+    if (!t->on)
+        return;
+    if (!t->sharded) {
+        *params_own += 4.0 * (double)t->view.numel, *grads_own += 4.0 * (double)t->view.numel;
+        return;
+    }
+    double ps, pw, gs, gw;
+    mt_fsdp_bytes(&t->fsdp, &ps, &pw, &gs, &gw);
+    *params_own += ps, *params_work += pw, *grads_own += gs, *grads_work += gw;
 }

@@ -4,9 +4,11 @@
 #
 # A 2-layer MoE (4 experts, top 2, norm_topk_prob, aux coefficient 0.01)
 # trains 20 steps of one-sequence micro-batches on 1 rank; then ep 2 on 2
-# ranks (dp 2), ep 2 x ep_shard 2 on 4 ranks (expert gradients summed over
-# ep_shard), ep 4 on 4 ranks with activation checkpointing, and ep 1 on 2
-# ranks (experts replicated over dp); and with a shared expert at ep 2
+# ranks (dp 2), ep 2 x ep_shard 2 on 4 ranks (experts FSDP-sharded over
+# ep_shard: the optimizer state halves, as planned), the same with
+# moe.reshard_after_forward and activation checkpointing, ep 4 on 4 ranks
+# with activation checkpointing, and ep 1 on 2 ranks (experts replicated
+# over dp); and with a shared expert at ep 2
 # against its own 1-rank run.  Dropless routing and ties to the
 # lowest expert index make the routing mesh-independent, so every run
 # must reproduce the 1-rank losses and gradient norms (step 1 to 1e-6
@@ -62,7 +64,22 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 assert all(r["a2a_bytes"] > 0 for r in rows), rows[0]
 PY
 train e2s2 4 distributed.ep_size=2
-parity e2s2 "ep 2 x ep_shard 2"
+parity e2s2 "ep 2 x ep_shard 2 (experts sharded)"
+# experts resharded after forward, under activation checkpointing
+train e2r 4 distributed.ep_size=2 distributed.moe.reshard_after_forward=true \
+    distributed.activation_checkpointing=true
+parity e2r "ep 2 x ep_shard 2, moe.reshard_after_forward, activation checkpointing"
+checks=$((checks + 1))
+python3 - "$workdir/e2.log" "$workdir/e2s2.log" <<'PY' || fail "sharded experts: optimizer state not halved or not as planned"
+import re, sys
+def opt(path):
+    m = re.search(r"optimizer state ([0-9.]+) / ([0-9.]+)", open(path).read())
+    return float(m[1]), float(m[2])
+(rep, _), (shd, plan) = opt(sys.argv[1]), opt(sys.argv[2])
+assert shd < 0.75 * rep, (rep, shd)
+assert abs(shd - plan) <= 0.10 * shd, (shd, plan)
+print(f"optimizer state per rank: ep 2 {rep} MiB, ep 2 x ep_shard 2 {shd} MiB (plan {plan})")
+PY
 train e4 4 distributed.ep_size=4 distributed.activation_checkpointing=true
 parity e4 "ep 4, activation checkpointing"
 train m2 2
