@@ -16,8 +16,8 @@
 # tensor, norm-wise: the expert GEMMs see the same rows grouped
 # differently).  The step log and metrics carry the aux loss and the
 # expert load.  Checkpoints hold every expert under its Hugging Face name:
-# an ep 2 checkpoint resumes on 1 rank and a 1-rank one under ep 2 x
-# ep_shard 2, matching the uninterrupted run.  What this release refuses
+# ep 2 and sharded ep 2 x ep_shard 2 checkpoints resume on 1 rank and a
+# 1-rank one under ep 2 x ep_shard 2, matching the uninterrupted run.  What this release refuses
 # is refused with a message.
 . "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
 app="$bindir/meshtrain-moe"
@@ -97,6 +97,8 @@ h5ls -r "$(final s2)/model" | grep -q "layers.0.mlp.shared_experts.down_proj.wei
 train re1 1 checkpoint.resume="$workdir/e2/step_00000010"
 expect_in "$out" "resumed from $workdir/e2/step_00000010 at step 10" "ep 2 checkpoint on 1 rank"
 compare_losses "$workdir/r1.jsonl" "$workdir/re1.jsonl" "ep 2 -> 1 rank, steps 11-20" 11
+train res 1 checkpoint.resume="$workdir/e2s2/step_00000010"
+compare_losses "$workdir/r1.jsonl" "$workdir/res.jsonl" "sharded ep 2 x ep_shard 2 -> 1 rank" 11
 train re2 4 distributed.ep_size=2 checkpoint.resume="$workdir/r1/step_00000010"
 compare_losses "$workdir/r1.jsonl" "$workdir/re2.jsonl" "1 rank -> ep 2 x ep_shard 2, steps 11-20" 11
 
