@@ -125,6 +125,10 @@ const mt_cfg_key_t mt_cfg_keys[] = {
           "Layers that keep a dense MLP in a MoE model, as comma-separated indices "
           "(\"0,3\"; Hugging Face's mlp_only_layers list). Each must be below "
           "num_hidden_layers."),
+    K_FLT("model.moe_capacity_factor", model.moe_capacity_factor, "0.0",
+          "0: dropless routing. Above 0: each expert takes at most ceil(factor x tokens x "
+          "num_experts_per_tok / num_experts) of a rank's micro-batch, in token order; the "
+          "rest of its tokens skip it (their other experts still count). Must not be negative."),
     K_INT("model.num_shared_experts", model.num_shared_experts, "0", 0,
           "Always-active shared experts (DeepSeek style: one SwiGLU of width "
           "num_shared_experts x moe_intermediate_size on every MoE layer, "

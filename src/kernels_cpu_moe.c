@@ -95,6 +95,8 @@ void mt_cpu_moe_combine(float *out, const float *res, const float *y, const int3
         for (int64_t c = 0; c < width; c++)
             o[c] = res ? res[t * width + c] : 0.0f;
         for (int64_t j = 0; j < k; j++) { /* slot order: the same sum on every mesh */
+            if (slot_row[t * k + j] < 0)
+                continue;
             const float *yr = y + (int64_t)slot_row[t * k + j] * width;
             const float wj = w ? w[t * k + j] : 1.0f;
             for (int64_t c = 0; c < width; c++)
@@ -112,6 +114,10 @@ void mt_cpu_moe_combine_backward(float *dw, float *dy, const float *dout, const 
         const float *d = dout + t * width;
         for (int64_t j = 0; j < k; j++) {
             int64_t r = slot_row[t * k + j];
+            if (r < 0) {
+                dw[t * k + j] = 0.0f;
+                continue;
+            }
             const float *yr = y + r * width;
             float *dyr = dy + r * width;
             double s = 0;

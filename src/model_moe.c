@@ -29,6 +29,7 @@
  * experts, capacity-factor dropping, bias balancing. */
 #include "model_moe.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,6 +128,10 @@ mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int 
     int64_t N = m->N, H = m->H;
     x->E = mc->num_experts, x->K = mc->num_experts_per_tok, x->Im = mc->moe_intermediate_size;
     x->Is = mc->num_shared_experts * x->Im;
+    if (mc->moe_capacity_factor > 0) { /* GShard's capacity, over this rank's micro-batch */
+        double c = ceil(mc->moe_capacity_factor * (double)(m->N * x->K) / (double)x->E);
+        x->cap = c < 1 ? 1 : (int64_t)c;
+    }
     x->ep = ep_size, x->ep_rank = ep_rank;
     x->El = x->E / ep_size, x->e_lo = ep_rank * x->El;
     x->norm_topk = mc->norm_topk_prob;
@@ -135,6 +140,9 @@ mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int 
     ALLOC(x->sparse, L);
     ALLOC(x->xfirst, L);
     ALLOC(x->counts, L * x->E);
+    ALLOC(x->dropped, L);
+    ALLOC(x->kept, x->E);
+    ALLOC(x->kend, x->E);
     ALLOC(x->psum, L * x->E);
     ALLOC(x->ctot, x->E);
     ALLOC(x->acts, L);
@@ -332,23 +340,36 @@ void mt_moe_forward(mt_model_t *m, int l, const float *h, const float *res, floa
     for (int64_t t = 0; t < N; t++)
         for (int64_t e = 0; e < E; e++)
             ps[e] += (double)a->probs[t * E + e];
-    x->off[0] = 0;
+    /* a capacity limit keeps each expert's first cap (token, slot) pairs
+     * in token order; the aux loss and the load figures count them all */
+    int64_t *kept = x->kept, rows = 0;
+    for (int64_t e = 0; e < E; e++)
+        kept[e] = x->cap > 0 && cnt[e] > x->cap ? x->cap : cnt[e], rows += kept[e];
+    x->dropped[l] = NK - rows;
+    x->off[0] = 0; /* next row of each expert's block, and where the block ends */
     for (int64_t e = 1; e < E; e++)
-        x->off[e] = x->off[e - 1] + cnt[e - 1];
+        x->off[e] = x->off[e - 1] + kept[e - 1];
+    for (int64_t e = 0; e < E; e++)
+        x->kend[e] = x->off[e] + kept[e];
     for (int64_t i = 0; i < NK; i++) {
-        int64_t r = x->off[a->idx[i]]++;
+        int64_t e = a->idx[i];
+        if (x->off[e] == x->kend[e]) { /* over capacity: dropped */
+            a->slot_row[i] = -1;
+            continue;
+        }
+        int64_t r = x->off[e]++;
         a->slot_row[i] = (int32_t)r;
         x->src_tok[r] = (int32_t)(i / K);
     }
-    be->moe_gather_rows(x->sendbuf, h, x->src_tok, NK, H);
+    be->moe_gather_rows(x->sendbuf, h, x->src_tok, rows, H);
 
     /* counts to the owners, then the rows */
     for (int d = 0; d < x->ep; d++) {
         a->scnt[d] = 0;
         for (int64_t e = 0; e < El; e++)
-            a->scnt[d] += cnt[d * El + e];
+            a->scnt[d] += kept[d * El + e];
     }
-    exchange(m, MT_EP_COUNTS, cnt, NULL, a->ecnt, NULL, El);
+    exchange(m, MT_EP_COUNTS, kept, NULL, a->ecnt, NULL, El);
     a->R = 0;
     for (int s = 0; s < x->ep; s++) {
         a->rcnt[s] = 0;

@@ -21,6 +21,7 @@ typedef struct moe_acts moe_acts_t;
 typedef struct mt_moe {
     int64_t E, K, Im;         /* experts, experts per token, expert width */
     int64_t Is;               /* shared experts' width (num_shared_experts Im), or 0 */
+    int64_t cap;              /* rows an expert takes from a micro-batch; 0: dropless */
     int64_t El, e_lo;         /* this rank's experts: [e_lo, e_lo + El) */
     int ep, ep_rank;
     bool norm_topk;
@@ -34,7 +35,9 @@ typedef struct mt_moe {
     float *param_mem, *grad_mem; /* NULL when the experts are sharded */
     /* routing statistics of the last forward: tokens of this micro-batch
      * routed to each expert, and their summed router probabilities */
-    int64_t *counts;          /* [L * E] */
+    int64_t *counts;          /* [L * E] (routed, before any capacity limit) */
+    int64_t *dropped;         /* [L]: (token, slot) pairs the capacity limit dropped */
+    int64_t *kept, *kend;     /* [E] scratch: rows kept per expert, end of its block */
     double *psum;             /* [L * E] */
     double *ctot;             /* [E]: counts summed over the MoE layers */
     double aux;               /* load-balancing loss of the last forward (unscaled) */

@@ -154,11 +154,13 @@ struct mt_backend {
     void (*moe_gather_rows)(float *dst, const float *src, const int32_t *rows, int64_t n,
                             int64_t width);
     /* out[t,:] = res[t,:] (0 when res is NULL) + sum over j < k, in order,
-     * of w[t,j] (1 when w is NULL) * y[slot_row[t,j],:]. */
+     * of w[t,j] (1 when w is NULL) * y[slot_row[t,j],:]; slots with
+     * slot_row -1 (dropped by a capacity limit) are skipped. */
     void (*moe_combine)(float *out, const float *res, const float *y, const int32_t *slot_row,
                         const float *w, int64_t n, int64_t k, int64_t width);
     /* Backward of moe_combine with w: dw[t,j] = dout[t,:] . y[slot_row[t,j],:]
-     * and dy[slot_row[t,j],:] = w[t,j] dout[t,:] (both overwritten). */
+     * and dy[slot_row[t,j],:] = w[t,j] dout[t,:] (both overwritten); a
+     * dropped slot (slot_row -1) gets dw 0 and no row. */
     void (*moe_combine_backward)(float *dw, float *dy, const float *dout, const float *y,
                                  const int32_t *slot_row, const float *w, int64_t n, int64_t k,
                                  int64_t width);

@@ -64,6 +64,7 @@ typedef struct {
     double router_aux_loss_coef;
     char mlp_only_layers[MT_PATH_MAX]; /* comma-separated layer indices: dense MLPs */
     int64_t num_shared_experts;
+    double moe_capacity_factor;        /* 0: dropless */
 } mt_model_config_t;
 
 typedef struct {

@@ -86,6 +86,7 @@ mt_status_t mt_train_moe_init(mt_train_moe_t *t, mt_model_t *m, const mt_config_
         t->rep = mesh->group[MT_GROUP_DP];
     }
     t->coef = cfg->model.router_aux_loss_coef;
+    t->capacity = cfg->model.moe_capacity_factor > 0;
     t->micro = cfg->derived.grad_accum_steps * mesh->group_size[MT_GROUP_DP];
     t->E = m->moe->E;
     t->load = calloc((size_t)t->E, sizeof *t->load);
@@ -210,6 +211,7 @@ void mt_train_moe_begin_step(mt_train_moe_t *t, mt_model_t *m)
         return;
     m->moe->aux_scale = (float)(t->coef / (double)t->micro);
     t->aux_sum = 0;
+    t->dropped = 0;
     memset(t->load, 0, sizeof *t->load * (size_t)m->moe->E);
     t->dispatch.bytes_sent = 0, t->dispatch.seconds = 0, t->dispatch.calls = 0;
 }
@@ -220,6 +222,9 @@ void mt_train_moe_after_micro(mt_train_moe_t *t, const mt_model_t *m)
         return;
     const mt_moe_t *x = m->moe;
     t->aux_sum += x->aux;
+    for (int l = 0; l < m->L; l++)
+        if (x->sparse[l])
+            t->dropped += x->dropped[l];
     for (int l = 0; l < m->L; l++)
         if (x->sparse[l])
             for (int64_t e = 0; e < x->E; e++)
@@ -278,6 +283,7 @@ mt_status_t mt_train_moe_step_stats(mt_train_moe_t *t, MPI_Comm dp, MPI_Comm wor
     MT_TRY(mt_allreduce(&t->aux_sum, &aux, 1, MPI_DOUBLE, MPI_SUM, dp));
     t->aux = aux / (double)t->micro;
     MT_TRY(mt_allreduce(MPI_IN_PLACE, t->load, (int)t->E, MPI_INT64_T, MPI_SUM, dp));
+    MT_TRY(mt_allreduce(MPI_IN_PLACE, &t->dropped, 1, MPI_INT64_T, MPI_SUM, dp));
     int64_t total = 0;
     t->load_min = t->load_max = t->load[0];
     for (int64_t e = 0; e < t->E; e++) {
@@ -296,13 +302,15 @@ void mt_train_moe_log(const mt_train_moe_t *t, char *line, size_t lcap, char *js
     line[0] = json[0] = '\0';
     if (!t->on)
         return;
-    snprintf(line, lcap, " | aux %.4f | expert load %lld..%lld imbalance %.2f", t->aux,
-             (long long)t->load_min, (long long)t->load_max, t->imbalance);
+    int n = snprintf(line, lcap, " | aux %.4f | expert load %lld..%lld imbalance %.2f", t->aux,
+                     (long long)t->load_min, (long long)t->load_max, t->imbalance);
+    if (t->capacity && n > 0 && (size_t)n < lcap)
+        snprintf(line + n, lcap - (size_t)n, " dropped %lld", (long long)t->dropped);
     snprintf(json, jcap, ", \"aux_loss\": %.9g, \"expert_load_min\": %lld, "
              "\"expert_load_max\": %lld, \"expert_load_imbalance\": %.6f, "
-             "\"a2a_bytes\": %lld, \"a2a_s\": %.6f",
+             "\"tokens_dropped\": %lld, \"a2a_bytes\": %lld, \"a2a_s\": %.6f",
              t->aux, (long long)t->load_min, (long long)t->load_max, t->imbalance,
-             (long long)t->a2a_bytes, t->a2a_seconds);
+             (long long)t->dropped, (long long)t->a2a_bytes, t->a2a_seconds);
 }
 
 void mt_train_moe_bytes(const mt_train_moe_t *t, double *params_own, double *params_work,

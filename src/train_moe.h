@@ -39,6 +39,8 @@ typedef struct {
     int64_t micro;            /* micro-batches of a step over all dp ranks */
     double aux_sum;           /* this rank's micro-batches' aux losses, this step */
     int64_t *load;            /* [E] tokens per expert this step, this rank */
+    int64_t dropped;          /* (token, slot) pairs over capacity: this rank, then all */
+    bool capacity;            /* a capacity factor is set */
     /* the step's figures, combined over dp (mt_train_moe_step_stats) */
     double aux;
     int64_t load_min, load_max;

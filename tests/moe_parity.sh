@@ -8,8 +8,8 @@
 # ep_shard: the optimizer state halves, as planned), the same with
 # moe.reshard_after_forward and activation checkpointing, ep 4 on 4 ranks
 # with activation checkpointing, and ep 1 on 2 ranks (experts replicated
-# over dp); and with a shared expert at ep 2
-# against its own 1-rank run.  Dropless routing and ties to the
+# over dp); and with a shared expert and capacity factor 0.75 (tokens
+# dropped, the same ones on both meshes) at ep 2 against its own 1-rank run.  Dropless routing and ties to the
 # lowest expert index make the routing mesh-independent, so every run
 # must reproduce the 1-rank losses and gradient norms (step 1 to 1e-6
 # relative, every step to 1e-5) and its final parameters (5e-5 per
@@ -84,11 +84,21 @@ train e4 4 distributed.ep_size=4 distributed.activation_checkpointing=true
 parity e4 "ep 4, activation checkpointing"
 train m2 2
 parity m2 "ep 1 on 2 ranks (experts replicated over dp)"
-# shared experts (data-parallel like the router) under ep 2
-train s1 1 model.num_shared_experts=1
-train s2 2 model.num_shared_experts=1 distributed.ep_size=2
-compare_losses "$workdir/s1.jsonl" "$workdir/s2.jsonl" "shared experts, ep 2"
-params_close "$(final s1)" "$(final s2)" "shared experts, ep 2: final parameters" 5e-5
+# shared experts (data-parallel like the router) and a capacity factor
+# that drops tokens (decided on each rank's micro-batch, so mesh-free)
+sc="model.num_shared_experts=1 model.moe_capacity_factor=0.75"
+train s1 1 $sc
+expect_in "$out" " dropped " "the step line counts dropped tokens"
+train s2 2 $sc distributed.ep_size=2
+compare_losses "$workdir/s1.jsonl" "$workdir/s2.jsonl" "shared experts, capacity 0.75, ep 2"
+params_close "$(final s1)" "$(final s2)" "shared experts, capacity 0.75, ep 2: final parameters" 5e-5
+checks=$((checks + 1))
+python3 - "$workdir/s1.jsonl" "$workdir/s2.jsonl" <<'PY' || fail "capacity factor: dropped counts differ or none dropped"
+import json, sys
+a, b = ([json.loads(l)["tokens_dropped"] for l in open(f)] for f in sys.argv[1:])
+assert a == b and sum(a) > 0, (a, b)
+print(f"dropped per step: {a[:5]}...")
+PY
 checks=$((checks + 1))
 h5ls -r "$(final s2)/model" | grep -q "layers.0.mlp.shared_experts.down_proj.weight.*{64, 32}" ||
     fail "checkpoint lacks layer 0's shared expert"

@@ -2,13 +2,14 @@
  *
  * 1. Router ties go to the lowest expert index; top-k order and weights.
  * 2. The load-balancing loss of a uniform router is exactly K (E * sum_e
- *    (C_e / R) (1 / E) with sum_e C_e = K R).
+ *    (C_e / R) (1 / E) with sum_e C_e = K R); a capacity factor of 1
+ *    drops what it should there, and a large one changes nothing.
  * 3. Gradient check of the whole model with MoE layers against central
  *    finite differences of the objective CE-mean + s * aux, along a random
  *    direction per tensor: router (mlp.gate), every expert's gate/up/down,
  *    and the rest; with and without norm_topk_prob, with a dense layer
- *    (mlp_only_layers), with shared experts, and the aux loss alone (CE
- *    scale 0).  The
+ *    (mlp_only_layers), with shared experts, with a capacity factor that
+ *    drops tokens, and the aux loss alone (CE scale 0).  The
  *    perturbation is small enough that no token changes experts (checked:
  *    a route change makes the objective non-smooth).  Tolerance: relative
  *    1e-2 or absolute 1e-5 (fp32 forward; h = 1e-2 / |d|, smaller
@@ -194,6 +195,33 @@ static void aux_uniform(void)
           (long long)m.moe->counts[0], (long long)m.moe->counts[1], (long long)m.moe->counts[2],
           (long long)m.moe->counts[3]);
     mt_model_free(&m);
+
+    /* capacity factor 1: cap = ceil(16 x 2 / 4) = 8 of the 16 rows that
+     * experts 0 and 1 each get; a large factor changes nothing */
+    mt_config_t c1, c2;
+    if (!make_cfg(&c1, "model.moe_capacity_factor=1.0") ||
+        !make_cfg(&c2, "model.moe_capacity_factor=10.0"))
+        return;
+    mt_model_t a, b, d;
+    mt_model_init(&a, &c1, mt_backend_cpu(), 2, 8);
+    mt_model_init(&b, &c2, mt_backend_cpu(), 2, 8);
+    mt_model_init(&d, &cfg, mt_backend_cpu(), 2, 8);
+    mt_model_init_weights(&a, 3);
+    mt_model_init_weights(&b, 3);
+    mt_model_init_weights(&d, 3);
+    for (int l = 0; l < a.L; l++)
+        memset(a.layers[l].router->data, 0, sizeof(float) * (size_t)a.layers[l].router->numel);
+    mt_model_step(&a, tok, tgt, false, 0, &c);
+    CHECK(a.moe->cap == 8 && a.moe->dropped[0] == 16 && a.moe->dropped[1] == 16,
+          "capacity 1.0: cap %lld, dropped %lld %lld", (long long)a.moe->cap,
+          (long long)a.moe->dropped[0], (long long)a.moe->dropped[1]);
+    double lb = mt_model_step(&b, tok, tgt, false, 0, &c);
+    double ld = mt_model_step(&d, tok, tgt, false, 0, &c);
+    CHECK(lb == ld && b.moe->dropped[0] == 0 && b.moe->dropped[1] == 0,
+          "capacity 10 is dropless: %.17g vs %.17g", lb, ld);
+    mt_model_free(&a);
+    mt_model_free(&b);
+    mt_model_free(&d);
 }
 
 static void ac_identical(void)
@@ -253,6 +281,7 @@ int main(int argc, char **argv)
     grad_check("dense layer 0, top 1 of 4", "model.mlp_only_layers=0;model.num_experts_per_tok=1",
                1.0, 0.1);
     grad_check("2 shared experts", "model.num_shared_experts=2", 1.0, 0.1);
+    grad_check("capacity factor 0.75 (drops)", "model.moe_capacity_factor=0.75", 1.0, 0.1);
     ac_identical();
     int rc = mt_test_exit("test_moe");
     MPI_Finalize();
