@@ -129,6 +129,10 @@ const mt_cfg_key_t mt_cfg_keys[] = {
           "0: dropless routing. Above 0: each expert takes at most ceil(factor x tokens x "
           "num_experts_per_tok / num_experts) of a rank's micro-batch, in token order; the "
           "rest of its tokens skip it (their other experts still count). Must not be negative."),
+    K_FLT("model.moe_router_bias_update_rate", model.moe_router_bias_update_rate, "0.0",
+          "0: off. Above 0: aux-loss-free load balancing (DeepSeek-V3): a per-expert bias, "
+          "added to the router probabilities for the top-k choice only, moves by this much "
+          "after each step towards the mean load. Must not be negative."),
     K_INT("model.num_shared_experts", model.num_shared_experts, "0", 0,
           "Always-active shared experts (DeepSeek style: one SwiGLU of width "
           "num_shared_experts x moe_intermediate_size on every MoE layer, "

@@ -127,6 +127,9 @@ static void check_ranges(vctx_t *v)
         verr(v, "model.rms_norm_eps", "must be positive, got %g", m->rms_norm_eps);
     if (!(m->initializer_range > 0))
         verr(v, "model.initializer_range", "must be positive, got %g", m->initializer_range);
+    if (m->moe_router_bias_update_rate < 0)
+        verr(v, "model.moe_router_bias_update_rate", "must not be negative (0 is off), got %g",
+             m->moe_router_bias_update_rate);
     if (m->moe_capacity_factor < 0)
         verr(v, "model.moe_capacity_factor", "must not be negative (0 is dropless), got %g",
              m->moe_capacity_factor);

@@ -217,8 +217,9 @@ MT_CPU_HIDDEN double mt_cpu_ce_shard_finish(float *dlogits, const float *logits,
                                             int64_t V, int64_t v_lo, int64_t v_valid,
                                             float grad_scale, int64_t *count);
 
-MT_CPU_HIDDEN void mt_cpu_moe_router_forward(float *probs, int32_t *idx, float *w, int64_t n,
-                                             int64_t E, int64_t k, bool norm_topk);
+MT_CPU_HIDDEN void mt_cpu_moe_router_forward(float *probs, int32_t *idx, float *w,
+                                             const float *bias, int64_t n, int64_t E, int64_t k,
+                                             bool norm_topk);
 MT_CPU_HIDDEN void mt_cpu_moe_router_backward(float *dlogits, const float *dw, const float *probs,
                                               const int32_t *idx, const float *w,
                                               const float *dp_all, int64_t n, int64_t E,

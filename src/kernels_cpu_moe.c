@@ -10,8 +10,8 @@
  * index, so routing does not depend on the thread count or on the mesh. */
 #include "kernels_cpu_internal.h"
 
-void mt_cpu_moe_router_forward(float *probs, int32_t *idx, float *w, int64_t n, int64_t E,
-                               int64_t k, bool norm_topk)
+void mt_cpu_moe_router_forward(float *probs, int32_t *idx, float *w, const float *bias,
+                               int64_t n, int64_t E, int64_t k, bool norm_topk)
 {
     MT_CPU_REQUIRE(k >= 1 && k <= E, "moe_router_forward", "k=%lld E=%lld", (long long)k,
                    (long long)E);
@@ -33,7 +33,8 @@ void mt_cpu_moe_router_forward(float *probs, int32_t *idx, float *w, int64_t n, 
                 bool taken = false;
                 for (int64_t i = 0; i < j; i++)
                     taken |= idx[t * k + i] == e;
-                if (!taken && (best < 0 || p[e] > p[best]))
+                if (!taken && (best < 0 || (bias ? p[e] + bias[e] > p[best] + bias[best]
+                                                 : p[e] > p[best])))
                     best = e;
             }
             idx[t * k + j] = (int32_t)best;

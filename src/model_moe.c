@@ -25,8 +25,11 @@
  * every token and are added after the routed sum; they are ordinary layer
  * parameters (the layer's wgate/wup/wdown), data-parallel like the router.
  *
- * Not here (refused at init or by the trainer): tensor parallelism of the
- * experts, capacity-factor dropping, bias balancing. */
+ * Aux-loss-free balancing (DeepSeek-V3): a per-layer expert bias, added
+ * to the probabilities for the top-k choice only, that the trainer moves
+ * after each step towards the mean load (mt_moe_update_bias).
+ *
+ * Not here (refused by the trainer): tensor parallelism of the experts. */
 #include "model_moe.h"
 
 #include <math.h>
@@ -141,6 +144,8 @@ mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int 
     ALLOC(x->xfirst, L);
     ALLOC(x->counts, L * x->E);
     ALLOC(x->dropped, L);
+    if (mc->moe_router_bias_update_rate > 0) /* aux-loss-free balancing: starts at 0 */
+        ALLOC(x->bias, L * x->E);
     ALLOC(x->kept, x->E);
     ALLOC(x->kend, x->E);
     ALLOC(x->psum, L * x->E);
@@ -231,6 +236,25 @@ void mt_moe_init_weights(mt_model_t *m, uint64_t seed)
     for (int i = 0; i < x->nxp; i++)
         mt_rng_fill_normal(x->xp[i].data, x->xp[i].numel, seed, mt_rng_stream(x->xp[i].name), 0,
                            (float)m->init_std);
+}
+
+void mt_moe_update_bias(mt_model_t *m, const int64_t *load, double rate)
+{
+    mt_moe_t *x = m->moe;
+    if (!x->bias)
+        return;
+    for (int l = 0; l < m->L; l++) {
+        if (!x->sparse[l])
+            continue;
+        const int64_t *c = load + l * x->E;
+        double mean = 0;
+        for (int64_t e = 0; e < x->E; e++)
+            mean += (double)c[e];
+        mean /= (double)x->E;
+        for (int64_t e = 0; e < x->E; e++) /* underloaded experts up, overloaded down */
+            x->bias[l * x->E + e] += (float)((double)c[e] < mean ? rate
+                                              : (double)c[e] > mean ? -rate : 0.0);
+    }
 }
 
 void mt_moe_zero_grad(mt_model_t *m)
@@ -326,7 +350,8 @@ void mt_moe_forward(mt_model_t *m, int l, const float *h, const float *res, floa
     int64_t N = m->N, H = m->H, E = x->E, K = x->K, El = x->El, Im = x->Im, NK = N * K;
 
     be->matmul(a->probs, h, m->layers[l].router->data, N, E, H, false, true, 0.0f);
-    be->moe_router_forward(a->probs, a->idx, a->w, N, E, K, x->norm_topk);
+    be->moe_router_forward(a->probs, a->idx, a->w, x->bias ? x->bias + l * E : NULL, N, E, K,
+                           x->norm_topk);
 
     /* counts, probability sums, and the send order (expert-major, token
      * order within an expert) */

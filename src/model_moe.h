@@ -37,6 +37,8 @@ typedef struct mt_moe {
      * routed to each expert, and their summed router probabilities */
     int64_t *counts;          /* [L * E] (routed, before any capacity limit) */
     int64_t *dropped;         /* [L]: (token, slot) pairs the capacity limit dropped */
+    float *bias;              /* [L * E] aux-loss-free balancing bias, or NULL
+                               * (mlp.gate.e_score_correction_bias in checkpoints) */
     int64_t *kept, *kend;     /* [E] scratch: rows kept per expert, end of its block */
     double *psum;             /* [L * E] */
     double *ctot;             /* [E]: counts summed over the MoE layers */
@@ -69,6 +71,12 @@ void mt_moe_free(mt_model_t *m);
  * parameter, so independent of the mesh. */
 void mt_moe_init_weights(mt_model_t *m, uint64_t seed);
 void mt_moe_zero_grad(mt_model_t *m);
+
+/* Aux-loss-free balancing: after a step, move each MoE layer's bias by
+ * rate towards balance (+rate for an expert below the layer's mean load,
+ * -rate above); load [L * E] is the step's routed tokens over the whole
+ * global batch, so every rank moves it the same way. */
+void mt_moe_update_bias(mt_model_t *m, const int64_t *load, double rate);
 
 /* out [N,H] = res + MoE(h) for layer l; h is the normed input [N,H]. */
 void mt_moe_forward(mt_model_t *m, int l, const float *h, const float *res, float *out);

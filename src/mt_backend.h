@@ -139,10 +139,12 @@ struct mt_backend {
     /* ---- mixture of experts (model_moe.c) ---- */
     /* Router over n tokens and E experts: probs [n,E] holds the router
      * logits on entry and their softmax on return; idx [n,k] gets the top
-     * k experts in descending probability, ties to the LOWEST index, and
-     * w [n,k] their probabilities, divided by their sum when norm_topk. */
-    void (*moe_router_forward)(float *probs, int32_t *idx, float *w, int64_t n, int64_t E,
-                               int64_t k, bool norm_topk);
+     * k experts by probability + bias[e] (bias NULL: 0; aux-loss-free
+     * balancing), descending, ties to the LOWEST index, and w [n,k] their
+     * probabilities (without the bias), divided by their sum when
+     * norm_topk. */
+    void (*moe_router_forward)(float *probs, int32_t *idx, float *w, const float *bias,
+                               int64_t n, int64_t E, int64_t k, bool norm_topk);
     /* Its backward: dlogits [n,E] (overwritten) from dw [n,k], the
      * gradient of the routing weights, plus dp_all [E] (may be NULL), a
      * gradient added to every token's probability of each expert (the

@@ -65,6 +65,7 @@ typedef struct {
     char mlp_only_layers[MT_PATH_MAX]; /* comma-separated layer indices: dense MLPs */
     int64_t num_shared_experts;
     double moe_capacity_factor;        /* 0: dropless */
+    double moe_router_bias_update_rate; /* 0: no aux-loss-free balancing */
 } mt_model_config_t;
 
 typedef struct {

@@ -472,7 +472,7 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
             s = update(r, cfg, step, &gnorm, &lr);
         if (s != MT_OK)
             break;
-        s = mt_train_moe_step_stats(&r->moe, dp, comm);
+        s = mt_train_moe_step_stats(&r->moe, m, dp, comm);
         if (s != MT_OK)
             break;
         /* the objective: token-mean cross-entropy + coef x mean aux loss */

@@ -90,8 +90,10 @@ mt_status_t mt_train_moe_init(mt_train_moe_t *t, mt_model_t *m, const mt_config_
     t->micro = cfg->derived.grad_accum_steps * mesh->group_size[MT_GROUP_DP];
     t->E = m->moe->E;
     t->load = calloc((size_t)t->E, sizeof *t->load);
+    t->load_l = calloc((size_t)(t->E * m->L), sizeof *t->load_l);
+    t->bias_rate = cfg->model.moe_router_bias_update_rate;
     t->unit_lo = malloc(sizeof *t->unit_lo * (size_t)(m->L + 3));
-    if (!t->load || !t->unit_lo)
+    if (!t->load || !t->load_l || !t->unit_lo)
         MT_FAIL(MT_ERR_NOMEM, "expert load counters");
     t->view = mt_moe_param_view(m, t->unit_lo);
     int64_t owned = m->moe->numel;
@@ -122,6 +124,7 @@ void mt_train_moe_free(mt_train_moe_t *t)
         mt_fsdp_free(&t->fsdp);
     mt_adamw_free(&t->opt);
     free(t->load);
+    free(t->load_l);
     free(t->unit_lo);
     memset(t, 0, sizeof *t);
 }
@@ -151,7 +154,8 @@ mt_status_t mt_train_moe_ckpt(mt_train_moe_t *t, mt_train_ckpt_t *c, const mt_mo
     /* sharded: every rank writes its own rows; replicated: the first replica */
     bool writer = t->sharded || rep_rank == 0;
     const mt_moe_t *x = m->moe;
-    int add = 3 * 3 * x->nmoe * (int)x->E; /* model, exp_avg, exp_avg_sq of every expert tensor */
+    /* model, exp_avg, exp_avg_sq of every expert tensor, and the biases */
+    int add = 3 * 3 * x->nmoe * (int)x->E + (x->bias ? x->nmoe : 0);
     mt_ckpt_tensor_t *nt = realloc(c->t, sizeof *nt * (size_t)(c->n + add));
     if (!nt)
         MT_FAIL(MT_ERR_NOMEM, "checkpoint tensor list");
@@ -201,6 +205,26 @@ mt_status_t mt_train_moe_ckpt(mt_train_moe_t *t, mt_train_ckpt_t *c, const mt_mo
                 }
             }
     }
+    /* the balancing biases: the same on every rank; the first dp rank writes */
+    int dp_rank = 0;
+    MPI_Comm_rank(t->dp, &dp_rank);
+    for (int l = 0; x->bias && l < m->L; l++) {
+        if (!x->sparse[l])
+            continue;
+        char path[256];
+        snprintf(path, sizeof path, "/model/model.layers.%d.mlp.gate.e_score_correction_bias", l);
+        mt_ckpt_tensor_t *e = &c->t[n];
+        memset(e, 0, sizeof *e);
+        snprintf(e->path, sizeof e->path, "%s", path);
+        e->ndim = 1;
+        e->shape[0] = x->E, e->shape[1] = 1;
+        e->row_count = x->E;
+        e->data = x->bias + l * x->E;
+        c->t_save[n] = *e;
+        if (dp_rank != 0)
+            c->t_save[n].row_count = 0;
+        n++;
+    }
     c->n = n;
     return MT_OK;
 }
@@ -213,6 +237,7 @@ void mt_train_moe_begin_step(mt_train_moe_t *t, mt_model_t *m)
     t->aux_sum = 0;
     t->dropped = 0;
     memset(t->load, 0, sizeof *t->load * (size_t)m->moe->E);
+    memset(t->load_l, 0, sizeof *t->load_l * (size_t)(m->moe->E * m->L));
     t->dispatch.bytes_sent = 0, t->dispatch.seconds = 0, t->dispatch.calls = 0;
 }
 
@@ -227,8 +252,10 @@ void mt_train_moe_after_micro(mt_train_moe_t *t, const mt_model_t *m)
             t->dropped += x->dropped[l];
     for (int l = 0; l < m->L; l++)
         if (x->sparse[l])
-            for (int64_t e = 0; e < x->E; e++)
+            for (int64_t e = 0; e < x->E; e++) {
                 t->load[e] += x->counts[l * x->E + e];
+                t->load_l[l * x->E + e] += x->counts[l * x->E + e];
+            }
 }
 
 mt_status_t mt_train_moe_grad_sumsq(mt_train_moe_t *t, mt_model_t *m, double *sumsq)
@@ -275,7 +302,8 @@ mt_status_t mt_train_moe_update(mt_train_moe_t *t, mt_model_t *m, double coef,
     return MT_OK;
 }
 
-mt_status_t mt_train_moe_step_stats(mt_train_moe_t *t, MPI_Comm dp, MPI_Comm world)
+mt_status_t mt_train_moe_step_stats(mt_train_moe_t *t, mt_model_t *m, MPI_Comm dp,
+                                    MPI_Comm world)
 {
     if (!t->on)
         return MT_OK;
@@ -284,6 +312,11 @@ mt_status_t mt_train_moe_step_stats(mt_train_moe_t *t, MPI_Comm dp, MPI_Comm wor
     t->aux = aux / (double)t->micro;
     MT_TRY(mt_allreduce(MPI_IN_PLACE, t->load, (int)t->E, MPI_INT64_T, MPI_SUM, dp));
     MT_TRY(mt_allreduce(MPI_IN_PLACE, &t->dropped, 1, MPI_INT64_T, MPI_SUM, dp));
+    if (t->bias_rate > 0) {
+        MT_TRY(mt_allreduce(MPI_IN_PLACE, t->load_l, (int)(m->L * t->E), MPI_INT64_T, MPI_SUM,
+                            dp));
+        mt_moe_update_bias(m, t->load_l, t->bias_rate);
+    }
     int64_t total = 0;
     t->load_min = t->load_max = t->load[0];
     for (int64_t e = 0; e < t->E; e++) {

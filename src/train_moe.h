@@ -39,6 +39,8 @@ typedef struct {
     int64_t micro;            /* micro-batches of a step over all dp ranks */
     double aux_sum;           /* this rank's micro-batches' aux losses, this step */
     int64_t *load;            /* [E] tokens per expert this step, this rank */
+    int64_t *load_l;          /* [L * E] the same per layer (bias balancing) */
+    double bias_rate;         /* model.moe_router_bias_update_rate */
     int64_t dropped;          /* (token, slot) pairs over capacity: this rank, then all */
     bool capacity;            /* a capacity factor is set */
     /* the step's figures, combined over dp (mt_train_moe_step_stats) */
@@ -84,8 +86,10 @@ mt_status_t mt_train_moe_update(mt_train_moe_t *t, mt_model_t *m, double coef,
                                 const mt_optimizer_config_t *oc, double lr);
 
 /* The step's aux loss (mean over micro-batches) and expert load, over dp;
- * fills the figures above.  Collective over dp. */
-mt_status_t mt_train_moe_step_stats(mt_train_moe_t *t, MPI_Comm dp, MPI_Comm world);
+ * fills the figures above, and moves the balancing bias (after the
+ * update: it steers the next step).  Collective over dp. */
+mt_status_t mt_train_moe_step_stats(mt_train_moe_t *t, mt_model_t *m, MPI_Comm dp,
+                                    MPI_Comm world);
 
 /* Add the experts' bytes on this rank (own parameters and gradients,
  * and the sharded experts' working buffers) to the memory line's figures. */

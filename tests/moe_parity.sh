@@ -8,8 +8,9 @@
 # ep_shard: the optimizer state halves, as planned), the same with
 # moe.reshard_after_forward and activation checkpointing, ep 4 on 4 ranks
 # with activation checkpointing, and ep 1 on 2 ranks (experts replicated
-# over dp); and with a shared expert and capacity factor 0.75 (tokens
-# dropped, the same ones on both meshes) at ep 2 against its own 1-rank run.  Dropless routing and ties to the
+# over dp); and with a shared expert, capacity factor 0.75 (tokens
+# dropped, the same ones on both meshes) and bias balancing at ep 2
+# against its own 1-rank run, resumed from ep 2 on 1 rank.  Dropless routing and ties to the
 # lowest expert index make the routing mesh-independent, so every run
 # must reproduce the 1-rank losses and gradient norms (step 1 to 1e-6
 # relative, every step to 1e-5) and its final parameters (5e-5 per
@@ -84,14 +85,20 @@ train e4 4 distributed.ep_size=4 distributed.activation_checkpointing=true
 parity e4 "ep 4, activation checkpointing"
 train m2 2
 parity m2 "ep 1 on 2 ranks (experts replicated over dp)"
-# shared experts (data-parallel like the router) and a capacity factor
-# that drops tokens (decided on each rank's micro-batch, so mesh-free)
-sc="model.num_shared_experts=1 model.moe_capacity_factor=0.75"
+# shared experts (data-parallel like the router), a capacity factor that
+# drops tokens (decided on each rank's micro-batch, so mesh-free) and
+# aux-loss-free bias balancing (the bias is checkpointed)
+sc="model.num_shared_experts=1 model.moe_capacity_factor=0.75 model.moe_router_bias_update_rate=0.01"
 train s1 1 $sc
 expect_in "$out" " dropped " "the step line counts dropped tokens"
 train s2 2 $sc distributed.ep_size=2
 compare_losses "$workdir/s1.jsonl" "$workdir/s2.jsonl" "shared experts, capacity 0.75, ep 2"
 params_close "$(final s1)" "$(final s2)" "shared experts, capacity 0.75, ep 2: final parameters" 5e-5
+checks=$((checks + 1))
+h5ls -r "$(final s2)/model" | grep -q "layers.1.mlp.gate.e_score_correction_bias.*{4}" ||
+    fail "checkpoint lacks layer 1's balancing bias"
+train rs1 1 $sc checkpoint.resume="$workdir/s2/step_00000010"
+compare_losses "$workdir/s1.jsonl" "$workdir/rs1.jsonl" "bias balancing: ep 2 -> 1 rank" 11
 checks=$((checks + 1))
 python3 - "$workdir/s1.jsonl" "$workdir/s2.jsonl" <<'PY' || fail "capacity factor: dropped counts differ or none dropped"
 import json, sys

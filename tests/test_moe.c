@@ -69,7 +69,7 @@ static void router_ties(void)
     float p[16] = {0, 0, 0, 0,  1, 2, 2, 1,  3, 1, 3, 3,  0, 5, 1, 5};
     int32_t idx[8];
     float w[8];
-    be->moe_router_forward(p, idx, w, 4, 4, 2, true);
+    be->moe_router_forward(p, idx, w, NULL, 4, 4, 2, true);
     int want[8] = {0, 1, 1, 2, 0, 2, 1, 3};
     for (int i = 0; i < 8; i++)
         CHECK(idx[i] == want[i], "tie-break: slot %d got expert %d, want %d", i, idx[i], want[i]);
@@ -77,9 +77,19 @@ static void router_ties(void)
           w[0], w[1]);
     CHECK(fabsf(p[0] - 0.25f) < 1e-7f, "softmax of equal logits %g", p[0]);
     float q[4] = {1, 2, 3, 4};
-    be->moe_router_forward(q, idx, w, 1, 4, 2, false);
+    be->moe_router_forward(q, idx, w, NULL, 1, 4, 2, false);
     CHECK(idx[0] == 3 && idx[1] == 2, "descending order %d %d", idx[0], idx[1]);
     CHECK(fabsf(w[0] - q[3]) == 0 && fabsf(w[1] - q[2]) == 0, "raw weights without norm_topk");
+    /* a bias changes the choice, not the weights; ties on p + bias to the lowest index */
+    float r[4] = {1, 2, 3, 4}, pr[4], bias[4] = {0.5f, 0, 0, -0.5f};
+    be->moe_router_forward(r, idx, w, bias, 1, 4, 2, false);
+    memcpy(pr, r, sizeof pr);
+    /* p = (0.032, 0.087, 0.237, 0.644) + bias = (0.532, 0.087, 0.237, 0.144) */
+    CHECK(idx[0] == 0 && idx[1] == 2 && w[0] == pr[0] && w[1] == pr[2],
+          "bias: choices %d %d (w %g)", idx[0], idx[1], w[0]);
+    float u[4] = {0, 0, 0, 0}, tie[4] = {0, 0.1f, 0.1f, 0};
+    be->moe_router_forward(u, idx, w, tie, 1, 4, 2, false);
+    CHECK(idx[0] == 1 && idx[1] == 2 && w[0] == 0.25f, "bias ties: %d %d", idx[0], idx[1]);
 }
 
 static double objective(mt_model_t *m, const int32_t *tok, const int32_t *tgt, double ce_w,
