@@ -119,6 +119,41 @@ compare_losses "$workdir/r1.jsonl" "$workdir/res.jsonl" "sharded ep 2 x ep_shard
 train re2 4 distributed.ep_size=2 checkpoint.resume="$workdir/r1/step_00000010"
 compare_losses "$workdir/r1.jsonl" "$workdir/re2.jsonl" "1 rank -> ep 2 x ep_shard 2, steps 11-20" 11
 
+# Hugging Face interchange: a Qwen3-MoE (qk_norm, layer 0 dense) trained
+# at ep 2 exports on 2 ranks as Qwen3MoeForCausalLM with every expert under
+# its transformers name, and imports back to the same tensors
+train q 2 distributed.ep_size=2 model.qk_norm=true model.mlp_only_layers=0 \
+    step_scheduler.max_steps=2
+ckpt="$bindir/meshtrain-ckpt"
+expect_rc 0 np 2 "$ckpt" export "$workdir/q" -o "$workdir/hfq"
+expect_in "$out" "Qwen3MoeForCausalLM, 35 tensors" "MoE export summary"
+checks=$((checks + 1))
+python3 - "$workdir/hfq" <<'PY' || fail "MoE export: config.json or tensors wrong"
+import json, struct, sys
+d = sys.argv[1]
+c = json.load(open(d + "/config.json"))
+want = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_experts": 4,
+        "num_experts_per_tok": 2, "moe_intermediate_size": 32, "norm_topk_prob": True,
+        "decoder_sparse_step": 1, "mlp_only_layers": [0], "intermediate_size": 160}
+assert all(c[k] == v for k, v in want.items()), c
+f = open(d + "/model.safetensors", "rb")
+n = struct.unpack("<Q", f.read(8))[0]
+h = json.loads(f.read(n))
+shapes = {k: v["shape"] for k, v in h.items() if k != "__metadata__"}
+assert shapes["model.layers.1.mlp.gate.weight"] == [4, 64], shapes
+assert shapes["model.layers.1.mlp.experts.3.down_proj.weight"] == [64, 32]
+assert shapes["model.layers.0.mlp.down_proj.weight"] == [64, 160]
+assert not any(k.startswith("model.layers.0.mlp.experts") for k in shapes)
+print(f"{len(shapes)} tensors, config.json as transformers reads it")
+PY
+expect_rc 0 "$ckpt" import "$workdir/hfq" -o "$workdir/impq"
+expect_in "$out" "meshtrain-moe --config" "MoE import names the MoE trainer"
+checks=$((checks + 1))
+h5diff "$workdir/q/step_00000002/model.h5" "$workdir/impq/step_00000000/model.h5" /model /model \
+    >/dev/null || fail "MoE export and import: /model differs"
+expect_rc 1 "$ckpt" export "$workdir/r1" -o "$workdir/hfr"
+expect_in "$err" "not a Hugging Face Qwen3-MoE (it has no qk_norm)" "export refuses MoE without qk_norm"
+
 # Refused, with the reason
 refuse() { # refuse NP NEEDLE OVERRIDES...
     n=$1 needle=$2; shift 2
