@@ -66,10 +66,11 @@ assert all(r["a2a_bytes"] > 0 for r in rows), rows[0]
 PY
 train e2s2 4 distributed.ep_size=2
 parity e2s2 "ep 2 x ep_shard 2 (experts sharded)"
-# experts resharded after forward, under activation checkpointing
+# experts resharded after forward, under activation checkpointing, with
+# the other parameters in HSDP (2 replicas of 2 shards)
 train e2r 4 distributed.ep_size=2 distributed.moe.reshard_after_forward=true \
-    distributed.activation_checkpointing=true
-parity e2r "ep 2 x ep_shard 2, moe.reshard_after_forward, activation checkpointing"
+    distributed.activation_checkpointing=true distributed.dp_replicate_size=2
+parity e2r "ep 2 x ep_shard 2, moe.reshard_after_forward, activation checkpointing, HSDP"
 checks=$((checks + 1))
 python3 - "$workdir/e2.log" "$workdir/e2s2.log" <<'PY' || fail "sharded experts: optimizer state not halved or not as planned"
 import re, sys
@@ -171,4 +172,7 @@ refuse 2 "nothing to reshard" distributed.ep_size=2 distributed.moe.reshard_afte
 refuse 2 "ignore_router_for_ac" distributed.ep_size=2 distributed.moe.ignore_router_for_ac=true
 refuse 2 "wrap_outer_model = false" distributed.ep_size=2 distributed.moe.wrap_outer_model=false
 refuse 2 "tensor parallelism" distributed.tp_size=2
+refuse 1 "expected comma-separated layer indices in [0, 2)" model.mlp_only_layers=0,7
+refuse 1 "must not be negative (0 is dropless)" model.moe_capacity_factor=-1
+refuse 1 "must not be negative (0 is off)" model.moe_router_bias_update_rate=-0.1
 finish
