@@ -491,7 +491,8 @@ static void warnings(const mt_config_t *cfg, FILE *warn)
     if (section_present(cfg, "distributed.moe") && cfg->distributed.ep_size == 1) {
         si = mt_cfg_section_index("distributed.moe");
         mt_diag_location(cfg, &cfg->section_origin[si], loc, sizeof loc);
-        fprintf(warn, "warning: %sdistributed.moe: ignored because ep_size is 1\n", loc);
+        fprintf(warn, "warning: %sdistributed.moe: ignored because ep_size is 1, except "
+                "ignore_router_for_ac\n", loc);
     }
     if (section_present(cfg, "distributed.pipeline") && cfg->distributed.pp_size == 1) {
         si = mt_cfg_section_index("distributed.pipeline");

@@ -371,8 +371,11 @@ double mt_model_step(mt_model_t *m, const int32_t *tokens, const int32_t *target
     for (int l = m->L - 1; l >= 0; l--) {
         mt_layer_acts_t *a = &m->acts[l];
         hook(m, l + 1, MT_UNIT_PRE_BACKWARD);
-        if (m->checkpointing) /* recompute this layer's activations into scratch */
+        if (m->checkpointing) { /* recompute this layer's activations into scratch */
+            m->recomputing = true; /* a MoE layer may keep its routing (model_moe.c) */
             layer_forward(m, l, a, m->datt);
+            m->recomputing = false;
+        }
         layer_backward(m, l, a);
         hook(m, l + 1, MT_UNIT_POST_BACKWARD);
     }

@@ -210,9 +210,18 @@ mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int 
         if (!acts_alloc(x, &x->acts[l], N, H))
             MT_FAIL(MT_ERR_NOMEM, "MoE activations of layer %d", l);
     }
+    x->keep_router = m->checkpointing && cfg->distributed.moe.ignore_router_for_ac;
     if (m->checkpointing)
-        for (int l = 0; l < L; l++)
+        for (int l = 0; l < L; l++) {
             x->acts[l] = x->acts[x->last];
+            if (x->keep_router && x->sparse[l] && l != x->last) { /* their own router outputs */
+                ALLOC(x->acts[l].probs, N * x->E);
+                ALLOC(x->acts[l].idx, N * x->K);
+                ALLOC(x->acts[l].w, N * x->K);
+            }
+        }
+    if (!ok)
+        MT_FAIL(MT_ERR_NOMEM, "kept router outputs");
     return MT_OK;
 }
 
@@ -349,9 +358,11 @@ void mt_moe_forward(mt_model_t *m, int l, const float *h, const float *res, floa
     const mt_backend_t *be = m->be;
     int64_t N = m->N, H = m->H, E = x->E, K = x->K, El = x->El, Im = x->Im, NK = N * K;
 
-    be->matmul(a->probs, h, m->layers[l].router->data, N, E, H, false, true, 0.0f);
-    be->moe_router_forward(a->probs, a->idx, a->w, x->bias ? x->bias + l * E : NULL, N, E, K,
-                           x->norm_topk);
+    if (!(x->keep_router && m->recomputing)) { /* else: the forward's routing, kept */
+        be->matmul(a->probs, h, m->layers[l].router->data, N, E, H, false, true, 0.0f);
+        be->moe_router_forward(a->probs, a->idx, a->w, x->bias ? x->bias + l * E : NULL, N, E,
+                               K, x->norm_topk);
+    }
 
     /* counts, probability sums, and the send order (expert-major, token
      * order within an expert) */

@@ -25,6 +25,9 @@ typedef struct mt_moe {
     int64_t El, e_lo;         /* this rank's experts: [e_lo, e_lo + El) */
     int ep, ep_rank;
     bool norm_topk;
+    bool keep_router;         /* moe.ignore_router_for_ac under activation
+                               * checkpointing: each layer keeps its router
+                               * outputs, and the recompute reuses them */
     int nmoe, last;           /* MoE layers; index of the last one */
     bool *sparse;             /* [L]: layer l is a MoE layer */
     /* expert parameters: layer l, local expert i: xp[xfirst[l] + 3 i + {0,1,2}]

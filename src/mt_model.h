@@ -173,6 +173,7 @@ typedef struct {
     void (*ep_alltoall)(void *ctx, mt_ep_op_t op, const void *send, const int64_t *scounts,
                         void *recv, const int64_t *rcounts, int64_t width);
     void *ep_ctx;
+    bool recomputing;    /* inside the activation-checkpointing recompute */
 } mt_model_t;
 
 /* Shape from a validated config (padded vocabulary, head_dim, ...), for a

@@ -45,10 +45,10 @@ mt_status_t mt_train_moe_check(const mt_config_t *cfg, int world)
                 "sharded here (they are sharded over ep_shard = dp x cp / ep_size = %lld ranks "
                 "under fsdp2 when it is above 1), so there is nothing to reshard; set it to false",
                 (long long)cfg->derived.ep_shard);
-    if (d->moe.ignore_router_for_ac)
-        MT_FAIL(MT_ERR_UNSUPPORTED, "distributed.moe.ignore_router_for_ac: activation "
-                "checkpointing recomputes the router with the rest of the layer in this "
-                "release (bit-identical routing); set it to false");
+    if (d->moe.ignore_router_for_ac && !d->activation_checkpointing)
+        MT_FAIL(MT_ERR_CONFIG, "distributed.moe.ignore_router_for_ac keeps the router out of "
+                "activation checkpointing, which is off: set "
+                "distributed.activation_checkpointing true, or this to false");
     if (!d->moe.wrap_outer_model)
         MT_FAIL(MT_ERR_UNSUPPORTED, "distributed.moe.wrap_outer_model = false: the embedding "
                 "and the final norm with lm_head are always FSDP units of their own in this "
