@@ -53,7 +53,7 @@ static float *carve(float *base, int64_t *off, int64_t n)
 }
 
 static void layer_acts(const mt_model_t *m, float *base, int64_t *off, mt_layer_acts_t *a,
-                       bool with_x)
+                       bool with_x, bool mlp)
 {
     /* Ns rows: this rank's tokens of the residual stream (sequence
      * parallelism); N rows: the whole sequence */
@@ -78,9 +78,13 @@ static void layer_acts(const mt_model_t *m, float *base, int64_t *off, mt_layer_
     a->x_mid = carve(base, off, Ns * H);
     a->h2 = carve(base, off, Ns * H);
     a->rstd2 = carve(base, off, Ns);
-    a->g = carve(base, off, N * m->I);
-    a->u = carve(base, off, N * m->I);
-    a->a = carve(base, off, N * m->I);
+    if (mlp) { /* a dense MLP's; a MoE layer keeps its own (model_moe.c) */
+        a->g = carve(base, off, N * m->I);
+        a->u = carve(base, off, N * m->I);
+        a->a = carve(base, off, N * m->I);
+    } else {
+        a->g = a->u = a->a = NULL;
+    }
 }
 
 /* Lay out every activation buffer; with base NULL only counts. */
@@ -90,7 +94,10 @@ static int64_t layout_acts(mt_model_t *m, float *base)
     if (m->checkpointing) {
         for (int l = 0; l < m->L; l++)
             m->acts[l].x = carve(base, &off, Ns * H);
-        layer_acts(m, base, &off, &m->scratch, false);
+        bool mlp = false; /* the shared scratch needs the MLP buffers if any layer is dense */
+        for (int l = 0; l < m->L; l++)
+            mlp |= m->layers[l].router == NULL;
+        layer_acts(m, base, &off, &m->scratch, false, mlp);
         for (int l = 0; l < m->L; l++) {
             float *x = m->acts[l].x;
             m->acts[l] = m->scratch;
@@ -98,7 +105,7 @@ static int64_t layout_acts(mt_model_t *m, float *base)
         }
     } else {
         for (int l = 0; l < m->L; l++)
-            layer_acts(m, base, &off, &m->acts[l], true);
+            layer_acts(m, base, &off, &m->acts[l], true, m->layers[l].router == NULL);
     }
     m->x_final = carve(base, &off, Ns * H);
     m->xf = carve(base, &off, N * H);

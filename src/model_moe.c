@@ -72,6 +72,7 @@ bool mt_moe_is_sparse(const mt_config_t *cfg, int l)
 
 static void *moe_alloc(mt_moe_t *x, size_t bytes)
 {
+    x->act_numel += (int64_t)(bytes / 4); /* parameters and gradients are taken out again */
     if (x->nalloc == x->capalloc) {
         int cap = x->capalloc ? 2 * x->capalloc : 64;
         void **a = realloc(x->allocs, sizeof *a * (size_t)cap);
@@ -193,6 +194,7 @@ mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int 
     if (!no_arenas) {
         ALLOC(x->param_mem, x->numel);
         ALLOC(x->grad_mem, x->numel);
+        x->act_numel -= 2 * x->numel;
         if (!ok)
             MT_FAIL(MT_ERR_NOMEM, "%lld expert parameters", (long long)x->numel);
         for (int i = 0; i < x->nxp; i++) {
@@ -270,6 +272,11 @@ void mt_moe_zero_grad(mt_model_t *m)
 {
     if (m->moe->grad_mem)
         memset(m->moe->grad_mem, 0, sizeof(float) * (size_t)m->moe->numel);
+}
+
+int64_t mt_moe_act_numel(const mt_model_t *m)
+{
+    return m->moe->act_numel;
 }
 
 int64_t mt_moe_logical_numel(const mt_model_t *m)

@@ -48,6 +48,7 @@ typedef struct mt_moe {
     double aux;               /* load-balancing loss of the last forward (unscaled) */
     float aux_scale;          /* d objective / d aux: coef / micro-batches of the step */
     int64_t rmax;             /* rows an expert rank can receive: ep N min(K, El) */
+    int64_t act_numel;        /* floats of routing buffers and activations */
     moe_acts_t *acts;         /* [L]; one shared set under activation checkpointing */
     /* scratch shared by the layers */
     int64_t *off;             /* [E] */
@@ -87,6 +88,10 @@ void mt_moe_forward(mt_model_t *m, int l, const float *h, const float *res, floa
  * and expert gradients are accumulated.  Includes the load-balancing
  * loss's gradient, scaled by m->moe->aux_scale. */
 void mt_moe_backward(mt_model_t *m, int l, const float *h, const float *dout, float *dh);
+
+/* Floats of the MoE activations and routing buffers (for the memory line;
+ * not in the model's act_numel, which is its own arena). */
+int64_t mt_moe_act_numel(const mt_model_t *m);
 
 /* Parameters of all experts (every EP rank's) and matmul FLOPs per token
  * of the active experts (6 K 3 H Im per MoE layer). */

@@ -300,7 +300,7 @@ static void print_memory(const run_t *r, const mt_config_t *cfg, FILE *out)
     double ps = 4.0 * (double)m->numel, pw = 0, gs = ps, gw = 0;
     if (r->sharded)
         mt_fsdp_bytes(&r->fsdp, &ps, &pw, &gs, &gw);
-    mt_train_moe_bytes(&r->moe, &ps, &pw, &gs, &gw);
+    mt_train_moe_bytes(&r->moe, m, &ps, &pw, &gs, &gw, &act);
     if (mt_plan_compute(cfg, &plan) != MT_OK)
         return;
     fprintf(out, "memory per rank (MiB, measured / plan estimate): parameters %.3f / %.3f, "

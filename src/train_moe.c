@@ -346,11 +346,13 @@ void mt_train_moe_log(const mt_train_moe_t *t, char *line, size_t lcap, char *js
              (long long)t->dropped, (long long)t->a2a_bytes, t->a2a_seconds);
 }
 
-void mt_train_moe_bytes(const mt_train_moe_t *t, double *params_own, double *params_work,
-                        double *grads_own, double *grads_work)
+void mt_train_moe_bytes(const mt_train_moe_t *t, const mt_model_t *m, double *params_own,
+                        double *params_work, double *grads_own, double *grads_work,
+                        double *activations)
 {
     if (!t->on)
         return;
+    *activations += 4.0 * (double)mt_moe_act_numel(m);
     if (!t->sharded) {
         *params_own += 4.0 * (double)t->view.numel, *grads_own += 4.0 * (double)t->view.numel;
         return;

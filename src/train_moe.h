@@ -93,8 +93,9 @@ mt_status_t mt_train_moe_step_stats(mt_train_moe_t *t, mt_model_t *m, MPI_Comm d
 
 /* Add the experts' bytes on this rank (own parameters and gradients,
  * and the sharded experts' working buffers) to the memory line's figures. */
-void mt_train_moe_bytes(const mt_train_moe_t *t, double *params_own, double *params_work,
-                        double *grads_own, double *grads_work);
+void mt_train_moe_bytes(const mt_train_moe_t *t, const mt_model_t *m, double *params_own,
+                        double *params_work, double *grads_own, double *grads_work,
+                        double *activations);
 
 /* " | aux ... | load ..." for the step line, and ", \"aux_loss\": ..." for
  * metrics.jsonl (empty strings when not a MoE run). */
