@@ -29,6 +29,9 @@
  * to the probabilities for the top-k choice only, that the trainer moves
  * after each step towards the mean load (mt_moe_update_bias).
  *
+ * A capacity factor (model.moe_capacity_factor) drops the (token, slot)
+ * pairs beyond each expert's capacity, in token order, before dispatch.
+ *
  * Not here (refused by the trainer): tensor parallelism of the experts. */
 #include "model_moe.h"
 
@@ -330,8 +333,8 @@ static const mt_param_t *expert_w(const mt_moe_t *x, int l, int64_t i, int k)
     return &x->xp[x->xfirst[l] + 3 * i + k];
 }
 
-/* Rows received for local expert i: their number, and the first in the
- * expert-major order through *o (running). */
+/* Rows received for local expert i, from every EP rank (the expert's
+ * block in the expert-major order). */
 static int64_t expert_rows(const mt_moe_t *x, const moe_acts_t *a, int64_t i)
 {
     int64_t n = 0;
