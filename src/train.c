@@ -276,7 +276,7 @@ static mt_status_t update(run_t *r, const mt_config_t *cfg, int64_t step, double
         MT_TRY(mt_allreduce(&part[0], &sum[0], 1, MPI_DOUBLE, MPI_SUM, r->tp));
         part[0] = sum[0];
     }
-    double experts = 0; /* distinct per EP rank: summed over the EP group */
+    double experts = 0; /* the experts' reduction and share of the norm (train_moe.c) */
     MT_TRY(mt_train_moe_grad_sumsq(&r->moe, m, &experts));
     *gnorm = sqrt(part[0] + part[1] + experts);
     double coef = mt_clip_coef(*gnorm, cfg->optimizer.max_grad_norm);
