@@ -199,7 +199,8 @@ int mt_app_main(mt_app_kind_t app, int argc, char **argv)
         if (rank == 0)
             printf("%s: dry run: the config and the %d-rank mesh are valid\n", prog, size);
         code = 0;
-    } else if (app == MT_APP_DENSE || app == MT_APP_CP) { /* cp: packed rows, context parallelism */
+    } else if (app == MT_APP_DENSE || app == MT_APP_CP ||
+               app == MT_APP_MOE) { /* cp: packed rows, context parallelism */
         mt_train_result_t res;
         local = mt_train(world, cfg, &mesh, rank == 0 ? stdout : NULL, &res);
         report_agreed(world, prog, rank, local);

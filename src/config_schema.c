@@ -121,6 +121,22 @@ const mt_cfg_key_t mt_cfg_keys[] = {
            "Renormalise the top-k routing weights to sum to 1."),
     K_FLT("model.router_aux_loss_coef", model.router_aux_loss_coef, "0.001",
           "Scale of the load-balancing auxiliary loss. Must not be negative."),
+    K_STR("model.mlp_only_layers", model.mlp_only_layers, "\"\"",
+          "Layers that keep a dense MLP in a MoE model, as comma-separated indices "
+          "(\"0,3\"; Hugging Face's mlp_only_layers list). Each must be below "
+          "num_hidden_layers."),
+    K_FLT("model.moe_capacity_factor", model.moe_capacity_factor, "0.0",
+          "0: dropless routing. Above 0: each expert takes at most ceil(factor x tokens x "
+          "num_experts_per_tok / num_experts) of a rank's micro-batch, in token order; the "
+          "rest of its tokens skip it (their other experts still count). Must not be negative."),
+    K_FLT("model.moe_router_bias_update_rate", model.moe_router_bias_update_rate, "0.0",
+          "0: off. Above 0: aux-loss-free load balancing (DeepSeek-V3): a per-expert bias, "
+          "added to the router probabilities for the top-k choice only, moves by this much "
+          "after each step towards the mean load. Must not be negative."),
+    K_INT("model.num_shared_experts", model.num_shared_experts, "0", 0,
+          "Always-active shared experts (DeepSeek style: one SwiGLU of width "
+          "num_shared_experts x moe_intermediate_size on every MoE layer, "
+          "mlp.shared_experts.*)."),
 
     /* dataset */
     K_STR("dataset.path", dataset.path, "\"\"",

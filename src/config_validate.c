@@ -127,6 +127,12 @@ static void check_ranges(vctx_t *v)
         verr(v, "model.rms_norm_eps", "must be positive, got %g", m->rms_norm_eps);
     if (!(m->initializer_range > 0))
         verr(v, "model.initializer_range", "must be positive, got %g", m->initializer_range);
+    if (m->moe_router_bias_update_rate < 0)
+        verr(v, "model.moe_router_bias_update_rate", "must not be negative (0 is off), got %g",
+             m->moe_router_bias_update_rate);
+    if (m->moe_capacity_factor < 0)
+        verr(v, "model.moe_capacity_factor", "must not be negative (0 is dropless), got %g",
+             m->moe_capacity_factor);
     if (m->router_aux_loss_coef < 0)
         verr(v, "model.router_aux_loss_coef", "must not be negative, got %g",
              m->router_aux_loss_coef);
@@ -175,6 +181,19 @@ static void check_model(vctx_t *v, mt_app_kind_t app)
     if (app == MT_APP_MOE && m->num_experts == 0)
         verr(v, "model.num_experts",
              "meshtrain-moe trains MoE models: set num_experts > 0 (or use meshtrain-dense)");
+    if (m->mlp_only_layers[0]) { /* "0, 3": integers in [0, num_hidden_layers) */
+        const char *c = m->mlp_only_layers;
+        while (*c) {
+            char *end;
+            long long l = strtoll(c, &end, 10);
+            if (end == c || l < 0 || l >= m->num_hidden_layers) {
+                verr(v, "model.mlp_only_layers", "\"%s\": expected comma-separated layer "
+                     "indices in [0, %lld)", m->mlp_only_layers, (long long)m->num_hidden_layers);
+                break;
+            }
+            c = end + strspn(end, " ,");
+        }
+    }
     if ((app == MT_APP_DENSE || app == MT_APP_CP) && m->num_experts > 0)
         verr(v, "model.num_experts", "%s trains dense models; num_experts = %lld is a MoE model: "
              "use meshtrain-moe", mt_app_kind_name(app), (long long)m->num_experts);
@@ -484,7 +503,8 @@ static void warnings(const mt_config_t *cfg, FILE *warn)
     if (section_present(cfg, "distributed.moe") && cfg->distributed.ep_size == 1) {
         si = mt_cfg_section_index("distributed.moe");
         mt_diag_location(cfg, &cfg->section_origin[si], loc, sizeof loc);
-        fprintf(warn, "warning: %sdistributed.moe: ignored because ep_size is 1\n", loc);
+        fprintf(warn, "warning: %sdistributed.moe: ignored because ep_size is 1, except "
+                "ignore_router_for_ac\n", loc);
     }
     if (section_present(cfg, "distributed.pipeline") && cfg->distributed.pp_size == 1) {
         si = mt_cfg_section_index("distributed.pipeline");

@@ -16,6 +16,7 @@
 
 #define LLAMA "LlamaForCausalLM"
 #define QWEN3 "Qwen3ForCausalLM"
+#define QWEN3_MOE "Qwen3MoeForCausalLM"
 
 /* ------------------------------------------------------------ the tensor list */
 
@@ -26,6 +27,24 @@ static void add(mt_hf_tensor_t *t, int *n, const char *name, int64_t rows, int64
     x->ndim = cols ? 2 : 1;
     x->shape[0] = rows;
     x->shape[1] = cols ? cols : 1;
+}
+
+/* Layer l is a MoE layer: num_experts > 0 and l not in mlp_only_layers
+ * (model_moe.c's rule, on the model section alone). */
+static int sparse_layer(const mt_model_config_t *m, int64_t l)
+{
+    if (m->num_experts <= 0)
+        return 0;
+    for (const char *c = m->mlp_only_layers; *c;) {
+        char *end;
+        long v = strtol(c, &end, 10);
+        if (end == c)
+            break;
+        if (v == l)
+            return 0;
+        c = end + strspn(end, " ,");
+    }
+    return 1;
 }
 
 mt_status_t mt_hf_expected_tensors(const mt_model_config_t *m, mt_hf_tensor_t **out, int *n)
@@ -40,7 +59,8 @@ mt_status_t mt_hf_expected_tensors(const mt_model_config_t *m, mt_hf_tensor_t **
         MT_FAIL(MT_ERR_CONFIG, "num_hidden_layers %lld is out of range",
                 (long long)m->num_hidden_layers);
     int64_t hd = H / nh, L = m->num_hidden_layers;
-    mt_hf_tensor_t *t = calloc((size_t)(3 + 11 * L), sizeof *t);
+    int64_t per_layer = 11 + (m->num_experts > 0 ? 1 + 3 * m->num_experts : 0);
+    mt_hf_tensor_t *t = calloc((size_t)(3 + per_layer * L), sizeof *t);
     if (!t)
         MT_FAIL(MT_ERR_NOMEM, "tensor list of %lld layers", (long long)L);
     *n = 0;
@@ -62,9 +82,23 @@ mt_status_t mt_hf_expected_tensors(const mt_model_config_t *m, mt_hf_tensor_t **
             LAYER("self_attn.k_norm.weight", hd, 0);
         }
         LAYER("post_attention_layernorm.weight", H, 0);
-        LAYER("mlp.gate_proj.weight", I, H);
-        LAYER("mlp.up_proj.weight", I, H);
-        LAYER("mlp.down_proj.weight", H, I);
+        if (sparse_layer(m, l)) { /* Qwen3-MoE: the router, then each expert */
+            int64_t Im = m->moe_intermediate_size;
+            LAYER("mlp.gate.weight", m->num_experts, H);
+            for (int64_t e = 0; e < m->num_experts; e++) {
+                char ex[96];
+                snprintf(ex, sizeof ex, "mlp.experts.%lld.gate_proj.weight", (long long)e);
+                LAYER(ex, Im, H);
+                snprintf(ex, sizeof ex, "mlp.experts.%lld.up_proj.weight", (long long)e);
+                LAYER(ex, Im, H);
+                snprintf(ex, sizeof ex, "mlp.experts.%lld.down_proj.weight", (long long)e);
+                LAYER(ex, H, Im);
+            }
+        } else {
+            LAYER("mlp.gate_proj.weight", I, H);
+            LAYER("mlp.up_proj.weight", I, H);
+            LAYER("mlp.down_proj.weight", H, I);
+        }
 #undef LAYER
     }
     add(t, n, "model.norm.weight", H, 0);
@@ -133,7 +167,7 @@ static mt_status_t get_bool(const cfg_t *c, const char *key, int def, int *out)
 static mt_status_t unsupported(const cfg_t *c, const char *what)
 {
     mt_error_set(MT_ERR_UNSUPPORTED, __FILE__, __LINE__, "%s: %s", c->name, what);
-    mt_error_hint("meshtrain imports dense " LLAMA " and " QWEN3 " models without biases, RoPE "
+    mt_error_hint("meshtrain imports " LLAMA ", " QWEN3 " and " QWEN3_MOE " models without biases, RoPE "
                   "scaling or sliding windows, with head_dim = hidden_size / "
                   "num_attention_heads (doc/hf-interchange.md)");
     return MT_ERR_UNSUPPORTED;
@@ -148,7 +182,7 @@ static int looks_moe(const char *arch)
     return 0;
 }
 
-/* The architecture: 0 Llama, 1 Qwen3. */
+/* The architecture: 0 Llama, 1 Qwen3, 2 Qwen3-MoE. */
 static mt_status_t architecture(const cfg_t *c, int *qwen3)
 {
     const mt_json_t *a = mt_json_get(c->j, "architectures"), *mt = mt_json_get(c->j, "model_type");
@@ -165,20 +199,24 @@ static mt_status_t architecture(const cfg_t *c, int *qwen3)
     if (!arch && !type)
         MT_FAIL(MT_ERR_IO, "%s: neither \"architectures\" nor \"model_type\" says what model "
                 "this is", c->name);
-    if (arch && strcmp(arch, LLAMA) != 0 && strcmp(arch, QWEN3) != 0) {
+    if (arch && strcmp(arch, LLAMA) != 0 && strcmp(arch, QWEN3) != 0 &&
+        strcmp(arch, QWEN3_MOE) != 0) {
         snprintf(what, sizeof what, "architecture %.200s is not supported: meshtrain imports "
-                 LLAMA " and " QWEN3 "%s", arch,
-                 looks_moe(arch) ? " (mixture-of-experts models are not supported by import)"
-                                 : "");
+                 LLAMA ", " QWEN3 " and " QWEN3_MOE "%s", arch,
+                 looks_moe(arch) ? " (of mixture-of-experts models, Qwen3-MoE only)" : "");
         return unsupported(c, what);
     }
-    if (type && strcmp(type, "llama") != 0 && strcmp(type, "qwen3") != 0) {
+    if (type && strcmp(type, "llama") != 0 && strcmp(type, "qwen3") != 0 &&
+        strcmp(type, "qwen3_moe") != 0) {
         snprintf(what, sizeof what, "model_type \"%.200s\" is not supported: meshtrain imports "
-                 "\"llama\" and \"qwen3\"", type);
+                 "\"llama\", \"qwen3\" and \"qwen3_moe\"", type);
         return unsupported(c, what);
     }
-    *qwen3 = arch ? strcmp(arch, QWEN3) == 0 : strcmp(type, "qwen3") == 0;
-    if (arch && type && (*qwen3 != (strcmp(type, "qwen3") == 0)))
+    int from_arch = !arch ? -1 : strcmp(arch, QWEN3) == 0 ? 1 : strcmp(arch, QWEN3_MOE) == 0 ? 2 : 0;
+    int from_type = !type ? -1 : strcmp(type, "qwen3") == 0 ? 1 : strcmp(type, "qwen3_moe") == 0 ? 2
+                                                                                            : 0;
+    *qwen3 = from_arch >= 0 ? from_arch : from_type;
+    if (from_arch >= 0 && from_type >= 0 && from_arch != from_type)
         MT_FAIL(MT_ERR_IO, "%s: architectures says %s but model_type is \"%s\"", c->name, arch,
                 type);
     return MT_OK;
@@ -233,7 +271,7 @@ mt_status_t mt_hf_config_to_model(const mt_json_t *j, const char *name, mt_model
         }
     }
     static const char *const moe_keys[] = {"num_experts", "num_local_experts", "n_routed_experts"};
-    for (int k = 0; k < 3; k++) {
+    for (int k = qwen3 == 2 ? 3 : 0; k < 3; k++) {
         const mt_json_t *v = mt_json_get(j, moe_keys[k]);
         if (v && v->type == MT_JSON_NUMBER && v->number > 0) {
             char what[200];
@@ -269,8 +307,32 @@ mt_status_t mt_hf_config_to_model(const mt_json_t *j, const char *name, mt_model
     x.tie_word_embeddings = flag;
     x.num_key_value_heads.set = true;
     x.num_key_value_heads.value = kv;
-    x.qk_norm = qwen3;
+    x.qk_norm = qwen3 != 0;
     x.num_experts = 0;
+    x.mlp_only_layers[0] = '\0';
+    if (qwen3 == 2) { /* Qwen3-MoE: transformers' defaults for what may be left out */
+        int64_t step = 1;
+        MT_TRY(get_int(&c, "num_experts", 1, 0, &x.num_experts));
+        MT_TRY(get_int(&c, "num_experts_per_tok", 0, 8, &x.num_experts_per_tok));
+        MT_TRY(get_int(&c, "moe_intermediate_size", 0, 768, &x.moe_intermediate_size));
+        MT_TRY(get_bool(&c, "norm_topk_prob", 0, &flag));
+        x.norm_topk_prob = flag;
+        MT_TRY(get_num(&c, "router_aux_loss_coef", 0.001, &x.router_aux_loss_coef));
+        MT_TRY(get_int(&c, "decoder_sparse_step", 0, 1, &step));
+        const mt_json_t *dl = mt_json_get(j, "mlp_only_layers");
+        if (dl && dl->type != MT_JSON_NULL && dl->type != MT_JSON_ARRAY)
+            return bad_type(&c, "mlp_only_layers", dl, "an array of layer indices");
+        /* dense: listed, or not on the sparse step (transformers' rule) */
+        size_t used = 0;
+        for (int64_t l = 0; l < x.num_hidden_layers; l++) {
+            int dense = step < 1 || (l + 1) % step != 0;
+            for (size_t i = 0; dl && dl->type == MT_JSON_ARRAY && i < dl->count; i++)
+                dense |= dl->items[i].type == MT_JSON_NUMBER && dl->items[i].number == (double)l;
+            if (dense && used + 24 < sizeof x.mlp_only_layers)
+                used += (size_t)snprintf(x.mlp_only_layers + used, sizeof x.mlp_only_layers - used,
+                                         "%s%lld", used ? "," : "", (long long)l);
+        }
+    }
     if (x.hidden_size % x.num_attention_heads)
         return unsupported(&c, "hidden_size is not divisible by num_attention_heads");
     int64_t hd, derived = x.hidden_size / x.num_attention_heads;
@@ -326,6 +388,30 @@ mt_status_t mt_hf_config_json(const mt_model_config_t *m, mt_st_dtype_t dtype, c
     fmt_double(m->rms_norm_eps, eps, sizeof eps);
     fmt_double(m->rope_theta, theta, sizeof theta);
     fmt_double(m->initializer_range, init, sizeof init);
+    /* Qwen3-MoE's keys, after the dense ones */
+    char moe[MT_PATH_MAX + 512] = "", coef[40];
+    if (m->num_experts > 0) {
+        fmt_double(m->router_aux_loss_coef, coef, sizeof coef);
+        int k = snprintf(moe, sizeof moe, "  \"num_experts\": %lld,\n  \"num_experts_per_tok\": "
+                         "%lld,\n  \"moe_intermediate_size\": %lld,\n  \"norm_topk_prob\": %s,\n"
+                         "  \"router_aux_loss_coef\": %s,\n  \"decoder_sparse_step\": 1,\n"
+                         "  \"output_router_logits\": false,\n  \"mlp_only_layers\": [",
+                         (long long)m->num_experts, (long long)m->num_experts_per_tok,
+                         (long long)m->moe_intermediate_size, m->norm_topk_prob ? "true" : "false",
+                         coef);
+        for (const char *c = m->mlp_only_layers; *c && k > 0 && (size_t)k < sizeof moe - 32;) {
+            char *end;
+            long v = strtol(c, &end, 10);
+            if (end == c)
+                break;
+            k += snprintf(moe + k, sizeof moe - (size_t)k, "%s%ld", moe[k - 1] == '[' ? "" : ", ", v);
+            c = end + strspn(end, " ,");
+        }
+        if (k > 0 && (size_t)k < sizeof moe - 4)
+            snprintf(moe + k, sizeof moe - (size_t)k, "],\n");
+    }
+    const char *arch = m->num_experts > 0 ? QWEN3_MOE : m->qk_norm ? QWEN3 : LLAMA;
+    const char *type = m->num_experts > 0 ? "qwen3_moe" : m->qk_norm ? "qwen3" : "llama";
     fprintf(o, "{\n"
             "  \"architectures\": [\"%s\"],\n"
             "  \"model_type\": \"%s\",\n"
@@ -343,19 +429,20 @@ mt_status_t mt_hf_config_json(const mt_model_config_t *m, mt_st_dtype_t dtype, c
             "  \"rope_scaling\": null,\n"
             "  \"attention_bias\": false,\n"
             "  \"attention_dropout\": 0.0,\n"
-            "%s"
+            "%s%s"
             "  \"initializer_range\": %s,\n"
             "  \"tie_word_embeddings\": %s,\n"
             "  \"use_cache\": true,\n"
             "  \"torch_dtype\": \"%s\"\n"
             "}\n",
-            m->qk_norm ? QWEN3 : LLAMA, m->qk_norm ? "qwen3" : "llama", (long long)m->vocab_size,
+            arch, type, (long long)m->vocab_size,
             (long long)m->hidden_size, (long long)m->intermediate_size,
             (long long)m->num_hidden_layers, (long long)m->num_attention_heads, (long long)kv,
             (long long)(m->hidden_size / m->num_attention_heads),
             (long long)m->max_position_embeddings, eps, theta,
             m->qk_norm ? "  \"use_sliding_window\": false,\n  \"sliding_window\": null,\n"
                        : "  \"mlp_bias\": false,\n",
+            moe,
             init, m->tie_word_embeddings ? "true" : "false",
             dtype == MT_ST_BF16 ? "bfloat16" : "float32");
     if (fclose(o) != 0 || !t) {

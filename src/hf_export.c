@@ -375,10 +375,17 @@ mt_status_t mt_hf_export(MPI_Comm comm, const char *step_dir, const char *hf_dir
         mt_config_init(cfg);
         s = mt_config_load_string(cfg, yaml, name);
     }
-    if (s == MT_OK && cfg->model.num_experts > 0)
-        s = mt_error_set(MT_ERR_UNSUPPORTED, __FILE__, __LINE__, "%s: a mixture-of-experts "
-                         "checkpoint (num_experts %lld); export writes dense Llama and Qwen3 "
-                         "models only", file, (long long)cfg->model.num_experts);
+    const mt_model_config_t *mc = &cfg->model;
+    if (s == MT_OK && mc->num_experts > 0 &&
+        (!mc->qk_norm || mc->num_shared_experts > 0 || mc->moe_capacity_factor > 0 ||
+         mc->moe_router_bias_update_rate > 0))
+        s = mt_error_set(MT_ERR_UNSUPPORTED, __FILE__, __LINE__, "%s: this mixture-of-experts "
+                         "model is not a Hugging Face Qwen3-MoE (%s); export writes Llama, "
+                         "Qwen3 and Qwen3-MoE models only", file,
+                         !mc->qk_norm ? "it has no qk_norm"
+                         : mc->num_shared_experts > 0 ? "it has shared experts"
+                         : mc->moe_capacity_factor > 0 ? "it drops tokens over a capacity factor"
+                                                       : "it balances with a router bias");
     if (s == MT_OK)
         s = make_plan(&p, &cfg->model, dtype, opts->max_shard_bytes);
     if (s == MT_OK)
@@ -405,7 +412,8 @@ mt_status_t mt_hf_export(MPI_Comm comm, const char *step_dir, const char *hf_dir
     s = mt_agree(comm, s);
     if (s == MT_OK && rank == 0 && out)
         fprintf(out, "exported %s to %s: %s, %d tensors, %llu bytes of %s in %d file%s\n",
-                step_dir, hf_dir, cfg->model.qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM",
+                step_dir, hf_dir, cfg->model.num_experts > 0 ? "Qwen3MoeForCausalLM"
+                                  : cfg->model.qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM",
                 p.n, (unsigned long long)p.total, opts->bf16 ? "bfloat16" : "float32", p.nshards,
                 p.nshards > 1 ? "s plus " MT_HF_INDEX : "");
     plan_free(&p);

@@ -70,7 +70,12 @@ static mt_status_t compare_model(const mt_config_t *cfg, const mt_model_config_t
         {"model.rms_norm_eps", c->rms_norm_eps, hf->rms_norm_eps},
         {"model.tie_word_embeddings", c->tie_word_embeddings, hf->tie_word_embeddings},
         {"model.qk_norm", c->qk_norm, hf->qk_norm},
-        {"model.num_experts", (double)c->num_experts, 0},
+        {"model.num_experts", (double)c->num_experts, (double)hf->num_experts},
+        {"model.num_experts_per_tok", (double)c->num_experts_per_tok,
+         (double)hf->num_experts_per_tok},
+        {"model.moe_intermediate_size", (double)c->moe_intermediate_size,
+         (double)hf->moe_intermediate_size},
+        {"model.norm_topk_prob", c->norm_topk_prob, hf->norm_topk_prob},
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
         int idx = mt_cfg_key_index(k[i].key);
@@ -91,7 +96,8 @@ static mt_status_t compare_model(const mt_config_t *cfg, const mt_model_config_t
 }
 
 /* The resolved config to store: the model from config.json, the rest from
- * config_path (or the defaults), validated as meshtrain-dense would. */
+ * config_path (or the defaults), validated as meshtrain-dense would
+ * (meshtrain-moe for a Qwen3-MoE). */
 static mt_status_t build_config(const char *hf_dir, const char *config_path, mt_config_t *cfg,
                                 FILE *note)
 {
@@ -112,7 +118,8 @@ static mt_status_t build_config(const char *hf_dir, const char *config_path, mt_
     /* the smallest world the config's explicit sizes allow */
     const mt_distributed_config_t *d = &cfg->distributed;
     int64_t world = (d->dp_size.set ? d->dp_size.value : 1) * d->tp_size * d->pp_size * d->cp_size;
-    MT_TRY(mt_config_validate(cfg, MT_APP_DENSE, world, NULL, NULL));
+    MT_TRY(mt_config_validate(cfg, hf.num_experts > 0 ? MT_APP_MOE : MT_APP_DENSE, world, NULL,
+                              NULL));
     return MT_OK;
 }
 
@@ -201,7 +208,8 @@ static mt_status_t open_source(source_t *src, const char *hf_dir)
 static mt_status_t check_tensors(const source_t *src, const mt_hf_tensor_t *t, int n,
                                  const mt_model_config_t *m, const char *hf_dir, FILE *note)
 {
-    const char *arch = m->qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM";
+    const char *arch = m->num_experts > 0 ? "Qwen3MoeForCausalLM"
+                       : m->qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM";
     for (int i = 0; i < n; i++) {
         int fi;
         const mt_st_entry_t *e = find(src, t[i].name, &fi);
@@ -391,10 +399,12 @@ mt_status_t mt_hf_import(MPI_Comm comm, const char *hf_dir, const char *checkpoi
             params += t[i].shape[0] * (t[i].ndim > 1 ? t[i].shape[1] : 1);
         fprintf(out, "imported %s (%s, %d tensors, %lld parameters, from %d safetensors "
                 "file%s) into %s/step_00000000\n", hf_dir,
-                cfg->model.qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM", n,
+                cfg->model.num_experts > 0 ? "Qwen3MoeForCausalLM"
+                : cfg->model.qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM", n,
                 (long long)params, src.nf, src.nf > 1 ? "s" : "", checkpoint_dir);
-        fprintf(out, "fine-tune it with: meshtrain-dense --config CONFIG.yaml "
-                "checkpoint.resume=%s/step_00000000\n", checkpoint_dir);
+        fprintf(out, "fine-tune it with: %s --config CONFIG.yaml "
+                "checkpoint.resume=%s/step_00000000\n",
+                cfg->model.num_experts > 0 ? "meshtrain-moe" : "meshtrain-dense", checkpoint_dir);
     }
     for (int i = 0; ct && i < n; i++)
         free(ct[i].data);

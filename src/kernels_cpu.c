@@ -203,6 +203,12 @@ static const mt_backend_t mt_cpu_backend = {
     .zero = mt_cpu_zero,
     .synchronize = mt_cpu_synchronize,
     .matmul_bf16 = mt_cpu_matmul_bf16,
+
+    .moe_router_forward = mt_cpu_moe_router_forward,
+    .moe_router_backward = mt_cpu_moe_router_backward,
+    .moe_gather_rows = mt_cpu_moe_gather_rows,
+    .moe_combine = mt_cpu_moe_combine,
+    .moe_combine_backward = mt_cpu_moe_combine_backward,
 };
 
 const mt_backend_t *mt_backend_cpu(void)

@@ -231,4 +231,21 @@ MT_CPU_HIDDEN void mt_cpu_attention_block_backward(float *dq, float *dk, float *
                                                    int64_t nk, int64_t q0, int64_t k0,
                                                    int64_t nh, int64_t nkv, int64_t hd);
 
+MT_CPU_HIDDEN void mt_cpu_moe_router_forward(float *probs, int32_t *idx, float *w,
+                                             const float *bias, int64_t n, int64_t E, int64_t k,
+                                             bool norm_topk);
+MT_CPU_HIDDEN void mt_cpu_moe_router_backward(float *dlogits, const float *dw, const float *probs,
+                                              const int32_t *idx, const float *w,
+                                              const float *dp_all, int64_t n, int64_t E,
+                                              int64_t k, bool norm_topk);
+MT_CPU_HIDDEN void mt_cpu_moe_gather_rows(float *dst, const float *src, const int32_t *rows,
+                                          int64_t n, int64_t width);
+MT_CPU_HIDDEN void mt_cpu_moe_combine(float *out, const float *res, const float *y,
+                                      const int32_t *slot_row, const float *w, int64_t n,
+                                      int64_t k, int64_t width);
+MT_CPU_HIDDEN void mt_cpu_moe_combine_backward(float *dw, float *dy, const float *dout,
+                                               const float *y, const int32_t *slot_row,
+                                               const float *w, int64_t n, int64_t k,
+                                               int64_t width);
+
 #endif

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model_moe.h"
 #include "mt_rng.h"
 
 mt_param_t *mt_model_param(mt_model_t *m, const char *name)
@@ -73,6 +74,8 @@ void mt_model_init_range(const mt_model_t *m, uint64_t seed, int64_t lo, int64_t
 void mt_model_init_weights(mt_model_t *m, uint64_t seed)
 {
     mt_model_init_range(m, seed, 0, m->numel, m->param_mem);
+    if (m->moe)
+        mt_moe_init_weights(m, seed);
 }
 
 void mt_model_set_packing(mt_model_t *m, const int32_t *pos, const int32_t *doc_start)
@@ -86,6 +89,8 @@ void mt_model_zero_grad(mt_model_t *m)
 {
     if (m->grad_mem)
         memset(m->grad_mem, 0, sizeof(float) * (size_t)m->numel);
+    if (m->moe)
+        mt_moe_zero_grad(m);
 }
 
 int64_t mt_model_logical_numel(const mt_model_t *m)
@@ -93,7 +98,7 @@ int64_t mt_model_logical_numel(const mt_model_t *m)
     int64_t n = 0;
     for (int i = 0; i < m->nparams; i++)
         n += m->params[i].full_shape[0] * m->params[i].full_shape[1];
-    return n;
+    return n + (m->moe ? mt_moe_logical_numel(m) : 0);
 }
 
 double mt_model_flops_per_token(const mt_model_t *m)
@@ -104,6 +109,8 @@ double mt_model_flops_per_token(const mt_model_t *m)
             mm += (double)m->params[i].numel;
     if (m->tied && m->has_head)
         mm += (double)(m->V * m->H); /* lm_head is a matmul even when tied */
+    if (m->moe) /* the experts a token visits */
+        mm += mt_moe_flops_per_token(m) / 6.0;
     return 6.0 * mm + 6.0 * (double)m->L * (double)m->T * (double)m->H;
 }
 
@@ -245,6 +252,10 @@ static void layer_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, 
     row_parallel_residual(m, a->x_mid, a->x, a->att, p->wo); /* x_mid = x + att Wo^T */
 
     const float *h2 = norm_in_kept(m, a->h2, a->rstd2, a->x_mid, p->mlp_norm->data);
+    if (p->router) { /* a MoE layer (model_moe.c) */
+        mt_moe_forward((mt_model_t *)m, l, h2, a->x_mid, x_out);
+        return;
+    }
     linear(m, a->g, h2, p->wgate);
     linear(m, a->u, h2, p->wup);
     be->swiglu_forward(a->a, a->g, a->u, N * m->I);
@@ -268,20 +279,24 @@ static void layer_backward(mt_model_t *m, int l, mt_layer_acts_t *a, bool defer)
 
     /* MLP: out = x_mid + a Wd^T */
     const float *dout = whole_grad(m, m->datt);
-    if (defer) {
-        keep(m, a->w_dmlp, dout, N * H);
-        be->matmul(m->dI, dout, p->wdown->data, N, p->wdown->shape[1], H, false, false, 0.0f);
+    if (p->router) { /* a MoE layer (model_moe.c): dh = d h2 */
+        mt_moe_backward(m, l, a->h2, dout, m->dh);
     } else {
-        linear_backward(m, m->dI, 0.0f, dout, a->a, p->wdown);     /* dI = d a */
+        if (defer) {
+            keep(m, a->w_dmlp, dout, N * H);
+            be->matmul(m->dI, dout, p->wdown->data, N, p->wdown->shape[1], H, false, false, 0.0f);
+        } else {
+            linear_backward(m, m->dI, 0.0f, dout, a->a, p->wdown);     /* dI = d a */
+        }
+        be->swiglu_backward(a->g, a->u, m->dI, a->g, a->u, N * m->I);  /* g, u <- dg, du */
+        if (!defer) {
+            const float *h2 = regather(m, a->h2);
+            m->be->matmul(p->wgate->grad, a->g, h2, m->I, H, N, true, false, 1.0f);
+            m->be->matmul(p->wup->grad, a->u, h2, m->I, H, N, true, false, 1.0f);
+        }
+        be->matmul(m->dh, a->g, p->wgate->data, N, H, m->I, false, false, 0.0f);
+        be->matmul(m->dh, a->u, p->wup->data, N, H, m->I, false, false, 1.0f);
     }
-    be->swiglu_backward(a->g, a->u, m->dI, a->g, a->u, N * m->I);  /* g, u <- dg, du */
-    if (!defer) {
-        const float *h2 = regather(m, a->h2);
-        m->be->matmul(p->wgate->grad, a->g, h2, m->I, H, N, true, false, 1.0f);
-        m->be->matmul(p->wup->grad, a->u, h2, m->I, H, N, true, false, 1.0f);
-    }
-    be->matmul(m->dh, a->g, p->wgate->data, N, H, m->I, false, false, 0.0f);
-    be->matmul(m->dh, a->u, p->wup->data, N, H, m->I, false, false, 1.0f);
     norm_in_backward(m, m->dres, true, m->dh, p->mlp_norm->grad, a->x_mid, p->mlp_norm->data,
                      a->rstd2);                                     /* d x_mid */
 
@@ -441,8 +456,11 @@ void mt_model_backward_chunk(mt_model_t *m, int c, const int32_t *tokens, bool d
     for (int l = hi - 1; l >= lo; l--) {
         mt_layer_acts_t *a = &m->acts[l];
         hook(m, l + 1, MT_UNIT_PRE_BACKWARD);
-        if (m->checkpointing) /* recompute this layer's activations into scratch */
+        if (m->checkpointing) { /* recompute this layer's activations into scratch */
+            m->recomputing = true; /* a MoE layer may keep its routing (model_moe.c) */
             layer_forward(m, l, a, m->datt);
+            m->recomputing = false;
+        }
         layer_backward(m, l, a, defer_weights && m->split_bw);
         hook(m, l + 1, MT_UNIT_POST_BACKWARD);
     }

@@ -5,6 +5,8 @@
  * gradient reductions see flat buffers) and activations. */
 #include "mt_model.h"
 
+#include "model_moe.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,7 +53,7 @@ static float *carve(float *base, int64_t *off, int64_t n)
 }
 
 static void layer_acts(const mt_model_t *m, float *base, int64_t *off, mt_layer_acts_t *a,
-                       bool with_x)
+                       bool with_x, bool mlp)
 {
     /* Ns rows: this rank's tokens of the residual stream (sequence
      * parallelism); N rows: the whole sequence */
@@ -76,9 +78,13 @@ static void layer_acts(const mt_model_t *m, float *base, int64_t *off, mt_layer_
     a->x_mid = carve(base, off, Ns * H);
     a->h2 = carve(base, off, Ns * H);
     a->rstd2 = carve(base, off, Ns);
-    a->g = carve(base, off, N * m->I);
-    a->u = carve(base, off, N * m->I);
-    a->a = carve(base, off, N * m->I);
+    if (mlp) { /* a dense MLP's; a MoE layer keeps its own (model_moe.c) */
+        a->g = carve(base, off, N * m->I);
+        a->u = carve(base, off, N * m->I);
+        a->a = carve(base, off, N * m->I);
+    } else {
+        a->g = a->u = a->a = NULL;
+    }
     if (m->split_bw) {
         a->w_dmlp = carve(base, off, N * H);
         a->w_datt = carve(base, off, N * H);
@@ -106,7 +112,10 @@ static int64_t layout_acts(mt_model_t *m, float *base, float *shared, int c, int
     if (m->checkpointing) {
         for (int l = lo; l < hi; l++)
             m->acts[l].x = carve(base, &off, Ns * H);
-        layer_acts(m, shared, &sh, &m->scratch, false);
+        bool mlp = false; /* the shared scratch needs the MLP buffers if any layer is dense */
+        for (int l = lo; l < hi; l++)
+            mlp |= m->layers[l].router == NULL;
+        layer_acts(m, shared, &sh, &m->scratch, false, mlp);
         for (int l = lo; l < hi; l++) {
             float *x = m->acts[l].x;
             m->acts[l] = m->scratch;
@@ -114,7 +123,7 @@ static int64_t layout_acts(mt_model_t *m, float *base, float *shared, int c, int
         }
     } else {
         for (int l = lo; l < hi; l++)
-            layer_acts(m, base, &off, &m->acts[l], true);
+            layer_acts(m, base, &off, &m->acts[l], true, m->layers[l].router == NULL);
     }
     m->x_final = carve(base, &off, Ns * H);
     m->dres = carve(base, &off, Ns * H);
@@ -138,13 +147,30 @@ static int64_t layout_acts(mt_model_t *m, float *base, float *shared, int c, int
 mt_status_t mt_model_init(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
                           int64_t B, int64_t T)
 {
-    return mt_model_init_ex(m, cfg, be, B, T, 0, -1);
+    return mt_model_init_ep(m, cfg, be, B, T, 0, -1, -1);
 }
 
 mt_status_t mt_model_init_ex(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
                              int64_t B, int64_t T, unsigned flags, int tp_rank)
 {
-    return mt_model_init_part(m, cfg, be, B, T, flags, tp_rank, NULL);
+    return mt_model_init_ep(m, cfg, be, B, T, flags, tp_rank, -1);
+}
+
+static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
+                              int64_t B, int64_t T, unsigned flags, int tp_rank, int ep_rank,
+                              const mt_model_part_t *part);
+
+mt_status_t mt_model_init_ep(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
+                             int64_t B, int64_t T, unsigned flags, int tp_rank, int ep_rank)
+{
+    return model_init(m, cfg, be, B, T, flags, tp_rank, ep_rank, NULL);
+}
+
+mt_status_t mt_model_init_part(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
+                               int64_t B, int64_t T, unsigned flags, int tp_rank,
+                               const mt_model_part_t *part)
+{
+    return model_init(m, cfg, be, B, T, flags, tp_rank, -1, part);
 }
 
 /* This rank's layers and chunks from part (NULL: everything, one chunk). */
@@ -186,9 +212,9 @@ static mt_status_t set_part(mt_model_t *m, const mt_model_part_t *part)
     return MT_OK;
 }
 
-mt_status_t mt_model_init_part(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
-                               int64_t B, int64_t T, unsigned flags, int tp_rank,
-                               const mt_model_part_t *part)
+static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
+                              int64_t B, int64_t T, unsigned flags, int tp_rank, int ep_rank,
+                              const mt_model_part_t *part)
 {
     memset(m, 0, sizeof *m);
     if (!cfg->validated)
@@ -276,9 +302,19 @@ mt_status_t mt_model_init_part(mt_model_t *m, const mt_config_t *cfg, const mt_b
         LP(mlp_norm, "post_attention_layernorm.weight", H, 0, true, -1);
         /* under sequence parallelism each rank normalises its own tokens */
         p->attn_norm->tp_partial_grad = p->mlp_norm->tp_partial_grad = m->sp;
-        LP(wgate, "mlp.gate_proj.weight", I, H, false, 0);
-        LP(wup, "mlp.up_proj.weight", I, H, false, 0);
-        LP(wdown, "mlp.down_proj.weight", H, I, false, 1);
+        if (mt_moe_is_sparse(cfg, m->layer_id[l])) { /* the router; the experts: model_moe.c */
+            LP(router, "mlp.gate.weight", mc->num_experts, H, false, -1);
+            if (mc->num_shared_experts > 0) { /* DeepSeek's always-active shared experts */
+                int64_t S = mc->num_shared_experts * mc->moe_intermediate_size;
+                LP(wgate, "mlp.shared_experts.gate_proj.weight", S, H, false, 0);
+                LP(wup, "mlp.shared_experts.up_proj.weight", S, H, false, 0);
+                LP(wdown, "mlp.shared_experts.down_proj.weight", H, S, false, 1);
+            }
+        } else {
+            LP(wgate, "mlp.gate_proj.weight", I, H, false, 0);
+            LP(wup, "mlp.up_proj.weight", I, H, false, 0);
+            LP(wdown, "mlp.down_proj.weight", H, I, false, 1);
+        }
 #undef LP
     }
     int64_t head_lo = b.offset;
@@ -326,6 +362,15 @@ mt_status_t mt_model_init_part(mt_model_t *m, const mt_config_t *cfg, const mt_b
         mt_model_use_slot(m, 0, 0);
     for (int64_t i = 0; i < m->N; i++)
         m->pos[i] = (int32_t)(i % T);
+    if (mc->num_experts > 0) {
+        mt_status_t s = mt_moe_init(m, cfg, ep_rank < 0 ? 0 : ep_rank,
+                                    ep_rank < 0 ? 1 : (int)cfg->distributed.ep_size,
+                                    (flags & MT_MODEL_NO_EXPERT_ARENAS) != 0);
+        if (s != MT_OK) {
+            mt_model_free(m);
+            return s;
+        }
+    }
     return MT_OK;
 }
 
@@ -340,6 +385,7 @@ void mt_model_free(mt_model_t *m)
 {
     free(m->layer_id);
     free(m->chunk_lo);
+    mt_moe_free(m);
     free(m->params);
     free(m->layers);
     free(m->acts);

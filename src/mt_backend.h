@@ -182,6 +182,37 @@ struct mt_backend {
      * and beta as matmul.  The CPU version is a plain reference loop. */
     void (*matmul_bf16)(uint16_t *c, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n,
                         int64_t k, bool trans_a, bool trans_b, float beta);
+
+    /* ---- mixture of experts (model_moe.c) ---- */
+    /* Router over n tokens and E experts: probs [n,E] holds the router
+     * logits on entry and their softmax on return; idx [n,k] gets the top
+     * k experts by probability + bias[e] (bias NULL: 0; aux-loss-free
+     * balancing), descending, ties to the LOWEST index, and w [n,k] their
+     * probabilities (without the bias), divided by their sum when
+     * norm_topk. */
+    void (*moe_router_forward)(float *probs, int32_t *idx, float *w, const float *bias,
+                               int64_t n, int64_t E, int64_t k, bool norm_topk);
+    /* Its backward: dlogits [n,E] (overwritten) from dw [n,k], the
+     * gradient of the routing weights, plus dp_all [E] (may be NULL), a
+     * gradient added to every token's probability of each expert (the
+     * load-balancing loss). */
+    void (*moe_router_backward)(float *dlogits, const float *dw, const float *probs,
+                                const int32_t *idx, const float *w, const float *dp_all,
+                                int64_t n, int64_t E, int64_t k, bool norm_topk);
+    /* dst[i,:] = src[rows[i],:] for i < n (rows of `width` floats). */
+    void (*moe_gather_rows)(float *dst, const float *src, const int32_t *rows, int64_t n,
+                            int64_t width);
+    /* out[t,:] = res[t,:] (0 when res is NULL) + sum over j < k, in order,
+     * of w[t,j] (1 when w is NULL) * y[slot_row[t,j],:]; slots with
+     * slot_row -1 (dropped by a capacity limit) are skipped. */
+    void (*moe_combine)(float *out, const float *res, const float *y, const int32_t *slot_row,
+                        const float *w, int64_t n, int64_t k, int64_t width);
+    /* Backward of moe_combine with w: dw[t,j] = dout[t,:] . y[slot_row[t,j],:]
+     * and dy[slot_row[t,j],:] = w[t,j] dout[t,:] (both overwritten); a
+     * dropped slot (slot_row -1) gets dw 0 and no row. */
+    void (*moe_combine_backward)(float *dw, float *dy, const float *dout, const float *y,
+                                 const int32_t *slot_row, const float *w, int64_t n, int64_t k,
+                                 int64_t width);
 };
 
 /* The CPU reference backend. */

@@ -62,6 +62,10 @@ typedef struct {
     int64_t num_experts, num_experts_per_tok, moe_intermediate_size;
     bool norm_topk_prob;
     double router_aux_loss_coef;
+    char mlp_only_layers[MT_PATH_MAX]; /* comma-separated layer indices: dense MLPs */
+    int64_t num_shared_experts;
+    double moe_capacity_factor;        /* 0: dropless */
+    double moe_router_bias_update_rate; /* 0: no aux-loss-free balancing */
 } mt_model_config_t;
 
 typedef struct {

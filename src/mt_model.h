@@ -56,7 +56,19 @@ typedef enum {
 typedef struct {
     mt_param_t *attn_norm, *wq, *wk, *wv, *wo, *q_norm, *k_norm;
     mt_param_t *mlp_norm, *wgate, *wup, *wdown;
+    mt_param_t *router; /* MoE layers: mlp.gate.weight (the experts are in
+                         * model_moe.c); NULL for a dense MLP.  A MoE layer's
+                         * wgate, wup, wdown are its shared experts
+                         * (mlp.shared_experts.*), or NULL */
 } mt_layer_params_t;
+
+/* The expert-parallel all-to-alls (mt_model_t.ep_alltoall), over the EP
+ * group in rank order:
+ *   MT_EP_COUNTS: `width` int64 to each rank (send + d * width goes to
+ *                 rank d), the same from each into recv; counts ignored;
+ *   MT_EP_ROWS:   scounts[d] rows of `width` floats to rank d, in rank
+ *                 order, rcounts[s] rows from rank s into recv. */
+typedef enum { MT_EP_COUNTS, MT_EP_ROWS } mt_ep_op_t;
 
 /* What a unit hook is told.  A unit is a contiguous range of the flat
  * parameter order that forward and backward use together: unit 0 is the
@@ -83,6 +95,9 @@ typedef enum {
 #define MT_MODEL_NO_GRAD_ARENA 2u
 /* ... and no activations: a table of the parameters' names and shapes. */
 #define MT_MODEL_NO_ACT_ARENA 4u
+/* The same for the MoE experts' own arenas (model_moe.h): the trainer
+ * shards them over ep_shard. */
+#define MT_MODEL_NO_EXPERT_ARENAS 8u
 
 /* Saved activations of one layer (pointers into the activation arena). */
 typedef struct {
@@ -201,6 +216,15 @@ typedef struct {
                           const float *v, const int32_t *doc_start, int64_t B, int64_t T,
                           int64_t nh, int64_t nkv, int64_t hd);
     void *attn_ctx;
+    /* Mixture of experts (model_moe.c, model_moe.h): experts, routing
+     * state and the load-balancing loss; NULL for a dense model. */
+    struct mt_moe *moe;
+    /* With ep > 1: token dispatch to the experts' owners (mt_ep_op_t),
+     * set by the parallelize layer like tp_allreduce. */
+    void (*ep_alltoall)(void *ctx, mt_ep_op_t op, const void *send, const int64_t *scounts,
+                        void *recv, const int64_t *rcounts, int64_t width);
+    void *ep_ctx;
+    bool recomputing;    /* inside the activation-checkpointing recompute */
 } mt_model_t;
 
 /* Shape from a validated config (padded vocabulary, head_dim, ...), for a
@@ -217,6 +241,11 @@ mt_status_t mt_model_init_ex(mt_model_t *m, const mt_config_t *cfg, const mt_bac
 mt_status_t mt_model_init_part(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
                                int64_t B, int64_t T, unsigned flags, int tp_rank,
                                const mt_model_part_t *part);
+/* The same for expert-parallel rank ep_rank of cfg's ep_size: a MoE
+ * model holds only that rank's num_experts / ep_size experts (ep_rank -1:
+ * all of them). */
+mt_status_t mt_model_init_ep(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
+                             int64_t B, int64_t T, unsigned flags, int tp_rank, int ep_rank);
 void mt_model_free(mt_model_t *m);
 
 /* Initial weights from (seed, parameter name, element): independent of

@@ -26,6 +26,7 @@
 #include "mt_pp_exec.h"
 #include "train_cp.h"
 #include "train_internal.h"
+#include "train_moe.h"
 
 static volatile sig_atomic_t stop_signal;
 
@@ -141,6 +142,7 @@ typedef struct {
     MPI_Comm ppc;                /* pipeline group */
     int64_t rows;                /* samples per rank per micro-step */
     mt_train_cp_t cp;            /* context parallelism (train_cp.c) */
+    mt_train_moe_t moe;          /* experts, aux loss, expert load (train_moe.c) */
 } run_t;
 
 static void run_free(run_t *r)
@@ -160,6 +162,7 @@ static void run_free(run_t *r)
     mt_fsdp_free(&r->fsdp);
     mt_pp_exec_free(&r->pipe);
     mt_train_cp_free(&r->cp);
+    mt_train_moe_free(&r->moe);
 }
 
 /* The model's tensor-parallel collectives, over the TP group. */
@@ -229,8 +232,17 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
     if (r->pp && cp > 1 && r->have_val)
         MT_FAIL(MT_ERR_UNSUPPORTED, "a validation set with both pipeline and context "
                 "parallelism is not in this release: drop dataset.validation_path or one of them");
-    MT_TRY(mt_model_init_part(&r->model, cfg, be, B, T / cp, flags,
-                              mesh->group_rank[MT_GROUP_TP], pp_part));
+    MT_TRY(mt_train_moe_check(cfg, mesh->size));
+    if (cfg->model.num_experts > 0) { /* experts: train_moe.c */
+        if (mt_train_moe_sharded(cfg))
+            flags |= MT_MODEL_NO_EXPERT_ARENAS;
+        int ep_rank = cfg->distributed.ep_size > 1 ? mesh->group_rank[MT_GROUP_EP] : -1;
+        MT_TRY(mt_model_init_ep(&r->model, cfg, be, B, T, flags, mesh->group_rank[MT_GROUP_TP],
+                                ep_rank));
+    } else {
+        MT_TRY(mt_model_init_part(&r->model, cfg, be, B, T / cp, flags,
+                                  mesh->group_rank[MT_GROUP_TP], pp_part));
+    }
     MT_TRY(mt_train_cp_init(&r->cp, mesh, &r->model, r->rows, T));
     r->tp = mesh->group[MT_GROUP_TP];
     r->model.tp_allreduce = tp_hook;
@@ -260,6 +272,7 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
         r->seg = &r->whole, r->nseg = 1;
     }
     MT_TRY(mt_adamw_init(&r->opt, owned));
+    MT_TRY(mt_train_moe_init(&r->moe, &r->model, cfg, mesh));
     size_t nbuf = (size_t)(accum * r->rows * T);
     r->tokens = malloc(sizeof(int32_t) * nbuf);
     r->targets = malloc(sizeof(int32_t) * nbuf);
@@ -279,6 +292,7 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
     bool dp0 = mesh->group_rank[MT_GROUP_DP_CP] == 0;
     mt_train_ckpt_writers(&r->ckpt, r->sharded && fo.shard_params ? rep0 : dp0,
                           r->sharded ? rep0 : dp0, mesh->group_rank[MT_GROUP_TP] == 0);
+    MT_TRY(mt_train_moe_ckpt(&r->moe, &r->ckpt, &r->model));
     return MT_OK;
 }
 
@@ -314,12 +328,16 @@ static mt_status_t update(run_t *r, const mt_config_t *cfg, int64_t step, double
         MT_TRY(mt_allreduce(part, sum, 2, MPI_DOUBLE, MPI_SUM, r->ppc));
         part[0] = sum[0], part[1] = sum[1];
     }
-    *gnorm = sqrt(part[0] + part[1]);
+    double experts = 0; /* the experts' reduction and share of the norm (train_moe.c) */
+    MT_TRY(mt_train_moe_grad_sumsq(&r->moe, m, &experts));
+    *gnorm = sqrt(part[0] + part[1] + experts);
     double coef = mt_clip_coef(*gnorm, cfg->optimizer.max_grad_norm);
     if (coef < 1.0)
         mt_grad_scale(m, r->seg, r->nseg, (float)coef);
     *lr = mt_lr_at(cfg, step);
     mt_adamw_step(&r->opt, m, r->seg, r->nseg, &cfg->optimizer, *lr);
+    r->moe.opt.step = r->opt.step - 1; /* the same step count, also after a resume */
+    MT_TRY(mt_train_moe_update(&r->moe, m, coef, &cfg->optimizer, *lr));
     if (r->sharded)
         MT_TRY(mt_fsdp_after_update(&r->fsdp));
     return MT_OK;
@@ -334,12 +352,13 @@ static void print_memory(const run_t *r, const mt_config_t *cfg, FILE *out)
     double ps = 4.0 * (double)m->numel, pw = 0, gs = ps, gw = 0;
     if (r->sharded)
         mt_fsdp_bytes(&r->fsdp, &ps, &pw, &gs, &gw);
+    mt_train_moe_bytes(&r->moe, m, &ps, &pw, &gs, &gw, &act);
     if (mt_plan_compute(cfg, &plan) != MT_OK)
         return;
     fprintf(out, "memory per rank (MiB, measured / plan estimate): parameters %.3f / %.3f, "
                  "gradients %.3f / %.3f, optimizer state %.3f / %.3f, activations %.3f / %.3f\n",
             (ps + pw) / mib, plan.bytes_params / mib, (gs + gw) / mib, plan.bytes_grads / mib,
-            8.0 * (double)r->opt.numel / mib, plan.bytes_optim / mib, act / mib,
+            8.0 * (double)(r->opt.numel + r->moe.opt.numel) / mib, plan.bytes_optim / mib, act / mib,
             plan.bytes_activations / mib);
     if (r->sharded)
         fprintf(out, "sharded over %d ranks (model %.3f MiB): parameters %.3f own + %.3f "
@@ -351,7 +370,7 @@ static void print_memory(const run_t *r, const mt_config_t *cfg, FILE *out)
 
 static void write_metrics(FILE *f, int64_t step, double loss, double gnorm, double lr,
                           int64_t tokens, double dt, double tps, double mfu, double val,
-                          double wait)
+                          double wait, const char *extra)
 {
     if (!f)
         return;
@@ -360,7 +379,7 @@ static void write_metrics(FILE *f, int64_t step, double loss, double gnorm, doub
             (long long)step, loss, gnorm, lr, (long long)tokens, dt, tps, mfu);
     if (!isnan(val))
         fprintf(f, ", \"val_loss\": %.9g", val);
-    fprintf(f, ", \"comm_wait_s\": %.6f}\n", wait);
+    fprintf(f, ", \"comm_wait_s\": %.6f%s}\n", wait, extra);
     fflush(f);
 }
 
@@ -503,6 +522,7 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
         if (s != MT_OK)
             break;
         mt_model_zero_grad(m);
+        mt_train_moe_begin_step(&r->moe, m);
         double local_sum = 0, sum = 0;
         float scale = count ? 1.0f / (float)count : 0.0f;
         /* Pipelines by default backpropagate the summed loss and scale the
@@ -516,6 +536,8 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
                 s = mt_fsdp_begin(&r->fsdp, u);
             else
                 mt_ddp_begin(&r->ddp, !r->pp && u == accum - 1);
+            if (s == MT_OK)
+                s = mt_train_moe_begin_micro(&r->moe, u);
             if (s != MT_OK)
                 break;
             bool with_pos = r->packed || r->cp.size > 1;
@@ -529,6 +551,7 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
             if (with_pos)
                 mt_model_set_packing(m, r->pos + u * N, r->packed ? r->docs + u * N : NULL);
             local_sum += mt_model_step(m, r->tokens + u * N, r->targets + u * N, true, scale, &c);
+            mt_train_moe_after_micro(&r->moe, m);
         }
         if (s == MT_OK && r->pp && !r->sharded)
             mt_ddp_begin(&r->ddp, true); /* the pipeline's gradients reduce after the schedule */
@@ -547,7 +570,11 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
             s = update(r, cfg, step, &gnorm, &lr);
         if (s != MT_OK)
             break;
-        loss = count ? sum / (double)count : NAN;
+        s = mt_train_moe_step_stats(&r->moe, m, dpcp, comm);
+        if (s != MT_OK)
+            break;
+        /* the objective: token-mean cross-entropy + coef x mean aux loss */
+        loss = count ? sum / (double)count + r->moe.coef * r->moe.aux : NAN;
         double dt = now_s() - t0, wait = mt_comm_wait_seconds() - w0;
 
         double val = NAN;
@@ -564,8 +591,11 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
                 break;
         }
         double tps = (double)(G * T) / dt, mfu = peak > 0 ? flops_tok * tps / (peak * 1e9) : 0;
+        char moe_line[160], moe_json[320];
+        mt_train_moe_log(&r->moe, moe_line, sizeof moe_line, moe_json, sizeof moe_json);
         if (rank == 0) {
-            write_metrics(metrics, step, loss, gnorm, lr, G * T, dt, tps, mfu, val, wait);
+            write_metrics(metrics, step, loss, gnorm, lr, G * T, dt, tps, mfu, val, wait,
+                          moe_json);
             if (out && (step % cfg->logging.log_every_steps == 0 || step == max_steps ||
                         step == start + 1)) {
                 char el[32], eta[32];
@@ -578,6 +608,7 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
                         (long long)step, (long long)max_steps, loss, lr, gnorm, tps, 100 * mfu, dt);
                 if (!isnan(val))
                     fprintf(out, " | val_loss %.6f", val);
+                fputs(moe_line, out);
                 fprintf(out, "\nprogress %5.1f%% | elapsed %s | ETA %s\n",
                         100.0 * (double)step / (double)max_steps, el, eta);
                 fflush(out);

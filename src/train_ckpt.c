@@ -59,7 +59,8 @@ mt_status_t mt_train_ckpt_init(mt_train_ckpt_t *c, const mt_config_t *cfg, mt_mo
     memset(c, 0, sizeof *c);
     c->model = m, c->opt = opt;
     MT_TRY(mt_model_init_ex(&c->whole, cfg, m->be, m->B, m->T, MT_MODEL_NO_PARAM_ARENA |
-                            MT_MODEL_NO_GRAD_ARENA | MT_MODEL_NO_ACT_ARENA,
+                            MT_MODEL_NO_GRAD_ARENA | MT_MODEL_NO_ACT_ARENA |
+                            MT_MODEL_NO_EXPERT_ARENAS,
                             m->tp > 1 ? m->tp_rank : -1));
     const mt_model_t *w = &c->whole;
     c->t = calloc((size_t)w->nparams * 3, sizeof *c->t);

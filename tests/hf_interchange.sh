@@ -176,7 +176,7 @@ refuse "wrong shape" "tensor model.layers.0.self_attn.q_proj.weight has shape [3
 $check write "$w/hf1" "$w/e3" F32 extra=model.layers.0.self_attn.q_proj.bias >/dev/null
 refuse "extra tensor" "tensor model.layers.0.self_attn.q_proj.bias is not part of the LlamaForCausalLM" "$w/e3"
 $check write "$w/hf1" "$w/e4" F32 'config=architectures:["MixtralForCausalLM"]' 'config=model_type:"mixtral"' >/dev/null
-refuse "MoE architecture" "architecture MixtralForCausalLM is not supported: meshtrain imports LlamaForCausalLM and Qwen3ForCausalLM (mixture-of-experts" "$w/e4"
+refuse "MoE architecture" "architecture MixtralForCausalLM is not supported: meshtrain imports LlamaForCausalLM, Qwen3ForCausalLM and Qwen3MoeForCausalLM (of mixture-of-experts models, Qwen3-MoE only)" "$w/e4"
 $check write "$w/hf1" "$w/e5" F32 'config=rope_scaling:{"rope_type": "llama3", "factor": 8.0}' >/dev/null
 refuse "rope scaling" "rope_scaling of type llama3 is not supported" "$w/e5"
 $check write "$w/hf1" "$w/e6" F32 'config=attention_bias:true' >/dev/null

@@ -1,0 +1,532 @@
+/* model_moe.c: the routed mixture-of-experts block of a decoder layer,
+ * forward and hand-written backward (Hugging Face Qwen3-MoE semantics):
+ *
+ *   p = softmax(h Wr^T) over E experts; the top K (ties to the lowest
+ *   index), weights w = p (divided by their sum when norm_topk_prob);
+ *   out = res + sum_j w_j expert_{e_j}(h), expert(x) = down(silu(gate x) * up x)
+ *
+ * Dispatch is written for expert parallelism from the start: the (token,
+ * slot) rows are sorted by expert (token order within an expert), which
+ * is also rank order since rank d owns experts [d El, (d+1) El); counts
+ * and rows go to the owners through m->ep_alltoall (a plain copy on one
+ * rank), the owner regroups what it received by expert and runs one GEMM
+ * per expert, and the results travel back the same way.  The combine sums
+ * a token's K results in slot order, so every mesh adds the same numbers
+ * in the same order.  Backward mirrors it.
+ *
+ * The load-balancing loss is Hugging Face's load_balancing_loss_func over
+ * the rows (layer, token) of all MoE layers of the micro-batch:
+ *   aux = E sum_e f_e P_e,  f_e = (rows routed to e) / R,  P_e = sum p_e / R
+ * with R = (MoE layers) N; its gradient w.r.t. p is E C_e / R^2 (no
+ * gradient through the top-k selection).  The trainer scales it.
+ *
+ * Shared experts (DeepSeek style, num_shared_experts of them fused into
+ * one SwiGLU of width num_shared_experts x moe_intermediate_size) see
+ * every token and are added after the routed sum; they are ordinary layer
+ * parameters (the layer's wgate/wup/wdown), data-parallel like the router.
+ *
+ * Aux-loss-free balancing (DeepSeek-V3): a per-layer expert bias, added
+ * to the probabilities for the top-k choice only, that the trainer moves
+ * after each step towards the mean load (mt_moe_update_bias).
+ *
+ * A capacity factor (model.moe_capacity_factor) drops the (token, slot)
+ * pairs beyond each expert's capacity, in token order, before dispatch.
+ *
+ * Not here (refused by the trainer): tensor parallelism of the experts. */
+#include "model_moe.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mt_rng.h"
+
+struct moe_acts {
+    float *probs;      /* [N,E] router probabilities */
+    int32_t *idx;      /* [N,K] chosen experts */
+    float *w;          /* [N,K] routing weights */
+    int32_t *slot_row; /* [N,K] row of (t, j) in the send order */
+    int64_t *scnt, *rcnt; /* [ep] rows sent to / received from each EP rank */
+    int64_t *ecnt;     /* [ep, El] rows received from rank s for local expert e */
+    int32_t *perm, *iperm; /* [rmax] expert-major row i is received row perm[i] */
+    int64_t R;         /* rows received */
+    float *xe;         /* [rmax,H] expert inputs, expert-major */
+    float *g, *u, *a;  /* [rmax,Im] */
+    float *y;          /* [N K,H] expert outputs, back in send order */
+    float *sg, *su, *sa; /* [N,Is] shared experts' gate, up, silu(gate) up */
+};
+
+bool mt_moe_is_sparse(const mt_config_t *cfg, int l)
+{
+    if (cfg->model.num_experts <= 0)
+        return false;
+    const char *c = cfg->model.mlp_only_layers;
+    while (*c) { /* validated: integers separated by commas and spaces */
+        char *end;
+        long v = strtol(c, &end, 10);
+        if (end == c)
+            break;
+        if (v == l)
+            return false;
+        c = end + strspn(end, " ,");
+    }
+    return true;
+}
+
+static void *moe_alloc(mt_moe_t *x, size_t bytes)
+{
+    x->act_numel += (int64_t)(bytes / 4); /* parameters and gradients are taken out again */
+    if (x->nalloc == x->capalloc) {
+        int cap = x->capalloc ? 2 * x->capalloc : 64;
+        void **a = realloc(x->allocs, sizeof *a * (size_t)cap);
+        if (!a)
+            return NULL;
+        x->allocs = a, x->capalloc = cap;
+    }
+    void *p = calloc(bytes ? bytes : 1, 1);
+    if (p)
+        x->allocs[x->nalloc++] = p;
+    return p;
+}
+
+#define ALLOC(ptr, n) ((ptr) = moe_alloc(x, sizeof *(ptr) * (size_t)(n)), ok &= (ptr) != NULL)
+
+static bool acts_alloc(mt_moe_t *x, moe_acts_t *a, int64_t N, int64_t H)
+{
+    bool ok = true;
+    int64_t NK = N * x->K;
+    ALLOC(a->probs, N * x->E);
+    ALLOC(a->idx, NK);
+    ALLOC(a->w, NK);
+    ALLOC(a->slot_row, NK);
+    ALLOC(a->scnt, x->ep);
+    ALLOC(a->rcnt, x->ep);
+    ALLOC(a->ecnt, x->ep * x->El);
+    ALLOC(a->perm, x->rmax);
+    ALLOC(a->iperm, x->rmax);
+    ALLOC(a->xe, x->rmax * H);
+    ALLOC(a->g, x->rmax * x->Im);
+    ALLOC(a->u, x->rmax * x->Im);
+    ALLOC(a->a, x->rmax * x->Im);
+    ALLOC(a->y, NK * H);
+    if (x->Is > 0) {
+        ALLOC(a->sg, N * x->Is);
+        ALLOC(a->su, N * x->Is);
+        ALLOC(a->sa, N * x->Is);
+    }
+    return ok;
+}
+
+mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int ep_size,
+                        bool no_arenas)
+{
+    const mt_model_config_t *mc = &cfg->model;
+    if (m->tp > 1)
+        MT_FAIL(MT_ERR_UNSUPPORTED, "MoE layers with tensor parallelism (tp_size %d) are not in "
+                "this release: use tp_size 1 with expert parallelism", m->tp);
+    if (ep_size < 1 || mc->num_experts % ep_size)
+        MT_FAIL(MT_ERR_CONFIG, "%lld experts do not split over ep_size %d",
+                (long long)mc->num_experts, ep_size);
+    mt_moe_t *x = calloc(1, sizeof *x);
+    if (!x)
+        MT_FAIL(MT_ERR_NOMEM, "MoE state");
+    m->moe = x;
+    int L = (int)m->L;
+    int64_t N = m->N, H = m->H;
+    x->E = mc->num_experts, x->K = mc->num_experts_per_tok, x->Im = mc->moe_intermediate_size;
+    x->Is = mc->num_shared_experts * x->Im;
+    if (mc->moe_capacity_factor > 0) { /* GShard's capacity, over this rank's micro-batch */
+        double c = ceil(mc->moe_capacity_factor * (double)(m->N * x->K) / (double)x->E);
+        x->cap = c < 1 ? 1 : (int64_t)c;
+    }
+    x->ep = ep_size, x->ep_rank = ep_rank;
+    x->El = x->E / ep_size, x->e_lo = ep_rank * x->El;
+    x->norm_topk = mc->norm_topk_prob;
+    x->rmax = (int64_t)ep_size * N * (x->K < x->El ? x->K : x->El);
+    bool ok = true;
+    ALLOC(x->sparse, L);
+    ALLOC(x->xfirst, L);
+    ALLOC(x->counts, L * x->E);
+    ALLOC(x->dropped, L);
+    if (mc->moe_router_bias_update_rate > 0) /* aux-loss-free balancing: starts at 0 */
+        ALLOC(x->bias, L * x->E);
+    ALLOC(x->kept, x->E);
+    ALLOC(x->kend, x->E);
+    ALLOC(x->psum, L * x->E);
+    ALLOC(x->ctot, x->E);
+    ALLOC(x->acts, L);
+    ALLOC(x->off, x->E);
+    ALLOC(x->src_tok, N * x->K);
+    ALLOC(x->sendbuf, N * x->K * H);
+    ALLOC(x->recvbuf, x->rmax * H);
+    ALLOC(x->ye, x->rmax * H);
+    ALLOC(x->da, x->rmax * x->Im);
+    ALLOC(x->dw, N * x->K);
+    ALLOC(x->dlogits, N * x->E);
+    ALLOC(x->aux_dp, x->E);
+    if (!ok)
+        MT_FAIL(MT_ERR_NOMEM, "MoE buffers for %lld tokens", (long long)N);
+    for (int l = 0; l < L; l++) {
+        x->sparse[l] = m->layers[l].router != NULL;
+        x->xfirst[l] = -1;
+        if (x->sparse[l])
+            x->nmoe++, x->last = l;
+    }
+    ALLOC(x->xp, 3 * x->El * x->nmoe);
+    if (!ok)
+        MT_FAIL(MT_ERR_NOMEM, "expert parameter table");
+    static const char *const proj[3] = {"gate_proj", "up_proj", "down_proj"};
+    for (int l = 0; l < L; l++) {
+        if (!x->sparse[l])
+            continue;
+        x->xfirst[l] = x->nxp;
+        for (int64_t i = 0; i < x->El; i++)
+            for (int k = 0; k < 3; k++) {
+                mt_param_t *p = &x->xp[x->nxp++];
+                snprintf(p->name, sizeof p->name, "model.layers.%d.mlp.experts.%lld.%s.weight", l,
+                         (long long)(x->e_lo + i), proj[k]);
+                p->ndim = 2;
+                p->shape[0] = p->full_shape[0] = k == 2 ? H : x->Im;
+                p->shape[1] = p->full_shape[1] = k == 2 ? x->Im : H;
+                p->numel = p->shape[0] * p->shape[1];
+                p->tp_dim = -1;
+                p->offset = x->numel;
+                x->numel += p->numel;
+            }
+    }
+    if (!no_arenas) {
+        ALLOC(x->param_mem, x->numel);
+        ALLOC(x->grad_mem, x->numel);
+        x->act_numel -= 2 * x->numel;
+        if (!ok)
+            MT_FAIL(MT_ERR_NOMEM, "%lld expert parameters", (long long)x->numel);
+        for (int i = 0; i < x->nxp; i++) {
+            x->xp[i].data = x->param_mem + x->xp[i].offset;
+            x->xp[i].grad = x->grad_mem + x->xp[i].offset;
+        }
+    }
+    /* Under activation checkpointing a layer's forward is recomputed right
+     * before its backward, so one set of routing buffers serves them all. */
+    for (int l = 0; l < L; l++) {
+        if (!x->sparse[l])
+            continue;
+        if (m->checkpointing && l != x->last)
+            continue;
+        if (!acts_alloc(x, &x->acts[l], N, H))
+            MT_FAIL(MT_ERR_NOMEM, "MoE activations of layer %d", l);
+    }
+    x->keep_router = m->checkpointing && cfg->distributed.moe.ignore_router_for_ac;
+    if (m->checkpointing)
+        for (int l = 0; l < L; l++) {
+            x->acts[l] = x->acts[x->last];
+            if (x->keep_router && x->sparse[l] && l != x->last) { /* their own router outputs */
+                ALLOC(x->acts[l].probs, N * x->E);
+                ALLOC(x->acts[l].idx, N * x->K);
+                ALLOC(x->acts[l].w, N * x->K);
+            }
+        }
+    if (!ok)
+        MT_FAIL(MT_ERR_NOMEM, "kept router outputs");
+    return MT_OK;
+}
+
+void mt_moe_free(mt_model_t *m)
+{
+    mt_moe_t *x = m->moe;
+    if (!x)
+        return;
+    for (int i = 0; i < x->nalloc; i++)
+        free(x->allocs[i]);
+    free(x->allocs);
+    free(x);
+    m->moe = NULL;
+}
+
+void mt_moe_init_weights(mt_model_t *m, uint64_t seed)
+{
+    mt_moe_t *x = m->moe;
+    if (!x->param_mem) /* sharded: the sharding layer initialises its rows */
+        return;
+    for (int i = 0; i < x->nxp; i++)
+        mt_rng_fill_normal(x->xp[i].data, x->xp[i].numel, seed, mt_rng_stream(x->xp[i].name), 0,
+                           (float)m->init_std);
+}
+
+void mt_moe_update_bias(mt_model_t *m, const int64_t *load, double rate)
+{
+    mt_moe_t *x = m->moe;
+    if (!x->bias)
+        return;
+    for (int l = 0; l < m->L; l++) {
+        if (!x->sparse[l])
+            continue;
+        const int64_t *c = load + l * x->E;
+        double mean = 0;
+        for (int64_t e = 0; e < x->E; e++)
+            mean += (double)c[e];
+        mean /= (double)x->E;
+        for (int64_t e = 0; e < x->E; e++) /* underloaded experts up, overloaded down */
+            x->bias[l * x->E + e] += (float)((double)c[e] < mean ? rate
+                                              : (double)c[e] > mean ? -rate : 0.0);
+    }
+}
+
+void mt_moe_zero_grad(mt_model_t *m)
+{
+    if (m->moe->grad_mem)
+        memset(m->moe->grad_mem, 0, sizeof(float) * (size_t)m->moe->numel);
+}
+
+int64_t mt_moe_act_numel(const mt_model_t *m)
+{
+    return m->moe->act_numel;
+}
+
+int64_t mt_moe_logical_numel(const mt_model_t *m)
+{
+    const mt_moe_t *x = m->moe;
+    return x->numel * x->ep;
+}
+
+double mt_moe_flops_per_token(const mt_model_t *m)
+{
+    const mt_moe_t *x = m->moe;
+    return 6.0 * (double)x->nmoe * (double)x->K * 3.0 * (double)m->H * (double)x->Im;
+}
+
+mt_model_t mt_moe_param_view(const mt_model_t *m, int64_t *unit_lo)
+{
+    const mt_moe_t *x = m->moe;
+    mt_model_t v;
+    memset(&v, 0, sizeof v);
+    v.be = m->be;
+    v.L = m->L;
+    v.init_std = m->init_std; /* mt_model_init_range reads it */
+    v.params = x->xp, v.nparams = x->nxp, v.numel = x->numel;
+    v.param_mem = x->param_mem, v.grad_mem = x->grad_mem;
+    v.nunits = (int)m->L + 2;
+    v.unit_lo = unit_lo;
+    unit_lo[0] = unit_lo[1] = 0;
+    for (int l = 0; l < m->L; l++) /* layer l's experts end where the next layer's begin */
+        unit_lo[l + 2] = x->sparse[l] ? x->xp[x->xfirst[l] + 3 * x->El - 1].offset +
+                                            x->xp[x->xfirst[l] + 3 * x->El - 1].numel
+                                      : unit_lo[l + 1];
+    unit_lo[m->L + 2] = x->numel;
+    return v;
+}
+
+/* The all-to-alls; on one EP rank a copy. */
+static void exchange(const mt_model_t *m, mt_ep_op_t op, const void *send, const int64_t *scnt,
+                     void *recv, const int64_t *rcnt, int64_t width)
+{
+    if (m->moe->ep == 1) {
+        size_t n = op == MT_EP_COUNTS ? sizeof(int64_t) * (size_t)width
+                                      : sizeof(float) * (size_t)(scnt[0] * width);
+        memcpy(recv, send, n);
+        return;
+    }
+    m->ep_alltoall(m->ep_ctx, op, send, scnt, recv, rcnt, width);
+}
+
+static const mt_param_t *expert_w(const mt_moe_t *x, int l, int64_t i, int k)
+{
+    return &x->xp[x->xfirst[l] + 3 * i + k];
+}
+
+/* Rows received for local expert i, from every EP rank (the expert's
+ * block in the expert-major order). */
+static int64_t expert_rows(const mt_moe_t *x, const moe_acts_t *a, int64_t i)
+{
+    int64_t n = 0;
+    for (int s = 0; s < x->ep; s++)
+        n += a->ecnt[s * x->El + i];
+    return n;
+}
+
+/* The load-balancing loss over every MoE layer's routing of this micro-batch. */
+static void aux_loss(mt_model_t *m)
+{
+    mt_moe_t *x = m->moe;
+    int64_t E = x->E;
+    double P[E > 0 ? E : 1];
+    for (int64_t e = 0; e < E; e++)
+        x->ctot[e] = 0, P[e] = 0;
+    for (int l = 0; l < m->L; l++)
+        if (x->sparse[l])
+            for (int64_t e = 0; e < E; e++)
+                x->ctot[e] += (double)x->counts[l * E + e], P[e] += x->psum[l * E + e];
+    double R = (double)x->nmoe * (double)m->N, s = 0;
+    for (int64_t e = 0; e < E; e++)
+        s += (x->ctot[e] / R) * (P[e] / R);
+    x->aux = (double)E * s;
+}
+
+void mt_moe_forward(mt_model_t *m, int l, const float *h, const float *res, float *out)
+{
+    mt_moe_t *x = m->moe;
+    moe_acts_t *a = &x->acts[l];
+    const mt_backend_t *be = m->be;
+    int64_t N = m->N, H = m->H, E = x->E, K = x->K, El = x->El, Im = x->Im, NK = N * K;
+
+    if (!(x->keep_router && m->recomputing)) { /* else: the forward's routing, kept */
+        be->matmul(a->probs, h, m->layers[l].router->data, N, E, H, false, true, 0.0f);
+        be->moe_router_forward(a->probs, a->idx, a->w, x->bias ? x->bias + l * E : NULL, N, E,
+                               K, x->norm_topk);
+    }
+
+    /* counts, probability sums, and the send order (expert-major, token
+     * order within an expert) */
+    int64_t *cnt = x->counts + l * E;
+    double *ps = x->psum + l * E;
+    memset(cnt, 0, sizeof *cnt * (size_t)E);
+    for (int64_t e = 0; e < E; e++)
+        ps[e] = 0;
+    for (int64_t i = 0; i < NK; i++)
+        cnt[a->idx[i]]++;
+    for (int64_t t = 0; t < N; t++)
+        for (int64_t e = 0; e < E; e++)
+            ps[e] += (double)a->probs[t * E + e];
+    /* a capacity limit keeps each expert's first cap (token, slot) pairs
+     * in token order; the aux loss and the load figures count them all */
+    int64_t *kept = x->kept, rows = 0;
+    for (int64_t e = 0; e < E; e++)
+        kept[e] = x->cap > 0 && cnt[e] > x->cap ? x->cap : cnt[e], rows += kept[e];
+    x->dropped[l] = NK - rows;
+    x->off[0] = 0; /* next row of each expert's block, and where the block ends */
+    for (int64_t e = 1; e < E; e++)
+        x->off[e] = x->off[e - 1] + kept[e - 1];
+    for (int64_t e = 0; e < E; e++)
+        x->kend[e] = x->off[e] + kept[e];
+    for (int64_t i = 0; i < NK; i++) {
+        int64_t e = a->idx[i];
+        if (x->off[e] == x->kend[e]) { /* over capacity: dropped */
+            a->slot_row[i] = -1;
+            continue;
+        }
+        int64_t r = x->off[e]++;
+        a->slot_row[i] = (int32_t)r;
+        x->src_tok[r] = (int32_t)(i / K);
+    }
+    be->moe_gather_rows(x->sendbuf, h, x->src_tok, rows, H);
+
+    /* counts to the owners, then the rows */
+    for (int d = 0; d < x->ep; d++) {
+        a->scnt[d] = 0;
+        for (int64_t e = 0; e < El; e++)
+            a->scnt[d] += kept[d * El + e];
+    }
+    exchange(m, MT_EP_COUNTS, kept, NULL, a->ecnt, NULL, El);
+    a->R = 0;
+    for (int s = 0; s < x->ep; s++) {
+        a->rcnt[s] = 0;
+        for (int64_t e = 0; e < El; e++)
+            a->rcnt[s] += a->ecnt[s * El + e];
+        a->R += a->rcnt[s];
+    }
+    exchange(m, MT_EP_ROWS, x->sendbuf, a->scnt, x->recvbuf, a->rcnt, H);
+
+    /* received rows come by source rank, then expert: regroup by expert */
+    int64_t i = 0;
+    for (int64_t e = 0; e < El; e++) {
+        int64_t base = 0;
+        for (int s = 0; s < x->ep; s++) {
+            int64_t at = base;
+            for (int64_t f = 0; f < e; f++)
+                at += a->ecnt[s * El + f];
+            for (int64_t q = 0; q < a->ecnt[s * El + e]; q++, i++) {
+                a->perm[i] = (int32_t)(at + q);
+                a->iperm[at + q] = (int32_t)i;
+            }
+            base += a->rcnt[s];
+        }
+    }
+    be->moe_gather_rows(a->xe, x->recvbuf, a->perm, a->R, H);
+
+    /* one GEMM chain per local expert */
+    int64_t o = 0;
+    for (int64_t e = 0; e < El; e++) {
+        int64_t n = expert_rows(x, a, e);
+        if (n > 0) {
+            be->matmul(a->g + o * Im, a->xe + o * H, expert_w(x, l, e, 0)->data, n, Im, H, false,
+                       true, 0.0f);
+            be->matmul(a->u + o * Im, a->xe + o * H, expert_w(x, l, e, 1)->data, n, Im, H, false,
+                       true, 0.0f);
+            be->swiglu_forward(a->a + o * Im, a->g + o * Im, a->u + o * Im, n * Im);
+            be->matmul(x->ye + o * H, a->a + o * Im, expert_w(x, l, e, 2)->data, n, H, Im, false,
+                       true, 0.0f);
+        }
+        o += n;
+    }
+
+    /* back to the received order, back to the senders, weighted sum */
+    be->moe_gather_rows(x->recvbuf, x->ye, a->iperm, a->R, H);
+    exchange(m, MT_EP_ROWS, x->recvbuf, a->rcnt, a->y, a->scnt, H);
+    be->moe_combine(out, res, a->y, a->slot_row, a->w, N, K, H);
+    const mt_layer_params_t *p = &m->layers[l];
+    if (x->Is > 0) { /* shared experts: every token, added after the routed sum */
+        be->matmul(a->sg, h, p->wgate->data, N, x->Is, H, false, true, 0.0f);
+        be->matmul(a->su, h, p->wup->data, N, x->Is, H, false, true, 0.0f);
+        be->swiglu_forward(a->sa, a->sg, a->su, N * x->Is);
+        be->matmul(out, a->sa, p->wdown->data, N, H, x->Is, false, true, 1.0f);
+    }
+    if (l == x->last)
+        aux_loss(m);
+}
+
+void mt_moe_backward(mt_model_t *m, int l, const float *h, const float *dout, float *dh)
+{
+    mt_moe_t *x = m->moe;
+    moe_acts_t *a = &x->acts[l];
+    const mt_backend_t *be = m->be;
+    int64_t N = m->N, H = m->H, E = x->E, K = x->K, El = x->El, Im = x->Im;
+    const mt_param_t *router = m->layers[l].router;
+
+    /* d routing weights, and the expert outputs' gradients in send order */
+    be->moe_combine_backward(x->dw, x->sendbuf, dout, a->y, a->slot_row, a->w, N, K, H);
+    exchange(m, MT_EP_ROWS, x->sendbuf, a->scnt, x->recvbuf, a->rcnt, H);
+    be->moe_gather_rows(x->ye, x->recvbuf, a->perm, a->R, H); /* expert-major */
+
+    int64_t o = 0;
+    for (int64_t e = 0; e < El; e++) {
+        int64_t n = expert_rows(x, a, e);
+        if (n > 0) {
+            const mt_param_t *wg = expert_w(x, l, e, 0), *wu = expert_w(x, l, e, 1);
+            const mt_param_t *wd = expert_w(x, l, e, 2);
+            float *dy = x->ye + o * H, *g = a->g + o * Im, *u = a->u + o * Im;
+            const float *xe = a->xe + o * H;
+            be->matmul(x->da, dy, wd->data, n, Im, H, false, false, 0.0f);
+            be->matmul(wd->grad, dy, a->a + o * Im, H, Im, n, true, false, 1.0f);
+            be->swiglu_backward(g, u, x->da, g, u, n * Im); /* g, u <- dg, du */
+            be->matmul(wg->grad, g, xe, Im, H, n, true, false, 1.0f);
+            be->matmul(wu->grad, u, xe, Im, H, n, true, false, 1.0f);
+            /* dy is no longer needed: the input gradient takes its rows */
+            be->matmul(dy, g, wg->data, n, H, Im, false, false, 0.0f);
+            be->matmul(dy, u, wu->data, n, H, Im, false, false, 1.0f);
+        }
+        o += n;
+    }
+    be->moe_gather_rows(x->recvbuf, x->ye, a->iperm, a->R, H);
+    exchange(m, MT_EP_ROWS, x->recvbuf, a->rcnt, x->sendbuf, a->scnt, H);
+    be->moe_combine(dh, NULL, x->sendbuf, a->slot_row, NULL, N, K, H);
+
+    /* router: routing weights and the load-balancing loss */
+    double R = (double)x->nmoe * (double)N;
+    for (int64_t e = 0; e < E; e++)
+        x->aux_dp[e] = (float)((double)x->aux_scale * (double)E * x->ctot[e] / (R * R));
+    be->moe_router_backward(x->dlogits, x->dw, a->probs, a->idx, a->w, x->aux_dp, N, E, K,
+                            x->norm_topk);
+    be->matmul(router->grad, x->dlogits, h, E, H, N, true, false, 1.0f);
+    be->matmul(dh, x->dlogits, router->data, N, H, E, false, false, 1.0f);
+
+    const mt_layer_params_t *p = &m->layers[l];
+    int64_t Is = x->Is;
+    if (Is > 0) { /* shared experts; x->da [rmax >= N, Im] is too narrow: reuse sa */
+        be->matmul(p->wdown->grad, dout, a->sa, H, Is, N, true, false, 1.0f);
+        be->matmul(a->sa, dout, p->wdown->data, N, Is, H, false, false, 0.0f);
+        be->swiglu_backward(a->sg, a->su, a->sa, a->sg, a->su, N * Is); /* sg, su <- d */
+        be->matmul(p->wgate->grad, a->sg, h, Is, H, N, true, false, 1.0f);
+        be->matmul(p->wup->grad, a->su, h, Is, H, N, true, false, 1.0f);
+        be->matmul(dh, a->sg, p->wgate->data, N, H, Is, false, false, 1.0f);
+        be->matmul(dh, a->su, p->wup->data, N, H, Is, false, false, 1.0f);
+    }
+}

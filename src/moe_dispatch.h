@@ -1,0 +1,38 @@
+/* moe_dispatch.h: the expert-parallel token exchange over MPI, behind the
+ * model's ep_alltoall hook (mt_model.h, mt_ep_op_t).  The model stays
+ * single-device; this is the only MoE code that knows MPI.  Not installed. */
+#ifndef MT_MOE_DISPATCH_H
+#define MT_MOE_DISPATCH_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+#include "mt_model.h"
+#include "mt_status.h"
+
+typedef struct {
+    MPI_Comm comm;            /* the EP group (not owned) */
+    int size, rank;
+    int *sc, *sd, *rc, *rd;   /* per-call counts and displacements, in rows */
+    MPI_Datatype row;         /* `row_width` floats */
+    int64_t row_width;
+    /* what the all-to-alls cost: bytes this rank sent to other ranks (the
+     * rows to itself are a copy), calls, and seconds inside them */
+    int64_t bytes_sent, calls;
+    double seconds;
+} mt_moe_dispatch_t;
+
+mt_status_t mt_moe_dispatch_init(mt_moe_dispatch_t *d, MPI_Comm ep);
+void mt_moe_dispatch_free(mt_moe_dispatch_t *d);
+
+/* The hook: MT_EP_COUNTS is an MPI_Alltoall of `width` int64 per rank,
+ * MT_EP_ROWS an MPI_Alltoallv of rows of `width` floats.  Both wait
+ * politely (mt_wait_all).  A failure mid-forward cannot be agreed on:
+ * it aborts the job (mt_comm_fatal). */
+void mt_moe_dispatch_hook(void *ctx, mt_ep_op_t op, const void *send, const int64_t *scounts,
+                          void *recv, const int64_t *rcounts, int64_t width);
+
+/* Point m's hook at d. */
+void mt_moe_dispatch_attach(mt_moe_dispatch_t *d, mt_model_t *m);
+
+#endif

@@ -1,0 +1,104 @@
+/* train_moe.h: what the training loop does for MoE models (train_moe.c):
+ * the expert parameters' own reduction, norm, optimizer and checkpoint
+ * entries, the load-balancing loss's scale, and the per-step expert load.
+ * Not installed. */
+#ifndef MT_TRAIN_MOE_H
+#define MT_TRAIN_MOE_H
+
+#include <mpi.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "moe_dispatch.h"
+#include "mt_fsdp.h"
+#include "mt_config.h"
+#include "mt_mesh.h"
+#include "mt_model.h"
+#include "mt_optim.h"
+#include "train_internal.h"
+
+typedef struct {
+    bool on;                  /* the model has MoE layers */
+    int ep;
+    int64_t E;                /* experts */
+    MPI_Comm rep;             /* ranks holding the same experts: EP_SHARD (ep > 1) or dp */
+    MPI_Comm ep_comm;         /* the EP group (ep > 1) or MPI_COMM_NULL */
+    mt_moe_dispatch_t dispatch;
+    mt_adamw_t opt;           /* expert optimizer state, laid out like seg */
+    MPI_Comm dp;
+    bool sharded;             /* experts FSDP-sharded over ep_shard (else replicated) */
+    mt_model_t view;          /* the experts as a model (mt_moe_param_view) */
+    int64_t *unit_lo;         /* its units: the model's, holding the experts */
+    mt_fsdp_t fsdp;           /* sharded: the experts' fsdp */
+    mt_segment_t whole;       /* replicated: the whole expert arena */
+    const mt_segment_t *seg;  /* what this rank updates */
+    int nseg;
+    void (*dense_hook)(void *ctx, int unit, mt_unit_event_t ev); /* chained */
+    void *dense_ctx;
+    double coef;              /* router_aux_loss_coef */
+    int64_t micro;            /* micro-batches of a step over all dp ranks */
+    double aux_sum;           /* this rank's micro-batches' aux losses, this step */
+    int64_t *load;            /* [E] tokens per expert this step, this rank */
+    int64_t *load_l;          /* [L * E] the same per layer (bias balancing) */
+    double bias_rate;         /* model.moe_router_bias_update_rate */
+    int64_t dropped;          /* (token, slot) pairs over capacity: this rank, then all */
+    bool capacity;            /* a capacity factor is set */
+    /* the step's figures, combined over dp (mt_train_moe_step_stats) */
+    double aux;
+    int64_t load_min, load_max;
+    double imbalance;
+    double a2a_seconds;       /* this step's all-to-all time, max over ranks */
+    int64_t a2a_bytes;        /* this step's all-to-all bytes sent, summed over ranks */
+} mt_train_moe_t;
+
+/* Whether the experts are FSDP-sharded over ep_shard (fsdp2, ep_size > 1,
+ * ep_shard > 1): the model is then built with MT_MODEL_NO_EXPERT_ARENAS. */
+bool mt_train_moe_sharded(const mt_config_t *cfg);
+
+/* What this release refuses for MoE training, with a message each. */
+mt_status_t mt_train_moe_check(const mt_config_t *cfg, int world);
+
+/* After the model is built (ep rank from the mesh): groups, the dispatch
+ * hook, expert weights, optimizer state. */
+mt_status_t mt_train_moe_init(mt_train_moe_t *t, mt_model_t *m, const mt_config_t *cfg,
+                              const mt_mesh_t *mesh);
+void mt_train_moe_free(mt_train_moe_t *t);
+
+/* Append the expert tensors (every expert's names; rows only for this
+ * rank's experts) to the checkpoint lists, after mt_train_ckpt_writers:
+ * the first of the ranks holding the same experts writes them. */
+mt_status_t mt_train_moe_ckpt(mt_train_moe_t *t, mt_train_ckpt_t *c, const mt_model_t *m);
+
+/* Before micro-step `micro` (the experts' fsdp). */
+mt_status_t mt_train_moe_begin_micro(mt_train_moe_t *t, int64_t micro);
+
+/* Before a step's micro-batches; after each one. */
+void mt_train_moe_begin_step(mt_train_moe_t *t, mt_model_t *m);
+void mt_train_moe_after_micro(mt_train_moe_t *t, const mt_model_t *m);
+
+/* Finish the expert gradients (all-reduce over the replicas, or the
+ * sharded reductions), then the experts' share of the squared global
+ * gradient norm (summed over the ranks holding distinct parts). */
+mt_status_t mt_train_moe_grad_sumsq(mt_train_moe_t *t, mt_model_t *m, double *sumsq);
+
+/* Clip by coef (< 1) and apply AdamW to the experts. */
+mt_status_t mt_train_moe_update(mt_train_moe_t *t, mt_model_t *m, double coef,
+                                const mt_optimizer_config_t *oc, double lr);
+
+/* The step's aux loss (mean over micro-batches) and expert load, over dp;
+ * fills the figures above, and moves the balancing bias (after the
+ * update: it steers the next step).  Collective over dp. */
+mt_status_t mt_train_moe_step_stats(mt_train_moe_t *t, mt_model_t *m, MPI_Comm dp,
+                                    MPI_Comm world);
+
+/* Add the experts' bytes on this rank (own parameters and gradients,
+ * and the sharded experts' working buffers) to the memory line's figures. */
+void mt_train_moe_bytes(const mt_train_moe_t *t, const mt_model_t *m, double *params_own,
+                        double *params_work, double *grads_own, double *grads_work,
+                        double *activations);
+
+/* " | aux ... | load ..." for the step line, and ", \"aux_loss\": ..." for
+ * metrics.jsonl (empty strings when not a MoE run). */
+void mt_train_moe_log(const mt_train_moe_t *t, char *line, size_t lcap, char *json, size_t jcap);
+
+#endif
