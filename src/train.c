@@ -391,10 +391,6 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
     MT_MPI_TRY(MPI_Comm_size(comm, &size));
     memset(res, 0, sizeof *res);
     res->resumed_from_step = -1;
-    const mt_distributed_config_t *dc = &cfg->distributed;
-    if (size != 1 && dc->ep_size > 1)
-        MT_FAIL(MT_ERR_UNSUPPORTED, "expert parallelism is not in this release; use ep_size = 1 "
-                "(tensor, pipeline and context parallelism train)");
     /* Rows are dealt out by dp rank; the loss (sum and token count) is
      * summed over dp_cp, which is dp without context parallelism. */
     MPI_Comm dpcp = mesh->group[MT_GROUP_DP_CP];

@@ -11,7 +11,8 @@
 # ep 1 on 2 ranks (experts replicated over dp); and with a shared expert,
 # capacity factor 0.75 (tokens dropped, the same ones on both meshes) and
 # bias balancing at ep 2 against its own 1-rank run, resumed from ep 2 on
-# 1 rank.  Ties to the lowest expert index make the routing
+# 1 rank; ep 8 (8 experts, one per rank) against its own 1-rank run.
+# Ties to the lowest expert index make the routing
 # mesh-independent, so every run must reproduce the 1-rank losses and
 # gradient norms (step 1 to 1e-6 relative, every step to 1e-5) and its
 # final parameters (5e-5 per tensor, norm-wise: the expert GEMMs see the
@@ -158,6 +159,14 @@ h5diff "$workdir/q/step_00000002/model.h5" "$workdir/impq/step_00000000/model.h5
 expect_rc 1 "$ckpt" export "$workdir/r1" -o "$workdir/hfr"
 expect_in "$err" "not a Hugging Face Qwen3-MoE (it has no qk_norm)" "export refuses MoE without qk_norm"
 
+# ep 8: 8 experts, one per rank, against their own 1-rank run (losses)
+common="$common model.num_experts=8 checkpoint.enabled=false"
+train x1 1
+train x8 8 distributed.ep_size=8
+compare_losses "$workdir/x1.jsonl" "$workdir/x8.jsonl" "ep 8 (one expert per rank)"
+common="$parity_common model.num_experts=4 model.num_experts_per_tok=2
+ model.moe_intermediate_size=32 model.norm_topk_prob=true model.router_aux_loss_coef=0.01"
+
 # Refused, with the reason
 refuse() { # refuse NP NEEDLE OVERRIDES...
     n=$1 needle=$2; shift 2
@@ -175,6 +184,8 @@ refuse 2 "nothing to reshard" distributed.ep_size=2 distributed.moe.reshard_afte
 refuse 2 "which is off" distributed.ep_size=2 distributed.moe.ignore_router_for_ac=true
 refuse 2 "wrap_outer_model = false" distributed.ep_size=2 distributed.moe.wrap_outer_model=false
 refuse 2 "tensor parallelism" distributed.tp_size=2
+refuse 2 "pipeline parallelism" distributed.pp_size=2 distributed.pipeline.pp_schedule=1f1b
+refuse 2 "context parallelism" distributed.cp_size=2
 refuse 1 "expected comma-separated layer indices in [0, 2)" model.mlp_only_layers=0,7
 refuse 1 "must not be negative (0 is dropless)" model.moe_capacity_factor=-1
 refuse 1 "must not be negative (0 is off)" model.moe_router_bias_update_rate=-0.1
