@@ -212,8 +212,9 @@ const mt_cfg_key_t mt_cfg_keys[] = {
           "ddp only: gradients are all-reduced in buckets of about this many MiB (whole "
           "parameters), each started as soon as backward has finished its gradients. Must be "
           "positive."),
-    K_INT("distributed.timeout_s", distributed.timeout_s, "1800", 1,
-          "Collective timeout in seconds."),
+    K_INT("distributed.timeout_s", distributed.timeout_s, "600", 1,
+          "Collective timeout in seconds: a NCCL collective still pending after it is "
+          "aborted with an error naming the collective and the axis (doc/gpu.md)."),
     K_ENUM("distributed.pipeline.pp_schedule", distributed.pipeline.pp_schedule, schedule_enum,
            "1f1b",
            "One of 1f1b, gpipe, interleaved_1f1b (alias interleaved1f1b), looped_bfs, dfs, "
