@@ -61,6 +61,7 @@
 #endif
 
 #include "kernels_cpu_internal.h"
+#include "kernels_cpu_tile.h"
 
 #define ROWS 64          /* flattened query rows per tile, at most */
 #define TILE_FLOATS 4096 /* rows * hd <= this: a packed tile is 16 KiB */
@@ -91,15 +92,6 @@ static geom_t make_geom(const char *kernel, const int32_t *doc_start, int64_t B,
     return G;
 }
 
-/* C = op(A) op(B) + beta C, row-major, on the calling thread (see above). */
-static inline void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
-                         int64_t lda, const float *b, int64_t ldb, float beta, float *c,
-                         int64_t ldc)
-{
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
-}
-
 /* S = A B^T into the score buffer s (rows KB apart).  Zeroing it here and
  * accumulating gives the bits of beta = 0 and is faster than OpenBLAS's
  * own beta = 0 pass over C (about 15% on these small products). */
@@ -107,17 +99,7 @@ static inline void scores(float *s, int64_t m, int64_t n, int64_t k, const float
                           const float *b, int64_t ldb)
 {
     memset(s, 0, (size_t)(m * KB) * sizeof(float));
-    sgemm(false, true, m, n, k, a, lda, b, ldb, 1.0f, s, KB);
-}
-
-/* Called first thing inside the parallel region: nested parallelism (an
- * OpenMP OpenBLAS's) of this thread becomes single-threaded.  It sets the
- * ICV of the region's implicit task only, so the caller's is untouched. */
-static inline void single_threaded_blas(void)
-{
-#ifdef _OPENMP
-    omp_set_num_threads(1);
-#endif
+    mt_tile_sgemm(false, true, m, n, k, a, lda, b, ldb, 1.0f, s, KB);
 }
 
 /* Rows f0..f0+n of kv head g of batch row b: the token hi[r] (also its last
@@ -145,37 +127,7 @@ static int64_t tile_rows(const geom_t *G, int64_t b, int64_t g, int64_t f0, int6
     return minlo;
 }
 
-/* dst[r][:] = src[off[r] .. off[r]+hd) * s for r < n, rows hd apart. */
-static void pack_rows(float *restrict dst, const float *restrict src, const int64_t *off,
-                      int64_t n, int64_t hd, float s)
-{
-    for (int64_t r = 0; r < n; r++) {
-        const float *restrict x = src + off[r];
-#pragma omp simd
-        for (int64_t d = 0; d < hd; d++)
-            dst[r * hd + d] = x[d] * s;
-    }
-}
-
-/* Visible columns [*c0, *c1) of row r in the key block j0..j0+nj (empty
- * when *c0 >= *c1). */
-static inline void row_cols(const int64_t *lo, const int64_t *hi, int64_t r, int64_t j0,
-                            int64_t nj, int64_t *c0, int64_t *c1)
-{
-    *c0 = (lo[r] > j0 ? lo[r] : j0) - j0;
-    *c1 = (hi[r] < j0 + nj - 1 ? hi[r] : j0 + nj - 1) - j0 + 1;
-}
-
 /* ------------------------------------------------------------------ row helpers */
-
-/* s[c] = 0 for c < c0 and c1 <= c < nj (mostly nothing: skip the calls) */
-static inline void zero_outside(float *s, int64_t c0, int64_t c1, int64_t nj)
-{
-    if (c0 > 0)
-        memset(s, 0, (size_t)c0 * sizeof(float));
-    if (c1 < nj)
-        memset(s + c1, 0, (size_t)(nj - c1) * sizeof(float));
-}
 
 /* exp(x) for the softmax arguments here, all <= 0 (up to rounding):
  * mt_cpu_expf's range reduction, polynomial and exponent bits, with the
@@ -271,7 +223,7 @@ static void forward_tile(const geom_t *G, float *restrict out, float *restrict l
     int64_t lo[ROWS], hi[ROWS], qoff[ROWS], loff[ROWS];
     const int64_t minlo = tile_rows(G, b, g, f0, n, lo, hi, qoff, loff);
     const int64_t last = hi[n - 1];
-    pack_rows(Qs, q, qoff, n, hd, G->scale);
+    mt_tile_pack_rows(Qs, q, qoff, n, hd, G->scale);
     memset(O, 0, (size_t)(n * hd) * sizeof(float));
     for (int64_t r = 0; r < n; r++) {
         m[r] = -INFINITY;
@@ -285,7 +237,7 @@ static void forward_tile(const geom_t *G, float *restrict out, float *restrict l
         for (int64_t r = 0; r < n; r++) {
             float *restrict s = S + r * KB;
             int64_t c0, c1;
-            row_cols(lo, hi, r, j0, nj, &c0, &c1);
+            mt_tile_row_cols(lo, hi, r, j0, nj, &c0, &c1);
             if (c0 >= c1) { /* row fully masked in this block */
                 memset(s, 0, (size_t)nj * sizeof(float));
                 continue;
@@ -294,7 +246,7 @@ static void forward_tile(const geom_t *G, float *restrict out, float *restrict l
             const float mnew = bmax > m[r] ? bmax : m[r];
             const float corr = exp_neg(m[r] - mnew); /* 0 on the row's first block */
             exp_row(s + c0, c1 - c0, mnew);
-            zero_outside(s, c0, c1, nj);
+            mt_tile_zero_outside(s, c0, c1, nj);
             l[r] = l[r] * corr + mt_cpu_sum8(s + c0, c1 - c0);
             m[r] = mnew;
             if (corr != 1.0f) {
@@ -304,7 +256,7 @@ static void forward_tile(const geom_t *G, float *restrict out, float *restrict l
                     o[d] *= corr;
             }
         }
-        sgemm(false, false, n, hd, nj, S, KB, v + kvoff + j0 * kvs, kvs, 1.0f, O, hd);
+        mt_tile_sgemm(false, false, n, hd, nj, S, KB, v + kvoff + j0 * kvs, kvs, 1.0f, O, hd);
     }
 
     for (int64_t r = 0; r < n; r++) {
@@ -334,8 +286,8 @@ static void backward_tile(const geom_t *G, float *restrict dq, float *restrict d
     int64_t lo[ROWS], hi[ROWS], qoff[ROWS], loff[ROWS];
     const int64_t minlo = tile_rows(G, b, g, f0, n, lo, hi, qoff, loff);
     const int64_t last = hi[n - 1];
-    pack_rows(Qs, q, qoff, n, hd, G->scale);
-    pack_rows(dO, dout, qoff, n, hd, 1.0f);
+    mt_tile_pack_rows(Qs, q, qoff, n, hd, G->scale);
+    mt_tile_pack_rows(dO, dout, qoff, n, hd, 1.0f);
     memset(dQ, 0, (size_t)(n * hd) * sizeof(float));
     for (int64_t r = 0; r < n; r++) {
         D[r] = mt_cpu_dot8(dO + r * hd, out + qoff[r], hd);
@@ -351,16 +303,16 @@ static void backward_tile(const geom_t *G, float *restrict dq, float *restrict d
         for (int64_t r = 0; r < n; r++) {
             float *restrict p = P + r * KB, *restrict ds = dS + r * KB;
             int64_t c0, c1;
-            row_cols(lo, hi, r, j0, nj, &c0, &c1);
+            mt_tile_row_cols(lo, hi, r, j0, nj, &c0, &c1);
             if (c0 >= c1)
                 c0 = c1 = nj; /* row fully masked in this block: all zeros */
             grad_row(p + c0, ds + c0, c1 - c0, L[r], D[r]);
-            zero_outside(p, c0, c1, nj); /* masked entries: exact zeros for the products */
-            zero_outside(ds, c0, c1, nj);
+            mt_tile_zero_outside(p, c0, c1, nj); /* masked entries: exact zeros for the products */
+            mt_tile_zero_outside(ds, c0, c1, nj);
         }
-        sgemm(true, false, nj, hd, n, P, KB, dO, hd, 1.0f, dv + kvoff + j0 * kvs, kvs);
-        sgemm(true, false, nj, hd, n, dS, KB, Qs, hd, 1.0f, dk + kvoff + j0 * kvs, kvs);
-        sgemm(false, false, n, hd, nj, dS, KB, kb, kvs, 1.0f, dQ, hd);
+        mt_tile_sgemm(true, false, nj, hd, n, P, KB, dO, hd, 1.0f, dv + kvoff + j0 * kvs, kvs);
+        mt_tile_sgemm(true, false, nj, hd, n, dS, KB, Qs, hd, 1.0f, dk + kvoff + j0 * kvs, kvs);
+        mt_tile_sgemm(false, false, n, hd, nj, dS, KB, kb, kvs, 1.0f, dQ, hd);
     }
 
     for (int64_t r = 0; r < n; r++) {
@@ -387,7 +339,7 @@ void mt_cpu_attention_forward(float *restrict out, float *restrict lse, const fl
      * item never changes its arithmetic. */
 #pragma omp parallel if (par)
     {
-        single_threaded_blas();
+        mt_tile_single_threaded_blas();
 #pragma omp for schedule(dynamic, 1)
         for (int64_t item = 0; item < nitems; item++) {
             const int64_t tile = G.ntiles - 1 - item / nbg, bg = item % nbg;
@@ -410,7 +362,7 @@ void mt_cpu_attention_backward(float *restrict dq, float *restrict dk, float *re
     const int par = ntasks > 1 && B * T * T * nh * hd > MT_CPU_PAR_MIN;
 #pragma omp parallel if (par)
     {
-        single_threaded_blas();
+        mt_tile_single_threaded_blas();
         /* dynamic: document masks can make tasks uneven */
 #pragma omp for schedule(dynamic, 1)
         for (int64_t task = 0; task < ntasks; task++) {

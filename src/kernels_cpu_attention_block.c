@@ -43,6 +43,7 @@
 #endif
 
 #include "kernels_cpu_internal.h"
+#include "kernels_cpu_tile.h"
 
 #define ROWS 64          /* flattened query rows per tile, at most */
 #define TILE_FLOATS 4096 /* rows * hd <= this */
@@ -76,21 +77,6 @@ static bgeom_t make_bgeom(const char *kernel, const int32_t *doc_start, int64_t 
     return G;
 }
 
-static inline void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
-                         int64_t lda, const float *b, int64_t ldb, float beta, float *c,
-                         int64_t ldc)
-{
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
-}
-
-static inline void single_threaded_blas(void)
-{
-#ifdef _OPENMP
-    omp_set_num_threads(1);
-#endif
-}
-
 /* Rows f0..f0+n of kv head g: visible keys [lo[r], hi[r]] as LOCAL key
  * indices (clipped to the block; empty when lo > hi), offsets in q/out
  * and lse.  *kmin, *kmax: the union of the rows' ranges (kmin > kmax when
@@ -120,35 +106,6 @@ static void tile_rows(const bgeom_t *G, int64_t g, int64_t f0, int64_t n, int64_
     }
 }
 
-static void pack_rows(float *restrict dst, const float *restrict src, const int64_t *off,
-                      int64_t n, int64_t hd, float s)
-{
-    for (int64_t r = 0; r < n; r++) {
-        const float *restrict x = src + off[r];
-#pragma omp simd
-        for (int64_t d = 0; d < hd; d++)
-            dst[r * hd + d] = x[d] * s;
-    }
-}
-
-/* Visible columns [*c0, *c1) of row r in key block j0..j0+nj (local). */
-static inline void row_cols(const int64_t *lo, const int64_t *hi, int64_t r, int64_t j0,
-                            int64_t nj, int64_t *c0, int64_t *c1)
-{
-    *c0 = (lo[r] > j0 ? lo[r] : j0) - j0;
-    *c1 = (hi[r] < j0 + nj - 1 ? hi[r] : j0 + nj - 1) - j0 + 1;
-    if (*c0 >= *c1)
-        *c0 = *c1 = 0;
-}
-
-static void zero_outside(float *s, int64_t c0, int64_t c1, int64_t nj)
-{
-    if (c0 > 0)
-        memset(s, 0, (size_t)c0 * sizeof(float));
-    if (c1 < nj)
-        memset(s + c1, 0, (size_t)(nj - c1) * sizeof(float));
-}
-
 /* ------------------------------------------------------------------ forward */
 
 static void forward_tile(const bgeom_t *G, float *restrict out, float *restrict lse,
@@ -161,7 +118,7 @@ static void forward_tile(const bgeom_t *G, float *restrict out, float *restrict 
     tile_rows(G, g, f0, n, lo, hi, qoff, loff, &kmin, &kmax);
     if (kmin > kmax)
         return; /* no row of the tile sees this block */
-    pack_rows(Qs, q, qoff, n, hd, G->scale);
+    mt_tile_pack_rows(Qs, q, qoff, n, hd, G->scale);
     memset(O, 0, (size_t)(n * hd) * sizeof(float));
     for (int64_t r = 0; r < n; r++)
         m[r] = -INFINITY, l[r] = 0.0f;
@@ -170,11 +127,11 @@ static void forward_tile(const bgeom_t *G, float *restrict out, float *restrict 
     for (int64_t j0 = kmin; j0 <= kmax; j0 += KB) {
         const int64_t nj = kmax + 1 - j0 < KB ? kmax + 1 - j0 : KB;
         memset(S, 0, sizeof(float) * (size_t)(n * KB));
-        sgemm(false, true, n, nj, hd, Qs, hd, kg + j0 * kvs, kvs, 1.0f, S, KB);
+        mt_tile_sgemm(false, true, n, nj, hd, Qs, hd, kg + j0 * kvs, kvs, 1.0f, S, KB);
         for (int64_t r = 0; r < n; r++) {
             float *restrict s = S + r * KB;
             int64_t c0, c1;
-            row_cols(lo, hi, r, j0, nj, &c0, &c1);
+            mt_tile_row_cols(lo, hi, r, j0, nj, &c0, &c1);
             if (c0 >= c1) {
                 memset(s, 0, (size_t)nj * sizeof(float));
                 continue;
@@ -189,14 +146,14 @@ static void forward_tile(const bgeom_t *G, float *restrict out, float *restrict 
                 s[c] = mt_cpu_expf(s[c] - mnew);
                 sum += s[c];
             }
-            zero_outside(s, c0, c1, nj);
+            mt_tile_zero_outside(s, c0, c1, nj);
             l[r] = l[r] * corr + sum;
             m[r] = mnew;
             if (corr != 1.0f)
                 for (int64_t d = 0; d < hd; d++)
                     O[r * hd + d] *= corr;
         }
-        sgemm(false, false, n, hd, nj, S, KB, vg + j0 * kvs, kvs, 1.0f, O, hd);
+        mt_tile_sgemm(false, false, n, hd, nj, S, KB, vg + j0 * kvs, kvs, 1.0f, O, hd);
     }
 
     /* merge into the running (out, lse) */
@@ -237,8 +194,8 @@ static void backward_tile(const bgeom_t *G, float *restrict dq, float *restrict 
     tile_rows(G, g, f0, n, lo, hi, qoff, loff, &kmin, &kmax);
     if (kmin > kmax)
         return;
-    pack_rows(Qs, q, qoff, n, hd, G->scale);
-    pack_rows(dO, dout, qoff, n, hd, 1.0f);
+    mt_tile_pack_rows(Qs, q, qoff, n, hd, G->scale);
+    mt_tile_pack_rows(dO, dout, qoff, n, hd, 1.0f);
     memset(dQ, 0, (size_t)(n * hd) * sizeof(float));
     for (int64_t r = 0; r < n; r++) {
         D[r] = mt_cpu_dot8(dO + r * hd, out + qoff[r], hd);
@@ -251,23 +208,23 @@ static void backward_tile(const bgeom_t *G, float *restrict dq, float *restrict 
         const int64_t nj = kmax + 1 - j0 < KB ? kmax + 1 - j0 : KB;
         memset(P, 0, sizeof(float) * (size_t)(n * KB));
         memset(dS, 0, sizeof(float) * (size_t)(n * KB));
-        sgemm(false, true, n, nj, hd, Qs, hd, kg + j0 * kvs, kvs, 1.0f, P, KB);
-        sgemm(false, true, n, nj, hd, dO, hd, vg + j0 * kvs, kvs, 1.0f, dS, KB);
+        mt_tile_sgemm(false, true, n, nj, hd, Qs, hd, kg + j0 * kvs, kvs, 1.0f, P, KB);
+        mt_tile_sgemm(false, true, n, nj, hd, dO, hd, vg + j0 * kvs, kvs, 1.0f, dS, KB);
         for (int64_t r = 0; r < n; r++) {
             float *restrict p = P + r * KB, *restrict ds = dS + r * KB;
             int64_t c0, c1;
-            row_cols(lo, hi, r, j0, nj, &c0, &c1);
+            mt_tile_row_cols(lo, hi, r, j0, nj, &c0, &c1);
             for (int64_t c = c0; c < c1; c++) {
                 const float pc = mt_cpu_expf(p[c] - L[r]);
                 p[c] = pc;
                 ds[c] = pc * (ds[c] - D[r]);
             }
-            zero_outside(p, c0, c1, nj);
-            zero_outside(ds, c0, c1, nj);
+            mt_tile_zero_outside(p, c0, c1, nj);
+            mt_tile_zero_outside(ds, c0, c1, nj);
         }
-        sgemm(true, false, nj, hd, n, P, KB, dO, hd, 1.0f, dvg + j0 * kvs, kvs);
-        sgemm(true, false, nj, hd, n, dS, KB, Qs, hd, 1.0f, dkg + j0 * kvs, kvs);
-        sgemm(false, false, n, hd, nj, dS, KB, kg + j0 * kvs, kvs, 1.0f, dQ, hd);
+        mt_tile_sgemm(true, false, nj, hd, n, P, KB, dO, hd, 1.0f, dvg + j0 * kvs, kvs);
+        mt_tile_sgemm(true, false, nj, hd, n, dS, KB, Qs, hd, 1.0f, dkg + j0 * kvs, kvs);
+        mt_tile_sgemm(false, false, n, hd, nj, dS, KB, kg + j0 * kvs, kvs, 1.0f, dQ, hd);
     }
 
     for (int64_t r = 0; r < n; r++) {
@@ -292,7 +249,7 @@ void mt_cpu_attention_block_forward(float *restrict out, float *restrict lse, in
     const int par = nitems > 1 && nq * nk * nh * hd > MT_CPU_PAR_MIN;
 #pragma omp parallel if (par)
     {
-        single_threaded_blas();
+        mt_tile_single_threaded_blas();
 #pragma omp for schedule(dynamic, 1)
         for (int64_t item = 0; item < nitems; item++) {
             const int64_t tile = G.ntiles - 1 - item / nkv, g = item % nkv;
@@ -317,7 +274,7 @@ void mt_cpu_attention_block_backward(float *restrict dq, float *restrict dk, flo
     const int par = nkv > 1 && nq * nk * nh * hd > MT_CPU_PAR_MIN;
 #pragma omp parallel if (par)
     {
-        single_threaded_blas();
+        mt_tile_single_threaded_blas();
 #pragma omp for schedule(dynamic, 1)
         for (int64_t g = 0; g < nkv; g++)
             for (int64_t tile = 0; tile < G.ntiles; tile++) {
