@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "backend_require.h"
 #include "mt_cuda.h"
 #include "mt_status.h"
 
@@ -43,17 +44,8 @@ void mt_cuda_die(const char *what, const char *detail, const char *file, int lin
 /* After a <<<>>> launch: bad configurations surface here, faults later. */
 #define MT_CUDA_LAUNCH_CHECK(kernel) MT_CUDA_CHECK(cudaGetLastError())
 
-/* A shape precondition of a launcher (a caller bug). */
-#define MT_CUDA_REQUIRE(cond, kernel, ...)                                            \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            fprintf(stderr, "meshtrain cuda backend: %s: precondition %s failed: ",   \
-                    (kernel), #cond);                                                 \
-            fprintf(stderr, __VA_ARGS__);                                             \
-            fputc('\n', stderr);                                                      \
-            abort();                                                                  \
-        }                                                                             \
-    } while (0)
+/* A shape precondition of a launcher (a caller bug; backend_require.h). */
+#define MT_CUDA_REQUIRE(cond, kernel, ...) MT_BACKEND_REQUIRE("cuda", cond, kernel, __VA_ARGS__)
 
 /* The process's backend context (mt_cuda_backend_init). */
 typedef struct {

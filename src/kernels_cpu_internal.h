@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_require.h"
 #include "mt_backend.h"
 
 /* Elementwise loops below this many elements run on one thread: forking
@@ -22,20 +23,8 @@
  * only who computes them. */
 #define MT_CPU_PAR_MIN ((int64_t)1 << 15)
 
-/* Kernels return void, so a violated precondition (a caller bug: bad
- * shape, token id or target out of range) cannot be reported as a status.
- * It stops the process with the kernel's name and the offending values,
- * like the shape assertions of a GPU launcher; it is on in every build. */
-#define MT_CPU_REQUIRE(cond, kernel, ...)                                          \
-    do {                                                                           \
-        if (!(cond)) {                                                             \
-            fprintf(stderr, "meshtrain cpu backend: %s: precondition %s failed: ",  \
-                    (kernel), #cond);                                              \
-            fprintf(stderr, __VA_ARGS__);                                          \
-            fputc('\n', stderr);                                                   \
-            abort();                                                               \
-        }                                                                          \
-    } while (0)
+/* A violated precondition stops the process (backend_require.h). */
+#define MT_CPU_REQUIRE(cond, kernel, ...) MT_BACKEND_REQUIRE("cpu", cond, kernel, __VA_ARGS__)
 
 /* c ? a : b through bit masks.  GCC (12, -O2) turns float ternaries into
  * branches it then cannot if-convert under -ftrapping-math, which stops a

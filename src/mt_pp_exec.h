@@ -61,7 +61,7 @@ mt_status_t mt_pp_exec_init(mt_pp_exec_t *x, const mt_config_t *cfg, MPI_Comm pp
 void mt_pp_exec_free(mt_pp_exec_t *x);
 
 /* The part of the model this rank builds (pointers into x). */
-void mt_pp_exec_part(const mt_pp_exec_t *x, const mt_config_t *cfg, mt_model_part_t *part);
+void mt_pp_exec_part(const mt_pp_exec_t *x, mt_model_part_t *part);
 
 /* Run the list once: microbatch i uses tokens/targets + i * N (and pos,
  * docs + i * N for packed rows, pos alone under context parallelism, else

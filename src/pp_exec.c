@@ -112,9 +112,8 @@ void mt_pp_exec_free(mt_pp_exec_t *x)
     memset(x, 0, sizeof *x);
 }
 
-void mt_pp_exec_part(const mt_pp_exec_t *x, const mt_config_t *cfg, mt_model_part_t *part)
+void mt_pp_exec_part(const mt_pp_exec_t *x, mt_model_part_t *part)
 {
-    (void)cfg;
     memset(part, 0, sizeof *part);
     part->nchunks = x->nchunks;
     part->layer_lo = x->layer_lo;
@@ -244,7 +243,7 @@ mt_status_t mt_pp_exec_run(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens
                 float *out = m->x_final;
                 MT_TRY(acquire(x, next, mb, &k));
                 use(x, m, next, mb);
-                memcpy(mt_model_stage_input(m, next), out, sizeof(float) * (size_t)act);
+                m->be->copy(mt_model_stage_input(m, next), out, sizeof(float) * (size_t)act);
             }
             break;
         }
@@ -263,7 +262,7 @@ mt_status_t mt_pp_exec_run(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens
             if (prev >= 0) { /* the previous stage is here: hand the input gradient over */
                 float *g = m->dres;
                 use(x, m, prev, mb);
-                memcpy(m->dres, g, sizeof(float) * (size_t)act);
+                m->be->copy(m->dres, g, sizeof(float) * (size_t)act);
             }
             if (a->kind == MT_PP_BACKWARD)
                 release(x, c, mb);

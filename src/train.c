@@ -222,7 +222,7 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
     r->ppc = mesh->group[MT_GROUP_PP];
     if (r->pp) { /* this rank's stages, one microbatch at a time */
         MT_TRY(mt_pp_exec_init(&r->pipe, cfg, r->ppc));
-        mt_pp_exec_part(&r->pipe, cfg, &part);
+        mt_pp_exec_part(&r->pipe, &part);
         pp_part = &part;
         B = cfg->distributed.pipeline.pp_microbatch_size;
         fo.pipeline = true;
