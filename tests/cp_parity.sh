@@ -18,11 +18,6 @@
 # not depend on it).
 . "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
 cfg="$small_cfg"
-final() { echo "$workdir/$1/step_00000020/model.h5"; }
-parity() { # parity REF NAME LABEL
-    compare_losses "$workdir/$1.jsonl" "$workdir/$2.jsonl" "$3"
-    params_close "$(final "$1")" "$(final "$2")" "$3: final parameters" 5e-5
-}
 
 # ---- packed rows
 app="$bindir/meshtrain-cp"

@@ -19,8 +19,7 @@ cfg="$small_cfg"
 common="$parity_common"
 f2="distributed.strategy=fsdp2"
 mf="distributed.strategy=megatron_fsdp"
-final() { echo "$workdir/$1/step_00000020/model.h5"; }
-parity() { # parity NAME LABEL
+parity1() { # parity1 NAME LABEL: against the 1-rank run r1
     compare_losses "$workdir/r1.jsonl" "$workdir/$1.jsonl" "$2"
     params_close "$(final r1)" "$(final "$1")" "$2: final parameters"
 }
@@ -43,7 +42,7 @@ for run in f2:"fsdp2, 2 ranks" f4:"fsdp2, 4 ranks, no reshard" f8:"fsdp2, 8 rank
     h22:"fsdp2 HSDP 2x2" h24:"fsdp2 HSDP 2x4" z3_2:"megatron_fsdp zero 3, 2 ranks" \
     z3_4:"megatron_fsdp zero 3, 4 ranks, no overlap" z3_8:"megatron_fsdp zero 3, 8 ranks" \
     z2_4:"megatron_fsdp zero 2, 4 ranks" z1_8:"megatron_fsdp zero 1, 8 ranks" ddp8:"ddp, 8 ranks"; do
-    parity "${run%%:*}" "${run#*:}"
+    parity1 "${run%%:*}" "${run#*:}"
 done
 
 # The same layout twice: bit-identical losses and checkpoints.

@@ -122,6 +122,17 @@ print(f"{len(names)} tensors agree, worst relative difference {worst:.2e}")
 PY
 }
 
+# final NAME: the step-20 checkpoint file of the parity run NAME.
+final() { echo "$workdir/$1/step_00000020/model.h5"; }
+
+# parity REF NAME LABEL: run NAME computes run REF: the losses and gradient
+# norms (compare_losses) and the final parameters within 5e-5 per tensor
+# (params_close; the parallel sums round differently from one device's).
+parity() {
+    compare_losses "$workdir/$1.jsonl" "$workdir/$2.jsonl" "$3"
+    params_close "$(final "$1")" "$(final "$2")" "$3: final parameters" 5e-5
+}
+
 finish() {
     echo "$(basename "$0"): $checks checks, $failures failed"
     [ "$failures" -eq 0 ] || exit 1

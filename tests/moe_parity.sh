@@ -28,8 +28,7 @@ app="$bindir/meshtrain-moe"
 cfg="$small_cfg"
 common="$parity_common model.num_experts=4 model.num_experts_per_tok=2
  model.moe_intermediate_size=32 model.norm_topk_prob=true model.router_aux_loss_coef=0.01"
-final() { echo "$workdir/$1/step_00000020/model.h5"; }
-parity() { # parity NAME LABEL
+parity1() { # parity1 NAME LABEL: against the 1-rank run r1
     compare_losses "$workdir/r1.jsonl" "$workdir/$1.jsonl" "$2"
     params_close "$(final r1)" "$(final "$1")" "$2: final parameters" 5e-5
     python3 - "$workdir/r1.jsonl" "$workdir/$1.jsonl" <<'PY' # the figure for the record
@@ -60,7 +59,7 @@ h5ls -r "$(final r1)/model" | grep -q "layers.1.mlp.experts.3.down_proj.weight.*
     fail "checkpoint lacks expert 3 of layer 1 as [64, 32]"
 
 train e2 2 distributed.ep_size=2
-parity e2 "ep 2 (dp 2)"
+parity1 e2 "ep 2 (dp 2)"
 checks=$((checks + 1))
 python3 - "$workdir/e2.jsonl" <<'PY' || fail "ep 2: no all-to-all traffic recorded"
 import json, sys
@@ -68,12 +67,12 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 assert all(r["a2a_bytes"] > 0 for r in rows), rows[0]
 PY
 train e2s2 4 distributed.ep_size=2
-parity e2s2 "ep 2 x ep_shard 2 (experts sharded)"
+parity1 e2s2 "ep 2 x ep_shard 2 (experts sharded)"
 # experts resharded after forward, under activation checkpointing, with
 # the other parameters in HSDP (2 replicas of 2 shards)
 train e2r 4 distributed.ep_size=2 distributed.moe.reshard_after_forward=true \
     distributed.activation_checkpointing=true distributed.dp_replicate_size=2
-parity e2r "ep 2 x ep_shard 2, moe.reshard_after_forward, activation checkpointing, HSDP"
+parity1 e2r "ep 2 x ep_shard 2, moe.reshard_after_forward, activation checkpointing, HSDP"
 checks=$((checks + 1))
 python3 - "$workdir/e2.log" "$workdir/e2s2.log" <<'PY' || fail "sharded experts: optimizer state not halved or not as planned"
 import re, sys
@@ -87,9 +86,9 @@ print(f"optimizer state per rank: ep 2 {rep} MiB, ep 2 x ep_shard 2 {shd} MiB (p
 PY
 train e4 4 distributed.ep_size=4 distributed.activation_checkpointing=true \
     distributed.moe.ignore_router_for_ac=true
-parity e4 "ep 4, activation checkpointing without recomputing the router"
+parity1 e4 "ep 4, activation checkpointing without recomputing the router"
 train m2 2
-parity m2 "ep 1 on 2 ranks (experts replicated over dp)"
+parity1 m2 "ep 1 on 2 ranks (experts replicated over dp)"
 # shared experts (data-parallel like the router), a capacity factor that
 # drops tokens (decided on each rank's micro-batch, so mesh-free) and
 # aux-loss-free bias balancing (the bias is checkpointed)

@@ -55,11 +55,6 @@ checks=$((checks + 1))
 # 3-D meshes and the options, with checkpoints for the final parameters.
 common="$parity_common $model"
 val="dataset.validation_path=$data step_scheduler.val_every_steps=20"
-final() { echo "$workdir/$1/step_00000020/model.h5"; }
-parity() { # parity REF NAME LABEL
-    compare_losses "$workdir/$1.jsonl" "$workdir/$2.jsonl" "$3"
-    params_close "$(final "$1")" "$(final "$2")" "$3: final parameters" 5e-5
-}
 train c1 1 $val
 train 3d 8 $(pipe 2 interleaved_1f1b) distributed.tp_size=2
 parity c1 3d "pp 2 x dp 2 x tp 2"

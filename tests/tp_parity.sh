@@ -19,11 +19,6 @@
 dense="$bindir/meshtrain-dense"
 cfg="$small_cfg"
 common="$parity_common"
-final() { echo "$workdir/$1/step_00000020/model.h5"; }
-parity() { # parity REF NAME LABEL
-    compare_losses "$workdir/$1.jsonl" "$workdir/$2.jsonl" "$3"
-    params_close "$(final "$1")" "$(final "$2")" "$3: final parameters" 5e-5
-}
 tp2="distributed.tp_size=2"
 
 train r1 1
