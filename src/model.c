@@ -158,6 +158,18 @@ static const float *regather(const mt_model_t *m, const float *kept)
     return m->gather;
 }
 
+/* A norm's backward over this rank's Ns tokens from d, the whole
+ * gradient of their outputs; the result goes into dx [Ns,H] (= or +=). */
+static void norm_backward(mt_model_t *m, float *dx, bool accumulate, const float *d, float *dw,
+                          const float *x, const float *w, const float *rstd)
+{
+    int64_t H = m->H, Ns = m->Ns;
+    float *out = accumulate ? m->dtmp : dx;
+    m->be->rmsnorm_backward(out, dw, d, x, w, rstd, Ns, H);
+    if (accumulate)
+        m->be->add(dx, m->dtmp, Ns * H);
+}
+
 /* Backward of norm_in: dfull [N,H] is this rank's (partial under TP)
  * gradient of the norm's output; the result goes into dx [Ns,H] (= or +=). */
 static void norm_in_backward(mt_model_t *m, float *dx, bool accumulate, float *dfull,
@@ -171,10 +183,7 @@ static void norm_in_backward(mt_model_t *m, float *dx, bool accumulate, float *d
     } else {
         tp_sum(m, dfull, Ns * H);
     }
-    float *out = accumulate ? m->dtmp : dx;
-    m->be->rmsnorm_backward(out, dw, d, x, w, rstd, Ns, H);
-    if (accumulate)
-        m->be->add(dx, m->dtmp, Ns * H);
+    norm_backward(m, dx, accumulate, d, dw, x, w, rstd);
 }
 
 /* The whole sequence of the residual gradient: dres itself, or under
@@ -224,6 +233,41 @@ static void linear_backward(const mt_model_t *m, float *dx, float beta_dx, const
         m->be->matmul(dx, dy, w->data, m->N, w->shape[1], w->shape[0], false, false, beta_dx);
 }
 
+/* A MoE layer under TP: each TP rank routes its own N / tp tokens (rows
+ * [tp_rank N / tp, ...) of the micro-batch), through whole experts
+ * (model_moe.h).  Under sequence parallelism those are the tokens the
+ * rank holds, so nothing moves; without it the residual stream is whole
+ * on every TP rank, and the outputs of the rank's rows are all-gathered. */
+static int64_t moe_row0(const mt_model_t *m)
+{
+    return m->tp > 1 && !m->sp ? m->tp_rank * (m->N / m->tp) * m->H : 0;
+}
+
+static void moe_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, float *x_out)
+{
+    mt_model_t *mm = (mt_model_t *)m;
+    if (m->tp == 1 || m->sp) {
+        mt_moe_forward(mm, l, a->h2, a->x_mid, x_out);
+        return;
+    }
+    int64_t r0 = moe_row0(m);
+    mt_moe_forward(mm, l, a->h2 + r0, a->x_mid + r0, m->dtmp);
+    m->tp_allreduce(m->tp_ctx, m->dtmp, x_out, m->N / m->tp * m->H, MT_TP_GATHER_FLOAT);
+}
+
+/* Its backward: m->dh gets d(norm output) for the rows this rank's mlp
+ * norm covers (all N without sequence parallelism), already summed. */
+static void moe_backward(mt_model_t *m, int l, const mt_layer_acts_t *a)
+{
+    if (m->tp == 1 || m->sp) {
+        mt_moe_backward(m, l, a->h2, m->dres, m->dh);
+        return;
+    }
+    int64_t r0 = moe_row0(m);
+    mt_moe_backward(m, l, a->h2 + r0, m->dres + r0, m->datt);
+    m->tp_allreduce(m->tp_ctx, m->datt, m->dh, m->N / m->tp * m->H, MT_TP_GATHER_FLOAT);
+}
+
 static void layer_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, float *x_out)
 {
     const mt_backend_t *be = m->be;
@@ -251,11 +295,12 @@ static void layer_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, 
                               m->nkv, m->hd);
     row_parallel_residual(m, a->x_mid, a->x, a->att, p->wo); /* x_mid = x + att Wo^T */
 
-    const float *h2 = norm_in_kept(m, a->h2, a->rstd2, a->x_mid, p->mlp_norm->data);
-    if (p->router) { /* a MoE layer (model_moe.c) */
-        mt_moe_forward((mt_model_t *)m, l, h2, a->x_mid, x_out);
+    if (p->router) { /* a MoE layer (model_moe.c): no gather, see moe_forward */
+        be->rmsnorm_forward(a->h2, a->rstd2, a->x_mid, p->mlp_norm->data, m->Ns, m->H, m->eps);
+        moe_forward(m, l, a, x_out);
         return;
     }
+    const float *h2 = norm_in_kept(m, a->h2, a->rstd2, a->x_mid, p->mlp_norm->data);
     linear(m, a->g, h2, p->wgate);
     linear(m, a->u, h2, p->wup);
     be->swiglu_forward(a->a, a->g, a->u, N * m->I);
@@ -278,10 +323,13 @@ static void layer_backward(mt_model_t *m, int l, mt_layer_acts_t *a, bool defer)
     int64_t N = m->N, H = m->H, Q = m->nh * m->hd, KV = m->nkv * m->hd;
 
     /* MLP: out = x_mid + a Wd^T */
-    const float *dout = whole_grad(m, m->datt);
-    if (p->router) { /* a MoE layer (model_moe.c): dh = d h2 */
-        mt_moe_backward(m, l, a->h2, dout, m->dh);
+    const float *dout;
+    if (p->router) { /* a MoE layer (model_moe.c): dh = d h2, whole */
+        moe_backward(m, l, a);
+        norm_backward(m, m->dres, true, m->dh, p->mlp_norm->grad, a->x_mid, p->mlp_norm->data,
+                      a->rstd2);                                    /* d x_mid */
     } else {
+        dout = whole_grad(m, m->datt);
         if (defer) {
             keep(m, a->w_dmlp, dout, N * H);
             be->matmul(m->dI, dout, p->wdown->data, N, p->wdown->shape[1], H, false, false, 0.0f);
@@ -296,9 +344,9 @@ static void layer_backward(mt_model_t *m, int l, mt_layer_acts_t *a, bool defer)
         }
         be->matmul(m->dh, a->g, p->wgate->data, N, H, m->I, false, false, 0.0f);
         be->matmul(m->dh, a->u, p->wup->data, N, H, m->I, false, false, 1.0f);
+        norm_in_backward(m, m->dres, true, m->dh, p->mlp_norm->grad, a->x_mid,
+                         p->mlp_norm->data, a->rstd2);              /* d x_mid */
     }
-    norm_in_backward(m, m->dres, true, m->dh, p->mlp_norm->grad, a->x_mid, p->mlp_norm->data,
-                     a->rstd2);                                     /* d x_mid */
 
     /* attention: x_mid = x + att Wo^T */
     dout = whole_grad(m, m->dh);
@@ -348,10 +396,12 @@ static void layer_weights(mt_model_t *m, int l, const mt_layer_acts_t *a)
     const mt_backend_t *be = m->be;
     mt_layer_params_t *p = &m->layers[l];
     int64_t N = m->N, H = m->H, Q = m->nh * m->hd, KV = m->nkv * m->hd;
-    be->matmul(p->wdown->grad, a->w_dmlp, a->a, H, m->I, N, true, false, 1.0f);
-    const float *h2 = regather(m, a->h2);
-    be->matmul(p->wgate->grad, a->g, h2, m->I, H, N, true, false, 1.0f);
-    be->matmul(p->wup->grad, a->u, h2, m->I, H, N, true, false, 1.0f);
+    if (!p->router) { /* a MoE layer formed its weight gradients in B */
+        be->matmul(p->wdown->grad, a->w_dmlp, a->a, H, m->I, N, true, false, 1.0f);
+        const float *h2 = regather(m, a->h2);
+        be->matmul(p->wgate->grad, a->g, h2, m->I, H, N, true, false, 1.0f);
+        be->matmul(p->wup->grad, a->u, h2, m->I, H, N, true, false, 1.0f);
+    }
     be->matmul(p->wo->grad, a->w_datt, a->att, H, Q, N, true, false, 1.0f);
     const float *h1 = regather(m, a->h1);
     be->matmul(p->wq->grad, a->w_dq, h1, Q, H, N, true, false, 1.0f);
@@ -410,6 +460,11 @@ double mt_model_forward_chunk(mt_model_t *m, int c, const int32_t *tokens,
     int64_t N = m->N, H = m->H;
     int lo = m->chunk_lo[c], hi = m->chunk_lo[c + 1], head = (int)m->L + 1;
     *count = 0;
+    if (m->moe) { /* a new micro-batch's routing totals begin at the first stage */
+        m->moe->training = backward;
+        if (c == 0 && m->has_embed)
+            memset(m->route, 0, sizeof(double) * (size_t)m->nroute);
+    }
     if (c == 0 && m->has_embed) {
         const int32_t *tok = shard_tokens(m, tokens);
         float *x0 = mt_model_stage_input(m, 0);
@@ -431,6 +486,8 @@ double mt_model_forward_chunk(mt_model_t *m, int c, const int32_t *tokens,
     }
     if (!(m->has_head && c == m->nchunks - 1))
         return 0.0;
+    if (m->moe) /* every MoE layer has routed this micro-batch */
+        mt_moe_finish_forward(m);
     hook(m, head, MT_UNIT_PRE_FORWARD);
     double loss = head_forward(m, targets, backward, grad_scale, count);
     if (!backward) {

@@ -147,13 +147,13 @@ static int64_t layout_acts(mt_model_t *m, float *base, float *shared, int c, int
 mt_status_t mt_model_init(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
                           int64_t B, int64_t T)
 {
-    return mt_model_init_ep(m, cfg, be, B, T, 0, -1, -1);
+    return mt_model_init_ep(m, cfg, be, B, T, 0, -1, -1, NULL);
 }
 
 mt_status_t mt_model_init_ex(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
                              int64_t B, int64_t T, unsigned flags, int tp_rank)
 {
-    return mt_model_init_ep(m, cfg, be, B, T, flags, tp_rank, -1);
+    return mt_model_init_ep(m, cfg, be, B, T, flags, tp_rank, -1, NULL);
 }
 
 static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
@@ -161,9 +161,10 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
                               const mt_model_part_t *part);
 
 mt_status_t mt_model_init_ep(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
-                             int64_t B, int64_t T, unsigned flags, int tp_rank, int ep_rank)
+                             int64_t B, int64_t T, unsigned flags, int tp_rank, int ep_rank,
+                             const mt_model_part_t *part)
 {
-    return model_init(m, cfg, be, B, T, flags, tp_rank, ep_rank, NULL);
+    return model_init(m, cfg, be, B, T, flags, tp_rank, ep_rank, part);
 }
 
 mt_status_t mt_model_init_part(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
@@ -303,12 +304,18 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
         /* under sequence parallelism each rank normalises its own tokens */
         p->attn_norm->tp_partial_grad = p->mlp_norm->tp_partial_grad = m->sp;
         if (mt_moe_is_sparse(cfg, m->layer_id[l])) { /* the router; the experts: model_moe.c */
+            /* Under TP each rank routes its own tokens through whole
+             * weights (model_moe.h): the router and the shared experts are
+             * not split, and each TP rank's gradient is a partial sum. */
             LP(router, "mlp.gate.weight", mc->num_experts, H, false, -1);
+            p->router->tp_partial_grad = m->tp > 1;
             if (mc->num_shared_experts > 0) { /* DeepSeek's always-active shared experts */
                 int64_t S = mc->num_shared_experts * mc->moe_intermediate_size;
-                LP(wgate, "mlp.shared_experts.gate_proj.weight", S, H, false, 0);
-                LP(wup, "mlp.shared_experts.up_proj.weight", S, H, false, 0);
-                LP(wdown, "mlp.shared_experts.down_proj.weight", H, S, false, 1);
+                LP(wgate, "mlp.shared_experts.gate_proj.weight", S, H, false, -1);
+                LP(wup, "mlp.shared_experts.up_proj.weight", S, H, false, -1);
+                LP(wdown, "mlp.shared_experts.down_proj.weight", H, S, false, -1);
+                p->wgate->tp_partial_grad = p->wup->tp_partial_grad = m->tp > 1;
+                p->wdown->tp_partial_grad = m->tp > 1;
             }
         } else {
             LP(wgate, "mlp.gate_proj.weight", I, H, false, 0);
@@ -370,6 +377,7 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
             mt_model_free(m);
             return s;
         }
+        mt_moe_use_slot(m, 0);
     }
     return MT_OK;
 }
@@ -379,6 +387,8 @@ void mt_model_use_slot(mt_model_t *m, int slot, int c)
     int64_t sh;
     layout_acts(m, m->act_mem + (int64_t)slot * m->slot_numel,
                 m->act_mem + (int64_t)m->nslots * m->slot_numel, c, &sh);
+    if (m->moe)
+        mt_moe_use_slot(m, slot);
 }
 
 void mt_model_free(mt_model_t *m)

@@ -16,9 +16,16 @@
  *
  * The load-balancing loss is Hugging Face's load_balancing_loss_func over
  * the rows (layer, token) of all MoE layers of the micro-batch:
- *   aux = E sum_e f_e P_e,  f_e = (rows routed to e) / R,  P_e = sum p_e / R
- * with R = (MoE layers) N; its gradient w.r.t. p is E C_e / R^2 (no
- * gradient through the top-k selection).  The trainer scales it.
+ *   aux = E sum_e f_e P_e,  f_e = C_e / R,  P_e = S_e / R
+ * with C_e the rows routed to e, S_e their summed probabilities and R =
+ * (MoE layers) (tokens); its gradient w.r.t. p is E C_e / R^2 (no gradient
+ * through the top-k selection).  The trainer scales it.  C, S and R are
+ * sums over every MoE layer and every token of the micro-batch, which a
+ * pipeline spreads over stages and tensor and context parallelism over
+ * ranks: they accumulate in the micro-batch's route state (mt_model_t.route,
+ * MT_MOE_ROUTE), which travels with the pipeline's messages and is summed
+ * over the token-holding ranks (m->route_sum) before the loss is formed
+ * (mt_moe_finish_forward); the backward reads the totals from it.
  *
  * Shared experts (DeepSeek style, num_shared_experts of them fused into
  * one SwiGLU of width num_shared_experts x moe_intermediate_size) see
@@ -30,28 +37,40 @@
  * after each step towards the mean load (mt_moe_update_bias).
  *
  * A capacity factor (model.moe_capacity_factor) drops the (token, slot)
- * pairs beyond each expert's capacity, in token order, before dispatch.
+ * pairs beyond each expert's capacity, in token order, before dispatch;
+ * the capacity is taken over the tokens this rank routes (GShard's and
+ * Megatron's local capacity), so it depends on the mesh: parity across
+ * meshes holds for dropless routing.
  *
- * Not here (refused by the trainer): tensor parallelism of the experts. */
+ * Memory: the buffers of the rows an EP rank receives start at the
+ * balanced load (N K rows) and grow when a step routes more to the rank
+ * (realloc; a failure there aborts the job, as running out of memory in
+ * any other kernel would). */
 #include "model_moe.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mt_rng.h"
 
-struct moe_acts {
+/* The router's outputs of a layer: kept per layer and slot, also under
+ * activation checkpointing with moe.ignore_router_for_ac. */
+struct moe_route {
     float *probs;      /* [N,E] router probabilities */
     int32_t *idx;      /* [N,K] chosen experts */
     float *w;          /* [N,K] routing weights */
+};
+
+struct moe_acts {
     int32_t *slot_row; /* [N,K] row of (t, j) in the send order */
     int64_t *scnt, *rcnt; /* [ep] rows sent to / received from each EP rank */
     int64_t *ecnt;     /* [ep, El] rows received from rank s for local expert e */
-    int32_t *perm, *iperm; /* [rmax] expert-major row i is received row perm[i] */
-    int64_t R;         /* rows received */
-    float *xe;         /* [rmax,H] expert inputs, expert-major */
-    float *g, *u, *a;  /* [rmax,Im] */
+    int64_t R, cap;    /* rows received; rows the next five buffers hold */
+    int32_t *perm, *iperm; /* [cap] expert-major row i is received row perm[i] */
+    float *xe;         /* [cap,H] expert inputs, expert-major */
+    float *g, *u, *a;  /* [cap,Im] */
     float *y;          /* [N K,H] expert outputs, back in send order */
     float *sg, *su, *sa; /* [N,Is] shared experts' gate, up, silu(gate) up */
 };
@@ -91,29 +110,69 @@ static void *moe_alloc(mt_moe_t *x, size_t bytes)
 
 #define ALLOC(ptr, n) ((ptr) = moe_alloc(x, sizeof *(ptr) * (size_t)(n)), ok &= (ptr) != NULL)
 
-static bool acts_alloc(mt_moe_t *x, moe_acts_t *a, int64_t N, int64_t H)
+/* realloc that aborts: a step cannot fail part-way through an exchange */
+static void *grow(void *p, size_t bytes, const char *what)
+{
+    void *q = realloc(p, bytes ? bytes : 1);
+    if (!q) {
+        fprintf(stderr, "meshtrain: out of memory growing the MoE %s to %zu bytes "
+                        "(model_moe.c); aborting\n", what, bytes);
+        abort();
+    }
+    return q;
+}
+
+/* Room for R received rows in a's row buffers (and the shared scratch). */
+static void reserve_rows(mt_moe_t *x, moe_acts_t *a, int64_t R, int64_t H)
+{
+    if (R > a->cap) {
+        int64_t c = R + R / 4;
+        x->act_numel += (c - a->cap) * (1 + 3 * x->Im + H);
+        a->perm = grow(a->perm, sizeof(int32_t) * (size_t)c, "row permutation");
+        a->iperm = grow(a->iperm, sizeof(int32_t) * (size_t)c, "row permutation");
+        a->xe = grow(a->xe, sizeof(float) * (size_t)(c * H), "expert inputs");
+        a->g = grow(a->g, sizeof(float) * (size_t)(c * x->Im), "expert activations");
+        a->u = grow(a->u, sizeof(float) * (size_t)(c * x->Im), "expert activations");
+        a->a = grow(a->a, sizeof(float) * (size_t)(c * x->Im), "expert activations");
+        a->cap = c;
+    }
+    if (R > x->scap) {
+        int64_t c = R + R / 4;
+        x->act_numel += (c - x->scap) * (2 * H + x->Im);
+        x->recvbuf = grow(x->recvbuf, sizeof(float) * (size_t)(c * H), "receive buffer");
+        x->ye = grow(x->ye, sizeof(float) * (size_t)(c * H), "expert outputs");
+        x->da = grow(x->da, sizeof(float) * (size_t)(c * x->Im), "expert scratch");
+        x->scap = c;
+    }
+}
+
+static bool route_alloc(mt_moe_t *x, moe_route_t *r)
 {
     bool ok = true;
-    int64_t NK = N * x->K;
-    ALLOC(a->probs, N * x->E);
-    ALLOC(a->idx, NK);
-    ALLOC(a->w, NK);
+    ALLOC(r->probs, x->N * x->E);
+    ALLOC(r->idx, x->N * x->K);
+    ALLOC(r->w, x->N * x->K);
+    return ok;
+}
+
+static bool acts_alloc(mt_moe_t *x, moe_acts_t *a, int64_t H)
+{
+    bool ok = true;
+    int64_t N = x->N, NK = N * x->K;
     ALLOC(a->slot_row, NK);
     ALLOC(a->scnt, x->ep);
     ALLOC(a->rcnt, x->ep);
     ALLOC(a->ecnt, x->ep * x->El);
-    ALLOC(a->perm, x->rmax);
-    ALLOC(a->iperm, x->rmax);
-    ALLOC(a->xe, x->rmax * H);
-    ALLOC(a->g, x->rmax * x->Im);
-    ALLOC(a->u, x->rmax * x->Im);
-    ALLOC(a->a, x->rmax * x->Im);
     ALLOC(a->y, NK * H);
     if (x->Is > 0) {
         ALLOC(a->sg, N * x->Is);
         ALLOC(a->su, N * x->Is);
         ALLOC(a->sa, N * x->Is);
     }
+    /* the balanced load to begin with: every rank receives N K rows (at
+     * most ep N min(K, El), when every token picks this rank's experts) */
+    int64_t most = x->ep * N * (x->K < x->El ? x->K : x->El);
+    reserve_rows(x, a, NK < most ? NK : most, H);
     return ok;
 }
 
@@ -121,46 +180,48 @@ mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int 
                         bool no_arenas)
 {
     const mt_model_config_t *mc = &cfg->model;
-    if (m->tp > 1)
-        MT_FAIL(MT_ERR_UNSUPPORTED, "MoE layers with tensor parallelism (tp_size %d) are not in "
-                "this release: use tp_size 1 with expert parallelism", m->tp);
     if (ep_size < 1 || mc->num_experts % ep_size)
         MT_FAIL(MT_ERR_CONFIG, "%lld experts do not split over ep_size %d",
                 (long long)mc->num_experts, ep_size);
+    if (m->tp > 1 && m->N % m->tp)
+        MT_FAIL(MT_ERR_CONFIG, "MoE layers with tensor parallelism route N / tp_size tokens on "
+                "each TP rank: the %lld tokens of a micro-batch do not split over tp_size %d",
+                (long long)m->N, m->tp);
     mt_moe_t *x = calloc(1, sizeof *x);
     if (!x)
         MT_FAIL(MT_ERR_NOMEM, "MoE state");
     m->moe = x;
     int L = (int)m->L;
-    int64_t N = m->N, H = m->H;
+    int64_t H = m->H;
+    x->N = m->N / m->tp;
+    int64_t N = x->N;
     x->E = mc->num_experts, x->K = mc->num_experts_per_tok, x->Im = mc->moe_intermediate_size;
     x->Is = mc->num_shared_experts * x->Im;
-    if (mc->moe_capacity_factor > 0) { /* GShard's capacity, over this rank's micro-batch */
-        double c = ceil(mc->moe_capacity_factor * (double)(m->N * x->K) / (double)x->E);
+    if (mc->moe_capacity_factor > 0) { /* GShard's capacity, over this rank's tokens */
+        double c = ceil(mc->moe_capacity_factor * (double)(N * x->K) / (double)x->E);
         x->cap = c < 1 ? 1 : (int64_t)c;
     }
     x->ep = ep_size, x->ep_rank = ep_rank;
     x->El = x->E / ep_size, x->e_lo = ep_rank * x->El;
     x->norm_topk = mc->norm_topk_prob;
-    x->rmax = (int64_t)ep_size * N * (x->K < x->El ? x->K : x->El);
+    x->nslots = m->nslots;
+    m->nroute = MT_MOE_ROUTE(x->E);
     bool ok = true;
     ALLOC(x->sparse, L);
     ALLOC(x->xfirst, L);
     ALLOC(x->counts, L * x->E);
     ALLOC(x->dropped, L);
+    ALLOC(x->load, m->L_full * x->E);
     if (mc->moe_router_bias_update_rate > 0) /* aux-loss-free balancing: starts at 0 */
         ALLOC(x->bias, L * x->E);
     ALLOC(x->kept, x->E);
     ALLOC(x->kend, x->E);
-    ALLOC(x->psum, L * x->E);
-    ALLOC(x->ctot, x->E);
-    ALLOC(x->acts, L);
+    ALLOC(x->act, x->nslots * L);
+    ALLOC(x->rt, x->nslots * L);
+    ALLOC(x->route_mem, x->nslots * m->nroute);
     ALLOC(x->off, x->E);
     ALLOC(x->src_tok, N * x->K);
     ALLOC(x->sendbuf, N * x->K * H);
-    ALLOC(x->recvbuf, x->rmax * H);
-    ALLOC(x->ye, x->rmax * H);
-    ALLOC(x->da, x->rmax * x->Im);
     ALLOC(x->dw, N * x->K);
     ALLOC(x->dlogits, N * x->E);
     ALLOC(x->aux_dp, x->E);
@@ -169,8 +230,7 @@ mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int 
     for (int l = 0; l < L; l++) {
         x->sparse[l] = m->layers[l].router != NULL;
         x->xfirst[l] = -1;
-        if (x->sparse[l])
-            x->nmoe++, x->last = l;
+        x->nmoe += x->sparse[l];
     }
     ALLOC(x->xp, 3 * x->El * x->nmoe);
     if (!ok)
@@ -183,8 +243,8 @@ mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int 
         for (int64_t i = 0; i < x->El; i++)
             for (int k = 0; k < 3; k++) {
                 mt_param_t *p = &x->xp[x->nxp++];
-                snprintf(p->name, sizeof p->name, "model.layers.%d.mlp.experts.%lld.%s.weight", l,
-                         (long long)(x->e_lo + i), proj[k]);
+                snprintf(p->name, sizeof p->name, "model.layers.%d.mlp.experts.%lld.%s.weight",
+                         m->layer_id[l], (long long)(x->e_lo + i), proj[k]);
                 p->ndim = 2;
                 p->shape[0] = p->full_shape[0] = k == 2 ? H : x->Im;
                 p->shape[1] = p->full_shape[1] = k == 2 ? x->Im : H;
@@ -205,29 +265,40 @@ mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int 
             x->xp[i].grad = x->grad_mem + x->xp[i].offset;
         }
     }
-    /* Under activation checkpointing a layer's forward is recomputed right
-     * before its backward, so one set of routing buffers serves them all. */
-    for (int l = 0; l < L; l++) {
-        if (!x->sparse[l])
-            continue;
-        if (m->checkpointing && l != x->last)
-            continue;
-        if (!acts_alloc(x, &x->acts[l], N, H))
-            MT_FAIL(MT_ERR_NOMEM, "MoE activations of layer %d", l);
-    }
+    /* Routing state per (slot, layer).  Under activation checkpointing a
+     * layer's forward is recomputed right before its backward, so one set
+     * serves every layer and slot; with moe.ignore_router_for_ac the
+     * router's outputs stay per layer and slot all the same. */
     x->keep_router = m->checkpointing && cfg->distributed.moe.ignore_router_for_ac;
-    if (m->checkpointing)
+    moe_acts_t *one = NULL;
+    moe_route_t *one_rt = NULL;
+    for (int s = 0; s < x->nslots; s++)
         for (int l = 0; l < L; l++) {
-            x->acts[l] = x->acts[x->last];
-            if (x->keep_router && x->sparse[l] && l != x->last) { /* their own router outputs */
-                ALLOC(x->acts[l].probs, N * x->E);
-                ALLOC(x->acts[l].idx, N * x->K);
-                ALLOC(x->acts[l].w, N * x->K);
+            if (!x->sparse[l])
+                continue;
+            int i = s * L + l;
+            if (!m->checkpointing || !one) {
+                ALLOC(x->act[i], 1);
+                if (!ok || !acts_alloc(x, x->act[i], H))
+                    MT_FAIL(MT_ERR_NOMEM, "MoE activations of layer %d", m->layer_id[l]);
+                one = x->act[i];
             }
+            x->act[i] = one;
+            if (!m->checkpointing || x->keep_router || !one_rt) {
+                ALLOC(x->rt[i], 1);
+                if (!ok || !route_alloc(x, x->rt[i]))
+                    MT_FAIL(MT_ERR_NOMEM, "router outputs of layer %d", m->layer_id[l]);
+                one_rt = x->rt[i];
+            }
+            x->rt[i] = one_rt;
         }
-    if (!ok)
-        MT_FAIL(MT_ERR_NOMEM, "kept router outputs");
     return MT_OK;
+}
+
+void mt_moe_use_slot(mt_model_t *m, int slot)
+{
+    m->moe->slot = slot;
+    m->route = m->moe->route_mem + (int64_t)slot * m->nroute;
 }
 
 void mt_moe_free(mt_model_t *m)
@@ -235,9 +306,19 @@ void mt_moe_free(mt_model_t *m)
     mt_moe_t *x = m->moe;
     if (!x)
         return;
+    for (int s = 0; s < x->nslots && x->act; s++) /* the grown buffers, once per set */
+        for (int l = 0; l < m->L; l++) {
+            moe_acts_t *a = x->act[s * m->L + l];
+            if (!a || !a->xe)
+                continue;
+            free(a->perm), free(a->iperm), free(a->xe), free(a->g), free(a->u), free(a->a);
+            a->perm = a->iperm = NULL, a->xe = a->g = a->u = a->a = NULL;
+        }
+    free(x->recvbuf), free(x->ye), free(x->da);
     for (int i = 0; i < x->nalloc; i++)
         free(x->allocs[i]);
     free(x->allocs);
+    m->route = NULL;
     free(x);
     m->moe = NULL;
 }
@@ -260,7 +341,7 @@ void mt_moe_update_bias(mt_model_t *m, const int64_t *load, double rate)
     for (int l = 0; l < m->L; l++) {
         if (!x->sparse[l])
             continue;
-        const int64_t *c = load + l * x->E;
+        const int64_t *c = load + m->layer_id[l] * x->E;
         double mean = 0;
         for (int64_t e = 0; e < x->E; e++)
             mean += (double)c[e];
@@ -343,62 +424,72 @@ static int64_t expert_rows(const mt_moe_t *x, const moe_acts_t *a, int64_t i)
     return n;
 }
 
-/* The load-balancing loss over every MoE layer's routing of this micro-batch. */
-static void aux_loss(mt_model_t *m)
+void mt_moe_finish_forward(mt_model_t *m)
 {
     mt_moe_t *x = m->moe;
     int64_t E = x->E;
-    double P[E > 0 ? E : 1];
+    double *C = m->route, *S = m->route + E, R;
+    if (m->route_sum)
+        m->route_sum(m->route_ctx, m->route, m->nroute);
+    R = m->route[2 * E];
+    double s = 0;
     for (int64_t e = 0; e < E; e++)
-        x->ctot[e] = 0, P[e] = 0;
-    for (int l = 0; l < m->L; l++)
-        if (x->sparse[l])
-            for (int64_t e = 0; e < E; e++)
-                x->ctot[e] += (double)x->counts[l * E + e], P[e] += x->psum[l * E + e];
-    double R = (double)x->nmoe * (double)m->N, s = 0;
-    for (int64_t e = 0; e < E; e++)
-        s += (x->ctot[e] / R) * (P[e] / R);
-    x->aux = (double)E * s;
+        s += (C[e] / R) * (S[e] / R);
+    x->aux = R > 0 ? (double)E * s : 0.0;
+    if (x->training && !m->recomputing)
+        x->aux_sum += x->aux;
 }
 
 void mt_moe_forward(mt_model_t *m, int l, const float *h, const float *res, float *out)
 {
     mt_moe_t *x = m->moe;
-    moe_acts_t *a = &x->acts[l];
+    int i0 = x->slot * (int)m->L + l;
+    moe_acts_t *a = x->act[i0];
+    moe_route_t *rt = x->rt[i0];
     const mt_backend_t *be = m->be;
-    int64_t N = m->N, H = m->H, E = x->E, K = x->K, El = x->El, Im = x->Im, NK = N * K;
+    int64_t N = x->N, H = m->H, E = x->E, K = x->K, El = x->El, Im = x->Im, NK = N * K;
 
     if (!(x->keep_router && m->recomputing)) { /* else: the forward's routing, kept */
-        be->matmul(a->probs, h, m->layers[l].router->data, N, E, H, false, true, 0.0f);
-        be->moe_router_forward(a->probs, a->idx, a->w, x->bias ? x->bias + l * E : NULL, N, E,
-                               K, x->norm_topk);
+        be->matmul(rt->probs, h, m->layers[l].router->data, N, E, H, false, true, 0.0f);
+        be->moe_router_forward(rt->probs, rt->idx, rt->w, x->bias ? x->bias + l * E : NULL, N,
+                               E, K, x->norm_topk);
     }
 
-    /* counts, probability sums, and the send order (expert-major, token
-     * order within an expert) */
+    /* counts, probability sums into the micro-batch's totals (once: not
+     * again in a recompute), and the send order (expert-major, token order
+     * within an expert) */
     int64_t *cnt = x->counts + l * E;
-    double *ps = x->psum + l * E;
     memset(cnt, 0, sizeof *cnt * (size_t)E);
-    for (int64_t e = 0; e < E; e++)
-        ps[e] = 0;
     for (int64_t i = 0; i < NK; i++)
-        cnt[a->idx[i]]++;
-    for (int64_t t = 0; t < N; t++)
+        cnt[rt->idx[i]]++;
+    if (!m->recomputing) {
+        double *C = m->route, *S = m->route + E;
         for (int64_t e = 0; e < E; e++)
-            ps[e] += (double)a->probs[t * E + e];
+            C[e] += (double)cnt[e];
+        for (int64_t t = 0; t < N; t++)
+            for (int64_t e = 0; e < E; e++)
+                S[e] += (double)rt->probs[t * E + e];
+        m->route[2 * E] += (double)N;
+    }
     /* a capacity limit keeps each expert's first cap (token, slot) pairs
      * in token order; the aux loss and the load figures count them all */
     int64_t *kept = x->kept, rows = 0;
     for (int64_t e = 0; e < E; e++)
         kept[e] = x->cap > 0 && cnt[e] > x->cap ? x->cap : cnt[e], rows += kept[e];
     x->dropped[l] = NK - rows;
+    if (x->training && !m->recomputing) {
+        int64_t *load = x->load + m->layer_id[l] * E;
+        for (int64_t e = 0; e < E; e++)
+            load[e] += cnt[e];
+        x->load_dropped += x->dropped[l];
+    }
     x->off[0] = 0; /* next row of each expert's block, and where the block ends */
     for (int64_t e = 1; e < E; e++)
         x->off[e] = x->off[e - 1] + kept[e - 1];
     for (int64_t e = 0; e < E; e++)
         x->kend[e] = x->off[e] + kept[e];
     for (int64_t i = 0; i < NK; i++) {
-        int64_t e = a->idx[i];
+        int64_t e = rt->idx[i];
         if (x->off[e] == x->kend[e]) { /* over capacity: dropped */
             a->slot_row[i] = -1;
             continue;
@@ -423,6 +514,7 @@ void mt_moe_forward(mt_model_t *m, int l, const float *h, const float *res, floa
             a->rcnt[s] += a->ecnt[s * El + e];
         a->R += a->rcnt[s];
     }
+    reserve_rows(x, a, a->R, H);
     exchange(m, MT_EP_ROWS, x->sendbuf, a->scnt, x->recvbuf, a->rcnt, H);
 
     /* received rows come by source rank, then expert: regroup by expert */
@@ -461,7 +553,7 @@ void mt_moe_forward(mt_model_t *m, int l, const float *h, const float *res, floa
     /* back to the received order, back to the senders, weighted sum */
     be->moe_gather_rows(x->recvbuf, x->ye, a->iperm, a->R, H);
     exchange(m, MT_EP_ROWS, x->recvbuf, a->rcnt, a->y, a->scnt, H);
-    be->moe_combine(out, res, a->y, a->slot_row, a->w, N, K, H);
+    be->moe_combine(out, res, a->y, a->slot_row, rt->w, N, K, H);
     const mt_layer_params_t *p = &m->layers[l];
     if (x->Is > 0) { /* shared experts: every token, added after the routed sum */
         be->matmul(a->sg, h, p->wgate->data, N, x->Is, H, false, true, 0.0f);
@@ -469,20 +561,20 @@ void mt_moe_forward(mt_model_t *m, int l, const float *h, const float *res, floa
         be->swiglu_forward(a->sa, a->sg, a->su, N * x->Is);
         be->matmul(out, a->sa, p->wdown->data, N, H, x->Is, false, true, 1.0f);
     }
-    if (l == x->last)
-        aux_loss(m);
 }
 
 void mt_moe_backward(mt_model_t *m, int l, const float *h, const float *dout, float *dh)
 {
     mt_moe_t *x = m->moe;
-    moe_acts_t *a = &x->acts[l];
+    int i0 = x->slot * (int)m->L + l;
+    moe_acts_t *a = x->act[i0];
+    moe_route_t *rt = x->rt[i0];
     const mt_backend_t *be = m->be;
-    int64_t N = m->N, H = m->H, E = x->E, K = x->K, El = x->El, Im = x->Im;
+    int64_t N = x->N, H = m->H, E = x->E, K = x->K, El = x->El, Im = x->Im;
     const mt_param_t *router = m->layers[l].router;
 
     /* d routing weights, and the expert outputs' gradients in send order */
-    be->moe_combine_backward(x->dw, x->sendbuf, dout, a->y, a->slot_row, a->w, N, K, H);
+    be->moe_combine_backward(x->dw, x->sendbuf, dout, a->y, a->slot_row, rt->w, N, K, H);
     exchange(m, MT_EP_ROWS, x->sendbuf, a->scnt, x->recvbuf, a->rcnt, H);
     be->moe_gather_rows(x->ye, x->recvbuf, a->perm, a->R, H); /* expert-major */
 
@@ -509,11 +601,13 @@ void mt_moe_backward(mt_model_t *m, int l, const float *h, const float *dout, fl
     exchange(m, MT_EP_ROWS, x->recvbuf, a->rcnt, x->sendbuf, a->scnt, H);
     be->moe_combine(dh, NULL, x->sendbuf, a->slot_row, NULL, N, K, H);
 
-    /* router: routing weights and the load-balancing loss */
-    double R = (double)x->nmoe * (double)N;
+    /* router: routing weights and the load-balancing loss, from the
+     * micro-batch's totals */
+    double R = m->route[2 * E];
     for (int64_t e = 0; e < E; e++)
-        x->aux_dp[e] = (float)((double)x->aux_scale * (double)E * x->ctot[e] / (R * R));
-    be->moe_router_backward(x->dlogits, x->dw, a->probs, a->idx, a->w, x->aux_dp, N, E, K,
+        x->aux_dp[e] = R > 0 ? (float)((double)x->aux_scale * (double)E * m->route[e] / (R * R))
+                             : 0.0f;
+    be->moe_router_backward(x->dlogits, x->dw, rt->probs, rt->idx, rt->w, x->aux_dp, N, E, K,
                             x->norm_topk);
     be->matmul(router->grad, x->dlogits, h, E, H, N, true, false, 1.0f);
     be->matmul(dh, x->dlogits, router->data, N, H, E, false, false, 1.0f);

@@ -17,18 +17,31 @@
 #include "mt_model.h"
 
 typedef struct moe_acts moe_acts_t;
+typedef struct moe_route moe_route_t;
+
+/* The routing totals of one micro-batch (mt_model_t.route, MT_MOE_ROUTE
+ * doubles per pipeline slot): for each expert the (layer, token) rows
+ * routed to it and their summed router probabilities, and the rows R,
+ * over the MoE layers seen so far.  A pipeline stage adds its layers'
+ * share and passes them on with its activations; the last stage sums them
+ * over the ranks holding other tokens of the micro-batch (tensor and
+ * context parallel ranks), computes the load-balancing loss, and the
+ * totals travel back with the gradients for the backward. */
+#define MT_MOE_ROUTE(E) (2 * (E) + 1)
 
 typedef struct mt_moe {
     int64_t E, K, Im;         /* experts, experts per token, expert width */
     int64_t Is;               /* shared experts' width (num_shared_experts Im), or 0 */
-    int64_t cap;              /* rows an expert takes from a micro-batch; 0: dropless */
+    int64_t N;                /* tokens of the micro-batch this rank routes (all the
+                               * model's N, or N / tp under tensor parallelism) */
+    int64_t cap;              /* rows an expert takes from those tokens; 0: dropless */
     int64_t El, e_lo;         /* this rank's experts: [e_lo, e_lo + El) */
     int ep, ep_rank;
     bool norm_topk;
     bool keep_router;         /* moe.ignore_router_for_ac under activation
                                * checkpointing: each layer keeps its router
                                * outputs, and the recompute reuses them */
-    int nmoe, last;           /* MoE layers; index of the last one */
+    int nmoe;                 /* MoE layers of this rank's part of the model */
     bool *sparse;             /* [L]: layer l is a MoE layer */
     /* expert parameters: layer l, local expert i: xp[xfirst[l] + 3 i + {0,1,2}]
      * = experts.(e_lo + i).{gate,up,down}_proj.weight */
@@ -36,25 +49,37 @@ typedef struct mt_moe {
     int nxp, *xfirst;
     int64_t numel;            /* expert parameter elements on this rank */
     float *param_mem, *grad_mem; /* NULL when the experts are sharded */
-    /* routing statistics of the last forward: tokens of this micro-batch
-     * routed to each expert, and their summed router probabilities */
+    /* routing statistics of the last forward of each layer (this rank's tokens) */
     int64_t *counts;          /* [L * E] (routed, before any capacity limit) */
     int64_t *dropped;         /* [L]: (token, slot) pairs the capacity limit dropped */
     float *bias;              /* [L * E] aux-loss-free balancing bias, or NULL
                                * (mlp.gate.e_score_correction_bias in checkpoints) */
     int64_t *kept, *kend;     /* [E] scratch: rows kept per expert, end of its block */
-    double *psum;             /* [L * E] */
-    double *ctot;             /* [E]: counts summed over the MoE layers */
-    double aux;               /* load-balancing loss of the last forward (unscaled) */
+    double aux;               /* load-balancing loss of the last micro-batch (unscaled;
+                               * on the ranks of the last pipeline stage) */
     float aux_scale;          /* d objective / d aux: coef / micro-batches of the step */
-    int64_t rmax;             /* rows an expert rank can receive: ep N min(K, El) */
+    /* Step totals of the training forwards (not the recomputes), that the
+     * trainer reads and clears (train_moe.c): tokens routed to each expert
+     * by global layer [L_full * E], tokens dropped, and the aux losses of
+     * the micro-batches whose loss this rank computed. */
+    bool training;            /* set by the model: this forward is followed by backward */
+    int64_t *load, load_dropped;
+    double aux_sum;
+    /* routing state by pipeline slot: act[s L + l], rt[s L + l] */
+    int nslots, slot;
+    moe_acts_t **act;
+    moe_route_t **rt;
+    double *route_mem;        /* [nslots * MT_MOE_ROUTE(E)] */
     int64_t act_numel;        /* floats of routing buffers and activations */
-    moe_acts_t *acts;         /* [L]; one shared set under activation checkpointing */
-    /* scratch shared by the layers */
+    /* scratch shared by the layers; the received-row buffers (here and in
+     * each moe_acts_t) grow when a step routes more rows to this rank
+     * than they hold (dropless routing has no fixed bound short of every
+     * token choosing this rank) */
+    int64_t scap;             /* rows recvbuf, ye and da hold */
     int64_t *off;             /* [E] */
     int32_t *src_tok;         /* [N K] token of each send row */
     float *sendbuf, *recvbuf, *ye, *da, *dw, *dlogits, *aux_dp;
-    void **allocs;            /* everything above, for mt_moe_free */
+    void **allocs;            /* the fixed-size buffers, for mt_moe_free */
     int nalloc, capalloc;
 } mt_moe_t;
 
@@ -63,10 +88,13 @@ typedef struct mt_moe {
 bool mt_moe_is_sparse(const mt_config_t *cfg, int l);
 
 /* Experts, routing buffers and scratch for m (whose layers and router
- * parameters exist), for EP rank ep_rank of ep_size.  Refuses what this
- * release does not compute (tensor parallelism).  no_arenas: leave out the
- * expert parameter and gradient arenas; whoever shards the experts points
- * their data and grad at its own buffers before use. */
+ * parameters exist), for EP rank ep_rank of ep_size.  Under tensor
+ * parallelism each TP rank routes its own N / tp of the micro-batch's
+ * tokens (Megatron's folding of TP into the MoE layer; model.c splits and
+ * gathers), so the experts and the router are whole on every TP rank and
+ * their gradients partial.  no_arenas: leave out the expert parameter and
+ * gradient arenas; whoever shards the experts points their data and grad
+ * at its own buffers before use. */
 mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int ep_size,
                         bool no_arenas);
 void mt_moe_free(mt_model_t *m);
@@ -78,19 +106,30 @@ void mt_moe_zero_grad(mt_model_t *m);
 
 /* Aux-loss-free balancing: after a step, move each MoE layer's bias by
  * rate towards balance (+rate for an expert below the layer's mean load,
- * -rate above); load [L * E] is the step's routed tokens over the whole
- * global batch, so every rank moves it the same way. */
+ * -rate above); load [L_full * E], by global layer, is the step's routed
+ * tokens over the whole global batch, so every rank moves it the same way. */
 void mt_moe_update_bias(mt_model_t *m, const int64_t *load, double rate);
 
-/* out [N,H] = res + MoE(h) for layer l; h is the normed input [N,H]. */
+/* Point m->route and the routing state at pipeline slot `slot`. */
+void mt_moe_use_slot(mt_model_t *m, int slot);
+
+/* out [n,H] = res + MoE(h) for layer l over this rank's n = m->moe->N
+ * tokens; h is their normed input [n,H].  Adds the layer's routing to
+ * m->route (not when recomputing). */
 void mt_moe_forward(mt_model_t *m, int l, const float *h, const float *res, float *out);
-/* dh [N,H] = d/dh (overwritten) from dout, the gradient of out; router
- * and expert gradients are accumulated.  Includes the load-balancing
- * loss's gradient, scaled by m->moe->aux_scale. */
+/* After the last layer of the micro-batch (at the head): m->route holds
+ * this rank's totals over every MoE layer of the model; sums them over
+ * the ranks holding the micro-batch's other tokens (m->route_sum, when
+ * set) and computes the load-balancing loss into m->moe->aux. */
+void mt_moe_finish_forward(mt_model_t *m);
+/* dh [n,H] = d/dh (overwritten) from dout [n,H], the gradient of out;
+ * router and expert gradients are accumulated.  Includes the
+ * load-balancing loss's gradient, scaled by m->moe->aux_scale, from the
+ * micro-batch's totals in m->route. */
 void mt_moe_backward(mt_model_t *m, int l, const float *h, const float *dout, float *dh);
 
-/* Floats of the MoE activations and routing buffers (for the memory line;
- * not in the model's act_numel, which is its own arena). */
+/* Floats of the MoE activations and routing buffers as allocated now (for
+ * the memory line; not in the model's act_numel, which is its own arena). */
 int64_t mt_moe_act_numel(const mt_model_t *m);
 
 /* Parameters of all experts (every EP rank's) and matmul FLOPs per token

@@ -224,6 +224,17 @@ typedef struct {
     void (*ep_alltoall)(void *ctx, mt_ep_op_t op, const void *send, const int64_t *scounts,
                         void *recv, const int64_t *rcounts, int64_t width);
     void *ep_ctx;
+    /* The micro-batch's MoE routing totals (model_moe.h, MT_MOE_ROUTE), in
+     * host memory, of the pipeline slot in use: a pipeline passes them on
+     * with the activations and back with the gradients.  NULL, 0 for a
+     * dense model. */
+    double *route;
+    int64_t nroute;
+    /* Sums n doubles in place over the ranks that hold the micro-batch's
+     * other tokens (context and tensor parallel ranks); set by the
+     * parallelize layer, NULL: this rank holds them all. */
+    void (*route_sum)(void *ctx, double *buf, int64_t n);
+    void *route_ctx;
     bool recomputing;    /* inside the activation-checkpointing recompute */
 } mt_model_t;
 
@@ -245,7 +256,8 @@ mt_status_t mt_model_init_part(mt_model_t *m, const mt_config_t *cfg, const mt_b
  * model holds only that rank's num_experts / ep_size experts (ep_rank -1:
  * all of them). */
 mt_status_t mt_model_init_ep(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
-                             int64_t B, int64_t T, unsigned flags, int tp_rank, int ep_rank);
+                             int64_t B, int64_t T, unsigned flags, int tp_rank, int ep_rank,
+                             const mt_model_part_t *part);
 void mt_model_free(mt_model_t *m);
 
 /* Initial weights from (seed, parameter name, element): independent of

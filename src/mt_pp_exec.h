@@ -44,10 +44,12 @@ typedef struct {
     /* run state */
     int *slot_of;             /* [nchunks * m]: slot of (chunk, microbatch), or -1 */
     bool *slot_busy;          /* [nslots] */
-    float **send_buf;         /* [nsend]: outgoing messages, each Ns * H */
+    float **send_buf;         /* [nsend]: outgoing messages, each Ns * H (+ the
+                               * MoE routing totals, mt_model_t.route) */
+    float *recv_buf;          /* incoming message with routing totals */
     MPI_Request *send_req;    /* [nsend]: their sends (NULL request: free) */
     int nsend;
-    float *handoff;           /* forward-only passes between local stages */
+    float *handoff;           /* forward-only passes: a message's staging */
     /* measured over every run: seconds and counts of F, B, W and BW passes
      * (the compute), and the runs' wall time */
     double t_pass[4];

@@ -7,7 +7,11 @@
  * the slot out again before every action.  Stages next to each other on
  * this rank (the bottom of v_schedule's V) pass the activation and the
  * gradient by copying from one slot into the other right after the
- * producing pass, while both are held. */
+ * producing pass, while both are held.
+ *
+ * A MoE model's messages carry the micro-batch's routing totals
+ * (mt_model_t.route, doubles as pairs of floats) after the activation or
+ * gradient: partial sums forward, the totals the last stage formed back. */
 /* MPICH annotates MPI_STATUSES_IGNORE arguments with access sizes that
  * GCC 12 misreads as an overflow of a zero-sized region. */
 #pragma GCC diagnostic ignored "-Wstringop-overflow"
@@ -105,7 +109,7 @@ void mt_pp_exec_free(mt_pp_exec_t *x)
 {
     mt_pp_sched_free(&x->sched);
     free(x->chunk_of_stage), free(x->stage_of_chunk), free(x->layer_lo), free(x->layer_hi);
-    free(x->slot_of), free(x->slot_busy), free(x->handoff);
+    free(x->slot_of), free(x->slot_busy), free(x->handoff), free(x->recv_buf);
     for (int i = 0; i < x->nsend; i++)
         free(x->send_buf[i]);
     free(x->send_buf), free(x->send_req);
@@ -182,25 +186,49 @@ static mt_status_t send_buffer(mt_pp_exec_t *x, int64_t n, int *k)
     return MT_OK;
 }
 
-/* Send a copy of buf (never waited for here), or receive into buf. */
-static mt_status_t transfer(mt_pp_exec_t *x, const mt_pp_action_t *a, float *buf, int64_t n)
+/* Send a copy of buf [n] and route [nr] (never waited for here), or
+ * receive into them. */
+static mt_status_t transfer(mt_pp_exec_t *x, const mt_pp_action_t *a, float *buf, int64_t n,
+                            double *route, int64_t nr)
 {
     int tag = mt_pp_action_tag(&x->sched, a), rc, k = 0;
     bool send = a->kind == MT_PP_SEND_ACT || a->kind == MT_PP_SEND_GRAD;
+    int64_t nf = n + 2 * nr;
     MPI_Request rq;
     if (send) {
-        MT_TRY(send_buffer(x, n, &k));
+        MT_TRY(send_buffer(x, nf, &k));
         memcpy(x->send_buf[k], buf, sizeof(float) * (size_t)n);
-        rc = MPI_Isend(x->send_buf[k], (int)n, MPI_FLOAT, a->peer, tag, x->pp, &x->send_req[k]);
-    } else {
+        if (nr > 0)
+            memcpy(x->send_buf[k] + n, route, sizeof(double) * (size_t)nr);
+        rc = MPI_Isend(x->send_buf[k], (int)nf, MPI_FLOAT, a->peer, tag, x->pp, &x->send_req[k]);
+    } else if (nr == 0) {
         rc = MPI_Irecv(buf, (int)n, MPI_FLOAT, a->peer, tag, x->pp, &rq);
+    } else {
+        if (!x->recv_buf && !(x->recv_buf = malloc(sizeof(float) * (size_t)nf)))
+            MT_FAIL(MT_ERR_NOMEM, "pipeline receive buffer");
+        rc = MPI_Irecv(x->recv_buf, (int)nf, MPI_FLOAT, a->peer, tag, x->pp, &rq);
     }
     if (rc != MPI_SUCCESS) {
         char what[96];
         mt_pp_action_format(a, what, sizeof what);
         MT_FAIL(MT_ERR_MPI, "pipeline %s: MPI error %d", what, rc);
     }
-    return send ? MT_OK : mt_wait_all(1, &rq);
+    if (send)
+        return MT_OK;
+    MT_TRY(mt_wait_all(1, &rq));
+    if (nr > 0) {
+        memcpy(buf, x->recv_buf, sizeof(float) * (size_t)n);
+        memcpy(route, x->recv_buf + n, sizeof(double) * (size_t)nr);
+    }
+    return MT_OK;
+}
+
+/* The routing totals of the slot in use into the slot of (c, mb), which
+ * the caller then lays out. */
+static void pass_route(mt_model_t *m, const void *from)
+{
+    if (m->nroute > 0)
+        memcpy(m->route, from, sizeof(double) * (size_t)m->nroute);
 }
 
 mt_status_t mt_pp_exec_run(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens,
@@ -208,8 +236,8 @@ mt_status_t mt_pp_exec_run(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens
                            float grad_scale, double *loss, int64_t *count)
 {
     int M = x->sched.m, S = x->sched.num_stages, r = x->rank;
-    int64_t N = m->N, act = m->Ns * m->H;
-    if (act > 2147483647LL)
+    int64_t N = m->N, act = m->Ns * m->H, nr = m->nroute;
+    if (act + 2 * nr > 2147483647LL)
         MT_FAIL(MT_ERR_UNSUPPORTED, "pipeline messages of %lld elements need 64-bit MPI counts",
                 (long long)act);
     for (int i = 0; i < S * M; i++)
@@ -231,7 +259,7 @@ mt_status_t mt_pp_exec_run(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens
         case MT_PP_RECV_ACT:
             MT_TRY(acquire(x, c, mb, &k));
             use(x, m, c, mb);
-            MT_TRY(transfer(x, a, mt_model_stage_input(m, c), act));
+            MT_TRY(transfer(x, a, mt_model_stage_input(m, c), act, m->route, nr));
             break;
         case MT_PP_FORWARD: {
             int64_t cnt = 0;
@@ -241,19 +269,21 @@ mt_status_t mt_pp_exec_run(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens
             *count += cnt;
             if (next >= 0) { /* the next stage is here too: hand the output over */
                 float *out = m->x_final;
+                const double *route = m->route;
                 MT_TRY(acquire(x, next, mb, &k));
                 use(x, m, next, mb);
                 m->be->copy(mt_model_stage_input(m, next), out, sizeof(float) * (size_t)act);
+                pass_route(m, route);
             }
             break;
         }
         case MT_PP_SEND_ACT:
             use(x, m, c, mb);
-            MT_TRY(transfer(x, a, m->x_final, act));
+            MT_TRY(transfer(x, a, m->x_final, act, m->route, nr));
             break;
         case MT_PP_RECV_GRAD:
             use(x, m, c, mb);
-            MT_TRY(transfer(x, a, m->dres, act));
+            MT_TRY(transfer(x, a, m->dres, act, m->route, nr));
             break;
         case MT_PP_BACKWARD:
         case MT_PP_BACKWARD_INPUT:
@@ -261,8 +291,10 @@ mt_status_t mt_pp_exec_run(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens
             mt_model_backward_chunk(m, c, tok, a->kind == MT_PP_BACKWARD_INPUT);
             if (prev >= 0) { /* the previous stage is here: hand the input gradient over */
                 float *g = m->dres;
+                const double *route = m->route;
                 use(x, m, prev, mb);
                 m->be->copy(m->dres, g, sizeof(float) * (size_t)act);
+                pass_route(m, route);
             }
             if (a->kind == MT_PP_BACKWARD)
                 release(x, c, mb);
@@ -275,7 +307,7 @@ mt_status_t mt_pp_exec_run(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens
         case MT_PP_SEND_GRAD:
             /* right after its B: the slot (even if a BW gave it back) is untouched */
             use(x, m, c, mb);
-            MT_TRY(transfer(x, a, m->dres, act));
+            MT_TRY(transfer(x, a, m->dres, act, m->route, nr));
             break;
         }
         int pass = a->kind == MT_PP_FORWARD ? 0 : a->kind == MT_PP_BACKWARD_INPUT ? 1
@@ -297,11 +329,13 @@ mt_status_t mt_pp_exec_forward(mt_pp_exec_t *x, mt_model_t *m, const int32_t *to
 {
     int S = x->sched.num_stages, p = x->sched.p;
     mt_pp_schedule_t sch = x->sched.schedule;
-    int64_t act = m->Ns * m->H;
+    int64_t act = m->Ns * m->H, nr = m->nroute, nf = act + 2 * nr;
     double part[2] = {0, 0}, sum[2];
-    if (!x->handoff && !(x->handoff = malloc(sizeof(float) * (size_t)act)))
+    if (!x->handoff && !(x->handoff = malloc(sizeof(float) * (size_t)nf)))
         MT_FAIL(MT_ERR_NOMEM, "pipeline hand-off buffer");
-    /* Stage by stage in order: a rank waits only for the stage before. */
+    /* Stage by stage in order: a rank waits only for the stage before.
+     * Every message goes through handoff: the activation, then the
+     * routing totals. */
     for (int s = 0; s < S; s++) {
         int c = x->chunk_of_stage[s];
         if (c < 0)
@@ -309,11 +343,11 @@ mt_status_t mt_pp_exec_forward(mt_pp_exec_t *x, mt_model_t *m, const int32_t *to
         mt_model_use_slot(m, 0, c);
         if (s > 0) {
             int from = mt_pp_stage_rank(sch, p, s - 1);
-            if (from == x->rank)
-                memcpy(mt_model_stage_input(m, c), x->handoff, sizeof(float) * (size_t)act);
-            else
-                MT_MPI_TRY(MPI_Recv(mt_model_stage_input(m, c), (int)act, MPI_FLOAT, from, s,
-                                    x->pp, MPI_STATUS_IGNORE));
+            if (from != x->rank)
+                MT_MPI_TRY(MPI_Recv(x->handoff, (int)nf, MPI_FLOAT, from, s, x->pp,
+                                    MPI_STATUS_IGNORE));
+            memcpy(mt_model_stage_input(m, c), x->handoff, sizeof(float) * (size_t)act);
+            pass_route(m, x->handoff + act); /* not aligned for doubles */
         }
         int64_t cnt = 0;
         double l = mt_model_forward_chunk(m, c, tokens, targets, false, 0.0f, &cnt);
@@ -321,10 +355,11 @@ mt_status_t mt_pp_exec_forward(mt_pp_exec_t *x, mt_model_t *m, const int32_t *to
             part[0] = l, part[1] = (double)cnt;
         } else {
             int to = mt_pp_stage_rank(sch, p, s + 1);
-            if (to == x->rank)
-                memcpy(x->handoff, m->x_final, sizeof(float) * (size_t)act);
-            else
-                MT_MPI_TRY(MPI_Send(m->x_final, (int)act, MPI_FLOAT, to, s + 1, x->pp));
+            memcpy(x->handoff, m->x_final, sizeof(float) * (size_t)act);
+            if (nr > 0)
+                memcpy(x->handoff + act, m->route, sizeof(double) * (size_t)nr);
+            if (to != x->rank)
+                MT_MPI_TRY(MPI_Send(x->handoff, (int)nf, MPI_FLOAT, to, s + 1, x->pp));
         }
     }
     MT_TRY(mt_allreduce(part, sum, 2, MPI_DOUBLE, MPI_SUM, x->pp));

@@ -237,8 +237,8 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
         if (mt_train_moe_sharded(cfg))
             flags |= MT_MODEL_NO_EXPERT_ARENAS;
         int ep_rank = cfg->distributed.ep_size > 1 ? mesh->group_rank[MT_GROUP_EP] : -1;
-        MT_TRY(mt_model_init_ep(&r->model, cfg, be, B, T, flags, mesh->group_rank[MT_GROUP_TP],
-                                ep_rank));
+        MT_TRY(mt_model_init_ep(&r->model, cfg, be, B, T / cp, flags,
+                                mesh->group_rank[MT_GROUP_TP], ep_rank, pp_part));
     } else {
         MT_TRY(mt_model_init_part(&r->model, cfg, be, B, T / cp, flags,
                                   mesh->group_rank[MT_GROUP_TP], pp_part));
@@ -518,7 +518,6 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
         if (s != MT_OK)
             break;
         mt_model_zero_grad(m);
-        mt_train_moe_begin_step(&r->moe, m);
         double local_sum = 0, sum = 0;
         float scale = count ? 1.0f / (float)count : 0.0f;
         /* Pipelines by default backpropagate the summed loss and scale the
@@ -526,6 +525,7 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
          * false); in the schedule, every microbatch's loss gradient is
          * scaled, as without a pipeline. */
         bool in_schedule = !r->pp || cfg->distributed.pipeline.scale_grads_in_schedule;
+        mt_train_moe_begin_step(&r->moe, m, in_schedule, scale);
         for (int64_t u = 0; u < accum && s == MT_OK; u++) {
             int64_t c = 0;
             if (r->sharded)
@@ -547,7 +547,6 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
             if (with_pos)
                 mt_model_set_packing(m, r->pos + u * N, r->packed ? r->docs + u * N : NULL);
             local_sum += mt_model_step(m, r->tokens + u * N, r->targets + u * N, true, scale, &c);
-            mt_train_moe_after_micro(&r->moe, m);
         }
         if (s == MT_OK && r->pp && !r->sharded)
             mt_ddp_begin(&r->ddp, true); /* the pipeline's gradients reduce after the schedule */
@@ -566,7 +565,7 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
             s = update(r, cfg, step, &gnorm, &lr);
         if (s != MT_OK)
             break;
-        s = mt_train_moe_step_stats(&r->moe, m, dpcp, comm);
+        s = mt_train_moe_step_stats(&r->moe, m);
         if (s != MT_OK)
             break;
         /* the objective: token-mean cross-entropy + coef x mean aux loss */

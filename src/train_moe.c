@@ -1,18 +1,26 @@
 /* train_moe.c: the training loop's MoE glue (train_moe.h).
  *
- * The router is an ordinary layer parameter and follows the data-parallel
- * strategy (fsdp2 over dp_shard, or ddp).  The experts live in their own
- * arena (model_moe.h): each rank holds num_experts / ep_size of them, and
- * the ranks holding the same experts (ep_shard = dp / ep of them: the
- * MT_GROUP_EP_SHARD group, or all of dp when ep_size is 1) each see
- * different tokens, so the expert gradients are summed over that group
- * once per step, after backward.  Under fsdp2 with ep_shard > 1 the
- * experts are instead FSDP-sharded over ep_shard by a second mt_fsdp over
- * a model-like view of the expert arena whose units mirror the model's,
- * driven by the model's own unit events (chain_hook): gathered before a
- * MoE layer's forward and backward, gradients reduce-scattered after its
- * backward.  Expert gradients are distinct on each EP rank, so their
- * squares are summed over the EP group for the global norm, once. */
+ * The router and the shared experts are ordinary layer parameters and
+ * follow the data-parallel strategy (fsdp2 over dp_shard, or ddp); under
+ * tensor parallelism they are whole on every TP rank, each of which routes
+ * its own tokens, so their gradients are summed over TP with the other
+ * partial ones (tp_partial_grad).  The experts live in their own arena
+ * (model_moe.h): each rank holds num_experts / ep_size of them.  The
+ * ranks holding the same experts (rep: the same pipeline stage and EP
+ * index, i.e. ep_shard = dp x cp / ep of them times tp) each route
+ * different tokens, so the expert gradients are summed over rep once per
+ * step, after backward.  Under fsdp2 with ep > 1 and rep larger than one
+ * rank the experts are instead FSDP-sharded over rep by a second mt_fsdp
+ * over a model-like view of the expert arena whose units mirror the
+ * model's, driven by the model's own unit events (chain_hook): gathered
+ * before a MoE layer's forward and backward, gradients reduce-scattered
+ * after its backward (under a pipeline: gathered at first use, reduced
+ * after the schedule, as the model's).
+ *
+ * The load-balancing loss needs each micro-batch's routing totals over
+ * all its tokens and MoE layers: the pipeline carries them between
+ * stages (pp_exec.c), and route_sum adds them up over the cp x tp ranks
+ * that hold the micro-batch's other tokens. */
 #include "train_moe.h"
 
 #include <stdlib.h>
@@ -22,13 +30,11 @@
 #include "mt_comm.h"
 #include "mt_fsdp.h"
 
-/* Experts are FSDP-sharded over ep_shard under fsdp2 when there is more
- * than one rank to shard over; else replicated there. */
 bool mt_train_moe_sharded(const mt_config_t *cfg)
 {
     const mt_distributed_config_t *d = &cfg->distributed;
     return cfg->model.num_experts > 0 && d->strategy == MT_STRATEGY_FSDP2 && d->ep_size > 1 &&
-           cfg->derived.ep_shard > 1;
+           cfg->derived.ep_shard * d->tp_size > 1;
 }
 
 mt_status_t mt_train_moe_check(const mt_config_t *cfg, int world)
@@ -36,31 +42,19 @@ mt_status_t mt_train_moe_check(const mt_config_t *cfg, int world)
     const mt_distributed_config_t *d = &cfg->distributed;
     if (cfg->model.num_experts == 0)
         return MT_OK;
-    if (d->tp_size > 1)
-        MT_FAIL(MT_ERR_UNSUPPORTED, "MoE training with tensor parallelism (tp_size %lld) is not "
-                "in this release: use tp_size 1 and expert parallelism (ep_size)",
-                (long long)d->tp_size);
-    /* The routing buffers are one micro-batch's (not per pipeline slot), and
-     * the load-balancing loss is a product of token means that context
-     * parallelism would have to combine over its ranks first. */
-    if (d->pp_size > 1 || d->cp_size > 1)
-        MT_FAIL(MT_ERR_UNSUPPORTED, "MoE training with %s parallelism (%s %lld) is not in this "
-                "release: use expert and data parallelism", d->pp_size > 1 ? "pipeline" : "context",
-                d->pp_size > 1 ? "pp_size" : "cp_size",
-                (long long)(d->pp_size > 1 ? d->pp_size : d->cp_size));
     if (d->moe.reshard_after_forward && !mt_train_moe_sharded(cfg))
         MT_FAIL(MT_ERR_UNSUPPORTED, "distributed.moe.reshard_after_forward: the experts are not "
-                "sharded here (they are sharded over ep_shard = dp x cp / ep_size = %lld ranks "
-                "under fsdp2 when it is above 1), so there is nothing to reshard; set it to false",
-                (long long)cfg->derived.ep_shard);
+                "sharded here (they are sharded under fsdp2 with ep_size > 1 over the ep_shard x "
+                "tp_size = %lld ranks that hold the same experts, when that is above 1), so "
+                "there is nothing to reshard; set it to false",
+                (long long)(cfg->derived.ep_shard * d->tp_size));
     if (d->moe.ignore_router_for_ac && !d->activation_checkpointing)
         MT_FAIL(MT_ERR_CONFIG, "distributed.moe.ignore_router_for_ac keeps the router out of "
                 "activation checkpointing, which is off: set "
                 "distributed.activation_checkpointing true, or this to false");
-    if (!d->moe.wrap_outer_model)
-        MT_FAIL(MT_ERR_UNSUPPORTED, "distributed.moe.wrap_outer_model = false: the embedding "
-                "and the final norm with lm_head are always FSDP units of their own in this "
-                "release; set it to true");
+    /* moe.wrap_outer_model: the outer module of a decoder has no
+     * parameters of its own (the embedding, every layer and the head are
+     * units of their own either way), so both values shard alike. */
     (void)world;
     return MT_OK;
 }
@@ -75,34 +69,57 @@ static void chain_hook(void *ctx, int unit, mt_unit_event_t ev)
     t->view.unit_hook(t->view.hook_ctx, unit, ev);
 }
 
+/* m->route_sum: mid-forward, the peers cannot be told, so a failure aborts */
+static void route_sum(void *ctx, double *buf, int64_t n)
+{
+    mt_train_moe_t *t = ctx;
+    int rc = MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_SUM, t->tokens);
+    if (rc != MPI_SUCCESS)
+        mt_comm_fatal(t->tokens, rc, "MoE routing totals (all-reduce over cp x tp)");
+}
+
 mt_status_t mt_train_moe_init(mt_train_moe_t *t, mt_model_t *m, const mt_config_t *cfg,
                               const mt_mesh_t *mesh)
 {
     memset(t, 0, sizeof *t);
-    t->rep = t->ep_comm = MPI_COMM_NULL;
+    t->rep = t->tokens = t->ep_comm = t->world = MPI_COMM_NULL;
     if (!m->moe)
         return MT_OK;
     t->on = true;
+    t->world = mesh->comm;
     t->ep = (int)cfg->distributed.ep_size;
-    t->dp = mesh->group[MT_GROUP_DP];
+    int stage = mesh->group_rank[MT_GROUP_PP];
+    int ep_idx = t->ep > 1 ? mesh->group_rank[MT_GROUP_EP] : 0;
+    MT_MPI_TRY(MPI_Comm_split(mesh->comm, stage * t->ep + ep_idx, mesh->rank, &t->rep));
+    MT_MPI_TRY(MPI_Comm_split(mesh->comm,
+                              stage * mesh->group_size[MT_GROUP_DP] + mesh->group_rank[MT_GROUP_DP],
+                              mesh->rank, &t->tokens));
+    int ntok = 1, tok_rank = 0;
+    MPI_Comm_size(t->tokens, &ntok);
+    MPI_Comm_rank(t->tokens, &tok_rank);
+    if (ntok > 1)
+        m->route_sum = route_sum, m->route_ctx = t;
+    t->counts_aux = tok_rank == 0;
     if (t->ep > 1) {
         t->ep_comm = mesh->group[MT_GROUP_EP];
-        t->rep = mesh->group[MT_GROUP_EP_SHARD];
         MT_TRY(mt_moe_dispatch_init(&t->dispatch, t->ep_comm));
         mt_moe_dispatch_attach(&t->dispatch, m);
-    } else {
-        t->rep = mesh->group[MT_GROUP_DP];
     }
     t->coef = cfg->model.router_aux_loss_coef;
     t->capacity = cfg->model.moe_capacity_factor > 0;
-    t->micro = cfg->derived.grad_accum_steps * mesh->group_size[MT_GROUP_DP];
+    t->micro = cfg->derived.grad_accum_steps * mesh->group_size[MT_GROUP_DP] *
+               (cfg->distributed.pp_size > 1 ? cfg->derived.num_microbatches : 1);
     t->E = m->moe->E;
-    t->load = calloc((size_t)t->E, sizeof *t->load);
-    t->load_l = calloc((size_t)(t->E * m->L), sizeof *t->load_l);
+    t->L = m->L_full;
+    t->dp_rank = mesh->group_rank[MT_GROUP_DP];
+    t->load = calloc((size_t)(t->E * t->L), sizeof *t->load);
+    t->sparse = calloc((size_t)t->L, sizeof *t->sparse);
     t->bias_rate = cfg->model.moe_router_bias_update_rate;
     t->unit_lo = malloc(sizeof *t->unit_lo * (size_t)(m->L + 3));
-    if (!t->load || !t->load_l || !t->unit_lo)
+    if (!t->load || !t->unit_lo || !t->sparse)
         MT_FAIL(MT_ERR_NOMEM, "expert load counters");
+    for (int g = 0; g < t->L; g++)
+        t->sparse[g] = mt_moe_is_sparse(cfg, g);
     t->view = mt_moe_param_view(m, t->unit_lo);
     int64_t owned = m->moe->numel;
     t->sharded = mt_train_moe_sharded(cfg);
@@ -110,6 +127,7 @@ mt_status_t mt_train_moe_init(mt_train_moe_t *t, mt_model_t *m, const mt_config_
         mt_fsdp_options_t fo;
         mt_fsdp_options_from_config(cfg, &fo);
         fo.reshard_after_forward = cfg->distributed.moe.reshard_after_forward;
+        fo.pipeline = cfg->distributed.pp_size > 1;
         MT_TRY(mt_fsdp_init(&t->fsdp, &t->view, t->rep, MPI_COMM_NULL, &fo));
         mt_fsdp_init_weights(&t->fsdp, (uint64_t)cfg->rng.seed);
         t->seg = t->fsdp.seg, t->nseg = t->fsdp.nunits, owned = t->fsdp.owned;
@@ -126,13 +144,19 @@ mt_status_t mt_train_moe_init(mt_train_moe_t *t, mt_model_t *m, const mt_config_
 
 void mt_train_moe_free(mt_train_moe_t *t)
 {
+    if (!t->on) /* never initialised, or a dense model */
+        return;
     if (t->ep > 1)
         mt_moe_dispatch_free(&t->dispatch);
     if (t->sharded)
         mt_fsdp_free(&t->fsdp);
+    if (t->rep != MPI_COMM_NULL)
+        MPI_Comm_free(&t->rep);
+    if (t->tokens != MPI_COMM_NULL)
+        MPI_Comm_free(&t->tokens);
     mt_adamw_free(&t->opt);
     free(t->load);
-    free(t->load_l);
+    free(t->sparse);
     free(t->unit_lo);
     memset(t, 0, sizeof *t);
 }
@@ -153,17 +177,32 @@ static void set_block(mt_ckpt_tensor_t *e, const char *path, const int64_t shape
     e->data = data;
 }
 
+/* Local index of global layer g, or -1 when another stage holds it. */
+static int local_layer(const mt_model_t *m, int g)
+{
+    for (int l = 0; l < m->L; l++)
+        if (m->layer_id[l] == g)
+            return l;
+    return -1;
+}
+
 mt_status_t mt_train_moe_ckpt(mt_train_moe_t *t, mt_train_ckpt_t *c, const mt_model_t *m)
 {
     if (!t->on)
         return MT_OK;
-    int rep_rank = 0;
+    int rep_rank = 0, tok_rank = 0;
     MPI_Comm_rank(t->rep, &rep_rank);
+    MPI_Comm_rank(t->tokens, &tok_rank);
     /* sharded: every rank writes its own rows; replicated: the first replica */
     bool writer = t->sharded || rep_rank == 0;
     const mt_moe_t *x = m->moe;
+    /* every MoE layer of the whole model, also those of other stages
+     * (with no rows here), as for the model's own tensors */
+    int nmoe = 0;
+    for (int g = 0; g < t->L; g++)
+        nmoe += t->sparse[g];
     /* model, exp_avg, exp_avg_sq of every expert tensor, and the biases */
-    int add = 3 * 3 * x->nmoe * (int)x->E + (x->bias ? x->nmoe : 0);
+    int add = 3 * 3 * nmoe * (int)x->E + (x->bias ? nmoe : 0);
     mt_ckpt_tensor_t *nt = realloc(c->t, sizeof *nt * (size_t)(c->n + add));
     if (!nt)
         MT_FAIL(MT_ERR_NOMEM, "checkpoint tensor list");
@@ -175,23 +214,24 @@ mt_status_t mt_train_moe_ckpt(mt_train_moe_t *t, mt_train_ckpt_t *c, const mt_mo
     static const char *const proj[3] = {"gate_proj", "up_proj", "down_proj"};
     static const char *const kind[3] = {"/model/%s", "/optim/%s/exp_avg", "/optim/%s/exp_avg_sq"};
     int n = c->n;
-    for (int l = 0; l < m->L; l++) {
-        if (!x->sparse[l])
+    for (int g = 0; g < t->L; g++) {
+        if (!t->sparse[g])
             continue;
+        int l = local_layer(m, g);
         for (int64_t e = 0; e < x->E; e++)
             for (int k = 0; k < 3; k++) {
                 char name[MT_PARAM_NAME_MAX], path[256];
-                snprintf(name, sizeof name, "model.layers.%d.mlp.experts.%lld.%s.weight", l,
+                snprintf(name, sizeof name, "model.layers.%d.mlp.experts.%lld.%s.weight", g,
                          (long long)e, proj[k]);
                 int64_t shape[2] = {k == 2 ? m->H : x->Im, k == 2 ? x->Im : m->H};
                 /* this rank's rows of it: none unless it holds the expert; then
                  * the rows its segment covers (shards end on row boundaries) */
                 int64_t first = 0, rows = 0;
                 float *pd = NULL, *m1 = NULL, *m2 = NULL;
-                if (e >= x->e_lo && e < x->e_lo + x->El) {
+                if (l >= 0 && e >= x->e_lo && e < x->e_lo + x->El) {
                     const mt_param_t *p = &x->xp[x->xfirst[l] + 3 * (e - x->e_lo) + k];
-                    for (int g = 0; g < t->nseg && rows == 0; g++) {
-                        const mt_segment_t *sg = &t->seg[g];
+                    for (int q = 0; q < t->nseg && rows == 0; q++) {
+                        const mt_segment_t *sg = &t->seg[q];
                         int64_t a, cnt = mt_param_overlap(p, sg->offset, sg->offset + sg->count, &a);
                         if (cnt == 0)
                             continue;
@@ -213,23 +253,23 @@ mt_status_t mt_train_moe_ckpt(mt_train_moe_t *t, mt_train_ckpt_t *c, const mt_mo
                 }
             }
     }
-    /* the balancing biases: the same on every rank; the first dp rank writes */
-    int dp_rank = 0;
-    MPI_Comm_rank(t->dp, &dp_rank);
-    for (int l = 0; x->bias && l < m->L; l++) {
-        if (!x->sparse[l])
+    /* the balancing biases: the same on every rank of the stage; the first
+     * dp rank of the first token-group rank writes */
+    for (int g = 0; x->bias && g < t->L; g++) {
+        if (!t->sparse[g])
             continue;
+        int l = local_layer(m, g);
         char path[256];
-        snprintf(path, sizeof path, "/model/model.layers.%d.mlp.gate.e_score_correction_bias", l);
+        snprintf(path, sizeof path, "/model/model.layers.%d.mlp.gate.e_score_correction_bias", g);
         mt_ckpt_tensor_t *e = &c->t[n];
         memset(e, 0, sizeof *e);
         snprintf(e->path, sizeof e->path, "%s", path);
         e->ndim = 1;
         e->shape[0] = x->E, e->shape[1] = 1;
-        e->row_count = x->E;
-        e->data = x->bias + l * x->E;
+        e->row_count = l >= 0 ? x->E : 0;
+        e->data = l >= 0 ? x->bias + l * x->E : NULL;
         c->t_save[n] = *e;
-        if (dp_rank != 0)
+        if (!(t->dp_rank == 0 && tok_rank == 0))
             c->t_save[n].row_count = 0;
         n++;
     }
@@ -237,33 +277,21 @@ mt_status_t mt_train_moe_ckpt(mt_train_moe_t *t, mt_train_ckpt_t *c, const mt_mo
     return MT_OK;
 }
 
-void mt_train_moe_begin_step(mt_train_moe_t *t, mt_model_t *m)
+void mt_train_moe_begin_step(mt_train_moe_t *t, mt_model_t *m, bool in_schedule,
+                             float grad_scale)
 {
     if (!t->on)
         return;
-    m->moe->aux_scale = (float)(t->coef / (double)t->micro);
-    t->aux_sum = 0;
-    t->dropped = 0;
-    memset(t->load, 0, sizeof *t->load * (size_t)m->moe->E);
-    memset(t->load_l, 0, sizeof *t->load_l * (size_t)(m->moe->E * m->L));
+    mt_moe_t *x = m->moe;
+    double s = t->coef / (double)t->micro;
+    if (!in_schedule && grad_scale > 0) /* the reduced gradients are scaled by grad_scale */
+        s /= (double)grad_scale;
+    x->aux_scale = (float)s;
+    t->post_scale = in_schedule ? 1.0f : grad_scale;
+    x->aux_sum = 0;
+    x->load_dropped = 0;
+    memset(x->load, 0, sizeof *x->load * (size_t)(x->E * m->L_full));
     t->dispatch.bytes_sent = 0, t->dispatch.seconds = 0, t->dispatch.calls = 0;
-}
-
-void mt_train_moe_after_micro(mt_train_moe_t *t, const mt_model_t *m)
-{
-    if (!t->on)
-        return;
-    const mt_moe_t *x = m->moe;
-    t->aux_sum += x->aux;
-    for (int l = 0; l < m->L; l++)
-        if (x->sparse[l])
-            t->dropped += x->dropped[l];
-    for (int l = 0; l < m->L; l++)
-        if (x->sparse[l])
-            for (int64_t e = 0; e < x->E; e++) {
-                t->load[e] += x->counts[l * x->E + e];
-                t->load_l[l * x->E + e] += x->counts[l * x->E + e];
-            }
 }
 
 mt_status_t mt_train_moe_grad_sumsq(mt_train_moe_t *t, mt_model_t *m, double *sumsq)
@@ -273,24 +301,27 @@ mt_status_t mt_train_moe_grad_sumsq(mt_train_moe_t *t, mt_model_t *m, double *su
         return MT_OK;
     mt_moe_t *x = m->moe;
     double local;
-    if (t->sharded) { /* reduce-scattered: every rank of dp holds distinct rows */
+    if (t->sharded) { /* reduce-scattered: every rank holds distinct rows */
         MT_TRY(mt_fsdp_finish(&t->fsdp));
+        if (t->post_scale != 1.0f)
+            mt_grad_scale(&t->view, t->seg, t->nseg, t->post_scale);
         local = mt_grad_sumsq(&t->view, t->seg, t->nseg);
-        MT_TRY(mt_allreduce(&local, sumsq, 1, MPI_DOUBLE, MPI_SUM, t->dp));
+        MT_TRY(mt_allreduce(&local, sumsq, 1, MPI_DOUBLE, MPI_SUM, t->world));
         return MT_OK;
     }
-    int nrep = 1;
+    int nrep = 1, rep_rank = 0;
     MPI_Comm_size(t->rep, &nrep);
+    MPI_Comm_rank(t->rep, &rep_rank);
     /* one message per step: the expert arena is contiguous */
     for (int64_t o = 0; nrep > 1 && o < x->numel; o += 1 << 30) {
         int n = (int)(x->numel - o < (1 << 30) ? x->numel - o : 1 << 30);
         MT_TRY(mt_allreduce(MPI_IN_PLACE, x->grad_mem + o, n, MPI_FLOAT, MPI_SUM, t->rep));
     }
-    local = m->be->sum_squares(x->grad_mem, x->numel);
-    if (t->ep > 1)
-        MT_TRY(mt_allreduce(&local, sumsq, 1, MPI_DOUBLE, MPI_SUM, t->ep_comm));
-    else
-        *sumsq = local;
+    if (t->post_scale != 1.0f)
+        mt_grad_scale(&t->view, t->seg, t->nseg, t->post_scale);
+    /* the replicas now agree: the first of them counts */
+    local = rep_rank == 0 ? m->be->sum_squares(x->grad_mem, x->numel) : 0.0;
+    MT_TRY(mt_allreduce(&local, sumsq, 1, MPI_DOUBLE, MPI_SUM, t->world));
     return MT_OK;
 }
 
@@ -310,31 +341,33 @@ mt_status_t mt_train_moe_update(mt_train_moe_t *t, mt_model_t *m, double coef,
     return MT_OK;
 }
 
-mt_status_t mt_train_moe_step_stats(mt_train_moe_t *t, mt_model_t *m, MPI_Comm dp,
-                                    MPI_Comm world)
+mt_status_t mt_train_moe_step_stats(mt_train_moe_t *t, mt_model_t *m)
 {
     if (!t->on)
         return MT_OK;
-    double aux = 0;
-    MT_TRY(mt_allreduce(&t->aux_sum, &aux, 1, MPI_DOUBLE, MPI_SUM, dp));
+    mt_moe_t *x = m->moe;
+    /* every rank routed its own tokens: sums over all of them */
+    double aux = t->counts_aux ? x->aux_sum : 0.0;
+    MT_TRY(mt_allreduce(MPI_IN_PLACE, &aux, 1, MPI_DOUBLE, MPI_SUM, t->world));
     t->aux = aux / (double)t->micro;
-    MT_TRY(mt_allreduce(MPI_IN_PLACE, t->load, (int)t->E, MPI_INT64_T, MPI_SUM, dp));
-    MT_TRY(mt_allreduce(MPI_IN_PLACE, &t->dropped, 1, MPI_INT64_T, MPI_SUM, dp));
-    if (t->bias_rate > 0) {
-        MT_TRY(mt_allreduce(MPI_IN_PLACE, t->load_l, (int)(m->L * t->E), MPI_INT64_T, MPI_SUM,
-                            dp));
-        mt_moe_update_bias(m, t->load_l, t->bias_rate);
-    }
+    int64_t nl = t->L * t->E;
+    MT_TRY(mt_allreduce(x->load, t->load, (int)nl, MPI_INT64_T, MPI_SUM, t->world));
+    MT_TRY(mt_allreduce(&x->load_dropped, &t->dropped, 1, MPI_INT64_T, MPI_SUM, t->world));
+    if (t->bias_rate > 0)
+        mt_moe_update_bias(m, t->load, t->bias_rate);
     int64_t total = 0;
-    t->load_min = t->load_max = t->load[0];
     for (int64_t e = 0; e < t->E; e++) {
-        total += t->load[e];
-        t->load_min = t->load[e] < t->load_min ? t->load[e] : t->load_min;
-        t->load_max = t->load[e] > t->load_max ? t->load[e] : t->load_max;
+        int64_t le = 0;
+        for (int64_t g = 0; g < t->L; g++)
+            le += t->load[g * t->E + e];
+        total += le;
+        t->load_min = e == 0 || le < t->load_min ? le : t->load_min;
+        t->load_max = e == 0 || le > t->load_max ? le : t->load_max;
     }
     t->imbalance = total > 0 ? (double)t->load_max * (double)t->E / (double)total : 0;
-    MT_TRY(mt_allreduce(&t->dispatch.seconds, &t->a2a_seconds, 1, MPI_DOUBLE, MPI_MAX, world));
-    MT_TRY(mt_allreduce(&t->dispatch.bytes_sent, &t->a2a_bytes, 1, MPI_INT64_T, MPI_SUM, world));
+    MT_TRY(mt_allreduce(&t->dispatch.seconds, &t->a2a_seconds, 1, MPI_DOUBLE, MPI_MAX, t->world));
+    MT_TRY(mt_allreduce(&t->dispatch.bytes_sent, &t->a2a_bytes, 1, MPI_INT64_T, MPI_SUM,
+                        t->world));
     return MT_OK;
 }
 

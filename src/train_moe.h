@@ -20,13 +20,20 @@
 typedef struct {
     bool on;                  /* the model has MoE layers */
     int ep;
-    int64_t E;                /* experts */
-    MPI_Comm rep;             /* ranks holding the same experts: EP_SHARD (ep > 1) or dp */
+    int64_t E, L;             /* experts; layers of the whole model */
+    bool *sparse;             /* [L]: global layer g is a MoE layer */
+    int dp_rank;              /* index in dp (bias checkpoint writer) */
+    MPI_Comm rep;             /* ranks holding the same experts: the same pipeline
+                               * stage and EP index (ep_shard x tp ranks; every
+                               * dp x cp x tp rank of the stage when ep is 1) */
+    MPI_Comm tokens;          /* ranks holding the same micro-batches' other tokens:
+                               * the same stage and dp index (cp x tp ranks), for
+                               * the routing totals (m->route_sum) */
+    MPI_Comm world;           /* the mesh's communicator */
     MPI_Comm ep_comm;         /* the EP group (ep > 1) or MPI_COMM_NULL */
     mt_moe_dispatch_t dispatch;
     mt_adamw_t opt;           /* expert optimizer state, laid out like seg */
-    MPI_Comm dp;
-    bool sharded;             /* experts FSDP-sharded over ep_shard (else replicated) */
+    bool sharded;             /* experts FSDP-sharded over rep (else replicated) */
     mt_model_t view;          /* the experts as a model (mt_moe_param_view) */
     int64_t *unit_lo;         /* its units: the model's, holding the experts */
     mt_fsdp_t fsdp;           /* sharded: the experts' fsdp */
@@ -36,23 +43,27 @@ typedef struct {
     void (*dense_hook)(void *ctx, int unit, mt_unit_event_t ev); /* chained */
     void *dense_ctx;
     double coef;              /* router_aux_loss_coef */
-    int64_t micro;            /* micro-batches of a step over all dp ranks */
-    double aux_sum;           /* this rank's micro-batches' aux losses, this step */
-    int64_t *load;            /* [E] tokens per expert this step, this rank */
-    int64_t *load_l;          /* [L * E] the same per layer (bias balancing) */
+    float post_scale;         /* the step's scale of the reduced gradients (pipelines
+                               * without scale_grads_in_schedule), else 1 */
+    int64_t micro;            /* micro-batches of a step: grad_accum x pipeline
+                               * microbatches x dp */
+    bool counts_aux;          /* this rank's aux losses count in the step's figure
+                               * (the first rank of its token group) */
     double bias_rate;         /* model.moe_router_bias_update_rate */
-    int64_t dropped;          /* (token, slot) pairs over capacity: this rank, then all */
     bool capacity;            /* a capacity factor is set */
-    /* the step's figures, combined over dp (mt_train_moe_step_stats) */
+    /* the step's figures, over every rank (mt_train_moe_step_stats) */
     double aux;
-    int64_t load_min, load_max;
+    int64_t *load;            /* [L * E]: tokens per expert by global layer */
+    int64_t dropped;          /* (token, slot) pairs over capacity */
+    int64_t load_min, load_max; /* per expert, over the MoE layers */
     double imbalance;
     double a2a_seconds;       /* this step's all-to-all time, max over ranks */
     int64_t a2a_bytes;        /* this step's all-to-all bytes sent, summed over ranks */
 } mt_train_moe_t;
 
-/* Whether the experts are FSDP-sharded over ep_shard (fsdp2, ep_size > 1,
- * ep_shard > 1): the model is then built with MT_MODEL_NO_EXPERT_ARENAS. */
+/* Whether the experts are FSDP-sharded over the ranks holding them
+ * (fsdp2, ep_size > 1, ep_shard x tp_size > 1): the model is then built
+ * with MT_MODEL_NO_EXPERT_ARENAS. */
 bool mt_train_moe_sharded(const mt_config_t *cfg);
 
 /* What this release refuses for MoE training, with a message each. */
@@ -72,12 +83,15 @@ mt_status_t mt_train_moe_ckpt(mt_train_moe_t *t, mt_train_ckpt_t *c, const mt_mo
 /* Before micro-step `micro` (the experts' fsdp). */
 mt_status_t mt_train_moe_begin_micro(mt_train_moe_t *t, int64_t micro);
 
-/* Before a step's micro-batches; after each one. */
-void mt_train_moe_begin_step(mt_train_moe_t *t, mt_model_t *m);
-void mt_train_moe_after_micro(mt_train_moe_t *t, const mt_model_t *m);
+/* Before a step's micro-batches.  in_schedule: each micro-batch's loss
+ * gradient is scaled by 1 / tokens inside backward (else the reduced
+ * gradients are scaled by grad_scale = 1 / tokens afterwards, and the
+ * aux loss's gradient is raised by 1 / grad_scale to come out right). */
+void mt_train_moe_begin_step(mt_train_moe_t *t, mt_model_t *m, bool in_schedule,
+                             float grad_scale);
 
 /* Finish the expert gradients (all-reduce over the replicas, or the
- * sharded reductions), then the experts' share of the squared global
+ * sharded reductions, then the step's post_scale), then the experts' share of the squared global
  * gradient norm (summed over the ranks holding distinct parts). */
 mt_status_t mt_train_moe_grad_sumsq(mt_train_moe_t *t, mt_model_t *m, double *sumsq);
 
@@ -85,11 +99,10 @@ mt_status_t mt_train_moe_grad_sumsq(mt_train_moe_t *t, mt_model_t *m, double *su
 mt_status_t mt_train_moe_update(mt_train_moe_t *t, mt_model_t *m, double coef,
                                 const mt_optimizer_config_t *oc, double lr);
 
-/* The step's aux loss (mean over micro-batches) and expert load, over dp;
- * fills the figures above, and moves the balancing bias (after the
- * update: it steers the next step).  Collective over dp. */
-mt_status_t mt_train_moe_step_stats(mt_train_moe_t *t, mt_model_t *m, MPI_Comm dp,
-                                    MPI_Comm world);
+/* The step's aux loss (mean over micro-batches) and expert load, over
+ * every rank; fills the figures above, and moves the balancing bias
+ * (after the update: it steers the next step).  Collective over the mesh. */
+mt_status_t mt_train_moe_step_stats(mt_train_moe_t *t, mt_model_t *m);
 
 /* Add the experts' bytes on this rank (own parameters and gradients,
  * and the sharded experts' working buffers) to the memory line's figures. */
