@@ -418,6 +418,16 @@ static void check_sequence(vctx_t *v)
             verr(v, "distributed.sequence_parallel", "the sequence (%s %lld, %lld per CP rank) "
                  "is not divisible by tp_size %lld", what, (long long)s, (long long)(s / cp),
                  (long long)tp);
+    } else if (tp > 1 && cfg->model.num_experts > 0) {
+        /* each TP rank routes its share of a micro-batch's tokens (model_moe.h) */
+        int64_t rows = d->pp_size > 1 ? d->pipeline.pp_microbatch_size
+                                      : cfg->step_scheduler.local_batch_size;
+        int64_t n = rows * (cfg->derived.seq_len / cp);
+        if (n % tp)
+            verr(v, "distributed.tp_size", "MoE layers with tensor parallelism route N / tp_size "
+                 "tokens on each TP rank: the %lld tokens of a micro-batch (%lld rows of %lld "
+                 "per CP rank) do not split over tp_size %lld", (long long)n, (long long)rows,
+                 (long long)(cfg->derived.seq_len / cp), (long long)tp);
     }
 }
 
@@ -431,7 +441,6 @@ static void check_tp_batch(vctx_t *v)
         {"model.num_attention_heads", m->num_attention_heads, true},
         {"model.num_key_value_heads", m->num_key_value_heads.value, true},
         {"model.intermediate_size", m->intermediate_size, true},
-        {"model.moe_intermediate_size", m->moe_intermediate_size, m->num_experts > 0},
     };
     char note[MT_PATH_MAX + 400];
     from(v, "distributed.tp_size", note, sizeof note);

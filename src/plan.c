@@ -5,8 +5,10 @@
 
 #include <stdlib.h>
 
+#include "model_moe.h"
 #include "mt_fsdp.h"
 #include "mt_pp_exec.h"
+#include "train_moe.h"
 
 #include <math.h>
 #include <string.h>
@@ -34,21 +36,40 @@ int64_t mt_plan_layers_on_rank(const mt_config_t *cfg, int64_t pp_rank)
     return n;
 }
 
-/* Parameters of one decoder layer: TP-sharded part and replicated part. */
-static void layer_params(const mt_config_t *cfg, int64_t *sharded, int64_t *replicated)
+/* Parameters of decoder layer l: the TP-sharded part, the part every TP
+ * rank holds whole, and the routed experts (split over ep, whole on every
+ * TP rank: each TP rank routes its own tokens, model_moe.h).  A MoE
+ * layer's router and shared experts are whole on every TP rank too. */
+static void layer_params(const mt_config_t *cfg, int l, int64_t *sharded, int64_t *replicated,
+                         int64_t *experts)
 {
     const mt_model_config_t *m = &cfg->model;
     int64_t H = m->hidden_size, hd = cfg->derived.head_dim;
     int64_t kv = m->num_key_value_heads.value;
-    int64_t attn = 2 * H * H + 2 * kv * hd * H; /* q, o; k, v */
-    int64_t mlp = m->num_experts > 0 ? m->num_experts * 3 * H * m->moe_intermediate_size
-                                     : 3 * H * m->intermediate_size;
-    *sharded = attn + mlp;
-    *replicated = 2 * H + (m->qk_norm ? 2 * hd : 0) + (m->num_experts > 0 ? m->num_experts * H : 0);
+    *sharded = 2 * H * H + 2 * kv * hd * H; /* q, o; k, v */
+    *replicated = 2 * H + (m->qk_norm ? 2 * hd : 0);
+    *experts = 0;
+    if (mt_moe_is_sparse(cfg, l)) {
+        int64_t S = m->num_shared_experts * m->moe_intermediate_size;
+        *experts = m->num_experts * 3 * H * m->moe_intermediate_size;
+        *replicated += m->num_experts * H + 3 * H * S;
+    } else {
+        *sharded += 3 * H * m->intermediate_size;
+    }
+}
+
+/* The share of the decoder layers that are MoE layers. */
+static double moe_share(const mt_config_t *cfg)
+{
+    int64_t L = cfg->model.num_hidden_layers, n = 0;
+    for (int l = 0; l < L; l++)
+        n += mt_moe_is_sparse(cfg, l);
+    return L > 0 ? (double)n / (double)L : 0.0;
 }
 
 /* Elements stored per token per layer for backward (before any division
- * by microbatch count); see doc/plan.md "Activations". */
+ * by microbatch count), averaged over dense and MoE layers; see
+ * doc/plan.md "Activations". */
 static double act_per_token_layer(const mt_config_t *cfg)
 {
     const mt_model_config_t *m = &cfg->model;
@@ -58,11 +79,15 @@ static double act_per_token_layer(const mt_config_t *cfg)
     double sp = d->sequence_parallel ? tp : 1.0;
     double stream = 4 * H / sp;                      /* x, norm1 out, x mid, norm2 out */
     double attn = (2 * H + 2 * kv * hd + m->num_attention_heads) / tp; /* q,k,v,out,lse */
-    double mlp = m->num_experts > 0
-                     ? 3.0 * (double)m->num_experts_per_tok * (double)m->moe_intermediate_size / tp +
-                           (double)m->num_experts
-                     : 3.0 * (double)m->intermediate_size / tp;   /* gate, up, act */
-    return stream + attn + mlp;
+    double dense = 3.0 * (double)m->intermediate_size / tp; /* gate, up, act */
+    /* a MoE layer, over the tokens each TP rank routes: per routed row the
+     * expert input, gate, up, act and output; per token the router
+     * probabilities and the shared experts' gate, up, act */
+    double K = (double)m->num_experts_per_tok, Im = (double)m->moe_intermediate_size;
+    double moe = (K * (3.0 * Im + 2.0 * H) + (double)m->num_experts +
+                  3.0 * (double)(m->num_shared_experts * m->moe_intermediate_size)) / tp;
+    double f = moe_share(cfg);
+    return stream + attn + f * moe + (1.0 - f) * dense;
 }
 
 /* The pipeline schedules are generated and simulated (pp_schedule.c,
@@ -127,12 +152,20 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
     double tp = (double)d->tp_size;
     int64_t H = m->hidden_size, V = dv->padded_vocab;
 
-    int64_t lsh, lrep;
-    layer_params(cfg, &lsh, &lrep);
+    /* per-layer means (the layers of a rank are counted, not named) */
+    double lsh = 0, lrep = 0, lexp = 0;
+    int64_t L = m->num_hidden_layers;
     plan->params_embedding = V * H;
     plan->params_head = H + (m->tie_word_embeddings ? 0 : V * H);
-    plan->params_layer_max = lsh + lrep;
-    plan->params_total = plan->params_embedding + plan->params_head + m->num_hidden_layers * (lsh + lrep);
+    plan->params_total = plan->params_embedding + plan->params_head;
+    for (int l = 0; l < L; l++) {
+        int64_t a, b, c;
+        layer_params(cfg, l, &a, &b, &c);
+        lsh += (double)a / (double)L, lrep += (double)b / (double)L, lexp += (double)c / (double)L;
+        plan->params_total += a + b + c;
+        if (a + b + c > plan->params_layer_max)
+            plan->params_layer_max = a + b + c;
+    }
 
     /* Data-parallel sharding factors for parameters, gradients, optimizer. */
     double shard = (double)(dv->dp_shard * d->cp_size); /* fsdp2: dp_shard_cp */
@@ -153,10 +186,10 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
     double obytes = 8 + (d->mp_policy.param_dtype == MT_DTYPE_FLOAT32 ? 0 : 4); /* m, v (+master) */
     double act_bytes = pbytes;
 
-    /* Experts: split over ep, then FSDP over ep_shard instead of dp_shard_cp. */
-    double expert_frac = 0;
-    if (m->num_experts > 0)
-        expert_frac = (double)(m->num_experts * 3 * H * m->moe_intermediate_size) / (double)lsh;
+    /* Experts: split over ep, then FSDP-sharded (fsdp2, ep > 1) over the
+     * ep_shard x tp ranks holding the same ones instead of dp_shard_cp. */
+    bool exp_sharded = mt_train_moe_sharded(cfg);
+    double e_shard = exp_sharded ? (double)(dv->ep_shard * d->tp_size) : 1;
 
     mt_pp_sim_result_t sim;
     MT_TRY(bubble(cfg, plan, &sim));
@@ -166,7 +199,7 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
     for (int64_t r = 0; r < d->pp_size; r++) {
         bool last = r == last_rank;
         double layers = (double)mt_plan_layers_on_rank(cfg, r);
-        double sharded = layers * (double)lsh / tp, repl = layers * (double)lrep;
+        double sharded = layers * lsh / tp, repl = layers * lrep;
         if (r == first_rank)
             sharded += (double)plan->params_embedding / tp;
         if (last)
@@ -174,21 +207,15 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
         if (last && last_rank != first_rank && m->tie_word_embeddings)
             sharded += (double)plan->params_embedding / tp; /* tied lm_head copy on another rank */
         double p_rank = sharded + repl;
-        double expert = 0;
-        if (expert_frac > 0) { /* expert weights: /ep, then /ep_shard under fsdp2 */
-            expert = layers * (double)lsh * expert_frac / tp;
-            p_rank -= expert;
-            expert /= (double)d->ep_size;
-        }
-        double e_shard = d->strategy == MT_STRATEGY_FSDP2 ? (double)dv->ep_shard : 1;
+        double expert = layers * lexp / (double)d->ep_size; /* this rank's experts */
         /* FSDP working buffers (gathered units, unsharded unit gradients),
          * sized by the trainer's own rule over this rank's units: the
          * embedding, its layers (with EP only its own experts), the head. */
         double pw = 0, gw = 0;
         if (fsdp) {
-            double layer = ((double)lsh - (expert_frac > 0 ? (double)lsh * expert_frac *
-                                           (1.0 - 1.0 / (double)d->ep_size) : 0)) / tp +
-                           (double)lrep;
+            /* a layer's unit; sharded experts gather with it (their own
+             * fsdp, driven by the same unit events) */
+            double layer = lsh / tp + lrep;
             int64_t nl = (int64_t)layers, nu = 0;
             int64_t *lo = malloc(sizeof *lo * (size_t)(nl + 3));
             if (!lo) {
@@ -208,6 +235,21 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
                                (int64_t)(p_rank / fo), &p_work, &g_work, &rs_tmp);
             free(lo);
             pw = (double)p_work, gw = (double)(g_work + rs_tmp);
+            if (exp_sharded && nl > 0) { /* the experts' own fsdp: a unit per layer */
+                mt_fsdp_options_t xo = fso;
+                xo.reshard_after_forward = d->moe.reshard_after_forward;
+                int64_t *xl = malloc(sizeof *xl * (size_t)(nl + 1));
+                if (!xl) {
+                    mt_pp_sim_result_free(&sim);
+                    MT_FAIL(MT_ERR_NOMEM, "plan units");
+                }
+                for (int64_t l = 0; l <= nl; l++)
+                    xl[l] = l * (int64_t)(lexp / (double)d->ep_size);
+                mt_fsdp_work_numel(xl, (int)nl, false, &xo, (int64_t)(expert / e_shard), &p_work,
+                                   &g_work, &rs_tmp);
+                free(xl);
+                pw += (double)p_work, gw += (double)(g_work + rs_tmp);
+            }
         }
         double params = (p_rank / fp + expert / e_shard) * pbytes + pw * pbytes;
         double grads = (p_rank / fg + expert / e_shard) * gbytes + gw * gbytes;
@@ -251,6 +293,10 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
             double stream_b = sp > 1 ? 4.0 * (double)H / sp + 4.0 * (double)H : 6.0 * (double)H;
             acts += tokens * (stream_b + (Q + 2.0 * KV + (double)m->intermediate_size) / tp) *
                     act_bytes;
+            if (moe_share(cfg) > 0) /* the MoE layers' send, receive, expert-output and
+                                     * activation-gradient rows (model_moe.c) */
+                acts += tokens * (double)m->num_experts_per_tok *
+                        (3.0 * (double)H + (double)m->moe_intermediate_size) / tp * act_bytes;
         }
         double total = params + grads + optim + acts;
         if (total > plan->bytes_total) {

@@ -283,8 +283,12 @@ static const rule_case_t rule_cases[] = {
     BAD(2, D "tp_size=2;model.intermediate_size=129", "model.intermediate_size: ",
         "129 is not divisible by tp_size 2"),
     OK(2, D "tp_size=2;model.moe_intermediate_size=129"), /* dense: not used */
-    BAD(2, D "tp_size=2;model.num_experts=4;model.moe_intermediate_size=129",
-        "model.moe_intermediate_size: ", "129 is not divisible by tp_size 2"),
+    /* MoE under TP: whole experts, each TP rank routes N / tp tokens */
+    OK(2, D "tp_size=2;model.num_experts=4;model.moe_intermediate_size=129"),
+    OK(2, D "tp_size=2;model.num_experts=4;dataset.seq_length=33"), /* 2 rows: 66 tokens */
+    BAD(2, D "tp_size=2;model.num_experts=4;dataset.seq_length=33;"
+        "step_scheduler.local_batch_size=1", "distributed.tp_size: ",
+        "the 33 tokens of a micro-batch (1 rows of 33 per CP rank) do not split over tp_size 2"),
     /* sequence_parallel: tp > 1, sequence divisible by tp */
     OK(2, D "tp_size=2;" D "sequence_parallel=true"),
     BAD(1, D "sequence_parallel=true", "distributed.sequence_parallel: ", "needs tp_size > 1"),
