@@ -4,13 +4,14 @@
 #
 # Trains share/configs/moe-tiny.yaml (hidden 128, 4 MoE layers of 8
 # experts, top 2, 2 x 128 tokens per micro-step, 16 sequences per step)
-# for STEPS steps at ep 2 on 2 ranks and ep 4 on 4 ranks, checkpoints off,
-# then from metrics.jsonl (steps 3..STEPS):
+# for STEPS steps at ep 2 on 2 ranks, ep 4 on 4 ranks and ep 2 x tp 2 on
+# 4 ranks (each TP rank routes half of a micro-batch's tokens), checkpoints
+# off, then from metrics.jsonl (steps 3..STEPS):
 #   1. a2a_bytes: the bytes the ranks sent to other ranks in the step's
 #      all-to-alls (moe_dispatch.c counts what it hands MPI: rows to other
 #      ranks, and the expert counts), summed over ranks, against the
 #      analytic volume under uniform routing: per micro-step, MoE layer
-#      and rank, N K (ep-1)/ep rows of H floats, 4 times (dispatch and
+#      and rank, (N/tp) K (ep-1)/ep rows of H floats, 4 times (dispatch and
 #      combine, forward and backward), plus the counts, El int64 to each
 #      of ep-1 ranks; the ratio departs from 1 by how unevenly the router
 #      spreads tokens over the ranks;
@@ -26,28 +27,31 @@ out=${OUT:-moe-bench}
 mkdir -p "$out"
 rm -f "$out"/*
 data=$(pwd)/share/data/tiny-corpus.bin
-for ep in 2 4; do
-    $mpiexec $npflag $ep apps/meshtrain-moe --config "$srcdir/share/configs/moe-tiny.yaml" \
-        distributed.ep_size=$ep step_scheduler.max_steps=$steps checkpoint.enabled=false \
-        dataset.path="$data" logging.metrics_file="$out/ep$ep.jsonl" \
-        logging.log_every_steps=1000 > "$out/ep$ep.log"
+for case in 2:1 4:1 2:2; do
+    ep=${case%:*} tp=${case#*:}
+    $mpiexec $npflag $((ep * tp)) apps/meshtrain-moe \
+        --config "$srcdir/share/configs/moe-tiny.yaml" \
+        distributed.ep_size=$ep distributed.tp_size=$tp step_scheduler.max_steps=$steps \
+        checkpoint.enabled=false dataset.path="$data" \
+        logging.metrics_file="$out/ep$ep-tp$tp.jsonl" logging.log_every_steps=1000 \
+        > "$out/ep$ep-tp$tp.log"
 done
 python3 - "$out" <<'PY'
 import json, sys
 out = sys.argv[1]
 H, L, E, K, B, T, G = 128, 4, 8, 2, 2, 128, 16      # moe-tiny.yaml
 N = B * T
-print(f"{'ep':>3} {'ranks':>5} {'micro':>5} {'bytes/step':>12} {'analytic':>12} {'ratio':>6} "
-      f"{'a2a s':>8} {'step s':>8} {'share':>6}")
-for ep in (2, 4):
-    rows = [json.loads(l) for l in open(f"{out}/ep{ep}.jsonl")][2:]
-    ranks, El = ep, E // ep
-    micro = G // (B * ranks)                      # micro-steps per rank
-    rows_off = N * K * (ep - 1) / ep              # per rank, layer, micro-step
+print(f"{'ep':>3} {'tp':>3} {'ranks':>5} {'micro':>5} {'bytes/step':>12} {'analytic':>12} "
+      f"{'ratio':>6} {'a2a s':>8} {'step s':>8} {'share':>6}")
+for ep, tp in ((2, 1), (4, 1), (2, 2)):
+    rows = [json.loads(l) for l in open(f"{out}/ep{ep}-tp{tp}.jsonl")][2:]
+    ranks, El = ep * tp, E // ep
+    micro = G // (B * ep)                         # micro-steps per rank (dp = ep here)
+    rows_off = N // tp * K * (ep - 1) / ep        # per rank, layer, micro-step
     analytic = micro * L * ranks * (4 * rows_off * H * 4 + (ep - 1) * El * 8)
     b = sum(r["a2a_bytes"] for r in rows) / len(rows)
     s = sum(r["a2a_s"] for r in rows) / len(rows)
     t = sum(r["step_time_s"] for r in rows) / len(rows)
-    print(f"{ep:>3} {ranks:>5} {micro:>5} {b:>12.0f} {analytic:>12.0f} {b / analytic:>6.3f} "
-          f"{s:>8.4f} {t:>8.4f} {100 * s / t:>5.1f}%")
+    print(f"{ep:>3} {tp:>3} {ranks:>5} {micro:>5} {b:>12.0f} {analytic:>12.0f} "
+          f"{b / analytic:>6.3f} {s:>8.4f} {t:>8.4f} {100 * s / t:>5.1f}%")
 PY
