@@ -128,6 +128,12 @@ void mt_cuda_launch_attention_backward(cudaStream_t s, float *dq, float *dk, flo
                                        const float *q, const float *k, const float *v,
                                        const int32_t *doc_start, int64_t B, int64_t T,
                                        int64_t nh, int64_t nkv, int64_t hd);
+/* D[(b*nh + h)*T + t] = dout . out over head h of token (b, t) (rows of
+ * nh*hd floats): the backward's row dots; with B = 1, T = nq it is the
+ * block backward's D[h * nq + i]. */
+void mt_cuda_launch_attention_rowdot(cudaStream_t s, float *D, const float *dout,
+                                     const float *out, int64_t B, int64_t T, int64_t nh,
+                                     int64_t hd);
 void mt_cuda_launch_moe_route(cudaStream_t s, int32_t *pos, int32_t *offsets,
                               const int32_t *expert, int64_t n_assign, int64_t n_experts);
 void mt_cuda_launch_moe_permute(cudaStream_t s, float *out, const float *x, const int32_t *pos,
