@@ -19,7 +19,9 @@
  * order, so the backward is deterministic without atomics; the price is
  * that dk/dv recompute the scores the dq kernel already formed.  The
  * tile steps (loads, dots, the online-softmax update, the shuffled
- * products) are cuda_attention_tile.cuh's.
+ * products) are cuda_attention_tile.cuh's, shared with the ring-attention
+ * block kernels (cuda_attention_block.cu), which also reuse the rowdot
+ * launcher here.
  *
  * Limits: head_dim <= 128 (MAX_HD: registers and shared memory as sized
  * here), fp32 only, CUDA-core FMAs (no tensor cores).  This is the

@@ -308,6 +308,26 @@ static void t_matmul_bf16(uint16_t *c, const uint16_t *a, const uint16_t *b, int
     mt_cuda_launch_matmul_bf16(S, c, a, b, m, n, k, ta, tb, beta);
 }
 
+static void t_attention_block_forward(float *out, float *lse, int64_t lse_stride,
+                                      const float *q, const float *k, const float *v,
+                                      const int32_t *doc_start, int64_t nq, int64_t nk,
+                                      int64_t q0, int64_t k0, int64_t nh, int64_t nkv, int64_t hd)
+{
+    mt_cuda_launch_attention_block_forward(S, out, lse, lse_stride, q, k, v, doc_start, nq, nk,
+                                           q0, k0, nh, nkv, hd);
+}
+
+static void t_attention_block_backward(float *dq, float *dk, float *dv, const float *dout,
+                                       const float *out, const float *lse, int64_t lse_stride,
+                                       const float *q, const float *k, const float *v,
+                                       const int32_t *doc_start, int64_t nq, int64_t nk,
+                                       int64_t q0, int64_t k0, int64_t nh, int64_t nkv,
+                                       int64_t hd)
+{
+    mt_cuda_launch_attention_block_backward(S, dq, dk, dv, dout, out, lse, lse_stride, q, k, v,
+                                            doc_start, nq, nk, q0, k0, nh, nkv, hd);
+}
+
 static mt_backend_t make_table(void)
 {
     mt_backend_t t;
@@ -338,6 +358,8 @@ static mt_backend_t make_table(void)
     t.zero = t_zero;
     t.synchronize = t_synchronize;
     t.matmul_bf16 = t_matmul_bf16;
+    t.attention_block_forward = t_attention_block_forward;
+    t.attention_block_backward = t_attention_block_backward;
     return t;
 }
 

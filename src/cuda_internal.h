@@ -134,6 +134,18 @@ void mt_cuda_launch_attention_backward(cudaStream_t s, float *dq, float *dk, flo
 void mt_cuda_launch_attention_rowdot(cudaStream_t s, float *D, const float *dout,
                                      const float *out, int64_t B, int64_t T, int64_t nh,
                                      int64_t hd);
+void mt_cuda_launch_attention_block_forward(cudaStream_t s, float *out, float *lse,
+                                            int64_t lse_stride, const float *q, const float *k,
+                                            const float *v, const int32_t *doc_start, int64_t nq,
+                                            int64_t nk, int64_t q0, int64_t k0, int64_t nh,
+                                            int64_t nkv, int64_t hd);
+void mt_cuda_launch_attention_block_backward(cudaStream_t s, float *dq, float *dk, float *dv,
+                                             const float *dout, const float *out,
+                                             const float *lse, int64_t lse_stride,
+                                             const float *q, const float *k, const float *v,
+                                             const int32_t *doc_start, int64_t nq, int64_t nk,
+                                             int64_t q0, int64_t k0, int64_t nh, int64_t nkv,
+                                             int64_t hd);
 void mt_cuda_launch_moe_route(cudaStream_t s, int32_t *pos, int32_t *offsets,
                               const int32_t *expert, int64_t n_assign, int64_t n_experts);
 void mt_cuda_launch_moe_permute(cudaStream_t s, float *out, const float *x, const int32_t *pos,

@@ -17,7 +17,8 @@
  *    roundings apart: CUDA's expf vs the CPU's, FMA contraction);
  *  - 1e-5: matmul (k <= 100 terms in different orders), RMSNorm forward
  *    and backward, cross-entropy loss and gradient, the sharded passes;
- *  - 2e-5: attention (test_cuda_attention.c);
+ *  - 2e-5: attention, dense and ring-attention blocks
+ *    (test_cuda_attention.c);
  *  - 1.6e-2: bf16 GEMM against the CPU's bf16 reference: two fp32 sums
  *    in different orders can round to neighbouring bf16 values, one ulp
  *    (7.8e-3 normwise) apart; the bound allows two;
