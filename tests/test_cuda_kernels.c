@@ -12,11 +12,14 @@
  * bits: rounding is within 2^-8 = 3.9e-3 relative, one bf16 ulp is at most
  * 2^-7 = 7.8e-3 of the largest element of its binade):
  *  - bitwise equal: embedding forward and backward (the GPU backward adds
- *    the rows in the CPU's token order), bf16 conversion, MoE permutation;
+ *    the rows in the CPU's token order), bf16 conversion, MoE permutation
+ *    and row gathers, router top-k indices;
  *  - 1e-6: elementwise kernels, RoPE, AdamW parameters (one or two
  *    roundings apart: CUDA's expf vs the CPU's, FMA contraction);
  *  - 1e-5: matmul (k <= 100 terms in different orders), RMSNorm forward
  *    and backward, cross-entropy loss and gradient, the sharded passes;
+ *  - 1e-6: MoE router, combine and their backwards
+ *    (test_cuda_kernels_moe.c);
  *  - 2e-5: attention, dense and ring-attention blocks
  *    (test_cuda_attention.c);
  *  - 1.6e-2: bf16 GEMM against the CPU's bf16 reference: two fp32 sums
