@@ -17,18 +17,22 @@
  *             dk = dS^T (c q)).
  * Each output row is owned by one warp that adds its terms in a fixed
  * order, so the backward is deterministic without atomics; the price is
- * that dk/dv recompute the scores the dq kernel already formed.
+ * that dk/dv recompute the scores the dq kernel already formed.  The
+ * tile steps (loads, dots, the online-softmax update, the shuffled
+ * products) are cuda_attention_tile.cuh's, shared with the ring-attention
+ * block kernels (cuda_attention_block.cu), which also reuse the rowdot
+ * launcher here.
  *
  * Limits: head_dim <= 128 (MAX_HD: registers and shared memory as sized
  * here), fp32 only, CUDA-core FMAs (no tensor cores).  This is the
  * reference-quality GPU path, correct first; the bf16 tensor-core
  * kernel (mma tiles of 64-128 queries, FA2's split of the work) is the
  * performance item left open in doc/gpu.md. */
-#include "cuda_common.cuh"
+#include "cuda_attention_tile.cuh"
 
-#define TILE 32   /* keys (forward, dq) or queries (dk/dv) per shared tile */
-#define MAX_HD 128
-#define MAX_R (MAX_HD / MT_WARP) /* head dims per lane */
+#define TILE MT_ATT_TILE
+#define MAX_HD MT_ATT_MAX_HD
+#define MAX_R MT_ATT_MAX_R
 #define FWD_WARPS 4              /* query rows per block */
 #define KV_WARPS 8               /* key rows per block */
 
@@ -69,8 +73,7 @@ __global__ void mt_k_attention_forward(float *out, float *lse, const float *q, c
             lo = l;
     }
     if (active)
-        for (int64_t d = lane; d < hd; d += MT_WARP)
-            Qs[w * hd + d] = q[(b * G.T + t) * G.qstride + h * hd + d] * G.scale;
+        mt_att_load_row(Qs + w * hd, q + (b * G.T + t) * G.qstride + h * hd, hd, G.scale);
 
     float o[MAX_R];
     for (int r = 0; r < MAX_R; r++)
@@ -81,64 +84,34 @@ __global__ void mt_k_attention_forward(float *out, float *lse, const float *q, c
     for (int64_t j0 = minlo; j0 <= tlast; j0 += TILE) {
         const int64_t nj = tlast + 1 - j0 < TILE ? tlast + 1 - j0 : TILE;
         __syncthreads(); /* the previous tile is no longer read */
-        for (int64_t e = threadIdx.x; e < nj * hd; e += blockDim.x) {
-            const int64_t j = e / hd, d = e % hd;
-            Ks[j * ld + d] = k[kvbase + (j0 + j) * G.kvstride + d];
-            Vs[j * ld + d] = v[kvbase + (j0 + j) * G.kvstride + d];
-        }
+        mt_att_load_tiles(Ks, Vs, k, v, kvbase + j0 * G.kvstride, G.kvstride, nj, hd, 1.0f);
         __syncthreads();
         if (!active)
             continue;
         const int64_t key = j0 + lane;
-        const bool vis = lane < nj && key >= lo && key <= t;
-        float s = -INFINITY;
-        if (vis) {
-            s = 0.0f;
-            for (int64_t d = 0; d < hd; d++)
-                s += Qs[w * hd + d] * Ks[lane * ld + d];
-        }
-        const float tmax = mt_warp_max(s);
-        if (tmax == -INFINITY)
-            continue; /* nothing visible to this row in the tile */
-        const float mnew = fmaxf(m, tmax);
-        const float corr = expf(m - mnew); /* 0 on the row's first visible tile */
-        const float p = vis ? expf(s - mnew) : 0.0f;
-        l = l * corr + mt_warp_sum(p);
-        m = mnew;
-        for (int r = 0; r < MAX_R; r++)
-            o[r] *= corr;
-        for (int j = 0; j < nj; j++) {
-            const float pj = __shfl_sync(0xffffffffu, p, j);
-            for (int r = 0; r < MAX_R; r++) {
-                const int64_t d = lane + r * MT_WARP;
-                if (d < hd)
-                    o[r] += pj * Vs[j * ld + d];
-            }
-        }
+        mt_att_forward_tile(lane < nj && key >= lo && key <= t, Qs + w * hd, Ks, Vs, (int)nj, hd,
+                            m, l, o);
     }
     if (!active)
         return;
-    const float inv = 1.0f / l;
-    for (int r = 0; r < MAX_R; r++) {
-        const int64_t d = lane + r * MT_WARP;
-        if (d < hd)
-            out[(b * G.T + t) * G.qstride + h * hd + d] = o[r] * inv;
-    }
+    mt_att_store_row(out + (b * G.T + t) * G.qstride + h * hd, o, 1.0f / l, hd, false);
     if (lane == 0)
         lse[(b * G.nh + h) * G.T + t] = m + logf(l);
 }
 
-/* D[(b*nh + h)*T + t] = dout . out over the row's head dims; a warp per row */
-__global__ void mt_k_attention_rowdot(float *D, const float *dout, const float *out, geom_t G)
+/* D[(b*nh + h)*T + t] = dout . out over the row's head dims (rows of
+ * nh*hd floats); a warp per row */
+__global__ void mt_k_attention_rowdot(float *D, const float *dout, const float *out, int64_t B,
+                                      int64_t T, int64_t nh, int64_t hd)
 {
     const int lane = threadIdx.x % MT_WARP;
-    const int64_t nrows = G.B * G.nh * G.T, wstride = (int64_t)gridDim.x * blockDim.x / MT_WARP;
+    const int64_t nrows = B * nh * T, wstride = (int64_t)gridDim.x * blockDim.x / MT_WARP;
     for (int64_t row = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / MT_WARP; row < nrows;
          row += wstride) { /* the whole warp takes the same rows */
-        const int64_t t = row % G.T, h = (row / G.T) % G.nh, b = row / (G.T * G.nh);
-        const int64_t off = (b * G.T + t) * G.qstride + h * G.hd;
+        const int64_t t = row % T, h = (row / T) % nh, b = row / (T * nh);
+        const int64_t off = (b * T + t) * nh * hd + h * hd;
         float acc = 0.0f;
-        for (int64_t d = lane; d < G.hd; d += MT_WARP)
+        for (int64_t d = lane; d < hd; d += MT_WARP)
             acc += dout[off + d] * out[off + d];
         acc = mt_warp_sum(acc);
         if (lane == 0)
@@ -169,10 +142,8 @@ __global__ void mt_k_attention_dq(float *dq, const float *dout, const float *lse
     const int64_t qoff = (b * G.T + t) * G.qstride + h * hd;
     float L = 0.0f, Dr = 0.0f;
     if (active) {
-        for (int64_t d = lane; d < hd; d += MT_WARP) {
-            Qs[w * hd + d] = q[qoff + d] * G.scale;
-            dO[w * hd + d] = dout[qoff + d];
-        }
+        mt_att_load_row(Qs + w * hd, q + qoff, hd, G.scale);
+        mt_att_load_row(dO + w * hd, dout + qoff, hd, 1.0f);
         L = lse[(b * G.nh + h) * G.T + t];
         Dr = D[(b * G.nh + h) * G.T + t];
     }
@@ -184,41 +155,17 @@ __global__ void mt_k_attention_dq(float *dq, const float *dout, const float *lse
     for (int64_t j0 = minlo; j0 <= tlast; j0 += TILE) {
         const int64_t nj = tlast + 1 - j0 < TILE ? tlast + 1 - j0 : TILE;
         __syncthreads();
-        for (int64_t e = threadIdx.x; e < nj * hd; e += blockDim.x) {
-            const int64_t j = e / hd, d = e % hd;
-            Ks[j * ld + d] = k[kvbase + (j0 + j) * G.kvstride + d];
-            Vs[j * ld + d] = v[kvbase + (j0 + j) * G.kvstride + d];
-        }
+        mt_att_load_tiles(Ks, Vs, k, v, kvbase + j0 * G.kvstride, G.kvstride, nj, hd, 1.0f);
         __syncthreads();
         if (!active)
             continue;
         const int64_t key = j0 + lane;
-        float ds = 0.0f;
-        if (lane < nj && key >= lo && key <= t) {
-            float s = 0.0f, dp = 0.0f;
-            for (int64_t d = 0; d < hd; d++) {
-                s += Qs[w * hd + d] * Ks[lane * ld + d];
-                dp += dO[w * hd + d] * Vs[lane * ld + d];
-            }
-            const float p = expf(s - L);
-            ds = p * (dp - Dr);
-        }
-        for (int j = 0; j < nj; j++) {
-            const float dsj = __shfl_sync(0xffffffffu, ds, j);
-            for (int r = 0; r < MAX_R; r++) {
-                const int64_t d = lane + r * MT_WARP;
-                if (d < hd)
-                    acc[r] += dsj * Ks[j * ld + d];
-            }
-        }
+        mt_att_dq_tile(lane < nj && key >= lo && key <= t, Qs + w * hd, dO + w * hd, Ks, Vs,
+                       (int)nj, hd, L, Dr, acc);
     }
     if (!active)
         return;
-    for (int r = 0; r < MAX_R; r++) {
-        const int64_t d = lane + r * MT_WARP;
-        if (d < hd)
-            dq[qoff + d] = acc[r] * G.scale;
-    }
+    mt_att_store_row(dq + qoff, acc, G.scale, hd, false);
 }
 
 /* dk, dv of KV_WARPS key rows (b, g, j0 + warp).  Shared: own K and V
@@ -238,26 +185,16 @@ __global__ void mt_k_attention_dkdv(float *dk, float *dv, const float *dout, con
     const int64_t j0 = (int64_t)blockIdx.x * KV_WARPS, key = j0 + w;
     const bool active = key < G.T;
     const int64_t kvoff = (b * G.T + key) * G.kvstride + g * hd;
-    if (active)
-        for (int64_t d = lane; d < hd; d += MT_WARP) {
-            Kr[w * hd + d] = k[kvoff + d];
-            Vr[w * hd + d] = v[kvoff + d];
-        }
     float adk[MAX_R], adv[MAX_R];
-    for (int r = 0; r < MAX_R; r++)
-        adk[r] = adv[r] = 0.0f;
+    mt_att_key_row_init(Kr + w * hd, Vr + w * hd, k + kvoff, v + kvoff, hd, active, adk, adv);
 
     for (int64_t hh = 0; hh < G.group; hh++) {
         const int64_t h = g * G.group + hh;
         for (int64_t q0 = j0; q0 < G.T; q0 += TILE) { /* queries before j0 see none of these keys */
             const int64_t nq = G.T - q0 < TILE ? G.T - q0 : TILE;
             __syncthreads(); /* the previous tile (and, first time, Kr/Vr) */
-            for (int64_t e = threadIdx.x; e < nq * hd; e += blockDim.x) {
-                const int64_t i = e / hd, d = e % hd;
-                const int64_t off = (b * G.T + q0 + i) * G.qstride + h * hd + d;
-                Qs[i * ld + d] = q[off] * G.scale;
-                dO[i * ld + d] = dout[off];
-            }
+            mt_att_load_tiles(Qs, dO, q, dout, (b * G.T + q0) * G.qstride + h * hd, G.qstride, nq,
+                              hd, G.scale);
             for (int64_t i = threadIdx.x; i < nq; i += blockDim.x) {
                 sL[i] = lse[(b * G.nh + h) * G.T + q0 + i];
                 sD[i] = D[(b * G.nh + h) * G.T + q0 + i];
@@ -267,38 +204,15 @@ __global__ void mt_k_attention_dkdv(float *dk, float *dv, const float *dout, con
             if (!active)
                 continue;
             const int64_t tq = q0 + lane;
-            float p = 0.0f, ds = 0.0f;
-            if (lane < nq && tq >= key && sLo[lane] <= key) {
-                float s = 0.0f, dp = 0.0f;
-                for (int64_t d = 0; d < hd; d++) {
-                    s += Qs[lane * ld + d] * Kr[w * hd + d];
-                    dp += dO[lane * ld + d] * Vr[w * hd + d];
-                }
-                p = expf(s - sL[lane]);
-                ds = p * (dp - sD[lane]);
-            }
-            for (int i = 0; i < nq; i++) {
-                const float pi = __shfl_sync(0xffffffffu, p, i);
-                const float dsi = __shfl_sync(0xffffffffu, ds, i);
-                for (int r = 0; r < MAX_R; r++) {
-                    const int64_t d = lane + r * MT_WARP;
-                    if (d < hd) {
-                        adv[r] += pi * dO[i * ld + d];
-                        adk[r] += dsi * Qs[i * ld + d];
-                    }
-                }
-            }
+            const bool vis = lane < nq && tq >= key && sLo[lane] <= key;
+            mt_att_dkdv_tile(vis, Kr + w * hd, Vr + w * hd, Qs, dO, (int)nq, hd,
+                             vis ? sL[lane] : 0.0f, vis ? sD[lane] : 0.0f, adk, adv);
         }
     }
     if (!active)
         return;
-    for (int r = 0; r < MAX_R; r++) {
-        const int64_t d = lane + r * MT_WARP;
-        if (d < hd) {
-            dk[kvoff + d] = adk[r];
-            dv[kvoff + d] = adv[r];
-        }
-    }
+    mt_att_store_row(dk + kvoff, adk, 1.0f, hd, false);
+    mt_att_store_row(dv + kvoff, adv, 1.0f, hd, false);
 }
 
 /* ------------------------------------------------------------------ launchers */
@@ -319,6 +233,18 @@ static geom_t make_geom(const char *kernel, const int32_t *doc_start, int64_t B,
     G.scale = (float)(1.0 / sqrt((double)hd));
     G.doc_start = doc_start;
     return G;
+}
+
+extern "C" void mt_cuda_launch_attention_rowdot(cudaStream_t s, float *D, const float *dout,
+                                                const float *out, int64_t B, int64_t T,
+                                                int64_t nh, int64_t hd)
+{
+    const int64_t rows = B * nh * T;
+    if (rows == 0)
+        return;
+    mt_k_attention_rowdot<<<mt_cuda_blocks(rows * MT_WARP, 256), 256, 0, s>>>(D, dout, out, B, T,
+                                                                             nh, hd);
+    MT_CUDA_LAUNCH_CHECK("attention_rowdot");
 }
 
 extern "C" void mt_cuda_launch_attention_forward(cudaStream_t s, float *out, float *lse,
@@ -343,9 +269,7 @@ extern "C" void mt_cuda_launch_attention_backward(cudaStream_t s, float *dq, flo
     const geom_t G = make_geom("attention_backward", doc_start, B, T, nh, nkv, hd);
     float *D = (float *)mt_cuda_scratch("attention_backward",
                                         (size_t)(B * nh * T) * sizeof(float));
-    const int64_t rows = B * nh * T;
-    mt_k_attention_rowdot<<<mt_cuda_blocks(rows * MT_WARP, 256), 256, 0, s>>>(D, dout, out, G);
-    MT_CUDA_LAUNCH_CHECK("attention_rowdot");
+    mt_cuda_launch_attention_rowdot(s, D, dout, out, B, T, nh, hd);
 
     const size_t smem_dq = (size_t)(2 * FWD_WARPS * hd + 2 * TILE * (hd + 1)) * sizeof(float);
     dim3 gq((unsigned)((T + FWD_WARPS - 1) / FWD_WARPS), (unsigned)nh, (unsigned)B);

@@ -308,6 +308,60 @@ static void t_matmul_bf16(uint16_t *c, const uint16_t *a, const uint16_t *b, int
     mt_cuda_launch_matmul_bf16(S, c, a, b, m, n, k, ta, tb, beta);
 }
 
+static void t_attention_block_forward(float *out, float *lse, int64_t lse_stride,
+                                      const float *q, const float *k, const float *v,
+                                      const int32_t *doc_start, int64_t nq, int64_t nk,
+                                      int64_t q0, int64_t k0, int64_t nh, int64_t nkv, int64_t hd)
+{
+    mt_cuda_launch_attention_block_forward(S, out, lse, lse_stride, q, k, v, doc_start, nq, nk,
+                                           q0, k0, nh, nkv, hd);
+}
+
+static void t_attention_block_backward(float *dq, float *dk, float *dv, const float *dout,
+                                       const float *out, const float *lse, int64_t lse_stride,
+                                       const float *q, const float *k, const float *v,
+                                       const int32_t *doc_start, int64_t nq, int64_t nk,
+                                       int64_t q0, int64_t k0, int64_t nh, int64_t nkv,
+                                       int64_t hd)
+{
+    mt_cuda_launch_attention_block_backward(S, dq, dk, dv, dout, out, lse, lse_stride, q, k, v,
+                                            doc_start, nq, nk, q0, k0, nh, nkv, hd);
+}
+
+static void t_moe_router_forward(float *probs, int32_t *idx, float *w, const float *bias,
+                                 int64_t n, int64_t E, int64_t k, bool norm_topk)
+{
+    mt_cuda_launch_moe_router_forward(S, probs, idx, w, bias, n, E, k, norm_topk);
+}
+
+static void t_moe_router_backward(float *dlogits, const float *dw, const float *probs,
+                                  const int32_t *idx, const float *w, const float *dp_all,
+                                  int64_t n, int64_t E, int64_t k, bool norm_topk)
+{
+    mt_cuda_launch_moe_router_backward(S, dlogits, dw, probs, idx, w, dp_all, n, E, k,
+                                       norm_topk);
+}
+
+static void t_moe_gather_rows(float *dst, const float *src, const int32_t *rows, int64_t n,
+                              int64_t width)
+{
+    mt_cuda_launch_moe_gather_rows(S, dst, src, rows, n, width);
+}
+
+/* the unpermute kernels with a residual and dropped slots (slot_row -1) */
+static void t_moe_combine(float *out, const float *res, const float *y, const int32_t *slot_row,
+                          const float *w, int64_t n, int64_t k, int64_t width)
+{
+    mt_cuda_launch_moe_unpermute(S, out, res, y, slot_row, w, n, k, width);
+}
+
+static void t_moe_combine_backward(float *dw, float *dy, const float *dout, const float *y,
+                                   const int32_t *slot_row, const float *w, int64_t n, int64_t k,
+                                   int64_t width)
+{
+    mt_cuda_launch_moe_unpermute_backward(S, dy, dw, dout, y, slot_row, w, n, k, width);
+}
+
 static mt_backend_t make_table(void)
 {
     mt_backend_t t;
@@ -338,6 +392,13 @@ static mt_backend_t make_table(void)
     t.zero = t_zero;
     t.synchronize = t_synchronize;
     t.matmul_bf16 = t_matmul_bf16;
+    t.attention_block_forward = t_attention_block_forward;
+    t.attention_block_backward = t_attention_block_backward;
+    t.moe_router_forward = t_moe_router_forward;
+    t.moe_router_backward = t_moe_router_backward;
+    t.moe_gather_rows = t_moe_gather_rows;
+    t.moe_combine = t_moe_combine;
+    t.moe_combine_backward = t_moe_combine_backward;
     return t;
 }
 
@@ -443,7 +504,7 @@ extern "C" void mt_cuda_moe_unpermute(float *y, const float *e, const int32_t *p
                                       const float *w, int64_t n_tokens, int64_t top_k,
                                       int64_t dim)
 {
-    mt_cuda_launch_moe_unpermute(S, y, e, pos, w, n_tokens, top_k, dim);
+    mt_cuda_launch_moe_unpermute(S, y, NULL, e, pos, w, n_tokens, top_k, dim);
 }
 
 extern "C" void mt_cuda_moe_unpermute_backward(float *de, float *dw, const float *dy,

@@ -128,15 +128,47 @@ void mt_cuda_launch_attention_backward(cudaStream_t s, float *dq, float *dk, flo
                                        const float *q, const float *k, const float *v,
                                        const int32_t *doc_start, int64_t B, int64_t T,
                                        int64_t nh, int64_t nkv, int64_t hd);
+/* D[(b*nh + h)*T + t] = dout . out over head h of token (b, t) (rows of
+ * nh*hd floats): the backward's row dots; with B = 1, T = nq it is the
+ * block backward's D[h * nq + i]. */
+void mt_cuda_launch_attention_rowdot(cudaStream_t s, float *D, const float *dout,
+                                     const float *out, int64_t B, int64_t T, int64_t nh,
+                                     int64_t hd);
+void mt_cuda_launch_attention_block_forward(cudaStream_t s, float *out, float *lse,
+                                            int64_t lse_stride, const float *q, const float *k,
+                                            const float *v, const int32_t *doc_start, int64_t nq,
+                                            int64_t nk, int64_t q0, int64_t k0, int64_t nh,
+                                            int64_t nkv, int64_t hd);
+void mt_cuda_launch_attention_block_backward(cudaStream_t s, float *dq, float *dk, float *dv,
+                                             const float *dout, const float *out,
+                                             const float *lse, int64_t lse_stride,
+                                             const float *q, const float *k, const float *v,
+                                             const int32_t *doc_start, int64_t nq, int64_t nk,
+                                             int64_t q0, int64_t k0, int64_t nh, int64_t nkv,
+                                             int64_t hd);
 void mt_cuda_launch_moe_route(cudaStream_t s, int32_t *pos, int32_t *offsets,
                               const int32_t *expert, int64_t n_assign, int64_t n_experts);
 void mt_cuda_launch_moe_permute(cudaStream_t s, float *out, const float *x, const int32_t *pos,
                                 int64_t n_tokens, int64_t top_k, int64_t dim);
-void mt_cuda_launch_moe_unpermute(cudaStream_t s, float *y, const float *e, const int32_t *pos,
-                                  const float *w, int64_t n_tokens, int64_t top_k, int64_t dim);
+/* y = res (0 when NULL; y may alias it) + the w-weighted rows e[pos] in
+ * k order; pos -1 (a dropped slot) adds nothing.  The backward gives a
+ * dropped slot dw 0 and no row.  These are also the table's moe_combine
+ * and moe_combine_backward (pos = slot_row). */
+void mt_cuda_launch_moe_unpermute(cudaStream_t s, float *y, const float *res, const float *e,
+                                  const int32_t *pos, const float *w, int64_t n_tokens,
+                                  int64_t top_k, int64_t dim);
 void mt_cuda_launch_moe_unpermute_backward(cudaStream_t s, float *de, float *dw, const float *dy,
                                            const float *e, const int32_t *pos, const float *w,
                                            int64_t n_tokens, int64_t top_k, int64_t dim);
+void mt_cuda_launch_moe_gather_rows(cudaStream_t s, float *dst, const float *src,
+                                    const int32_t *rows, int64_t n, int64_t width);
+void mt_cuda_launch_moe_router_forward(cudaStream_t s, float *probs, int32_t *idx, float *w,
+                                       const float *bias, int64_t n, int64_t E, int64_t k,
+                                       bool norm_topk);
+void mt_cuda_launch_moe_router_backward(cudaStream_t s, float *dlogits, const float *dw,
+                                        const float *probs, const int32_t *idx, const float *w,
+                                        const float *dp_all, int64_t n, int64_t E, int64_t k,
+                                        bool norm_topk);
 
 #ifdef __cplusplus
 }

@@ -1,9 +1,25 @@
-/* cuda_moe.cu: mixture-of-experts token permutation of the CUDA backend:
- * routing (the expert-sorted position of every (token, k) assignment),
- * permute (gather token rows into expert order), unpermute (the weighted
- * combine back) and the unpermute's backward.  No CPU counterpart exists
- * in mt_backend.h yet; tests/test_cuda_kernels.c checks these against a
- * plain host loop.
+/* cuda_moe.cu: the mixture-of-experts kernels of the CUDA backend.
+ * Two sets:
+ *  - the backend table's entries, with kernels_cpu_moe.c's contract: the
+ *    router (softmax, top-k with bias, optional renormalisation) and its
+ *    backward, the row gather, the combine (moe_combine, skipping dropped
+ *    slots, slot_row -1) and its backward;
+ *  - mt_cuda.h's device-side permutation: routing (the expert-sorted
+ *    position of every (token, k) assignment), permute, unpermute and its
+ *    backward, checked against host loops.  The table's combine and its
+ *    backward are the unpermute kernels with a residual and dropped slots.
+ *
+ * The router runs a warp per token row.  Softmax in double like the CPU
+ * (max, sum of exp in double, each probability rounded once to float; the
+ * sum is a warp tree instead of the CPU's sequential one, 1e-16 apart
+ * before that rounding).  Top-k is k warp arg-max reductions under the
+ * strict total order "score descending, then index ascending" (score =
+ * prob + bias): pick j is the best candidate strictly after pick j-1 in
+ * that order, so no taken-set is kept and ties go to the LOWEST index as
+ * on the CPU.  A NaN score sorts as -inf (the CPU's result is then
+ * order-dependent; here it is at least k distinct in-range experts).  The
+ * renormalisation and the backward's sums over the k picks run in the
+ * CPU's order, in double.
  *
  * Routing is a stable counting sort without atomics: one block per expert
  * counts its assignments, one thread turns the counts into offsets, and
@@ -15,6 +31,7 @@
 #include "cuda_common.cuh"
 
 #define ROUTE_THREADS 1024
+#define ROW_THREADS 256 /* router: 8 warps, a token row each */
 
 /* ------------------------------------------------------------------ kernels */
 
@@ -85,39 +102,160 @@ __global__ void mt_k_moe_permute(float *out, const float *x, const int32_t *pos,
     }
 }
 
-__global__ void mt_k_moe_unpermute(float *y, const float *e, const int32_t *pos, const float *w,
-                                   int64_t n_tokens, int64_t top_k, int64_t dim)
+/* y[t] = res[t] (0 if NULL) + sum over kk in order of w * e[pos]; pos -1
+ * (a dropped slot) adds nothing.  y may alias res.  A block per token. */
+__global__ void mt_k_moe_unpermute(float *y, const float *res, const float *e,
+                                   const int32_t *pos, const float *w, int64_t n_tokens,
+                                   int64_t top_k, int64_t dim)
 {
     for (int64_t t = blockIdx.x; t < n_tokens; t += gridDim.x)
         for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) {
-            float acc = 0.0f;
+            float acc = res ? res[t * dim + c] : 0.0f;
             for (int64_t kk = 0; kk < top_k; kk++) {
                 const int64_t a = t * top_k + kk;
-                acc += (w ? w[a] : 1.0f) * e[(int64_t)pos[a] * dim + c];
+                if (pos[a] >= 0)
+                    acc += (w ? w[a] : 1.0f) * e[(int64_t)pos[a] * dim + c];
             }
             y[t * dim + c] = acc;
         }
 }
 
+/* de[pos[a]] = w[a] dy[token]; dw[a] = dy[token] . e[pos[a]] (double sum,
+ * one rounding); pos -1: dw 0, no row.  A block per assignment. */
 __global__ void mt_k_moe_unpermute_backward(float *de, float *dw, const float *dy, const float *e,
                                             const int32_t *pos, const float *w, int64_t n_assign,
                                             int64_t top_k, int64_t dim)
 {
-    __shared__ float buf[MT_WARP];
+    __shared__ double buf[MT_WARP];
     for (int64_t a = blockIdx.x; a < n_assign; a += gridDim.x) {
+        if (pos[a] < 0) { /* block-uniform */
+            if (dw && threadIdx.x == 0)
+                dw[a] = 0.0f;
+            continue;
+        }
         const float *g = dy + (a / top_k) * dim;
         const int64_t row = (int64_t)pos[a] * dim;
         const float wa = w ? w[a] : 1.0f;
-        float dot = 0.0f;
+        double dot = 0.0;
         for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) {
-            dot += g[c] * e[row + c];
+            dot += (double)g[c] * (double)e[row + c];
             de[row + c] = wa * g[c];
         }
         if (dw) {
             dot = mt_block_sum(dot, buf);
             if (threadIdx.x == 0)
-                dw[a] = dot;
+                dw[a] = (float)dot;
         }
+    }
+}
+
+/* dst[i] = src[rows[i]]; a block per row */
+__global__ void mt_k_moe_gather_rows(float *dst, const float *src, const int32_t *rows, int64_t n,
+                                     int64_t width)
+{
+    for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+        const float *s = src + (int64_t)rows[i] * width;
+        for (int64_t c = threadIdx.x; c < width; c += blockDim.x)
+            dst[i * width + c] = s[c];
+    }
+}
+
+/* (s, e) before (bs, be) in the top-k order: score descending, index ascending */
+__device__ __forceinline__ bool topk_before(float s, int32_t e, float bs, int32_t be)
+{
+    return s > bs || (s == bs && e < be);
+}
+
+/* A warp per token row: softmax in place, then k arg-max reductions. */
+__global__ void mt_k_moe_router_forward(float *probs, int32_t *idx, float *w, const float *bias,
+                                        int64_t n, int64_t E, int64_t k, bool norm_topk)
+{
+    const int lane = threadIdx.x % MT_WARP;
+    const int64_t wstride = (int64_t)gridDim.x * blockDim.x / MT_WARP;
+    for (int64_t t = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / MT_WARP; t < n;
+         t += wstride) {
+        float *p = probs + t * E;
+        float mx = -INFINITY;
+        for (int64_t e = lane; e < E; e += MT_WARP)
+            mx = fmaxf(mx, p[e]);
+        mx = mt_warp_max(mx);
+        double z = 0.0;
+        for (int64_t e = lane; e < E; e += MT_WARP)
+            z += exp((double)p[e] - (double)mx);
+        z = mt_warp_sum(z);
+        for (int64_t e = lane; e < E; e += MT_WARP) /* each lane rewrites only its own */
+            p[e] = (float)(exp((double)p[e] - (double)mx) / z);
+        __syncwarp(); /* every lane reads every probability below */
+
+        float prev_s = 0.0f;
+        int32_t prev = -1;
+        double sum = 0.0;
+        for (int64_t j = 0; j < k; j++) {
+            float bs = -INFINITY;
+            int32_t be = INT32_MAX; /* none: after every real candidate */
+            for (int64_t e = lane; e < E; e += MT_WARP) {
+                float s = bias ? p[e] + bias[e] : p[e];
+                s = s != s ? -INFINITY : s;
+                const bool after = prev < 0 || topk_before(prev_s, prev, s, (int32_t)e);
+                if (after && topk_before(s, (int32_t)e, bs, be))
+                    bs = s, be = (int32_t)e;
+            }
+            for (int o = MT_WARP / 2; o > 0; o >>= 1) {
+                const float os = __shfl_xor_sync(0xffffffffu, bs, o);
+                const int32_t oe = __shfl_xor_sync(0xffffffffu, be, o);
+                if (topk_before(os, oe, bs, be))
+                    bs = os, be = oe;
+            }
+            prev_s = bs, prev = be;
+            sum += p[be];
+            if (lane == 0) {
+                idx[t * k + j] = be;
+                w[t * k + j] = p[be];
+            }
+        }
+        if (norm_topk && lane == 0)
+            for (int64_t j = 0; j < k; j++)
+                w[t * k + j] = (float)((double)w[t * k + j] / sum);
+    }
+}
+
+/* A warp per token row: dl = dp_all + the routing-weight terms of the
+ * selected experts, then the softmax backward p (dl - p . dl). */
+__global__ void mt_k_moe_router_backward(float *dlogits, const float *dw, const float *probs,
+                                         const int32_t *idx, const float *w, const float *dp_all,
+                                         int64_t n, int64_t E, int64_t k, bool norm_topk)
+{
+    const int lane = threadIdx.x % MT_WARP;
+    const int64_t wstride = (int64_t)gridDim.x * blockDim.x / MT_WARP;
+    for (int64_t t = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / MT_WARP; t < n;
+         t += wstride) {
+        const float *p = probs + t * E, *dwt = dw + t * k;
+        const int32_t *it = idx + t * k;
+        float *dl = dlogits + t * E;
+        double s = 0.0, c = 0.0; /* every lane, in the CPU's order */
+        for (int64_t j = 0; j < k; j++) {
+            if (it[j] < 0 || it[j] >= E) {
+                printf("meshtrain cuda moe_router_backward: idx[%lld] = %d, outside [0, %lld)\n",
+                       (long long)(t * k + j), it[j], (long long)E);
+                __trap();
+            }
+            if (norm_topk) {
+                s += p[it[j]];
+                c += (double)dwt[j] * (double)w[t * k + j];
+            }
+        }
+        double dot = 0.0;
+        for (int64_t e = lane; e < E; e += MT_WARP) {
+            float d = dp_all ? dp_all[e] : 0.0f;
+            for (int64_t j = 0; j < k; j++)
+                if (it[j] == e)
+                    d += norm_topk ? (float)(((double)dwt[j] - c) / s) : dwt[j];
+            dl[e] = d;
+            dot += (double)p[e] * (double)d;
+        }
+        dot = mt_warp_sum(dot);
+        for (int64_t e = lane; e < E; e += MT_WARP) /* the lane's own writes */
+            dl[e] = (float)((double)p[e] * ((double)dl[e] - dot));
     }
 }
 
@@ -145,7 +283,7 @@ extern "C" void mt_cuda_launch_moe_route(cudaStream_t s, int32_t *pos, int32_t *
 }
 
 #define REQUIRE_MOE(kernel)                                                                  \
-    MT_CUDA_REQUIRE(n_tokens >= 0 && top_k > 0 && dim > 0, kernel,                           \
+    MT_CUDA_REQUIRE(n_tokens >= 0 && top_k > 0 && dim >= 0, kernel,                          \
                     "n_tokens=%lld top_k=%lld dim=%lld", (long long)n_tokens, (long long)top_k, \
                     (long long)dim)
 
@@ -154,21 +292,22 @@ extern "C" void mt_cuda_launch_moe_permute(cudaStream_t s, float *out, const flo
                                            int64_t dim)
 {
     REQUIRE_MOE("moe_permute");
-    if (n_tokens == 0)
+    if (n_tokens == 0 || dim == 0)
         return;
     mt_k_moe_permute<<<row_blocks(n_tokens * top_k), 256, 0, s>>>(out, x, pos, n_tokens * top_k,
                                                                   top_k, dim);
     MT_CUDA_LAUNCH_CHECK("moe_permute");
 }
 
-extern "C" void mt_cuda_launch_moe_unpermute(cudaStream_t s, float *y, const float *e,
-                                             const int32_t *pos, const float *w,
+extern "C" void mt_cuda_launch_moe_unpermute(cudaStream_t s, float *y, const float *res,
+                                             const float *e, const int32_t *pos, const float *w,
                                              int64_t n_tokens, int64_t top_k, int64_t dim)
 {
     REQUIRE_MOE("moe_unpermute");
-    if (n_tokens == 0)
+    if (n_tokens == 0 || dim == 0)
         return;
-    mt_k_moe_unpermute<<<row_blocks(n_tokens), 256, 0, s>>>(y, e, pos, w, n_tokens, top_k, dim);
+    mt_k_moe_unpermute<<<row_blocks(n_tokens), 256, 0, s>>>(y, res, e, pos, w, n_tokens, top_k,
+                                                            dim);
     MT_CUDA_LAUNCH_CHECK("moe_unpermute");
 }
 
@@ -184,4 +323,46 @@ extern "C" void mt_cuda_launch_moe_unpermute_backward(cudaStream_t s, float *de,
     mt_k_moe_unpermute_backward<<<row_blocks(n_tokens * top_k), 256, 0, s>>>(
         de, dw, dy, e, pos, w, n_tokens * top_k, top_k, dim);
     MT_CUDA_LAUNCH_CHECK("moe_unpermute_backward");
+}
+
+extern "C" void mt_cuda_launch_moe_gather_rows(cudaStream_t s, float *dst, const float *src,
+                                               const int32_t *rows, int64_t n, int64_t width)
+{
+    MT_CUDA_REQUIRE(n >= 0 && width >= 0, "moe_gather_rows", "n=%lld width=%lld", (long long)n,
+                    (long long)width);
+    if (n == 0 || width == 0)
+        return;
+    mt_k_moe_gather_rows<<<row_blocks(n), 256, 0, s>>>(dst, src, rows, n, width);
+    MT_CUDA_LAUNCH_CHECK("moe_gather_rows");
+}
+
+#define REQUIRE_ROUTER(kernel)                                                                \
+    MT_CUDA_REQUIRE(n >= 0 && k >= 1 && k <= E && E <= INT32_MAX, kernel,                     \
+                    "n=%lld E=%lld k=%lld (1 <= k <= E)", (long long)n, (long long)E,          \
+                    (long long)k)
+
+extern "C" void mt_cuda_launch_moe_router_forward(cudaStream_t s, float *probs, int32_t *idx,
+                                                  float *w, const float *bias, int64_t n,
+                                                  int64_t E, int64_t k, bool norm_topk)
+{
+    REQUIRE_ROUTER("moe_router_forward");
+    if (n == 0)
+        return;
+    mt_k_moe_router_forward<<<mt_cuda_blocks(n * MT_WARP, ROW_THREADS), ROW_THREADS, 0, s>>>(
+        probs, idx, w, bias, n, E, k, norm_topk);
+    MT_CUDA_LAUNCH_CHECK("moe_router_forward");
+}
+
+extern "C" void mt_cuda_launch_moe_router_backward(cudaStream_t s, float *dlogits,
+                                                   const float *dw, const float *probs,
+                                                   const int32_t *idx, const float *w,
+                                                   const float *dp_all, int64_t n, int64_t E,
+                                                   int64_t k, bool norm_topk)
+{
+    REQUIRE_ROUTER("moe_router_backward");
+    if (n == 0)
+        return;
+    mt_k_moe_router_backward<<<mt_cuda_blocks(n * MT_WARP, ROW_THREADS), ROW_THREADS, 0, s>>>(
+        dlogits, dw, probs, idx, w, dp_all, n, E, k, norm_topk);
+    MT_CUDA_LAUNCH_CHECK("moe_router_backward");
 }

@@ -107,7 +107,28 @@ static inline float tc_f32(uint16_t h)
     return f;
 }
 
+/* mt_test.h's counters are static, one pair per file: a test file other
+ * than test_cuda_kernels.c returns its own, and main adds them to its
+ * pair, so the exit code counts every file's failures. */
+typedef struct {
+    int checks, failures;
+} tc_counts_t;
+
+static inline tc_counts_t tc_counts(void)
+{
+    tc_counts_t c = {mt_test_checks, mt_test_failures};
+    return c;
+}
+
+static inline void tc_add_counts(tc_counts_t c)
+{
+    mt_test_checks += c.checks;
+    mt_test_failures += c.failures;
+}
+
 /* test_cuda_attention.c */
-void tc_test_attention(uint64_t *seed);
+tc_counts_t tc_test_attention(uint64_t *seed);
+/* test_cuda_kernels_moe.c */
+tc_counts_t tc_test_moe(uint64_t *seed);
 
 #endif
