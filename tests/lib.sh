@@ -133,6 +133,22 @@ parity() {
     params_close "$(final "$1")" "$(final "$2")" "$3: final parameters" 5e-5
 }
 
+# val_close REF NAME LABEL: the validation losses of two runs (at step 20,
+# their only validation) agree within 1e-5 relative.
+val_close() {
+    checks=$((checks + 1))
+    python3 - "$workdir/$1.jsonl" "$workdir/$2.jsonl" <<'PY' || fail "$3: validation losses differ"
+import json, sys
+def val(path):
+    return {j["step"]: j["val_loss"] for j in map(json.loads, open(path)) if "val_loss" in j}
+a, b = val(sys.argv[1]), val(sys.argv[2])
+assert sorted(a) == [20] and sorted(b) == sorted(a), (a, b)
+for s in a:
+    assert abs(a[s] - b[s]) <= 1e-5 * abs(a[s]), (s, a[s], b[s])
+print("validation losses agree:", a, b)
+PY
+}
+
 finish() {
     echo "$(basename "$0"): $checks checks, $failures failed"
     [ "$failures" -eq 0 ] || exit 1
