@@ -229,9 +229,6 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
     }
     /* under context parallelism the model holds T / cp tokens of each row */
     int cp = (int)cfg->distributed.cp_size;
-    if (r->pp && cp > 1 && r->have_val)
-        MT_FAIL(MT_ERR_UNSUPPORTED, "a validation set with both pipeline and context "
-                "parallelism is not in this release: drop dataset.validation_path or one of them");
     MT_TRY(mt_train_moe_check(cfg, mesh->size));
     if (cfg->model.num_experts > 0) { /* experts: train_moe.c */
         if (mt_train_moe_sharded(cfg))
@@ -577,8 +574,8 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
             step % cfg->step_scheduler.val_every_steps == 0) {
             mt_model_set_packing(m, NULL, NULL); /* validation rows are not packed */
             if (r->cp.size > 1)
-                val = mt_train_cp_validation_loss(&r->cp, m, &r->val, r->tokens, r->targets,
-                                                  r->pos);
+                s = mt_train_cp_validation_loss(&r->cp, m, r->pp ? &r->pipe : NULL, &r->val,
+                                                r->tokens, r->targets, r->pos, &val);
             else
                 s = validation_loss(m, r->pp ? &r->pipe : NULL, &r->val, r->rows, r->tokens,
                                     r->targets, &val);

@@ -109,26 +109,36 @@ void mt_train_cp_fill(mt_train_cp_t *cp, const mt_dataset_t *ds, const mt_packin
         keep_chunks(cp, cp->docs, docs);
 }
 
-double mt_train_cp_validation_loss(mt_train_cp_t *cp, mt_model_t *m, const mt_dataset_t *val,
-                                   int32_t *tok, int32_t *tgt, int32_t *pos)
+mt_status_t mt_train_cp_validation_loss(mt_train_cp_t *cp, mt_model_t *m, mt_pp_exec_t *pipe,
+                                        const mt_dataset_t *val, int32_t *tok, int32_t *tgt,
+                                        int32_t *pos, double *mean)
 {
     mt_sampler_t vs = {mt_dataset_num_samples(val, cp->T), cp->T, false, 0};
-    int64_t batches = vs.num_samples / m->B;
+    int64_t batches = vs.num_samples / cp->B;
     if (batches > 64)
         batches = 64;
     double sum[2] = {0, 0}, tot[2] = {0, 0}; /* loss sum, token count */
     row_positions(cp);
     keep_chunks(cp, cp->pos, pos);
     for (int64_t i = 0; i < batches; i++) {
-        int64_t c = 0;
-        mt_data_fill_batch(val, &vs, i, m->B, 0, 1, 0, m->B, cp->tokens, cp->targets);
+        mt_data_fill_batch(val, &vs, i, cp->B, 0, 1, 0, cp->B, cp->tokens, cp->targets);
         keep_chunks(cp, cp->tokens, tok);
         keep_chunks(cp, cp->targets, tgt);
-        mt_model_set_packing(m, pos, NULL);
-        sum[0] += mt_model_step(m, tok, tgt, false, 0.0f, &c);
-        sum[1] += (double)c;
+        /* the model's micro-batches: all cp->B rows, or a pipeline's
+         * microbatches of m->B rows (every row has the same positions) */
+        for (int64_t j = 0; j < cp->B / m->B; j++) {
+            int64_t c = 0;
+            double l;
+            mt_model_set_packing(m, pos, NULL);
+            if (pipe)
+                MT_TRY(mt_pp_exec_forward(pipe, m, tok + j * m->N, tgt + j * m->N, &l, &c));
+            else
+                l = mt_model_step(m, tok + j * m->N, tgt + j * m->N, false, 0.0f, &c);
+            sum[0] += l, sum[1] += (double)c;
+        }
     }
-    if (mt_allreduce(sum, tot, 2, MPI_DOUBLE, MPI_SUM, cp->comm) != MT_OK)
-        return NAN;
-    return tot[1] > 0 ? tot[0] / tot[1] : NAN;
+    /* a pipeline's loss is on every stage already (mt_pp_exec_forward) */
+    MT_TRY(mt_allreduce(sum, tot, 2, MPI_DOUBLE, MPI_SUM, cp->comm));
+    *mean = tot[1] > 0 ? tot[0] / tot[1] : NAN;
+    return MT_OK;
 }

@@ -12,6 +12,7 @@
 #include "mt_mesh.h"
 #include "mt_model.h"
 #include "mt_pack.h"
+#include "mt_pp_exec.h"
 #include "mt_ring_attention.h"
 #include "mt_status.h"
 
@@ -41,10 +42,12 @@ void mt_train_cp_fill(mt_train_cp_t *cp, const mt_dataset_t *ds, const mt_packin
                       int64_t dp_size, int64_t micro, int32_t *tokens, int32_t *targets,
                       int32_t *pos, int32_t *docs);
 
-/* The validation loss (plain rows, up to 64 micro-batches, as the
- * single-rank path) with each row split over the CP group.  Collective
- * over it; tok, tgt, pos are [B * T / cp] scratch. */
-double mt_train_cp_validation_loss(mt_train_cp_t *cp, mt_model_t *m, const mt_dataset_t *val,
-                                   int32_t *tok, int32_t *tgt, int32_t *pos);
+/* The validation loss (plain rows, up to 64 batches of B rows, as the
+ * single-rank path) with each row split over the CP group, through the
+ * pipeline's stages when pipe is not NULL.  Collective over the CP group
+ * (and the pipeline); tok, tgt, pos are [B * T / cp] scratch. */
+mt_status_t mt_train_cp_validation_loss(mt_train_cp_t *cp, mt_model_t *m, mt_pp_exec_t *pipe,
+                                        const mt_dataset_t *val, int32_t *tok, int32_t *tgt,
+                                        int32_t *pos, double *mean);
 
 #endif

@@ -1,8 +1,8 @@
 #!/bin/sh
 # config_abort.sh: a config error found by rank 0 ends all 8 ranks
 # promptly, non-zero, with one message that names file, line, key and rule.
-# Also: --dry-run on a valid config succeeds on 8 ranks, and a layout this
-# release cannot train is refused with one message saying so.
+# Also: --dry-run on a valid config succeeds on 8 ranks, and a failure
+# when training starts is reported once, by rank 0.
 . "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
 
 run8() { timeout 120 "$MPIEXEC" $MPIEXEC_NP 8 "$@"; }
@@ -33,13 +33,12 @@ expect_in "$out" "dry run: the config and the 8-rank mesh are valid" "dry run"
 expect_in "$out" "--- resolved config ---" "resolved config printed"
 expect_in "$out" "dp_shard      1 group of 8" "mesh printed"
 
-# What this release does not do is refused once, by rank 0, on 8 ranks:
-# here a validation set under both pipeline and context parallelism.
-corpus="$abs_top_builddir/share/data/tiny-corpus.bin"
-expect_rc 1 run8 "$bindir/meshtrain-dense" --config "$cfg" dataset.path="$corpus" \
-    distributed.cp_size=2 distributed.pp_size=2 distributed.pipeline.pp_schedule=1f1b \
-    dataset.validation_path="$corpus"
-expect_in "$err" "a validation set with both pipeline and context parallelism is not in this release" "honest about training"
+# A failure when training starts (after validation and the mesh) is
+# reported once, by rank 0, on 8 ranks, with its hint: here a data file
+# that does not exist.
+expect_rc 1 run8 "$bindir/meshtrain-dense" --config "$cfg" dataset.path="$workdir/none.bin"
+expect_in "$err" "none.bin: cannot open dataset: No such file or directory" "training-time error"
+expect_in "$err" "hint: make token files with meshtrain-data" "its hint"
 checks=$((checks + 1))
 [ "$(printf '%s\n' "$err" | grep -c "error on rank")" -eq 1 ] || fail "one message expected:
 $err"

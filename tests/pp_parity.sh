@@ -10,7 +10,7 @@
 #    (compare_losses).
 #  - 3-D meshes at 8 ranks: pp2 x dp2 x tp2, and with sequence parallelism
 #    and activation checkpointing; pp2 x cp2 (ring attention per
-#    microbatch); HSDP pp2 x (2 x 2); fsdp2 with
+#    microbatch, and the validation loss through both); HSDP pp2 x (2 x 2); fsdp2 with
 #    scale_grads_in_schedule with the validation loss through the pipeline;
 #    tied embeddings under v_schedule (the V puts the first and the last
 #    stage on one rank); final parameters within 5e-5 per tensor.
@@ -61,8 +61,9 @@ parity c1 3d "pp 2 x dp 2 x tp 2"
 train sp 8 $(pipe 2 1f1b) distributed.tp_size=2 distributed.sequence_parallel=true \
     distributed.activation_checkpointing=true
 parity c1 sp "pp 2 x dp 2 x tp 2, sequence parallel, activation checkpointing"
-train pc 4 $(pipe 2 1f1b) distributed.cp_size=2
+train pc 4 $(pipe 2 1f1b) distributed.cp_size=2 $val
 parity c1 pc "pp 2 x cp 2"
+val_close c1 pc "validation loss through the pipeline under cp 2"
 train hs 8 $(pipe 2 zero_bubble) distributed.dp_replicate_size=2 step_scheduler.local_batch_size=2
 parity c1 hs "pp 2 x HSDP 2 x 2, zero_bubble"
 train sg 4 $(pipe 2 interleaved_1f1b) distributed.pipeline.scale_grads_in_schedule=true $val
