@@ -186,10 +186,11 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
     double obytes = 8 + (d->mp_policy.param_dtype == MT_DTYPE_FLOAT32 ? 0 : 4); /* m, v (+master) */
     double act_bytes = pbytes;
 
-    /* Experts: split over ep, then FSDP-sharded (fsdp2, ep > 1) over the
-     * ep_shard x tp ranks holding the same ones instead of dp_shard_cp. */
+    /* Experts: split over ep, then FSDP-sharded (fsdp2) over the ranks
+     * holding the same ones (ep_shard x tp, or dp x cp x tp without EP)
+     * instead of dp_shard_cp. */
     bool exp_sharded = mt_train_moe_sharded(cfg);
-    double e_shard = exp_sharded ? (double)(dv->ep_shard * d->tp_size) : 1;
+    double e_shard = exp_sharded ? (double)mt_train_moe_replicas(cfg) : 1;
 
     mt_pp_sim_result_t sim;
     MT_TRY(bubble(cfg, plan, &sim));

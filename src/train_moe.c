@@ -9,8 +9,8 @@
  * ranks holding the same experts (rep: the same pipeline stage and EP
  * index, i.e. ep_shard = dp x cp / ep of them times tp) each route
  * different tokens, so the expert gradients are summed over rep once per
- * step, after backward.  Under fsdp2 with ep > 1 and rep larger than one
- * rank the experts are instead FSDP-sharded over rep by a second mt_fsdp
+ * step, after backward.  Under fsdp2 with rep larger than one rank the
+ * experts are instead FSDP-sharded over rep by a second mt_fsdp
  * over a model-like view of the expert arena whose units mirror the
  * model's, driven by the model's own unit events (chain_hook): gathered
  * before a MoE layer's forward and backward, gradients reduce-scattered
@@ -30,11 +30,17 @@
 #include "mt_comm.h"
 #include "mt_fsdp.h"
 
-bool mt_train_moe_sharded(const mt_config_t *cfg)
+int64_t mt_train_moe_replicas(const mt_config_t *cfg)
 {
     const mt_distributed_config_t *d = &cfg->distributed;
-    return cfg->model.num_experts > 0 && d->strategy == MT_STRATEGY_FSDP2 && d->ep_size > 1 &&
-           cfg->derived.ep_shard * d->tp_size > 1;
+    int64_t r = d->ep_size > 1 ? cfg->derived.ep_shard : cfg->derived.dp_size * d->cp_size;
+    return r * d->tp_size;
+}
+
+bool mt_train_moe_sharded(const mt_config_t *cfg)
+{
+    return cfg->model.num_experts > 0 && cfg->distributed.strategy == MT_STRATEGY_FSDP2 &&
+           mt_train_moe_replicas(cfg) > 1;
 }
 
 mt_status_t mt_train_moe_check(const mt_config_t *cfg, int world)
@@ -44,10 +50,9 @@ mt_status_t mt_train_moe_check(const mt_config_t *cfg, int world)
         return MT_OK;
     if (d->moe.reshard_after_forward && !mt_train_moe_sharded(cfg))
         MT_FAIL(MT_ERR_UNSUPPORTED, "distributed.moe.reshard_after_forward: the experts are not "
-                "sharded here (they are sharded under fsdp2 with ep_size > 1 over the ep_shard x "
-                "tp_size = %lld ranks that hold the same experts, when that is above 1), so "
-                "there is nothing to reshard; set it to false",
-                (long long)(cfg->derived.ep_shard * d->tp_size));
+                "sharded here (they are sharded under fsdp2 over the %lld ranks that hold the "
+                "same experts, when there is more than one), so there is nothing to reshard; "
+                "set it to false", (long long)mt_train_moe_replicas(cfg));
     if (d->moe.ignore_router_for_ac && !d->activation_checkpointing)
         MT_FAIL(MT_ERR_CONFIG, "distributed.moe.ignore_router_for_ac keeps the router out of "
                 "activation checkpointing, which is off: set "

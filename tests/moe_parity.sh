@@ -8,7 +8,8 @@
 # ep_shard: the optimizer state halves, as planned), the same with
 # moe.reshard_after_forward, activation checkpointing and HSDP, ep 4 on 4
 # ranks with activation checkpointing and moe.ignore_router_for_ac, and
-# ep 1 on 2 ranks (experts replicated over dp); and with a shared expert,
+# ep 1 on 2 ranks (experts FSDP-sharded over dp, as fsdp2 shards every
+# parameter, and resharded after forward); and with a shared expert,
 # capacity factor 0.75 (tokens dropped, the same ones on both meshes) and
 # bias balancing at ep 2 against its own 1-rank run, resumed from ep 2 on
 # 1 rank; ep 8 (8 experts, one per rank) against its own 1-rank run.
@@ -88,8 +89,8 @@ PY
 train e4 4 distributed.ep_size=4 distributed.activation_checkpointing=true \
     distributed.moe.ignore_router_for_ac=true
 parity1 e4 "ep 4, activation checkpointing without recomputing the router"
-train m2 2
-parity1 m2 "ep 1 on 2 ranks (experts replicated over dp)"
+train m2 2 distributed.moe.reshard_after_forward=true
+parity1 m2 "ep 1 on 2 ranks (experts FSDP-sharded over dp, resharded after forward)"
 # shared experts (data-parallel like the router), a capacity factor that
 # drops tokens (decided on each rank's micro-batch, so mesh-free) and
 # aux-loss-free bias balancing (the bias is checkpointed)
