@@ -255,7 +255,8 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
         mt_model_free(m);
         return st;
     }
-    int maxp = 3 + 11 * (int)m->L;
+    /* per layer at most: 2 norms, q, k, v, o, q_norm, k_norm, router, gate, up, down */
+    int maxp = 3 + 12 * (int)m->L;
     m->params = calloc((size_t)maxp, sizeof *m->params);
     m->layers = calloc((size_t)(m->L > 0 ? m->L : 1), sizeof *m->layers);
     m->acts = calloc((size_t)(m->L > 0 ? m->L : 1), sizeof *m->acts);
