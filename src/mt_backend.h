@@ -213,6 +213,17 @@ struct mt_backend {
     void (*moe_combine_backward)(float *dw, float *dy, const float *dout, const float *y,
                                  const int32_t *slot_row, const float *w, int64_t n, int64_t k,
                                  int64_t width);
+
+    /* ---- appended for the device wiring (issue 8, doc/gpu.md) ----
+     * The backend's own memory: device_alloc returns `bytes` (0 allowed)
+     * of zeroed memory that the kernels and the copy/zero entries above
+     * take, or NULL when out of memory; device_free releases what
+     * device_alloc returned (NULL: nothing).  The model allocates every
+     * tensor the kernels read or write here, and host code reaches it only
+     * through this table.  CPU: calloc and free; CUDA: cudaMalloc plus a
+     * memset on the backend's stream, and cudaFree. */
+    void *(*device_alloc)(size_t bytes);
+    void (*device_free)(void *p);
 };
 
 /* The CPU reference backend. */
