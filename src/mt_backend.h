@@ -229,6 +229,18 @@ struct mt_backend {
 /* The CPU reference backend. */
 const mt_backend_t *mt_backend_cpu(void);
 
+/* The CPU backend with a guard, for tests (kernels_cpu_guard.c): the same
+ * kernels, but device_alloc returns mmap'd pages that are PROT_NONE except
+ * while one of this table's entries runs, so host code that touches
+ * backend memory without going through the backend faults, as it would
+ * on a GPU.  Kernels may still be given host pointers.  The first call
+ * installs a SIGSEGV handler that prints the faulting address, the
+ * allocation it falls in and (glibc) a backtrace, then _exits with
+ * MT_CPU_GUARD_EXIT.  One host thread; slow (every call changes the
+ * protection of every allocation). */
+#define MT_CPU_GUARD_EXIT 86
+const mt_backend_t *mt_backend_cpu_guarded(void);
+
 #ifdef __cplusplus
 }
 #endif
