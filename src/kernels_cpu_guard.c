@@ -8,7 +8,9 @@
  * through the backend (a memcpy on an arena, a host loop over router
  * indices) faults here, where on a GPU it would read garbage or crash
  * later; the SIGSEGV handler names the address, the allocation and (with
- * glibc) the call stack.
+ * glibc) the call stack.  In strict mode (mt_cpu_guard_strict) an entry
+ * also refuses tensor arguments that are not its memory: a host array
+ * handed to a kernel, which a GPU kernel could not read.
  *
  * It is deliberately simple and slow: a linear table of allocations, two
  * mprotect calls per allocation per kernel, one host thread (kernels may
@@ -36,7 +38,19 @@ typedef struct {
 static guard_region_t *regions;
 static int nregions, capregions;
 static int depth; /* > 0 inside a table entry: the regions are open */
+static bool strict; /* tensor arguments must be backend memory */
 static const mt_backend_t *cpu;
+
+/* The allocation holding address a (its end counts: an empty tensor may
+ * sit there), or -1. */
+static int region_of(const void *a)
+{
+    const char *c = a;
+    for (int i = 0; i < nregions; i++)
+        if (c >= regions[i].base && c <= regions[i].base + regions[i].bytes)
+            return i;
+    return -1;
+}
 
 static void protect_all(int prot)
 {
@@ -67,6 +81,16 @@ static void say(const char *s)
     (void)r;
 }
 
+static void backtrace_and_exit(void)
+{
+#ifdef __GLIBC__
+    void *frames[32];
+    int n = backtrace(frames, 32);
+    backtrace_symbols_fd(frames, n, STDERR_FILENO);
+#endif
+    _exit(MT_CPU_GUARD_EXIT);
+}
+
 static void on_segv(int sig, siginfo_t *info, void *uctx)
 {
     (void)sig, (void)uctx;
@@ -87,12 +111,26 @@ static void on_segv(int sig, siginfo_t *info, void *uctx)
                  "meshtrain guard: segmentation fault at %p, not in backend memory (%d "
                  "allocations)\n", (const void *)a, nregions);
     say(msg);
-#ifdef __GLIBC__
-    void *frames[32];
-    int n = backtrace(frames, 32);
-    backtrace_symbols_fd(frames, n, STDERR_FILENO);
-#endif
-    _exit(MT_CPU_GUARD_EXIT);
+    backtrace_and_exit();
+}
+
+/* Strict mode: a host array given to a kernel as a tensor (which a GPU
+ * kernel could not read) stops the program like a host access. */
+static void require_backend(const char *entry, const char *names, const void *const *t, int n)
+{
+    if (!strict)
+        return;
+    for (int i = 0; i < n; i++)
+        if (t[i] && region_of(t[i]) < 0) {
+            fprintf(stderr, "meshtrain guard: %s: tensor argument %d of (%s) at %p is not "
+                            "backend memory\n", entry, i + 1, names, t[i]);
+            backtrace_and_exit();
+        }
+}
+
+void mt_cpu_guard_strict(bool on)
+{
+    strict = on;
 }
 
 /* ------------------------------------------------------------------ memory */
@@ -133,17 +171,23 @@ static void g_device_free(void *p)
 
 /* ------------------------------------------------------------------ the table's entries */
 
-/* Each entry: open the regions, run the CPU backend's entry, close them. */
-#define GUARD_VOID(name, params, args)                                        \
+/* Each entry: (strict) check that the tensor arguments, the ones named
+ * after args, are backend memory; open the regions, run the CPU backend's
+ * entry, close them. */
+#define GUARD_VOID(name, params, args, ...)                                   \
     static void g_##name params                                               \
     {                                                                         \
+        const void *t_[] = {__VA_ARGS__};                                     \
+        require_backend(#name, #__VA_ARGS__, t_, (int)(sizeof t_ / sizeof t_[0])); \
         open_all();                                                           \
         cpu->name args;                                                       \
         close_all();                                                          \
     }
-#define GUARD_DOUBLE(name, params, args)                                      \
+#define GUARD_DOUBLE(name, params, args, ...)                                 \
     static double g_##name params                                             \
     {                                                                         \
+        const void *t_[] = {__VA_ARGS__};                                     \
+        require_backend(#name, #__VA_ARGS__, t_, (int)(sizeof t_ / sizeof t_[0])); \
         open_all();                                                           \
         double r_ = cpu->name args;                                           \
         close_all();                                                          \
@@ -151,83 +195,83 @@ static void g_device_free(void *p)
     }
 
 GUARD_VOID(matmul, (float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k,
-                    bool ta, bool tb, float beta), (c, a, b, m, n, k, ta, tb, beta))
+                    bool ta, bool tb, float beta), (c, a, b, m, n, k, ta, tb, beta), c, a, b)
 GUARD_VOID(embedding_forward, (float *out, const int32_t *tok, const float *table, int64_t n,
-                               int64_t dim), (out, tok, table, n, dim))
+                               int64_t dim), (out, tok, table, n, dim), out, tok, table)
 GUARD_VOID(embedding_backward, (float *dtable, const float *dout, const int32_t *tok, int64_t n,
-                                int64_t dim), (dtable, dout, tok, n, dim))
+                                int64_t dim), (dtable, dout, tok, n, dim), dtable, dout, tok)
 GUARD_VOID(rmsnorm_forward, (float *out, float *rstd, const float *x, const float *w, int64_t n,
-                             int64_t dim, float eps), (out, rstd, x, w, n, dim, eps))
+                             int64_t dim, float eps), (out, rstd, x, w, n, dim, eps), out, rstd, x, w)
 GUARD_VOID(rmsnorm_backward, (float *dx, float *dw, const float *dout, const float *x,
                               const float *w, const float *rstd, int64_t n, int64_t dim),
-           (dx, dw, dout, x, w, rstd, n, dim))
+           (dx, dw, dout, x, w, rstd, n, dim), dx, dw, dout, x, w, rstd)
 GUARD_VOID(rope_forward, (float *x, const int32_t *pos, int64_t n, int64_t nh, int64_t hd,
-                          double theta), (x, pos, n, nh, hd, theta))
+                          double theta), (x, pos, n, nh, hd, theta), x, pos)
 GUARD_VOID(rope_backward, (float *dx, const int32_t *pos, int64_t n, int64_t nh, int64_t hd,
-                           double theta), (dx, pos, n, nh, hd, theta))
+                           double theta), (dx, pos, n, nh, hd, theta), dx, pos)
 GUARD_VOID(attention_forward, (float *out, float *lse, const float *q, const float *k,
                                const float *v, const int32_t *ds, int64_t B, int64_t T,
                                int64_t nh, int64_t nkv, int64_t hd),
-           (out, lse, q, k, v, ds, B, T, nh, nkv, hd))
+           (out, lse, q, k, v, ds, B, T, nh, nkv, hd), out, lse, q, k, v, ds)
 GUARD_VOID(attention_backward, (float *dq, float *dk, float *dv, const float *dout,
                                 const float *out, const float *lse, const float *q,
                                 const float *k, const float *v, const int32_t *ds, int64_t B,
                                 int64_t T, int64_t nh, int64_t nkv, int64_t hd),
-           (dq, dk, dv, dout, out, lse, q, k, v, ds, B, T, nh, nkv, hd))
+           (dq, dk, dv, dout, out, lse, q, k, v, ds, B, T, nh, nkv, hd), dq, dk, dv, dout, out, lse, q, k, v, ds)
 GUARD_VOID(swiglu_forward, (float *out, const float *g, const float *u, int64_t n),
-           (out, g, u, n))
+           (out, g, u, n), out, g, u)
 GUARD_VOID(swiglu_backward, (float *dg, float *du, const float *dout, const float *g,
-                             const float *u, int64_t n), (dg, du, dout, g, u, n))
+                             const float *u, int64_t n), (dg, du, dout, g, u, n), dg, du, dout, g, u)
 GUARD_DOUBLE(cross_entropy, (float *dl, const float *l, const int32_t *tgt, int64_t n, int64_t V,
                              int64_t vv, float scale, int64_t *count),
-             (dl, l, tgt, n, V, vv, scale, count))
+             (dl, l, tgt, n, V, vv, scale, count), dl, l, tgt)
 GUARD_VOID(ce_shard_max, (float *mx, const float *l, int64_t n, int64_t V, int64_t vv),
-           (mx, l, n, V, vv))
+           (mx, l, n, V, vv), mx, l)
 GUARD_VOID(ce_shard_sum, (double *z, double *ly, const float *l, const int32_t *tgt,
                           const float *mx, int64_t n, int64_t V, int64_t v_lo, int64_t vv),
-           (z, ly, l, tgt, mx, n, V, v_lo, vv))
+           (z, ly, l, tgt, mx, n, V, v_lo, vv), z, ly, l, tgt, mx)
 GUARD_DOUBLE(ce_shard_finish, (float *dl, const float *l, const int32_t *tgt, const float *mx,
                                const double *z, const double *ly, int64_t n, int64_t V,
                                int64_t v_lo, int64_t vv, float scale, int64_t *count),
-             (dl, l, tgt, mx, z, ly, n, V, v_lo, vv, scale, count))
-GUARD_VOID(add, (float *y, const float *x, int64_t n), (y, x, n))
-GUARD_DOUBLE(sum_squares, (const float *x, int64_t n), (x, n))
-GUARD_VOID(scale, (float *x, float s, int64_t n), (x, s, n))
+             (dl, l, tgt, mx, z, ly, n, V, v_lo, vv, scale, count), dl, l, tgt, mx, z, ly)
+GUARD_VOID(add, (float *y, const float *x, int64_t n), (y, x, n), y, x)
+GUARD_DOUBLE(sum_squares, (const float *x, int64_t n), (x, n), x)
+GUARD_VOID(scale, (float *x, float s, int64_t n), (x, s, n), x)
 GUARD_VOID(adamw, (float *p, const float *g, float *m, float *v, int64_t n, float lr, float b1,
-                   float b2, float eps, float wd, int64_t t), (p, g, m, v, n, lr, b1, b2, eps, wd, t))
+                   float b2, float eps, float wd, int64_t t), (p, g, m, v, n, lr, b1, b2, eps, wd, t), p, g, m, v)
 GUARD_VOID(attention_block_forward, (float *out, float *lse, int64_t ls, const float *q,
                                      const float *k, const float *v, const int32_t *ds,
                                      int64_t nq, int64_t nk, int64_t q0, int64_t k0, int64_t nh,
                                      int64_t nkv, int64_t hd),
-           (out, lse, ls, q, k, v, ds, nq, nk, q0, k0, nh, nkv, hd))
+           (out, lse, ls, q, k, v, ds, nq, nk, q0, k0, nh, nkv, hd), out, lse, q, k, v, ds)
 GUARD_VOID(attention_block_backward, (float *dq, float *dk, float *dv, const float *dout,
                                       const float *out, const float *lse, int64_t ls,
                                       const float *q, const float *k, const float *v,
                                       const int32_t *ds, int64_t nq, int64_t nk, int64_t q0,
                                       int64_t k0, int64_t nh, int64_t nkv, int64_t hd),
-           (dq, dk, dv, dout, out, lse, ls, q, k, v, ds, nq, nk, q0, k0, nh, nkv, hd))
-GUARD_VOID(copy_to_device, (void *dst, const void *src, size_t bytes), (dst, src, bytes))
-GUARD_VOID(copy_to_host, (void *dst, const void *src, size_t bytes), (dst, src, bytes))
-GUARD_VOID(copy, (void *dst, const void *src, size_t bytes), (dst, src, bytes))
-GUARD_VOID(zero, (void *dst, size_t bytes), (dst, bytes))
-GUARD_VOID(synchronize, (void), ())
+           (dq, dk, dv, dout, out, lse, ls, q, k, v, ds, nq, nk, q0, k0, nh, nkv, hd), dq, dk, dv, dout, out, lse, q, k, v, ds)
+GUARD_VOID(copy_to_device, (void *dst, const void *src, size_t bytes), (dst, src, bytes), dst)
+GUARD_VOID(copy_to_host, (void *dst, const void *src, size_t bytes), (dst, src, bytes), src)
+GUARD_VOID(copy, (void *dst, const void *src, size_t bytes), (dst, src, bytes), dst, src)
+GUARD_VOID(zero, (void *dst, size_t bytes), (dst, bytes), dst)
+GUARD_VOID(synchronize, (void), (), NULL)
 GUARD_VOID(matmul_bf16, (uint16_t *c, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n,
-                         int64_t k, bool ta, bool tb, float beta), (c, a, b, m, n, k, ta, tb, beta))
+                         int64_t k, bool ta, bool tb, float beta), (c, a, b, m, n, k, ta, tb, beta), c, a, b)
 GUARD_VOID(moe_router_forward, (float *probs, int32_t *idx, float *w, const float *bias,
                                 int64_t n, int64_t E, int64_t k, bool norm),
-           (probs, idx, w, bias, n, E, k, norm))
+           (probs, idx, w, bias, n, E, k, norm), probs, idx, w, bias)
 GUARD_VOID(moe_router_backward, (float *dl, const float *dw, const float *probs,
                                  const int32_t *idx, const float *w, const float *dp_all,
                                  int64_t n, int64_t E, int64_t k, bool norm),
-           (dl, dw, probs, idx, w, dp_all, n, E, k, norm))
+           (dl, dw, probs, idx, w, dp_all, n, E, k, norm), dl, dw, probs, idx, w, dp_all)
 GUARD_VOID(moe_gather_rows, (float *dst, const float *src, const int32_t *rows, int64_t n,
-                             int64_t width), (dst, src, rows, n, width))
+                             int64_t width), (dst, src, rows, n, width), dst, src, rows)
 GUARD_VOID(moe_combine, (float *out, const float *res, const float *y, const int32_t *slot_row,
                          const float *w, int64_t n, int64_t k, int64_t width),
-           (out, res, y, slot_row, w, n, k, width))
+           (out, res, y, slot_row, w, n, k, width), out, res, y, slot_row, w)
 GUARD_VOID(moe_combine_backward, (float *dw, float *dy, const float *dout, const float *y,
                                   const int32_t *slot_row, const float *w, int64_t n, int64_t k,
-                                  int64_t width), (dw, dy, dout, y, slot_row, w, n, k, width))
+                                  int64_t width), (dw, dy, dout, y, slot_row, w, n, k, width), dw, dy, dout, y, slot_row, w)
 
 /* A new table entry must be wrapped here too: a NULL entry would crash
  * the guarded test instead of telling it what went wrong. */
