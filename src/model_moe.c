@@ -159,25 +159,28 @@ static void reserve_rows(mt_moe_t *x, moe_acts_t *a, int64_t R, int64_t H)
     const mt_backend_t *be = x->be;
     if (R > a->cap) {
         int64_t c = R + R / 4;
-        size_t o = (size_t)a->cap, n = (size_t)c, h = (size_t)H, im = (size_t)x->Im;
+        /* bytes of a row of indices, of H floats, of Im floats: now, then */
+        size_t o = (size_t)a->cap, n = (size_t)c, i4 = sizeof(int32_t);
+        size_t fh = sizeof(float) * (size_t)H, fi = sizeof(float) * (size_t)x->Im;
         x->act_numel += (c - a->cap) * (1 + 3 * x->Im + H);
-        a->perm = grow_dev(be, a->perm, 4 * o, 4 * n, "row permutation");
-        a->iperm = grow_dev(be, a->iperm, 4 * o, 4 * n, "row permutation");
-        a->xe = grow_dev(be, a->xe, 4 * o * h, 4 * n * h, "expert inputs");
-        a->g = grow_dev(be, a->g, 4 * o * im, 4 * n * im, "expert activations");
-        a->u = grow_dev(be, a->u, 4 * o * im, 4 * n * im, "expert activations");
-        a->a = grow_dev(be, a->a, 4 * o * im, 4 * n * im, "expert activations");
+        a->perm = grow_dev(be, a->perm, i4 * o, i4 * n, "row permutation");
+        a->iperm = grow_dev(be, a->iperm, i4 * o, i4 * n, "row permutation");
+        a->xe = grow_dev(be, a->xe, fh * o, fh * n, "expert inputs");
+        a->g = grow_dev(be, a->g, fi * o, fi * n, "expert activations");
+        a->u = grow_dev(be, a->u, fi * o, fi * n, "expert activations");
+        a->a = grow_dev(be, a->a, fi * o, fi * n, "expert activations");
         a->cap = c;
     }
     if (R > x->scap) {
         int64_t c = R + R / 4;
-        size_t o = (size_t)x->scap, n = (size_t)c, h = (size_t)H, im = (size_t)x->Im;
+        size_t o = (size_t)x->scap, n = (size_t)c, i4 = sizeof(int32_t);
+        size_t fh = sizeof(float) * (size_t)H, fi = sizeof(float) * (size_t)x->Im;
         x->act_numel += (c - x->scap) * (2 * H + x->Im);
-        x->recvbuf = grow_dev(be, x->recvbuf, 4 * o * h, 4 * n * h, "receive buffer");
-        x->ye = grow_dev(be, x->ye, 4 * o * h, 4 * n * h, "expert outputs");
-        x->da = grow_dev(be, x->da, 4 * o * im, 4 * n * im, "expert scratch");
-        x->h_perm = grow(x->h_perm, 4 * n, "row permutation");
-        x->h_iperm = grow(x->h_iperm, 4 * n, "row permutation");
+        x->recvbuf = grow_dev(be, x->recvbuf, fh * o, fh * n, "receive buffer");
+        x->ye = grow_dev(be, x->ye, fh * o, fh * n, "expert outputs");
+        x->da = grow_dev(be, x->da, fi * o, fi * n, "expert scratch");
+        x->h_perm = grow(x->h_perm, i4 * n, "row permutation");
+        x->h_iperm = grow(x->h_iperm, i4 * n, "row permutation");
         x->scap = c;
     }
 }
