@@ -302,6 +302,29 @@ static void t_zero(void *dst, size_t bytes)
 
 static void t_synchronize(void) { MT_CUDA_CHECK(cudaStreamSynchronize(S)); }
 
+/* One cudaMalloc per call (the model makes few, large ones: doc/gpu.md),
+ * zeroed in order with the kernels on the backend's stream. */
+static void *t_device_alloc(size_t bytes)
+{
+    cudaStream_t s = S;
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+        (void)cudaGetLastError(); /* not a sticky error: the caller reports NOMEM */
+        return NULL;
+    }
+    if (bytes) {
+        MT_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, s));
+        MT_CUDA_CHECK(cudaStreamSynchronize(s));
+    }
+    return p;
+}
+
+static void t_device_free(void *p)
+{
+    if (p)
+        MT_CUDA_CHECK(cudaFree(p)); /* waits for the device, so for every kernel using p */
+}
+
 static void t_matmul_bf16(uint16_t *c, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n,
                           int64_t k, bool ta, bool tb, float beta)
 {
@@ -399,6 +422,8 @@ static mt_backend_t make_table(void)
     t.moe_gather_rows = t_moe_gather_rows;
     t.moe_combine = t_moe_combine;
     t.moe_combine_backward = t_moe_combine_backward;
+    t.device_alloc = t_device_alloc;
+    t.device_free = t_device_free;
     return t;
 }
 

@@ -129,6 +129,16 @@ static void mt_cpu_zero(void *dst, size_t bytes)
 
 static void mt_cpu_synchronize(void) {}
 
+static void *mt_cpu_device_alloc(size_t bytes)
+{
+    return calloc(bytes ? bytes : 1, 1);
+}
+
+static void mt_cpu_device_free(void *p)
+{
+    free(p);
+}
+
 static inline float bf16_to_f32(uint16_t h)
 {
     const uint32_t u = (uint32_t)h << 16;
@@ -209,6 +219,9 @@ static const mt_backend_t mt_cpu_backend = {
     .moe_gather_rows = mt_cpu_moe_gather_rows,
     .moe_combine = mt_cpu_moe_combine,
     .moe_combine_backward = mt_cpu_moe_combine_backward,
+
+    .device_alloc = mt_cpu_device_alloc,
+    .device_free = mt_cpu_device_free,
 };
 
 const mt_backend_t *mt_backend_cpu(void)

@@ -8,7 +8,14 @@
  * m->be.  Under activation checkpointing only each layer's input is kept,
  * and the layer's forward is recomputed into shared scratch right before
  * its backward; the kernels are deterministic, so the gradients are
- * bit-identical to the stored-activation path.  Arenas: model_arena.c. */
+ * bit-identical to the stored-activation path.  Arenas: model_arena.c.
+ *
+ * Every buffer the kernels use is the backend's memory (device memory on a
+ * GPU): host code here never reads or writes it, but goes through the
+ * backend (copies, zero, kernels), and the caller's tokens, targets and
+ * packing arrays are host arrays the model copies in.  tests/
+ * test_device_discipline checks this with a backend that faults on any
+ * other access. */
 #include "mt_model.h"
 
 #include <math.h>
@@ -71,24 +78,52 @@ void mt_model_init_range(const mt_model_t *m, uint64_t seed, int64_t lo, int64_t
     }
 }
 
+void mt_model_init_device(const mt_model_t *m, uint64_t seed, float *dst)
+{
+    enum { CHUNK = 1 << 20, SMALL = 1 << 10 }; /* floats per copy */
+    float small[SMALL];
+    int64_t chunk = m->numel < CHUNK ? m->numel : CHUNK;
+    float *buf = chunk > SMALL ? malloc(sizeof(float) * (size_t)chunk) : NULL;
+    if (!buf) /* short of host memory (or a small model): smaller copies */
+        buf = small, chunk = SMALL;
+    for (int64_t lo = 0; lo < m->numel; lo += chunk) {
+        int64_t hi = lo + chunk < m->numel ? lo + chunk : m->numel;
+        mt_model_init_range(m, seed, lo, hi, buf);
+        m->be->copy_to_device(dst + lo, buf, sizeof(float) * (size_t)(hi - lo));
+    }
+    if (buf != small)
+        free(buf);
+}
+
 void mt_model_init_weights(mt_model_t *m, uint64_t seed)
 {
-    mt_model_init_range(m, seed, 0, m->numel, m->param_mem);
+    if (m->param_mem)
+        mt_model_init_device(m, seed, m->param_mem);
     if (m->moe)
         mt_moe_init_weights(m, seed);
 }
 
 void mt_model_set_packing(mt_model_t *m, const int32_t *pos, const int32_t *doc_start)
 {
-    for (int64_t i = 0; i < m->N; i++)
-        m->pos[i] = pos ? pos[i] : (int32_t)(i % m->T);
-    m->doc_start = pos ? doc_start : NULL;
+    size_t bytes = sizeof(int32_t) * (size_t)m->N;
+    if (pos) {
+        m->be->copy_to_device(m->pos, pos, bytes);
+    } else {
+        for (int64_t i = 0; i < m->N; i++)
+            m->host_i32[i] = (int32_t)(i % m->T);
+        m->be->copy_to_device(m->pos, m->host_i32, bytes);
+    }
+    m->doc_start = NULL;
+    if (pos && doc_start) {
+        m->be->copy_to_device(m->doc_mem, doc_start, bytes);
+        m->doc_start = m->doc_mem;
+    }
 }
 
 void mt_model_zero_grad(mt_model_t *m)
 {
     if (m->grad_mem)
-        memset(m->grad_mem, 0, sizeof(float) * (size_t)m->numel);
+        m->be->zero(m->grad_mem, sizeof(float) * (size_t)m->numel);
     if (m->moe)
         mt_moe_zero_grad(m);
 }
@@ -204,7 +239,7 @@ static void row_parallel_residual(const mt_model_t *m, float *out, const float *
 {
     int64_t N = m->N, H = m->H;
     if (m->tp == 1) {
-        memcpy(out, res, sizeof(float) * (size_t)(N * H));
+        m->be->copy(out, res, sizeof(float) * (size_t)(N * H));
         m->be->matmul(out, a, w->data, N, H, w->shape[1], false, true, 1.0f);
         return;
     }
@@ -367,10 +402,10 @@ static void layer_backward(mt_model_t *m, int l, mt_layer_acts_t *a, bool defer)
     if (m->qk_norm) { /* dq, dk are w.r.t. the normed q, k: back through the norms */
         be->rmsnorm_backward(m->datt, p->q_norm->grad, m->dq, a->q_raw, p->q_norm->data, a->q_rstd,
                              N * m->nh, m->hd);
-        memcpy(m->dq, m->datt, sizeof(float) * (size_t)(N * m->nh * m->hd));
+        keep(m, m->dq, m->datt, N * m->nh * m->hd);
         be->rmsnorm_backward(m->datt, p->k_norm->grad, m->dk, a->k_raw, p->k_norm->data, a->k_rstd,
                              N * m->nkv, m->hd);
-        memcpy(m->dk, m->datt, sizeof(float) * (size_t)(N * m->nkv * m->hd));
+        keep(m, m->dk, m->datt, N * m->nkv * m->hd);
     }
     if (defer) {
         keep(m, a->w_dq, m->dq, N * Q);
@@ -420,22 +455,28 @@ float *mt_model_stage_input(mt_model_t *m, int c)
     return m->acts[m->chunk_lo[c]].x;
 }
 
-/* The vocabulary-shard tokens under TP (others give zero rows), else tokens. */
+/* The host array tokens in backend memory: under TP the vocabulary
+ * shard's tokens (others give zero rows), else tokens themselves. */
 static const int32_t *shard_tokens(mt_model_t *m, const int32_t *tokens)
 {
-    if (m->tp == 1)
-        return tokens;
-    for (int64_t i = 0; i < m->N; i++)
-        m->tok_local[i] = tokens[i] >= m->v_lo && tokens[i] < m->v_lo + m->V
-                              ? (int32_t)(tokens[i] - m->v_lo) : -1;
+    const int32_t *src = tokens;
+    if (m->tp > 1) {
+        for (int64_t i = 0; i < m->N; i++)
+            m->host_i32[i] = tokens[i] >= m->v_lo && tokens[i] < m->v_lo + m->V
+                                 ? (int32_t)(tokens[i] - m->v_lo) : -1;
+        src = m->host_i32;
+    }
+    m->be->copy_to_device(m->tok_local, src, sizeof(int32_t) * (size_t)m->N);
     return m->tok_local;
 }
 
-static double head_forward(mt_model_t *m, const int32_t *targets, bool backward,
+static double head_forward(mt_model_t *m, const int32_t *host_targets, bool backward,
                            float grad_scale, int64_t *count)
 {
     const mt_backend_t *be = m->be;
     int64_t N = m->N, H = m->H;
+    const int32_t *targets = m->targets_dev;
+    be->copy_to_device(m->targets_dev, host_targets, sizeof(int32_t) * (size_t)N);
     norm_in(m, m->xf, m->rstdf, m->x_final, m->final_norm->data);
     m->be->matmul(m->logits, m->xf, m->lm_head->data, N, m->V, H, false, true, 0.0f);
     if (m->tp == 1)

@@ -2,7 +2,10 @@
  * arenas behind them.  Everything the forward and backward touch is carved
  * out of three allocations made here, once: parameters, gradients (one
  * contiguous block each, in parameter order, so the optimizer and the
- * gradient reductions see flat buffers) and activations. */
+ * gradient reductions see flat buffers) and activations.  They and the
+ * small per-token buffers the kernels read are the backend's memory
+ * (be->device_alloc: device memory on a GPU); the tables describing them
+ * are host memory. */
 #include "mt_model.h"
 
 #include "model_moe.h"
@@ -255,24 +258,30 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
         mt_model_free(m);
         return st;
     }
-    int maxp = 3 + 11 * (int)m->L;
+    /* per layer at most: 2 norms, q, k, v, o, q_norm, k_norm, router, gate, up, down */
+    int maxp = 3 + 12 * (int)m->L;
     m->params = calloc((size_t)maxp, sizeof *m->params);
     m->layers = calloc((size_t)(m->L > 0 ? m->L : 1), sizeof *m->layers);
     m->acts = calloc((size_t)(m->L > 0 ? m->L : 1), sizeof *m->acts);
-    m->pos = malloc(sizeof *m->pos * (size_t)m->N);
+    size_t tok_bytes = sizeof(int32_t) * (size_t)m->N;
+    m->pos = be->device_alloc(tok_bytes);
+    m->tok_local = be->device_alloc(tok_bytes);
+    m->targets_dev = be->device_alloc(tok_bytes);
+    m->doc_mem = be->device_alloc(tok_bytes);
+    m->host_i32 = malloc(tok_bytes ? tok_bytes : 1);
     if (m->tp > 1) {
-        m->tok_local = malloc(sizeof *m->tok_local * (size_t)m->N);
-        m->ce_mx = malloc(sizeof *m->ce_mx * (size_t)m->N);
-        m->ce_z = malloc(sizeof *m->ce_z * (size_t)m->N);
-        m->ce_ly = malloc(sizeof *m->ce_ly * (size_t)m->N);
-        if (!m->tok_local || !m->ce_mx || !m->ce_z || !m->ce_ly) {
+        m->ce_mx = be->device_alloc(sizeof *m->ce_mx * (size_t)m->N);
+        m->ce_z = be->device_alloc(sizeof *m->ce_z * (size_t)m->N);
+        m->ce_ly = be->device_alloc(sizeof *m->ce_ly * (size_t)m->N);
+        if (!m->ce_mx || !m->ce_z || !m->ce_ly) {
             mt_model_free(m);
             MT_FAIL(MT_ERR_NOMEM, "tensor-parallel buffers");
         }
     }
     m->nunits = (int)m->L + 2;
     m->unit_lo = malloc(sizeof *m->unit_lo * (size_t)(m->nunits + 1));
-    if (!m->params || !m->layers || !m->acts || !m->pos || !m->unit_lo) {
+    if (!m->params || !m->layers || !m->acts || !m->pos || !m->tok_local || !m->targets_dev ||
+        !m->doc_mem || !m->host_i32 || !m->unit_lo) {
         mt_model_free(m);
         MT_FAIL(MT_ERR_NOMEM, "model tables for %lld layers", (long long)m->L);
     }
@@ -340,9 +349,9 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
     m->unit_lo[m->L + 2] = m->numel;
 
     if (!(flags & MT_MODEL_NO_PARAM_ARENA))
-        m->param_mem = malloc(sizeof(float) * (size_t)m->numel);
+        m->param_mem = be->device_alloc(sizeof(float) * (size_t)m->numel);
     if (!(flags & MT_MODEL_NO_GRAD_ARENA))
-        m->grad_mem = calloc((size_t)m->numel, sizeof(float));
+        m->grad_mem = be->device_alloc(sizeof(float) * (size_t)m->numel);
     int64_t shared = 0;
     for (int c = 0; c < m->nchunks; c++) { /* a slot fits any chunk */
         int64_t sh, n = layout_acts(m, NULL, NULL, c, &sh);
@@ -351,7 +360,7 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
     }
     m->act_numel = m->slot_numel * m->nslots + shared;
     if (!(flags & MT_MODEL_NO_ACT_ARENA))
-        m->act_mem = malloc(sizeof(float) * (size_t)m->act_numel);
+        m->act_mem = be->device_alloc(sizeof(float) * (size_t)m->act_numel);
     if ((!m->param_mem && !(flags & MT_MODEL_NO_PARAM_ARENA)) ||
         (!m->grad_mem && !(flags & MT_MODEL_NO_GRAD_ARENA)) ||
         (!m->act_mem && !(flags & MT_MODEL_NO_ACT_ARENA))) {
@@ -367,8 +376,7 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
     }
     if (m->act_mem)
         mt_model_use_slot(m, 0, 0);
-    for (int64_t i = 0; i < m->N; i++)
-        m->pos[i] = (int32_t)(i % T);
+    mt_model_set_packing(m, NULL, NULL); /* positions 0..T-1 in every row */
     if (mc->num_experts > 0) {
         mt_status_t s = mt_moe_init(m, cfg, ep_rank < 0 ? 0 : ep_rank,
                                     ep_rank < 0 ? 1 : (int)cfg->distributed.ep_size,
@@ -399,11 +407,13 @@ void mt_model_free(mt_model_t *m)
     free(m->params);
     free(m->layers);
     free(m->acts);
-    free(m->pos);
     free(m->unit_lo);
-    free(m->tok_local), free(m->ce_mx), free(m->ce_z), free(m->ce_ly);
-    free(m->param_mem);
-    free(m->grad_mem);
-    free(m->act_mem);
+    free(m->host_i32);
+    if (m->be) { /* NULL: nothing of the backend's was allocated */
+        void *dev[] = {m->pos,   m->tok_local, m->targets_dev, m->doc_mem,  m->ce_mx,
+                       m->ce_z,  m->ce_ly,     m->param_mem,   m->grad_mem, m->act_mem};
+        for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+            m->be->device_free(dev[i]);
+    }
     memset(m, 0, sizeof *m);
 }

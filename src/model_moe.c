@@ -44,8 +44,11 @@
  *
  * Memory: the buffers of the rows an EP rank receives start at the
  * balanced load (N K rows) and grow when a step routes more to the rank
- * (realloc; a failure there aborts the job, as running out of memory in
- * any other kernel would). */
+ * (a failure there aborts the job, as running out of memory in any other
+ * kernel would).  What the kernels read or write is the backend's memory
+ * (device memory on a GPU); the dispatch bookkeeping (counts, send order,
+ * permutations) runs on the host, on host copies of the router's choices
+ * (copy_to_host), and sends its results back with copy_to_device. */
 #include "model_moe.h"
 
 #include <math.h>
@@ -55,18 +58,20 @@
 
 #include "mt_rng.h"
 
-/* The router's outputs of a layer: kept per layer and slot, also under
- * activation checkpointing with moe.ignore_router_for_ac. */
+/* The router's outputs of a layer (backend memory): kept per layer and
+ * slot, also under activation checkpointing with moe.ignore_router_for_ac. */
 struct moe_route {
     float *probs;      /* [N,E] router probabilities */
     int32_t *idx;      /* [N,K] chosen experts */
     float *w;          /* [N,K] routing weights */
 };
 
+/* A layer's dispatch state: the counts are host memory, the rest the
+ * backend's. */
 struct moe_acts {
     int32_t *slot_row; /* [N,K] row of (t, j) in the send order */
-    int64_t *scnt, *rcnt; /* [ep] rows sent to / received from each EP rank */
-    int64_t *ecnt;     /* [ep, El] rows received from rank s for local expert e */
+    int64_t *scnt, *rcnt; /* [ep] rows sent to / received from each EP rank (host) */
+    int64_t *ecnt;     /* [ep, El] rows received from rank s for local expert e (host) */
     int64_t R, cap;    /* rows received; rows the next five buffers hold */
     int32_t *perm, *iperm; /* [cap] expert-major row i is received row perm[i] */
     float *xe;         /* [cap,H] expert inputs, expert-major */
@@ -92,32 +97,58 @@ bool mt_moe_is_sparse(const mt_config_t *cfg, int l)
     return true;
 }
 
-static void *moe_alloc(mt_moe_t *x, size_t bytes)
+/* The fixed-size buffers, freed together by mt_moe_free. */
+struct moe_alloc {
+    void *p;
+    bool device;       /* the backend's memory, else host */
+};
+
+static void *moe_alloc(mt_moe_t *x, size_t bytes, bool device)
 {
-    x->act_numel += (int64_t)(bytes / 4); /* parameters and gradients are taken out again */
+    if (device) /* parameters and gradients are taken out again */
+        x->act_numel += (int64_t)(bytes / 4);
     if (x->nalloc == x->capalloc) {
         int cap = x->capalloc ? 2 * x->capalloc : 64;
-        void **a = realloc(x->allocs, sizeof *a * (size_t)cap);
+        struct moe_alloc *a = realloc(x->allocs, sizeof *a * (size_t)cap);
         if (!a)
             return NULL;
         x->allocs = a, x->capalloc = cap;
     }
-    void *p = calloc(bytes ? bytes : 1, 1);
+    void *p = device ? x->be->device_alloc(bytes) : calloc(bytes ? bytes : 1, 1);
     if (p)
-        x->allocs[x->nalloc++] = p;
+        x->allocs[x->nalloc++] = (struct moe_alloc){p, device};
     return p;
 }
 
-#define ALLOC(ptr, n) ((ptr) = moe_alloc(x, sizeof *(ptr) * (size_t)(n)), ok &= (ptr) != NULL)
+/* n elements of *ptr in host memory (ALLOC) or the backend's (DALLOC) */
+#define ALLOC(ptr, n) ((ptr) = moe_alloc(x, sizeof *(ptr) * (size_t)(n), false), ok &= (ptr) != NULL)
+#define DALLOC(ptr, n) ((ptr) = moe_alloc(x, sizeof *(ptr) * (size_t)(n), true), ok &= (ptr) != NULL)
+
+static void out_of_memory(const char *what, size_t bytes)
+{
+    fprintf(stderr, "meshtrain: out of memory growing the MoE %s to %zu bytes "
+                    "(model_moe.c); aborting\n", what, bytes);
+    abort();
+}
 
 /* realloc that aborts: a step cannot fail part-way through an exchange */
 static void *grow(void *p, size_t bytes, const char *what)
 {
     void *q = realloc(p, bytes ? bytes : 1);
-    if (!q) {
-        fprintf(stderr, "meshtrain: out of memory growing the MoE %s to %zu bytes "
-                        "(model_moe.c); aborting\n", what, bytes);
-        abort();
+    if (!q)
+        out_of_memory(what, bytes);
+    return q;
+}
+
+/* The same for the backend's memory: keeps the first `old` bytes */
+static void *grow_dev(const mt_backend_t *be, void *p, size_t old, size_t bytes, const char *what)
+{
+    void *q = be->device_alloc(bytes);
+    if (!q)
+        out_of_memory(what, bytes);
+    if (p) {
+        be->copy(q, p, old);
+        be->device_free(p);
     }
     return q;
 }
@@ -125,23 +156,31 @@ static void *grow(void *p, size_t bytes, const char *what)
 /* Room for R received rows in a's row buffers (and the shared scratch). */
 static void reserve_rows(mt_moe_t *x, moe_acts_t *a, int64_t R, int64_t H)
 {
+    const mt_backend_t *be = x->be;
     if (R > a->cap) {
         int64_t c = R + R / 4;
+        /* bytes of a row of indices, of H floats, of Im floats: now, then */
+        size_t o = (size_t)a->cap, n = (size_t)c, i4 = sizeof(int32_t);
+        size_t fh = sizeof(float) * (size_t)H, fi = sizeof(float) * (size_t)x->Im;
         x->act_numel += (c - a->cap) * (1 + 3 * x->Im + H);
-        a->perm = grow(a->perm, sizeof(int32_t) * (size_t)c, "row permutation");
-        a->iperm = grow(a->iperm, sizeof(int32_t) * (size_t)c, "row permutation");
-        a->xe = grow(a->xe, sizeof(float) * (size_t)(c * H), "expert inputs");
-        a->g = grow(a->g, sizeof(float) * (size_t)(c * x->Im), "expert activations");
-        a->u = grow(a->u, sizeof(float) * (size_t)(c * x->Im), "expert activations");
-        a->a = grow(a->a, sizeof(float) * (size_t)(c * x->Im), "expert activations");
+        a->perm = grow_dev(be, a->perm, i4 * o, i4 * n, "row permutation");
+        a->iperm = grow_dev(be, a->iperm, i4 * o, i4 * n, "row permutation");
+        a->xe = grow_dev(be, a->xe, fh * o, fh * n, "expert inputs");
+        a->g = grow_dev(be, a->g, fi * o, fi * n, "expert activations");
+        a->u = grow_dev(be, a->u, fi * o, fi * n, "expert activations");
+        a->a = grow_dev(be, a->a, fi * o, fi * n, "expert activations");
         a->cap = c;
     }
     if (R > x->scap) {
         int64_t c = R + R / 4;
+        size_t o = (size_t)x->scap, n = (size_t)c, i4 = sizeof(int32_t);
+        size_t fh = sizeof(float) * (size_t)H, fi = sizeof(float) * (size_t)x->Im;
         x->act_numel += (c - x->scap) * (2 * H + x->Im);
-        x->recvbuf = grow(x->recvbuf, sizeof(float) * (size_t)(c * H), "receive buffer");
-        x->ye = grow(x->ye, sizeof(float) * (size_t)(c * H), "expert outputs");
-        x->da = grow(x->da, sizeof(float) * (size_t)(c * x->Im), "expert scratch");
+        x->recvbuf = grow_dev(be, x->recvbuf, fh * o, fh * n, "receive buffer");
+        x->ye = grow_dev(be, x->ye, fh * o, fh * n, "expert outputs");
+        x->da = grow_dev(be, x->da, fi * o, fi * n, "expert scratch");
+        x->h_perm = grow(x->h_perm, i4 * n, "row permutation");
+        x->h_iperm = grow(x->h_iperm, i4 * n, "row permutation");
         x->scap = c;
     }
 }
@@ -149,9 +188,9 @@ static void reserve_rows(mt_moe_t *x, moe_acts_t *a, int64_t R, int64_t H)
 static bool route_alloc(mt_moe_t *x, moe_route_t *r)
 {
     bool ok = true;
-    ALLOC(r->probs, x->N * x->E);
-    ALLOC(r->idx, x->N * x->K);
-    ALLOC(r->w, x->N * x->K);
+    DALLOC(r->probs, x->N * x->E);
+    DALLOC(r->idx, x->N * x->K);
+    DALLOC(r->w, x->N * x->K);
     return ok;
 }
 
@@ -159,15 +198,15 @@ static bool acts_alloc(mt_moe_t *x, moe_acts_t *a, int64_t H)
 {
     bool ok = true;
     int64_t N = x->N, NK = N * x->K;
-    ALLOC(a->slot_row, NK);
+    DALLOC(a->slot_row, NK);
     ALLOC(a->scnt, x->ep);
     ALLOC(a->rcnt, x->ep);
     ALLOC(a->ecnt, x->ep * x->El);
-    ALLOC(a->y, NK * H);
+    DALLOC(a->y, NK * H);
     if (x->Is > 0) {
-        ALLOC(a->sg, N * x->Is);
-        ALLOC(a->su, N * x->Is);
-        ALLOC(a->sa, N * x->Is);
+        DALLOC(a->sg, N * x->Is);
+        DALLOC(a->su, N * x->Is);
+        DALLOC(a->sa, N * x->Is);
     }
     /* the balanced load to begin with: every rank receives N K rows (at
      * most ep N min(K, El), when every token picks this rank's experts) */
@@ -191,6 +230,7 @@ mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int 
     if (!x)
         MT_FAIL(MT_ERR_NOMEM, "MoE state");
     m->moe = x;
+    x->be = m->be;
     int L = (int)m->L;
     int64_t H = m->H;
     x->N = m->N / m->tp;
@@ -212,19 +252,26 @@ mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int 
     ALLOC(x->counts, L * x->E);
     ALLOC(x->dropped, L);
     ALLOC(x->load, m->L_full * x->E);
-    if (mc->moe_router_bias_update_rate > 0) /* aux-loss-free balancing: starts at 0 */
-        ALLOC(x->bias, L * x->E);
+    if (mc->moe_router_bias_update_rate > 0) { /* aux-loss-free balancing: starts at 0 */
+        DALLOC(x->bias, L * x->E);
+        ALLOC(x->h_bias, L * x->E);
+    }
     ALLOC(x->kept, x->E);
     ALLOC(x->kend, x->E);
     ALLOC(x->act, x->nslots * L);
     ALLOC(x->rt, x->nslots * L);
     ALLOC(x->route_mem, x->nslots * m->nroute);
     ALLOC(x->off, x->E);
-    ALLOC(x->src_tok, N * x->K);
-    ALLOC(x->sendbuf, N * x->K * H);
-    ALLOC(x->dw, N * x->K);
-    ALLOC(x->dlogits, N * x->E);
-    ALLOC(x->aux_dp, x->E);
+    DALLOC(x->src_tok, N * x->K);
+    DALLOC(x->sendbuf, N * x->K * H);
+    DALLOC(x->dw, N * x->K);
+    DALLOC(x->dlogits, N * x->E);
+    DALLOC(x->aux_dp, x->E);
+    ALLOC(x->h_idx, N * x->K);
+    ALLOC(x->h_slot_row, N * x->K);
+    ALLOC(x->h_src_tok, N * x->K);
+    ALLOC(x->h_probs, N * x->E);
+    ALLOC(x->h_aux_dp, x->E);
     if (!ok)
         MT_FAIL(MT_ERR_NOMEM, "MoE buffers for %lld tokens", (long long)N);
     for (int l = 0; l < L; l++) {
@@ -255,8 +302,8 @@ mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int 
             }
     }
     if (!no_arenas) {
-        ALLOC(x->param_mem, x->numel);
-        ALLOC(x->grad_mem, x->numel);
+        DALLOC(x->param_mem, x->numel);
+        DALLOC(x->grad_mem, x->numel);
         x->act_numel -= 2 * x->numel;
         if (!ok)
             MT_FAIL(MT_ERR_NOMEM, "%lld expert parameters", (long long)x->numel);
@@ -311,12 +358,19 @@ void mt_moe_free(mt_model_t *m)
             moe_acts_t *a = x->act[s * m->L + l];
             if (!a || !a->xe)
                 continue;
-            free(a->perm), free(a->iperm), free(a->xe), free(a->g), free(a->u), free(a->a);
+            void *dev[] = {a->perm, a->iperm, a->xe, a->g, a->u, a->a};
+            for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+                x->be->device_free(dev[i]);
             a->perm = a->iperm = NULL, a->xe = a->g = a->u = a->a = NULL;
         }
-    free(x->recvbuf), free(x->ye), free(x->da);
-    for (int i = 0; i < x->nalloc; i++)
-        free(x->allocs[i]);
+    x->be->device_free(x->recvbuf), x->be->device_free(x->ye), x->be->device_free(x->da);
+    free(x->h_perm), free(x->h_iperm);
+    for (int i = 0; i < x->nalloc; i++) {
+        if (x->allocs[i].device)
+            x->be->device_free(x->allocs[i].p);
+        else
+            free(x->allocs[i].p);
+    }
     free(x->allocs);
     m->route = NULL;
     free(x);
@@ -328,9 +382,13 @@ void mt_moe_init_weights(mt_model_t *m, uint64_t seed)
     mt_moe_t *x = m->moe;
     if (!x->param_mem) /* sharded: the sharding layer initialises its rows */
         return;
-    for (int i = 0; i < x->nxp; i++)
-        mt_rng_fill_normal(x->xp[i].data, x->xp[i].numel, seed, mt_rng_stream(x->xp[i].name), 0,
-                           (float)m->init_std);
+    /* normal(seed, name, element) for every expert tensor, as
+     * mt_model_init_range draws it for a whole (tp_dim -1) tensor */
+    mt_model_t v;
+    memset(&v, 0, sizeof v);
+    v.be = m->be, v.init_std = m->init_std;
+    v.params = x->xp, v.nparams = x->nxp, v.numel = x->numel;
+    mt_model_init_device(&v, seed, x->param_mem);
 }
 
 void mt_moe_update_bias(mt_model_t *m, const int64_t *load, double rate)
@@ -338,6 +396,8 @@ void mt_moe_update_bias(mt_model_t *m, const int64_t *load, double rate)
     mt_moe_t *x = m->moe;
     if (!x->bias)
         return;
+    size_t bytes = sizeof(float) * (size_t)(m->L * x->E);
+    x->be->copy_to_host(x->h_bias, x->bias, bytes);
     for (int l = 0; l < m->L; l++) {
         if (!x->sparse[l])
             continue;
@@ -347,15 +407,16 @@ void mt_moe_update_bias(mt_model_t *m, const int64_t *load, double rate)
             mean += (double)c[e];
         mean /= (double)x->E;
         for (int64_t e = 0; e < x->E; e++) /* underloaded experts up, overloaded down */
-            x->bias[l * x->E + e] += (float)((double)c[e] < mean ? rate
-                                              : (double)c[e] > mean ? -rate : 0.0);
+            x->h_bias[l * x->E + e] += (float)((double)c[e] < mean ? rate
+                                                : (double)c[e] > mean ? -rate : 0.0);
     }
+    x->be->copy_to_device(x->bias, x->h_bias, bytes);
 }
 
 void mt_moe_zero_grad(mt_model_t *m)
 {
     if (m->moe->grad_mem)
-        memset(m->moe->grad_mem, 0, sizeof(float) * (size_t)m->moe->numel);
+        m->be->zero(m->moe->grad_mem, sizeof(float) * (size_t)m->moe->numel);
 }
 
 int64_t mt_moe_act_numel(const mt_model_t *m)
@@ -396,14 +457,16 @@ mt_model_t mt_moe_param_view(const mt_model_t *m, int64_t *unit_lo)
     return v;
 }
 
-/* The all-to-alls; on one EP rank a copy. */
+/* The all-to-alls; on one EP rank a copy (counts are host memory, rows
+ * the backend's). */
 static void exchange(const mt_model_t *m, mt_ep_op_t op, const void *send, const int64_t *scnt,
                      void *recv, const int64_t *rcnt, int64_t width)
 {
     if (m->moe->ep == 1) {
-        size_t n = op == MT_EP_COUNTS ? sizeof(int64_t) * (size_t)width
-                                      : sizeof(float) * (size_t)(scnt[0] * width);
-        memcpy(recv, send, n);
+        if (op == MT_EP_COUNTS)
+            memcpy(recv, send, sizeof(int64_t) * (size_t)width);
+        else
+            m->be->copy(recv, send, sizeof(float) * (size_t)(scnt[0] * width));
         return;
     }
     m->ep_alltoall(m->ep_ctx, op, send, scnt, recv, rcnt, width);
@@ -458,17 +521,21 @@ void mt_moe_forward(mt_model_t *m, int l, const float *h, const float *res, floa
     /* counts, probability sums into the micro-batch's totals (once: not
      * again in a recompute), and the send order (expert-major, token order
      * within an expert) */
+    const int32_t *idx = x->h_idx;
+    be->copy_to_host(x->h_idx, rt->idx, sizeof(int32_t) * (size_t)NK);
     int64_t *cnt = x->counts + l * E;
     memset(cnt, 0, sizeof *cnt * (size_t)E);
     for (int64_t i = 0; i < NK; i++)
-        cnt[rt->idx[i]]++;
+        cnt[idx[i]]++;
     if (!m->recomputing) {
         double *C = m->route, *S = m->route + E;
+        const float *probs = x->h_probs;
+        be->copy_to_host(x->h_probs, rt->probs, sizeof(float) * (size_t)(N * E));
         for (int64_t e = 0; e < E; e++)
             C[e] += (double)cnt[e];
         for (int64_t t = 0; t < N; t++)
             for (int64_t e = 0; e < E; e++)
-                S[e] += (double)rt->probs[t * E + e];
+                S[e] += (double)probs[t * E + e];
         m->route[2 * E] += (double)N;
     }
     /* a capacity limit keeps each expert's first cap (token, slot) pairs
@@ -488,16 +555,19 @@ void mt_moe_forward(mt_model_t *m, int l, const float *h, const float *res, floa
         x->off[e] = x->off[e - 1] + kept[e - 1];
     for (int64_t e = 0; e < E; e++)
         x->kend[e] = x->off[e] + kept[e];
+    int32_t *slot_row = x->h_slot_row, *src_tok = x->h_src_tok;
     for (int64_t i = 0; i < NK; i++) {
-        int64_t e = rt->idx[i];
+        int64_t e = idx[i];
         if (x->off[e] == x->kend[e]) { /* over capacity: dropped */
-            a->slot_row[i] = -1;
+            slot_row[i] = -1;
             continue;
         }
         int64_t r = x->off[e]++;
-        a->slot_row[i] = (int32_t)r;
-        x->src_tok[r] = (int32_t)(i / K);
+        slot_row[i] = (int32_t)r;
+        src_tok[r] = (int32_t)(i / K);
     }
+    be->copy_to_device(a->slot_row, slot_row, sizeof(int32_t) * (size_t)NK);
+    be->copy_to_device(x->src_tok, src_tok, sizeof(int32_t) * (size_t)rows);
     be->moe_gather_rows(x->sendbuf, h, x->src_tok, rows, H);
 
     /* counts to the owners, then the rows */
@@ -526,12 +596,14 @@ void mt_moe_forward(mt_model_t *m, int l, const float *h, const float *res, floa
             for (int64_t f = 0; f < e; f++)
                 at += a->ecnt[s * El + f];
             for (int64_t q = 0; q < a->ecnt[s * El + e]; q++, i++) {
-                a->perm[i] = (int32_t)(at + q);
-                a->iperm[at + q] = (int32_t)i;
+                x->h_perm[i] = (int32_t)(at + q);
+                x->h_iperm[at + q] = (int32_t)i;
             }
             base += a->rcnt[s];
         }
     }
+    be->copy_to_device(a->perm, x->h_perm, sizeof(int32_t) * (size_t)a->R);
+    be->copy_to_device(a->iperm, x->h_iperm, sizeof(int32_t) * (size_t)a->R);
     be->moe_gather_rows(a->xe, x->recvbuf, a->perm, a->R, H);
 
     /* one GEMM chain per local expert */
@@ -605,8 +677,9 @@ void mt_moe_backward(mt_model_t *m, int l, const float *h, const float *dout, fl
      * micro-batch's totals */
     double R = m->route[2 * E];
     for (int64_t e = 0; e < E; e++)
-        x->aux_dp[e] = R > 0 ? (float)((double)x->aux_scale * (double)E * m->route[e] / (R * R))
-                             : 0.0f;
+        x->h_aux_dp[e] = R > 0 ? (float)((double)x->aux_scale * (double)E * m->route[e] / (R * R))
+                               : 0.0f;
+    be->copy_to_device(x->aux_dp, x->h_aux_dp, sizeof(float) * (size_t)E);
     be->moe_router_backward(x->dlogits, x->dw, rt->probs, rt->idx, rt->w, x->aux_dp, N, E, K,
                             x->norm_topk);
     be->matmul(router->grad, x->dlogits, h, E, H, N, true, false, 1.0f);

@@ -29,7 +29,13 @@ typedef struct moe_route moe_route_t;
  * totals travel back with the gradients for the backward. */
 #define MT_MOE_ROUTE(E) (2 * (E) + 1)
 
+/* Memory: the buffers the kernels read or write (expert arenas, bias,
+ * routing outputs, activations, dispatch scratch) are the backend's
+ * (be->device_alloc); the tables and the dispatch bookkeeping are host
+ * memory, and the host copies (h_*) hold what the bookkeeping reads or
+ * builds on its way to or from the backend. */
 typedef struct mt_moe {
+    const mt_backend_t *be;
     int64_t E, K, Im;         /* experts, experts per token, expert width */
     int64_t Is;               /* shared experts' width (num_shared_experts Im), or 0 */
     int64_t N;                /* tokens of the micro-batch this rank routes (all the
@@ -48,12 +54,13 @@ typedef struct mt_moe {
     mt_param_t *xp;
     int nxp, *xfirst;
     int64_t numel;            /* expert parameter elements on this rank */
-    float *param_mem, *grad_mem; /* NULL when the experts are sharded */
-    /* routing statistics of the last forward of each layer (this rank's tokens) */
+    float *param_mem, *grad_mem; /* NULL when the experts are sharded (backend memory) */
+    /* routing statistics of the last forward of each layer (this rank's tokens; host) */
     int64_t *counts;          /* [L * E] (routed, before any capacity limit) */
     int64_t *dropped;         /* [L]: (token, slot) pairs the capacity limit dropped */
     float *bias;              /* [L * E] aux-loss-free balancing bias, or NULL
-                               * (mlp.gate.e_score_correction_bias in checkpoints) */
+                               * (mlp.gate.e_score_correction_bias in checkpoints;
+                               * backend memory) */
     int64_t *kept, *kend;     /* [E] scratch: rows kept per expert, end of its block */
     double aux;               /* load-balancing loss of the last micro-batch (unscaled;
                                * on the ranks of the last pipeline stage) */
@@ -76,10 +83,15 @@ typedef struct mt_moe {
      * than they hold (dropless routing has no fixed bound short of every
      * token choosing this rank) */
     int64_t scap;             /* rows recvbuf, ye and da hold */
-    int64_t *off;             /* [E] */
+    int64_t *off;             /* [E] (host) */
     int32_t *src_tok;         /* [N K] token of each send row */
     float *sendbuf, *recvbuf, *ye, *da, *dw, *dlogits, *aux_dp;
-    void **allocs;            /* the fixed-size buffers, for mt_moe_free */
+    /* host copies: the router's choices and probabilities [N K], [N E],
+     * the send order and source tokens [N K], the permutations [scap],
+     * the aux-loss gradient [E], the bias [L E] */
+    int32_t *h_idx, *h_slot_row, *h_src_tok, *h_perm, *h_iperm;
+    float *h_probs, *h_aux_dp, *h_bias;
+    struct moe_alloc *allocs; /* the fixed-size buffers, for mt_moe_free */
     int nalloc, capalloc;
 } mt_moe_t;
 
@@ -128,8 +140,9 @@ void mt_moe_finish_forward(mt_model_t *m);
  * micro-batch's totals in m->route. */
 void mt_moe_backward(mt_model_t *m, int l, const float *h, const float *dout, float *dh);
 
-/* Floats of the MoE activations and routing buffers as allocated now (for
- * the memory line; not in the model's act_numel, which is its own arena). */
+/* Floats of the MoE activations and routing buffers in backend memory as
+ * allocated now (for the memory line; not in the model's act_numel, which
+ * is its own arena). */
 int64_t mt_moe_act_numel(const mt_model_t *m);
 
 /* Parameters of all experts (every EP rank's) and matmul FLOPs per token
@@ -143,5 +156,10 @@ double mt_moe_flops_per_token(const mt_model_t *m);
  * a dense layer), so the model's unit events drive it unchanged.
  * unit_lo must have room for L + 3 entries. */
 mt_model_t mt_moe_param_view(const mt_model_t *m, int64_t *unit_lo);
+
+/* (model.c) The initial values of m's flat elements [0, m->numel)
+ * (mt_model_init_range) into dst, backend memory: generated on the host
+ * and copied in chunks. */
+void mt_model_init_device(const mt_model_t *m, uint64_t seed, float *dst);
 
 #endif

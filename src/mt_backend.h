@@ -213,10 +213,40 @@ struct mt_backend {
     void (*moe_combine_backward)(float *dw, float *dy, const float *dout, const float *y,
                                  const int32_t *slot_row, const float *w, int64_t n, int64_t k,
                                  int64_t width);
+
+    /* ---- appended for the device wiring (issue 8, doc/gpu.md) ----
+     * The backend's own memory: device_alloc returns `bytes` (0 allowed)
+     * of zeroed memory that the kernels and the copy/zero entries above
+     * take, or NULL when out of memory; device_free releases what
+     * device_alloc returned (NULL: nothing).  The model allocates every
+     * tensor the kernels read or write here, and host code reaches it only
+     * through this table.  CPU: calloc and free; CUDA: cudaMalloc plus a
+     * memset on the backend's stream, and cudaFree. */
+    void *(*device_alloc)(size_t bytes);
+    void (*device_free)(void *p);
 };
 
 /* The CPU reference backend. */
 const mt_backend_t *mt_backend_cpu(void);
+
+/* The CPU backend with a guard, for tests (kernels_cpu_guard.c): the same
+ * kernels, but device_alloc returns mmap'd pages that are PROT_NONE except
+ * while one of this table's entries runs, so host code that touches
+ * backend memory without going through the backend faults, as it would
+ * on a GPU.  Kernels may still be given host pointers.  The first call
+ * installs a SIGSEGV handler that prints the faulting address, the
+ * allocation it falls in and (glibc) a backtrace, then _exits with
+ * MT_CPU_GUARD_EXIT.  One host thread; slow (every call changes the
+ * protection of every allocation). */
+#define MT_CPU_GUARD_EXIT 86
+const mt_backend_t *mt_backend_cpu_guarded(void);
+/* Strict: every tensor argument of a guarded call (not the scalar out
+ * parameters like cross_entropy's count) must be the guarded backend's
+ * memory or NULL; a host array handed to a kernel, which a GPU could not
+ * read, stops the program the same way.  Off by default, since code
+ * outside the model (the optimizer's state, ring attention's buffers)
+ * still hands kernels host memory. */
+void mt_cpu_guard_strict(bool on);
 
 #ifdef __cplusplus
 }

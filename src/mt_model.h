@@ -177,7 +177,7 @@ typedef struct {
     float *x_final, *xf, *rstdf, *logits;
     float *dres, *dtmp, *dh, *datt, *dq, *dk, *dv, *dI;
     int32_t *pos;        /* [N] positions */
-    const int32_t *doc_start; /* [N] packed rows' document starts, or NULL */
+    const int32_t *doc_start; /* [N] packed rows' document starts (doc_mem), or NULL */
 
     /* Called around each unit's forward and backward (mt_unit_event_t), so
      * the parallelize layer can gather parameters before a unit runs and
@@ -199,7 +199,8 @@ typedef struct {
     float *dh_local;     /* [Ns, H] under sequence parallelism */
     float *gather;       /* [N, H] under sequence parallelism: a gathered norm output */
     void *tp_ctx;
-    int32_t *tok_local;  /* [N] tokens of this vocabulary shard, -1 elsewhere */
+    int32_t *tok_local;  /* [N] the micro-batch's tokens; under TP this
+                          * vocabulary shard's (-1 elsewhere) */
     float *ce_mx;        /* [N] vocabulary-parallel loss: row max */
     double *ce_z, *ce_ly; /* [N] exp-sums, target logits */
 
@@ -236,6 +237,15 @@ typedef struct {
     void (*route_sum)(void *ctx, double *buf, int64_t n);
     void *route_ctx;
     bool recomputing;    /* inside the activation-checkpointing recompute */
+    /* Device wiring (doc/gpu.md): every buffer above that a kernel reads
+     * or writes (arenas, pos, doc_start, tok_local, ce_*, and these) is
+     * backend memory (be->device_alloc) that host code reaches only
+     * through the backend.  The caller's tokens, targets, positions and
+     * document starts are host arrays that the model copies in:
+     * targets_dev and doc_mem [N] hold them on the device, host_i32 [N] is
+     * host scratch for what host loops build before copy_to_device. */
+    int32_t *targets_dev, *doc_mem;
+    int32_t *host_i32;
 } mt_model_t;
 
 /* Shape from a validated config (padded vocabulary, head_dim, ...), for a
@@ -261,19 +271,20 @@ mt_status_t mt_model_init_ep(mt_model_t *m, const mt_config_t *cfg, const mt_bac
 void mt_model_free(mt_model_t *m);
 
 /* Initial weights from (seed, parameter name, element): independent of
- * the mesh and of the order parameters are created in. */
+ * the mesh and of the order parameters are created in.  Generated on the
+ * host and copied into the parameter arenas (where the model has them). */
 void mt_model_init_weights(mt_model_t *m, uint64_t seed);
 
-/* Initial values of flat elements [lo, hi) into dst[0 .. hi-lo): any shard
- * of the model is generated alone, identical to the same elements of the
- * whole. */
+/* Initial values of flat elements [lo, hi) into dst[0 .. hi-lo), host
+ * memory: any shard of the model is generated alone, identical to the
+ * same elements of the whole. */
 void mt_model_init_range(const mt_model_t *m, uint64_t seed, int64_t lo, int64_t hi, float *dst);
 
 /* Zero the gradient arena (when the model has one). */
 void mt_model_zero_grad(mt_model_t *m);
 
-/* Forward of one micro-batch: tokens and targets [B*T] (targets -100 are
- * ignored).  Returns the SUM of token losses; *count gets the number of
+/* Forward of one micro-batch: tokens and targets [B*T], host arrays
+ * (targets -100 are ignored).  Returns the SUM of token losses; *count gets the number of
  * counted targets.  With backward, gradients of (sum * grad_scale) are
  * ACCUMULATED into the parameter gradients; pass grad_scale = 1/total
  * counted tokens of the global batch for a global token mean. */
@@ -306,7 +317,7 @@ void mt_model_weight_chunk(mt_model_t *m, int c);
 /* Packed rows for the next mt_model_step: pos [N] are the position ids
  * (restarting in each document) and doc_start [N] the index within its row
  * of each token's first document token (block-diagonal causal attention);
- * the model keeps the doc_start pointer.  NULL, NULL: plain rows again
+ * host arrays, which the model copies.  NULL, NULL: plain rows again
  * (positions 0..T-1, causal over the row). */
 void mt_model_set_packing(mt_model_t *m, const int32_t *pos, const int32_t *doc_start);
 

@@ -26,41 +26,14 @@
 #include "mt_optim.h"
 #include "mt_rng.h"
 #include "mt_test.h"
+#include "mt_test_model.h"
 
 static int make_cfg_world(mt_config_t *cfg, const char *extra, int64_t world)
 {
-    mt_config_init(cfg);
-    const char *base[] = {"model.vocab_size=37", "model.hidden_size=16", "model.intermediate_size=24",
-                          "model.num_hidden_layers=2", "model.num_attention_heads=4",
-                          "model.num_key_value_heads=2", "model.rope_theta=100.0",
-                          "model.initializer_range=0.2", "dataset.seq_length=8",
-                          "step_scheduler.global_batch_size=2",
-                          "step_scheduler.local_batch_size=2"};
-    for (size_t i = 0; i < sizeof base / sizeof base[0]; i++)
-        if (mt_config_override(cfg, base[i]) != MT_OK)
-            return 0;
-    char buf[512];
-    snprintf(buf, sizeof buf, "%s", extra ? extra : "");
-    for (char *t = strtok(buf, ";"); t; t = strtok(NULL, ";"))
-        if (mt_config_override(cfg, t) != MT_OK) {
-            CHECK(0, "%s: %s", t, mt_error_message());
-            return 0;
-        }
-    mt_status_t s = mt_config_validate(cfg, MT_APP_ANY, world, NULL, NULL);
-    CHECK(s == MT_OK, "%s", mt_error_message());
-    return s == MT_OK;
+    return mt_test_model_cfg(cfg, NULL, extra, MT_APP_ANY, world);
 }
 
 static int make_cfg(mt_config_t *cfg, const char *extra) { return make_cfg_world(cfg, extra, 1); }
-
-static void batch(int64_t n, int64_t vocab, int32_t *tok, int32_t *tgt, uint32_t stream)
-{
-    for (int64_t i = 0; i < n; i++) {
-        tok[i] = (int32_t)(mt_rng_uniform(7, stream, (uint64_t)i) * (double)vocab);
-        tgt[i] = (int32_t)(mt_rng_uniform(7, stream + 1, (uint64_t)i) * (double)vocab);
-    }
-    tgt[1] = -100; /* one ignored target */
-}
 
 static double loss_of(mt_model_t *m, const int32_t *tok, const int32_t *tgt)
 {
@@ -82,7 +55,7 @@ static void grad_check(const char *variant, const char *extra, int64_t B, int64_
     mt_model_init_weights(&m, 1234);
     int64_t N = B * T;
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)N), *tgt = malloc(sizeof(int32_t) * (size_t)N);
-    batch(N, m.V_valid, tok, tgt, 11);
+    mt_test_batch(N, m.V_valid, tok, tgt, 11);
     int64_t count;
     mt_model_zero_grad(&m);
     double sum = mt_model_step(&m, tok, tgt, false, 0, &count);
@@ -136,7 +109,7 @@ static void ac_identical(const char *extra)
     mt_model_init_weights(&a, 5);
     mt_model_init_weights(&b, 5);
     int32_t tok[16], tgt[16];
-    batch(16, a.V_valid, tok, tgt, 21);
+    mt_test_batch(16, a.V_valid, tok, tgt, 21);
     int64_t ca, cb;
     mt_model_zero_grad(&a);
     mt_model_zero_grad(&b);
@@ -162,7 +135,7 @@ static void accumulation(void)
     CHECK(memcmp(full.param_mem, half.param_mem, sizeof(float) * (size_t)full.numel) == 0,
           "init independent of batch shape");
     int32_t tok[16], tgt[16];
-    batch(16, full.V_valid, tok, tgt, 31);
+    mt_test_batch(16, full.V_valid, tok, tgt, 31);
     int64_t c1, c2, c3;
     mt_model_zero_grad(&full);
     mt_model_zero_grad(&half);
@@ -266,7 +239,7 @@ static void packing(const char *extra)
     mt_model_init_weights(&one, 9);
     mt_model_init_weights(&two, 9);
     int32_t tok[12], tgt[12], pos[12], doc[12];
-    batch(T, row.V_valid, tok, tgt, 33);
+    mt_test_batch(T, row.V_valid, tok, tgt, 33);
     tgt[a - 1] = tgt[T - 1] = -100; /* each document's last token */
     for (int64_t i = 0; i < T; i++)
         pos[i] = (int32_t)(i < a ? i : i - a), doc[i] = (int32_t)(i < a ? 0 : a);

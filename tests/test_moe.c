@@ -27,40 +27,13 @@
 #include "mt_model.h"
 #include "mt_rng.h"
 #include "mt_test.h"
+#include "mt_test_model.h"
 
 static int make_cfg(mt_config_t *cfg, const char *extra)
 {
-    mt_config_init(cfg);
-    const char *base[] = {"model.vocab_size=37", "model.hidden_size=16",
-                          "model.intermediate_size=24", "model.num_hidden_layers=2",
-                          "model.num_attention_heads=4", "model.num_key_value_heads=2",
-                          "model.rope_theta=100.0", "model.initializer_range=0.2",
-                          "model.num_experts=4", "model.num_experts_per_tok=2",
-                          "model.moe_intermediate_size=8", "model.norm_topk_prob=true",
-                          "dataset.seq_length=8", "step_scheduler.global_batch_size=2",
-                          "step_scheduler.local_batch_size=2"};
-    for (size_t i = 0; i < sizeof base / sizeof base[0]; i++)
-        if (mt_config_override(cfg, base[i]) != MT_OK)
-            return 0;
-    char buf[512];
-    snprintf(buf, sizeof buf, "%s", extra ? extra : "");
-    for (char *t = strtok(buf, ";"); t; t = strtok(NULL, ";"))
-        if (mt_config_override(cfg, t) != MT_OK) {
-            CHECK(0, "%s: %s", t, mt_error_message());
-            return 0;
-        }
-    mt_status_t s = mt_config_validate(cfg, MT_APP_MOE, 1, NULL, NULL);
-    CHECK(s == MT_OK, "%s", mt_error_message());
-    return s == MT_OK;
-}
-
-static void batch(int64_t n, int64_t vocab, int32_t *tok, int32_t *tgt, uint32_t stream)
-{
-    for (int64_t i = 0; i < n; i++) {
-        tok[i] = (int32_t)(mt_rng_uniform(7, stream, (uint64_t)i) * (double)vocab);
-        tgt[i] = (int32_t)(mt_rng_uniform(7, stream + 1, (uint64_t)i) * (double)vocab);
-    }
-    tgt[1] = -100;
+    return mt_test_model_cfg(cfg, "model.num_experts=4;model.num_experts_per_tok=2;"
+                             "model.moe_intermediate_size=8;model.norm_topk_prob=true",
+                             extra, MT_APP_MOE, 1);
 }
 
 static void router_ties(void)
@@ -161,7 +134,7 @@ static void grad_check(const char *variant, const char *extra, double ce_w, doub
     }
     mt_model_init_weights(&m, 1234);
     int32_t tok[16], tgt[16];
-    batch(16, m.V_valid, tok, tgt, 11);
+    mt_test_batch(16, m.V_valid, tok, tgt, 11);
     int64_t count;
     mt_model_step(&m, tok, tgt, false, 0, &count);
     mt_model_zero_grad(&m);
@@ -196,7 +169,7 @@ static void aux_uniform(void)
     for (int l = 0; l < m.L; l++)
         memset(m.layers[l].router->data, 0, sizeof(float) * (size_t)m.layers[l].router->numel);
     int32_t tok[16], tgt[16];
-    batch(16, m.V_valid, tok, tgt, 5);
+    mt_test_batch(16, m.V_valid, tok, tgt, 5);
     int64_t c;
     mt_model_step(&m, tok, tgt, false, 0, &c);
     CHECK(fabs(m.moe->aux - 2.0) < 1e-12, "uniform router: aux %.17g, want K = 2", m.moe->aux);
@@ -247,7 +220,7 @@ static void ac_identical(void)
     mt_model_init_weights(&b, 5);
     a.moe->aux_scale = b.moe->aux_scale = 0.01f;
     int32_t tok[16], tgt[16];
-    batch(16, a.V_valid, tok, tgt, 21);
+    mt_test_batch(16, a.V_valid, tok, tgt, 21);
     int64_t ca, cb;
     mt_model_zero_grad(&a);
     mt_model_zero_grad(&b);
