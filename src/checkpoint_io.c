@@ -357,15 +357,51 @@ static mt_status_t create_tensor(const h5_ctx_t *c, const mt_ckpt_tensor_t *t, h
     return MT_OK;
 }
 
+/* Floats of this rank's block of t. */
+static int64_t block_numel(const mt_ckpt_tensor_t *t)
+{
+    int64_t b[4], n;
+    mt_ckpt_block(t, b);
+    n = b[1] * b[3];
+    for (int k = 2; k < t->ndim; k++)
+        n *= t->shape[k];
+    return n;
+}
+
+/* The host buffer HDF5 reads or writes for t: its data, or for a block in
+ * a backend's memory a host copy (*staged, freed by the caller), filled
+ * from the backend when `fill`.  NULL when out of memory. */
+static float *host_block(const mt_ckpt_tensor_t *t, bool fill, float **staged)
+{
+    static float nothing; /* HDF5 wants a buffer even for an empty selection */
+    *staged = NULL;
+    int64_t n = t->data ? block_numel(t) : 0;
+    if (n == 0)
+        return t->data ? t->data : &nothing;
+    if (!t->be)
+        return t->data;
+    if (!(*staged = malloc(sizeof(float) * (size_t)n)))
+        return NULL;
+    if (fill)
+        t->be->copy_to_host(*staged, t->data, sizeof(float) * (size_t)n);
+    return *staged;
+}
+
 static mt_status_t write_tensor(MPI_Comm comm, const h5_ctx_t *c, const mt_ckpt_tensor_t *t)
 {
     hid_t d = -1, fs = -1, ms = -1;
     char text[128];
-    static float nothing; /* HDF5 wants a buffer even for an empty selection */
-    mt_status_t s = mt_agree(comm, create_tensor(c, t, &d, &fs, &ms));
-    if (s == MT_OK && H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, c->dxpl, t->data ? t->data : &nothing) < 0)
+    float *staged, *buf = host_block(t, true, &staged);
+    /* agreed first: the dataset's creation or opening is collective */
+    mt_status_t s = mt_agree(comm, buf ? MT_OK : mt_error_set(MT_ERR_NOMEM, __FILE__, __LINE__,
+                                                              "%s: a host copy of %s", c->name,
+                                                              t->path));
+    if (s == MT_OK)
+        s = mt_agree(comm, create_tensor(c, t, &d, &fs, &ms));
+    if (s == MT_OK && H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, c->dxpl, buf) < 0)
         s = h5_fail(__FILE__, __LINE__, "%s: writing %s of %s failed", c->name,
                     block_text(t, text, sizeof text), t->path);
+    free(staged);
     h5_close(&ms, H5Sclose);
     h5_close(&fs, H5Sclose);
     h5_close(&d, H5Dclose);
@@ -508,11 +544,19 @@ static mt_status_t read_tensor(MPI_Comm comm, const h5_ctx_t *c, const mt_ckpt_t
 {
     hid_t d = -1, fs = -1, ms = -1;
     char text[128];
-    static float nothing;
-    mt_status_t s = mt_agree(comm, open_tensor(c, t, &d, &fs, &ms));
-    if (s == MT_OK && H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, c->dxpl, t->data ? t->data : &nothing) < 0)
+    float *staged, *buf = host_block(t, false, &staged);
+    /* agreed first: the dataset's creation or opening is collective */
+    mt_status_t s = mt_agree(comm, buf ? MT_OK : mt_error_set(MT_ERR_NOMEM, __FILE__, __LINE__,
+                                                              "%s: a host copy of %s", c->name,
+                                                              t->path));
+    if (s == MT_OK)
+        s = mt_agree(comm, open_tensor(c, t, &d, &fs, &ms));
+    if (s == MT_OK && H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, c->dxpl, buf) < 0)
         s = h5_fail(__FILE__, __LINE__, "%s: reading %s of %s failed", c->name,
                     block_text(t, text, sizeof text), t->path);
+    if (s == MT_OK && staged)
+        t->be->copy_to_device(t->data, staged, sizeof(float) * (size_t)block_numel(t));
+    free(staged);
     h5_close(&ms, H5Sclose);
     h5_close(&fs, H5Sclose);
     h5_close(&d, H5Dclose);

@@ -51,6 +51,13 @@ static const mt_cfg_enum_t dtype_enum[] = {
     {"torch.bfloat16", MT_DTYPE_BFLOAT16, true},
     {NULL, 0, false}};
 
+static const mt_cfg_enum_t device_enum[] = {
+    {"cpu", MT_DEVICE_CPU, false},
+    {"cuda", MT_DEVICE_CUDA, false},
+    {"gpu", MT_DEVICE_CUDA, true},
+    {"cpu_guarded", MT_DEVICE_CPU_GUARDED, false},
+    {NULL, 0, false}};
+
 static const mt_cfg_enum_t save_enum[] = {
     {"hdf5", MT_SAVE_HDF5, false},
     {"safetensors", MT_SAVE_SAFETENSORS, false},
@@ -215,6 +222,10 @@ const mt_cfg_key_t mt_cfg_keys[] = {
     K_INT("distributed.timeout_s", distributed.timeout_s, "600", 1,
           "Collective timeout in seconds: a NCCL collective still pending after it is "
           "aborted with an error naming the collective and the axis (doc/gpu.md)."),
+    K_ENUM("distributed.device", distributed.device, device_enum, "cpu",
+           "Where the model computes: cpu, cuda (one GPU per rank; this release trains on "
+           "one rank, doc/gpu.md) or cpu_guarded (the CPU kernels on memory that host code "
+           "may not touch: a test that the trainer is ready for a device)."),
     K_ENUM("distributed.pipeline.pp_schedule", distributed.pipeline.pp_schedule, schedule_enum,
            "1f1b",
            "One of 1f1b, gpipe, interleaved_1f1b (alias interleaved1f1b), looped_bfs, dfs, "
@@ -335,6 +346,7 @@ const char *mt_cfg_type_name(const mt_cfg_key_t *k)
 }
 
 const char *mt_strategy_name(mt_strategy_t s) { return mt_cfg_enum_canonical(strategy_enum, (int)s); }
+const char *mt_device_name(mt_device_t d) { return mt_cfg_enum_canonical(device_enum, (int)d); }
 const char *mt_pp_schedule_name(mt_pp_schedule_t s) { return mt_cfg_enum_canonical(schedule_enum, (int)s); }
 const char *mt_dtype_name(mt_dtype_t d) { return mt_cfg_enum_canonical(dtype_enum, (int)d); }
 

@@ -210,6 +210,11 @@ static void check_sizes(vctx_t *v, int64_t world)
     dv->world_size = world;
     dv->dp_size = 0;
     dv->dp_replicate = 1;
+    /* device memory: the collectives are not on the device yet (doc/gpu.md) */
+    if (d->device != MT_DEVICE_CPU && world > 1)
+        verr(v, "distributed.device", "%s trains on one rank in this release (world size %lld): "
+             "the collectives do not run on device memory yet (doc/gpu.md); use device cpu",
+             mt_device_name(d->device), (long long)world);
     if (world % model_par) {
         verr(v, size_culprit(v), "world size %lld is not divisible by tp_size x pp_size x cp_size "
              "= %lld x %lld x %lld = %lld", (long long)world, (long long)d->tp_size,

@@ -27,6 +27,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "mt_backend.h"
 #include "mt_config.h"
 #include "mt_status.h"
 
@@ -50,6 +51,9 @@ typedef struct {
     float *data;          /* the block, contiguous and row-major: row_count *
                            * col_count * prod(shape[2..]) floats (col_count 0:
                            * shape[1]) */
+    const mt_backend_t *be; /* NULL: data is host memory; else it is this
+                           * backend's memory (a GPU's), which the HDF5 I/O
+                           * stages through a host copy of the block */
 } mt_ckpt_tensor_t;
 
 typedef struct {

@@ -28,13 +28,15 @@ typedef struct {
     float *exp_avg, *exp_avg_sq; /* numel elements, in segment order */
     int64_t numel;
     int64_t step;                /* updates applied */
+    const mt_backend_t *be;      /* whose memory the moments are in */
 } mt_adamw_t;
 
 /* The whole model as one segment (parameter and gradient arenas). */
 mt_segment_t mt_segment_whole(const mt_model_t *m);
 
-/* State for numel parameter elements (the sum of this rank's segments). */
-mt_status_t mt_adamw_init(mt_adamw_t *opt, int64_t numel);
+/* State for numel parameter elements (the sum of this rank's segments),
+ * zeroed, in be's memory (beside the parameters it updates). */
+mt_status_t mt_adamw_init(mt_adamw_t *opt, const mt_backend_t *be, int64_t numel);
 void mt_adamw_free(mt_adamw_t *opt);
 
 /* One update of the parameters in the segments with learning rate lr; no

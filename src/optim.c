@@ -13,11 +13,13 @@ mt_segment_t mt_segment_whole(const mt_model_t *m)
     return s;
 }
 
-mt_status_t mt_adamw_init(mt_adamw_t *opt, int64_t numel)
+mt_status_t mt_adamw_init(mt_adamw_t *opt, const mt_backend_t *be, int64_t numel)
 {
     memset(opt, 0, sizeof *opt);
-    opt->exp_avg = calloc((size_t)(numel > 0 ? numel : 1), sizeof(float));
-    opt->exp_avg_sq = calloc((size_t)(numel > 0 ? numel : 1), sizeof(float));
+    opt->be = be;
+    size_t bytes = sizeof(float) * (size_t)(numel > 0 ? numel : 1);
+    opt->exp_avg = be->device_alloc(bytes); /* zeroed */
+    opt->exp_avg_sq = be->device_alloc(bytes);
     if (!opt->exp_avg || !opt->exp_avg_sq) {
         mt_adamw_free(opt);
         MT_FAIL(MT_ERR_NOMEM, "AdamW state for %lld parameters", (long long)numel);
@@ -28,8 +30,10 @@ mt_status_t mt_adamw_init(mt_adamw_t *opt, int64_t numel)
 
 void mt_adamw_free(mt_adamw_t *opt)
 {
-    free(opt->exp_avg);
-    free(opt->exp_avg_sq);
+    if (opt->be) {
+        opt->be->device_free(opt->exp_avg);
+        opt->be->device_free(opt->exp_avg_sq);
+    }
     memset(opt, 0, sizeof *opt);
 }
 

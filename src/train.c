@@ -15,6 +15,9 @@
 
 #include "mt_backend.h"
 #include "mt_checkpoint.h"
+#ifdef MT_HAVE_CUDA
+#include "mt_cuda.h"
+#endif
 #include "mt_comm.h"
 #include "mt_ddp.h"
 #include "mt_data.h"
@@ -184,11 +187,38 @@ static void tp_hook(void *ctx, const void *in, void *out, int64_t n, mt_tp_op_t 
         mt_comm_fatal(r->tp, rc != MPI_SUCCESS ? rc : MPI_ERR_OTHER, "tensor-parallel collective");
 }
 
+/* The model's backend (distributed.device); cuda binds this rank's GPU. */
+static mt_status_t pick_backend(const mt_config_t *cfg, const mt_mesh_t *mesh,
+                                const mt_backend_t **be)
+{
+    *be = mt_backend_cpu();
+    if (cfg->distributed.device == MT_DEVICE_CPU_GUARDED) {
+        *be = mt_backend_cpu_guarded();
+    } else if (cfg->distributed.device == MT_DEVICE_CUDA) {
+#ifdef MT_HAVE_CUDA
+        MPI_Comm node;
+        mt_cuda_device_t dev;
+        MT_MPI_TRY(MPI_Comm_split_type(mesh->comm, MPI_COMM_TYPE_SHARED, mesh->rank, MPI_INFO_NULL,
+                                       &node));
+        mt_status_t s = mt_cuda_device_init(&dev, node);
+        MPI_Comm_free(&node);
+        MT_TRY(s);
+        *be = mt_backend_cuda();
+#else
+        (void)mesh;
+        MT_FAIL(MT_ERR_UNSUPPORTED, "distributed.device cuda: this build has no CUDA backend "
+                "(configure did not find CUDA, or ran with --without-cuda)");
+#endif
+    }
+    return MT_OK;
+}
+
 /* Data, model, the data-parallel layer and the optimizer.  mesh gives the
  * groups: every rank is data parallel in this release. */
 static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh)
 {
-    const mt_backend_t *be = mt_backend_cpu();
+    const mt_backend_t *be;
+    MT_TRY(pick_backend(cfg, mesh, &be));
     int64_t B = cfg->step_scheduler.local_batch_size, T = cfg->derived.seq_len;
     r->rows = B;
     int64_t accum = cfg->derived.grad_accum_steps;
@@ -268,7 +298,7 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
         r->whole = mt_segment_whole(&r->model);
         r->seg = &r->whole, r->nseg = 1;
     }
-    MT_TRY(mt_adamw_init(&r->opt, owned));
+    MT_TRY(mt_adamw_init(&r->opt, be, owned));
     MT_TRY(mt_train_moe_init(&r->moe, &r->model, cfg, mesh));
     size_t nbuf = (size_t)(accum * r->rows * T);
     r->tokens = malloc(sizeof(int32_t) * nbuf);
@@ -290,6 +320,8 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
     mt_train_ckpt_writers(&r->ckpt, r->sharded && fo.shard_params ? rep0 : dp0,
                           r->sharded ? rep0 : dp0, mesh->group_rank[MT_GROUP_TP] == 0);
     MT_TRY(mt_train_moe_ckpt(&r->moe, &r->ckpt, &r->model));
+    /* a device's memory is staged through host copies; the CPU's is host memory */
+    mt_train_ckpt_stage(&r->ckpt, be == mt_backend_cpu() ? NULL : be);
     return MT_OK;
 }
 

@@ -126,6 +126,14 @@ void mt_train_ckpt_writers(mt_train_ckpt_t *c, bool model_writer, bool optim_wri
     }
 }
 
+void mt_train_ckpt_stage(mt_train_ckpt_t *c, const mt_backend_t *be)
+{
+    for (int i = 0; i < c->n; i++) {
+        c->t[i].be = c->t[i].data ? be : NULL;
+        c->t_save[i].be = c->t_save[i].data ? be : NULL;
+    }
+}
+
 void mt_train_ckpt_free(mt_train_ckpt_t *c)
 {
     mt_model_free(&c->whole);

@@ -46,6 +46,11 @@ void mt_train_ckpt_free(mt_train_ckpt_t *c);
 void mt_train_ckpt_writers(mt_train_ckpt_t *c, bool model_writer, bool optim_writer,
                            bool tp_rank0);
 
+/* The blocks with data live in be's memory (NULL: host memory): the
+ * checkpoint I/O stages them through host copies.  After every list is
+ * built (the experts' too). */
+void mt_train_ckpt_stage(mt_train_ckpt_t *c, const mt_backend_t *be);
+
 /* Save after `step` updates (global batch G).  Collective. */
 mt_status_t mt_train_save(MPI_Comm comm, const mt_config_t *cfg, mt_train_ckpt_t *c,
                           int64_t step, int64_t G);

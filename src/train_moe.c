@@ -143,7 +143,7 @@ mt_status_t mt_train_moe_init(mt_train_moe_t *t, mt_model_t *m, const mt_config_
         t->whole = mt_segment_whole(&t->view);
         t->seg = &t->whole, t->nseg = 1;
     }
-    MT_TRY(mt_adamw_init(&t->opt, owned));
+    MT_TRY(mt_adamw_init(&t->opt, m->be, owned));
     return MT_OK;
 }
 

@@ -158,6 +158,13 @@ static const rule_case_t rule_cases[] = {
     /* ... but only when set to something other than the default */
     OK(2, DDP D "overlap_grad_reduce=true;" D "zero_dp_strategy=3"),
     /* zero_dp_strategy in 0..3 */
+    /* distributed.device: one rank off the CPU */
+    OK(1, D "device=cuda"),
+    OK(1, D "device=cpu_guarded"),
+    OK(2, D "device=cpu"),
+    BAD(2, D "device=cuda", "distributed.device: ", "cuda trains on one rank in this release "
+        "(world size 2)"),
+    BAD(2, D "device=cpu_guarded", "distributed.device: ", "cpu_guarded trains on one rank"),
     OK(1, MEG D "zero_dp_strategy=0"),
     OK(1, MEG D "zero_dp_strategy=3"),
     BAD(1, MEG D "zero_dp_strategy=4", "distributed.zero_dp_strategy: ",

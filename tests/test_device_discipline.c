@@ -234,8 +234,8 @@ static void compare(const char *variant, const char *extra, bool packed, bool pi
     for (int k = 0; k < 2; k++) { /* the same calls on both, in lockstep */
         mt_model_t *m = both[k];
         mt_model_init_weights(m, 77);
-        mt_adamw_init(&opt[k][0], m->numel);
-        mt_adamw_init(&opt[k][1], m->moe ? m->moe->numel : 0);
+        mt_adamw_init(&opt[k][0], m->be, m->numel);
+        mt_adamw_init(&opt[k][1], m->be, m->moe ? m->moe->numel : 0);
         if (m->moe)
             m->moe->aux_scale = 0.01f;
         if (packed)

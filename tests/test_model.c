@@ -166,7 +166,7 @@ static void overfit(void)
     const int64_t B = 2, T = 32;
     mt_model_init(&m, &c, mt_backend_cpu(), B, T);
     mt_model_init_weights(&m, 42);
-    mt_adamw_init(&opt, m.numel);
+    mt_adamw_init(&opt, m.be, m.numel);
     mt_segment_t all = mt_segment_whole(&m);
     const char *text = "meshtrain trains transformer language models on supercomputers. "
                        "every rank computes the same training run as one process.";
