@@ -467,7 +467,16 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
             goto fail;
     }
 
-    double peak = mt_measure_sgemm_gflops(1024, 3) * (double)size;
+    /* MFU's peak: on the CPU the measured sgemm rate; on a GPU its dense
+     * bf16 peak, MT_PEAK_TFLOPS (default 989: H100 and H200 SXM) */
+    double peak;
+    if (cfg->distributed.device == MT_DEVICE_CUDA) {
+        const char *e = getenv("MT_PEAK_TFLOPS");
+        double tf = e && atof(e) > 0 ? atof(e) : 989.0;
+        peak = tf * 1e3 * (double)size;
+    } else {
+        peak = mt_measure_sgemm_gflops(1024, 3) * (double)size;
+    }
     /* the model is this TP rank's part: matmuls and heads split evenly */
     double flops_tok = mt_model_flops_per_token(m) * (double)m->tp;
     /* under CP the model holds T / cp tokens, but each still attends over its row */
@@ -497,10 +506,12 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
                     (long long)r->pack.tokens, (long long)r->pack.rows, (long long)T,
                     100.0 * (1.0 - (double)r->pack.tokens / (double)(r->pack.rows * T)));
         fprintf(out, "training: %lld parameters, %lld steps from step %lld, %lld tokens/step "
-                     "(%lld micro-steps of %lld x %lld), %d threads per rank, sgemm peak %.1f GFLOP/s\n",
+                     "(%lld micro-steps of %lld x %lld), %d threads per rank, %s peak %.1f GFLOP/s\n",
                 (long long)mt_model_logical_numel(&r->ckpt.whole),
                 (long long)cfg->step_scheduler.max_steps, (long long)start, (long long)(G * T),
-                (long long)accum, (long long)r->rows, (long long)T, threads, peak);
+                (long long)accum, (long long)r->rows, (long long)T, threads,
+                cfg->distributed.device == MT_DEVICE_CUDA ? "device (MT_PEAK_TFLOPS)" : "sgemm",
+                peak);
         if (r->pp)
             fprintf(out, "pipeline: %s, %d stages (%d per rank), %d microbatches of %lld x %lld "
                          "per micro-step; pipeline rank 0 holds layers of %d stages and the "
