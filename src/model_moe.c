@@ -687,7 +687,7 @@ void mt_moe_backward(mt_model_t *m, int l, const float *h, const float *dout, fl
 
     const mt_layer_params_t *p = &m->layers[l];
     int64_t Is = x->Is;
-    if (Is > 0) { /* shared experts; x->da [rmax >= N, Im] is too narrow: reuse sa */
+    if (Is > 0) { /* shared experts; x->da ([rows, Im]) is too narrow: reuse sa */
         be->matmul(p->wdown->grad, dout, a->sa, H, Is, N, true, false, 1.0f);
         be->matmul(a->sa, dout, p->wdown->data, N, Is, H, false, false, 0.0f);
         be->swiglu_backward(a->sg, a->su, a->sa, a->sg, a->su, N * Is); /* sg, su <- d */
