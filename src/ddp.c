@@ -1,4 +1,5 @@
-/* ddp.c: bucketed, overlapped gradient all-reduce for strategy ddp. */
+/* ddp.c: bucketed, overlapped gradient all-reduce for strategy ddp.
+ * Staged through a host copy of the gradient arena off host memory. */
 /* MPICH annotates MPI_STATUSES_IGNORE arguments with access sizes that
  * GCC 12 misreads as an overflow of a zero-sized region. */
 #pragma GCC diagnostic ignored "-Wstringop-overflow"
@@ -9,13 +10,19 @@
 #include <string.h>
 
 #include "mt_comm.h"
+#include "mt_stage.h"
 
 static void launch(mt_ddp_t *d, int64_t from)
 {
     while (d->next < d->nbuckets && d->buckets[d->next].offset >= from) {
         mt_ddp_bucket_t *b = &d->buckets[d->next];
-        int rc = MPI_Iallreduce(MPI_IN_PLACE, d->model->grad_mem + b->offset, (int)b->count,
-                                MPI_FLOAT, MPI_SUM, d->comm, &d->reqs[d->next]);
+        float *g = d->model->grad_mem + b->offset;
+        if (d->staged) { /* the bucket's gradients are final: copy them out */
+            d->model->be->copy_to_host(d->staged + b->offset, g, sizeof(float) * (size_t)b->count);
+            g = d->staged + b->offset;
+        }
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, g, (int)b->count, MPI_FLOAT, MPI_SUM, d->comm,
+                                &d->reqs[d->next]);
         d->next++;
         if (rc != MPI_SUCCESS) /* the other ranks already wait for this bucket */
             mt_comm_fatal(d->comm, rc, "gradient bucket all-reduce");
@@ -47,6 +54,10 @@ mt_status_t mt_ddp_init(mt_ddp_t *d, MPI_Comm comm, mt_model_t *m, int64_t bucke
     d->reqs = calloc((size_t)m->nparams, sizeof *d->reqs);
     if (!d->buckets || !d->reqs)
         MT_FAIL(MT_ERR_NOMEM, "ddp buckets");
+    if (d->size > 1 && mt_stage_needed(m->be) &&
+        !(d->staged = malloc(sizeof(float) * (size_t)(m->numel > 0 ? m->numel : 1))))
+        MT_FAIL(MT_ERR_NOMEM, "host staging copy of the gradients (%lld floats)",
+                (long long)m->numel);
     /* Whole parameters, last first; a bucket closes once it reaches the cap. */
     int64_t end = m->numel, start = m->numel;
     for (int i = m->nparams - 1; i >= 0; i--) {
@@ -73,6 +84,7 @@ void mt_ddp_free(mt_ddp_t *d)
     }
     free(d->buckets);
     free(d->reqs);
+    free(d->staged);
     memset(d, 0, sizeof *d);
 }
 
@@ -92,5 +104,10 @@ mt_status_t mt_ddp_finish(mt_ddp_t *d)
     mt_status_t s = mt_wait_all(d->nbuckets, d->reqs);
     d->sync = false;
     MT_TRY(s);
+    for (int i = 0; d->staged && i < d->nbuckets; i++) {
+        const mt_ddp_bucket_t *b = &d->buckets[i];
+        d->model->be->copy_to_device(d->model->grad_mem + b->offset, d->staged + b->offset,
+                                     sizeof(float) * (size_t)b->count);
+    }
     return MT_OK;
 }

@@ -11,7 +11,14 @@
  * the same ring (a slot is reused only after its reduce-scatter is waited
  * for), except when accumulation is deferred: then the unsharded
  * gradients of every unit accumulate in a full-size buffer and are
- * reduce-scattered on the last micro-step only. */
+ * reduce-scattered on the last micro-step only.
+ *
+ * Shards and working buffers are the backend's memory (device_alloc).  On
+ * a backend whose memory is not host memory the collectives are staged
+ * (mt_stage.h): a unit's operand is copied to its own region of a host
+ * buffer when its collective starts and the result copied back after the
+ * wait that completes it, so prefetching and overlapped reductions keep
+ * their order.  On the CPU backend MPI works on the buffers directly. */
 /* MPICH annotates MPI_STATUSES_IGNORE arguments with access sizes that
  * GCC 12 misreads as an overflow of a zero-sized region. */
 #pragma GCC diagnostic ignored "-Wstringop-overflow"
@@ -22,11 +29,17 @@
 #include <string.h>
 
 #include "mt_comm.h"
+#include "mt_stage.h"
 
 enum { RELEASED, GATHERING, READY };
 
 /* Slot of a unit in the ring: 0 or 1, or 2 for a tied embedding. */
 static int slot_of(int u, bool tied) { return tied && u == 0 ? 2 : u % 2; }
+
+static int64_t unit_numel(const mt_fsdp_t *f, int u)
+{
+    return f->model->unit_lo[u + 1] - f->model->unit_lo[u];
+}
 
 static int64_t ring_slot_numel(const int64_t *unit_lo, int nunits, bool tied)
 {
@@ -110,8 +123,15 @@ static void gather(mt_fsdp_t *f, int u)
     if (u < 0 || u >= f->nunits || f->p_state[u] != RELEASED)
         return;
     const mt_segment_t *s = &f->seg[u];
-    int rc = MPI_Iallgatherv(f->opt.shard_params ? (void *)s->param : MPI_IN_PLACE, (int)s->count,
-                             MPI_FLOAT, f->p_at[u], f->counts + u * f->nshard,
+    void *send = f->opt.shard_params ? (void *)s->param : MPI_IN_PLACE;
+    float *recv = f->p_at[u];
+    if (f->h_param) { /* this rank's part into its place in the unit's host region */
+        recv = f->h_param + f->model->unit_lo[u];
+        f->be->copy_to_host(recv + f->displs[u * f->nshard + f->rank], s->param,
+                            sizeof(float) * (size_t)s->count);
+        send = MPI_IN_PLACE;
+    }
+    int rc = MPI_Iallgatherv(send, (int)s->count, MPI_FLOAT, recv, f->counts + u * f->nshard,
                              f->displs + u * f->nshard, MPI_FLOAT, f->shard, &f->p_req[u]);
     if (rc != MPI_SUCCESS)
         note_error(f, rc, "parameter all-gather", u);
@@ -125,6 +145,9 @@ static void wait_gathered(mt_fsdp_t *f, int u)
     if (f->p_state[u] == GATHERING) {
         if (mt_wait_all(1, &f->p_req[u]) != MT_OK)
             note_error(f, MPI_ERR_OTHER, "waiting for the parameter all-gather", u);
+        if (f->h_param)
+            f->be->copy_to_device(f->p_at[u], f->h_param + f->model->unit_lo[u],
+                                  sizeof(float) * (size_t)unit_numel(f, u));
         f->p_state[u] = READY;
         if (f->opt.shard_params)
             point(f, u, f->p_at[u], false);
@@ -141,18 +164,31 @@ static void release(mt_fsdp_t *f, int u)
 
 /* ---- gradients ---- */
 
+/* Where unit u's reduce-scatter result belongs: its gradient shard, or
+ * rs_tmp when later micro-steps add onto the shard. */
+static float *reduced_at(const mt_fsdp_t *f, int u)
+{
+    const mt_segment_t *s = &f->seg[u];
+    return f->g_into_tmp[u] ? f->rs_tmp + s->state : s->grad;
+}
+
 static void reduce(mt_fsdp_t *f, int u)
 {
     const mt_segment_t *s = &f->seg[u];
+    float *g = f->g_at[u];
     int rc;
+    if (f->h_grad) { /* the unit's gradients are final: copy them out */
+        g = f->h_grad + f->model->unit_lo[u];
+        f->be->copy_to_host(g, f->g_at[u], sizeof(float) * (size_t)unit_numel(f, u));
+    }
     if (!f->opt.shard_grads) { /* zero 1: every rank keeps the whole sum */
-        rc = MPI_Iallreduce(MPI_IN_PLACE, f->g_at[u], (int)(f->model->unit_lo[u + 1] -
-                            f->model->unit_lo[u]), MPI_FLOAT, MPI_SUM, f->shard, &f->g_req[u]);
+        rc = MPI_Iallreduce(MPI_IN_PLACE, g, (int)unit_numel(f, u), MPI_FLOAT, MPI_SUM, f->shard,
+                            &f->g_req[u]);
     } else {
         f->g_into_tmp[u] = f->ring && f->micro > 0;
-        float *dst = f->g_into_tmp[u] ? f->rs_tmp + s->state : s->grad;
-        rc = MPI_Ireduce_scatter(f->g_at[u], dst, f->counts + u * f->nshard, MPI_FLOAT, MPI_SUM,
-                                 f->shard, &f->g_req[u]);
+        float *dst = f->h_own ? f->h_own + s->state : reduced_at(f, u);
+        rc = MPI_Ireduce_scatter(g, dst, f->counts + u * f->nshard, MPI_FLOAT, MPI_SUM, f->shard,
+                                 &f->g_req[u]);
     }
     if (rc != MPI_SUCCESS)
         note_error(f, rc, f->opt.shard_grads ? "gradient reduce-scatter" : "gradient all-reduce", u);
@@ -166,6 +202,12 @@ static void wait_reduced(mt_fsdp_t *f, int u)
     if (mt_wait_all(1, &f->g_req[u]) != MT_OK)
         note_error(f, MPI_ERR_OTHER, "waiting for the gradient reduction", u);
     f->g_pending[u] = false;
+    if (f->h_grad && !f->opt.shard_grads)
+        f->be->copy_to_device(f->g_at[u], f->h_grad + f->model->unit_lo[u],
+                              sizeof(float) * (size_t)unit_numel(f, u));
+    else if (f->h_own)
+        f->be->copy_to_device(reduced_at(f, u), f->h_own + f->seg[u].state,
+                              sizeof(float) * (size_t)f->seg[u].count);
     if (f->g_into_tmp[u]) /* later micro-steps add onto the shard */
         f->model->be->add(f->seg[u].grad, f->rs_tmp + f->seg[u].state, f->seg[u].count);
 }
@@ -179,7 +221,7 @@ static void grads_ready(mt_fsdp_t *f, int u)
         if (v != u && slot_of(v, tied) == slot_of(u, tied))
             wait_reduced(f, v);
     wait_reduced(f, u);
-    memset(f->g_at[u], 0, sizeof(float) * (size_t)(f->model->unit_lo[u + 1] - f->model->unit_lo[u]));
+    f->be->zero(f->g_at[u], sizeof(float) * (size_t)unit_numel(f, u));
     point(f, u, f->g_at[u], true);
 }
 
@@ -314,16 +356,24 @@ mt_status_t mt_fsdp_init(mt_fsdp_t *f, mt_model_t *m, MPI_Comm shard, MPI_Comm r
     mt_fsdp_work_numel(m->unit_lo, U, m->tied, opt, f->owned, &f->p_work_numel, &f->g_work_numel,
                        &f->rs_tmp_numel);
     size_t own = (size_t)(f->owned > 0 ? f->owned : 1);
+    f->be = m->be;
     if (opt->shard_params)
-        f->p_shard = malloc(sizeof(float) * own);
+        f->p_shard = f->be->device_alloc(sizeof(float) * own);
     if (opt->shard_grads)
-        f->g_shard = calloc(own, sizeof(float));
+        f->g_shard = f->be->device_alloc(sizeof(float) * own);
     if (f->p_work_numel)
-        f->p_work = malloc(sizeof(float) * (size_t)f->p_work_numel);
+        f->p_work = f->be->device_alloc(sizeof(float) * (size_t)f->p_work_numel);
     if (f->g_work_numel)
-        f->g_work = calloc((size_t)f->g_work_numel, sizeof(float));
+        f->g_work = f->be->device_alloc(sizeof(float) * (size_t)f->g_work_numel);
     if (f->rs_tmp_numel)
-        f->rs_tmp = malloc(sizeof(float) * (size_t)f->rs_tmp_numel);
+        f->rs_tmp = f->be->device_alloc(sizeof(float) * (size_t)f->rs_tmp_numel);
+    if (mt_stage_needed(f->be)) {
+        size_t whole = sizeof(float) * (size_t)(m->numel > 0 ? m->numel : 1);
+        if (!(f->h_param = malloc(whole)) || !(f->h_grad = malloc(whole)) ||
+            (opt->shard_grads && !(f->h_own = malloc(sizeof(float) * own))))
+            MT_FAIL(MT_ERR_NOMEM, "host staging buffers for the sharded collectives: 2 x %lld "
+                    "+ %lld floats", (long long)m->numel, (long long)f->owned);
+    }
     f->p_at = calloc((size_t)U, sizeof *f->p_at);
     f->g_at = calloc((size_t)U, sizeof *f->g_at);
     f->p_state = calloc((size_t)U, sizeof *f->p_state);
@@ -374,7 +424,12 @@ void mt_fsdp_free(mt_fsdp_t *f)
         f->model->hook_ctx = NULL;
     }
     free(f->counts), free(f->displs), free(f->seg);
-    free(f->p_shard), free(f->g_shard), free(f->p_work), free(f->g_work), free(f->rs_tmp);
+    if (f->be) {
+        f->be->device_free(f->p_shard), f->be->device_free(f->g_shard);
+        f->be->device_free(f->p_work), f->be->device_free(f->g_work);
+        f->be->device_free(f->rs_tmp);
+    }
+    free(f->h_param), free(f->h_grad), free(f->h_own);
     free(f->p_at), free(f->g_at), free(f->p_state), free(f->g_pending), free(f->g_into_tmp);
     free(f->p_req), free(f->g_req);
     memset(f, 0, sizeof *f);
@@ -387,8 +442,8 @@ void mt_fsdp_init_weights(mt_fsdp_t *f, uint64_t seed)
         return;
     }
     for (int u = 0; u < f->nunits; u++)
-        mt_model_init_range(f->model, seed, f->seg[u].offset, f->seg[u].offset + f->seg[u].count,
-                            f->seg[u].param);
+        mt_model_init_range_device(f->model, seed, f->seg[u].offset,
+                                   f->seg[u].offset + f->seg[u].count, f->seg[u].param);
 }
 
 mt_status_t mt_fsdp_begin(mt_fsdp_t *f, int64_t micro)
@@ -402,9 +457,9 @@ mt_status_t mt_fsdp_begin(mt_fsdp_t *f, int64_t micro)
     f->reduce_now = !f->opt.pipeline && (f->ring || last);
     if (micro == 0) {
         if (f->g_shard)
-            memset(f->g_shard, 0, sizeof(float) * (size_t)(f->owned > 0 ? f->owned : 1));
+            f->be->zero(f->g_shard, sizeof(float) * (size_t)(f->owned > 0 ? f->owned : 1));
         if (f->opt.shard_grads && !f->ring)
-            memset(f->g_work, 0, sizeof(float) * (size_t)f->g_work_numel);
+            f->be->zero(f->g_work, sizeof(float) * (size_t)f->g_work_numel);
     }
     return MT_OK;
 }
@@ -420,12 +475,21 @@ mt_status_t mt_fsdp_finish(mt_fsdp_t *f)
         /* one all-reduce per unit: each count fits an int, the whole shard
          * need not */
         for (int u = 0; u < f->nunits; u++) {
-            int rc = MPI_Iallreduce(MPI_IN_PLACE, f->seg[u].grad, (int)f->seg[u].count, MPI_FLOAT,
-                                    MPI_SUM, f->replicate, &f->g_req[u]);
+            const mt_segment_t *s = &f->seg[u];
+            float *g = s->grad;
+            if (f->h_own) {
+                g = f->h_own + s->state;
+                f->be->copy_to_host(g, s->grad, sizeof(float) * (size_t)s->count);
+            }
+            int rc = MPI_Iallreduce(MPI_IN_PLACE, g, (int)s->count, MPI_FLOAT, MPI_SUM,
+                                    f->replicate, &f->g_req[u]);
             if (rc != MPI_SUCCESS)
                 mt_comm_fatal(f->replicate, rc, "gradient shard all-reduce over dp_replicate");
         }
         MT_TRY(mt_wait_all(f->nunits, f->g_req));
+        for (int u = 0; f->h_own && u < f->nunits; u++)
+            f->be->copy_to_device(f->seg[u].grad, f->h_own + f->seg[u].state,
+                                  sizeof(float) * (size_t)f->seg[u].count);
     }
     if (f->opt.pipeline) /* the update changes them: gather again next step */
         for (int u = 0; u < f->nunits; u++) {

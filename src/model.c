@@ -78,21 +78,27 @@ void mt_model_init_range(const mt_model_t *m, uint64_t seed, int64_t lo, int64_t
     }
 }
 
-void mt_model_init_device(const mt_model_t *m, uint64_t seed, float *dst)
+void mt_model_init_range_device(const mt_model_t *m, uint64_t seed, int64_t lo, int64_t hi,
+                                float *dst)
 {
     enum { CHUNK = 1 << 20, SMALL = 1 << 10 }; /* floats per copy */
     float small[SMALL];
-    int64_t chunk = m->numel < CHUNK ? m->numel : CHUNK;
+    int64_t chunk = hi - lo < CHUNK ? hi - lo : CHUNK;
     float *buf = chunk > SMALL ? malloc(sizeof(float) * (size_t)chunk) : NULL;
-    if (!buf) /* short of host memory (or a small model): smaller copies */
+    if (!buf) /* short of host memory (or a small range): smaller copies */
         buf = small, chunk = SMALL;
-    for (int64_t lo = 0; lo < m->numel; lo += chunk) {
-        int64_t hi = lo + chunk < m->numel ? lo + chunk : m->numel;
-        mt_model_init_range(m, seed, lo, hi, buf);
-        m->be->copy_to_device(dst + lo, buf, sizeof(float) * (size_t)(hi - lo));
+    for (int64_t a = lo; a < hi; a += chunk) {
+        int64_t b = a + chunk < hi ? a + chunk : hi;
+        mt_model_init_range(m, seed, a, b, buf);
+        m->be->copy_to_device(dst + (a - lo), buf, sizeof(float) * (size_t)(b - a));
     }
     if (buf != small)
         free(buf);
+}
+
+void mt_model_init_device(const mt_model_t *m, uint64_t seed, float *dst)
+{
+    mt_model_init_range_device(m, seed, 0, m->numel, dst);
 }
 
 void mt_model_init_weights(mt_model_t *m, uint64_t seed)

@@ -6,7 +6,9 @@
  * it (the model's unit hook), so communication overlaps the rest of
  * backward.  With gradient accumulation only the last micro-step reduces
  * (like PyTorch DDP's no_sync).  The model's loss scale is 1 / (global
- * token count), so the summed gradient is the global token mean. */
+ * token count), so the summed gradient is the global token mean.  Off
+ * host memory (mt_stage.h) a bucket is copied to a host staging buffer
+ * when it starts and back when mt_ddp_finish has waited for it. */
 #ifndef MT_DDP_H
 #define MT_DDP_H
 
@@ -34,6 +36,8 @@ typedef struct {
     int nbuckets, next;       /* next bucket to launch */
     bool sync;                /* reduce during this backward */
     bool overlap;             /* start buckets during backward (default true) */
+    float *staged;            /* host copy of the gradient arena when the
+                               * backend's memory is not host memory, or NULL */
 } mt_ddp_t;
 
 /* Buckets over the model's parameters, in backward order; registers the

@@ -63,6 +63,7 @@ typedef struct {
     int *counts, *displs;       /* [unit * nshard + r]: rank r's part of a unit */
     mt_segment_t *seg;          /* [unit]: this rank's part (optimizer segments) */
     int64_t owned;              /* elements this rank owns */
+    const mt_backend_t *be;     /* the model's: shards and buffers are its memory */
     float *p_shard, *g_shard;   /* packed owned parameters / gradients */
     float *p_work, *g_work;     /* gathered units / unsharded unit gradients */
     float *rs_tmp;              /* reduce-scatter landing zone after micro-step 0 */
@@ -75,6 +76,10 @@ typedef struct {
     bool ring;                  /* gradients in ring slots (reduced every micro-step) */
     bool reduce_now;            /* this micro-step reduces */
     int64_t micro;              /* micro-step index within the step */
+    /* Off host memory (mt_stage.h) the collectives run on host copies, one
+     * region per unit so that every request in flight has its own: */
+    float *h_param, *h_grad;    /* [model numel]: unit u's at unit_lo[u] */
+    float *h_own;               /* [owned]: reduce-scatter results, HSDP sums */
 } mt_fsdp_t;
 
 /* Whether the config's strategy shards over data parallelism (fsdp2 with

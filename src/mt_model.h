@@ -280,6 +280,11 @@ void mt_model_init_weights(mt_model_t *m, uint64_t seed);
  * same elements of the whole. */
 void mt_model_init_range(const mt_model_t *m, uint64_t seed, int64_t lo, int64_t hi, float *dst);
 
+/* The same into dst[0 .. hi-lo) of the model's backend memory: generated
+ * on the host a chunk at a time and copied in (m->be->copy_to_device). */
+void mt_model_init_range_device(const mt_model_t *m, uint64_t seed, int64_t lo, int64_t hi,
+                                float *dst);
+
 /* Zero the gradient arena (when the model has one). */
 void mt_model_zero_grad(mt_model_t *m);
 

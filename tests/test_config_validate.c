@@ -158,13 +158,27 @@ static const rule_case_t rule_cases[] = {
     /* ... but only when set to something other than the default */
     OK(2, DDP D "overlap_grad_reduce=true;" D "zero_dp_strategy=3"),
     /* zero_dp_strategy in 0..3 */
-    /* distributed.device: one rank off the CPU */
+    /* distributed.device: several ranks off the CPU with data and tensor
+     * parallelism only (staged collectives) */
     OK(1, D "device=cuda"),
     OK(1, D "device=cpu_guarded"),
     OK(2, D "device=cpu"),
-    BAD(2, D "device=cuda", "distributed.device: ", "cuda trains on one rank in this release "
-        "(world size 2)"),
-    BAD(2, D "device=cpu_guarded", "distributed.device: ", "cpu_guarded trains on one rank"),
+    OK(2, D "device=cuda"),
+    OK(2, D "device=cpu_guarded;" DDP),
+    OK(2, D "device=cpu_guarded;" MEG D "zero_dp_strategy=3"),
+    OK(4, D "device=cuda;" D "dp_replicate_size=2"),
+    OK(4, D "device=cuda;" D "tp_size=2;" D "sequence_parallel=true"),
+    OK(2, D "device=cpu;" PP2 "1f1b"),
+    OK(1, D "device=cpu_guarded;model.num_experts=4"),
+    BAD(2, D "device=cuda;" PP2 "1f1b", "distributed.device: ", "cuda on 2 ranks: pipeline "
+        "parallelism (pp_size = 2) is not supported off the CPU in this release (only the "
+        "data- and tensor-parallel collectives are staged"),
+    BAD(4, D "device=cpu_guarded;" D "cp_size=2", "distributed.device: ",
+        "context parallelism (cp_size = 2)"),
+    BAD(2, D "device=cpu_guarded;" D "ep_size=2;model.num_experts=4", "distributed.device: ",
+        "expert parallelism (ep_size = 2)"),
+    BAD(2, D "device=cuda;model.num_experts=4", "distributed.device: ",
+        "a MoE model (num_experts = 4)"),
     OK(1, MEG D "zero_dp_strategy=0"),
     OK(1, MEG D "zero_dp_strategy=3"),
     BAD(1, MEG D "zero_dp_strategy=4", "distributed.zero_dp_strategy: ",
