@@ -223,9 +223,10 @@ const mt_cfg_key_t mt_cfg_keys[] = {
           "Collective timeout in seconds: a NCCL collective still pending after it is "
           "aborted with an error naming the collective and the axis (doc/gpu.md)."),
     K_ENUM("distributed.device", distributed.device, device_enum, "cpu",
-           "Where the model computes: cpu, cuda (one GPU per rank; this release trains on "
-           "one rank, doc/gpu.md) or cpu_guarded (the CPU kernels on memory that host code "
-           "may not touch: a test that the trainer is ready for a device)."),
+           "Where the model computes: cpu, cuda (the GPU of the node-local rank modulo the "
+           "GPU count; on several ranks data and tensor parallelism only, their collectives "
+           "staged through host memory, doc/gpu.md) or cpu_guarded (the CPU kernels on memory "
+           "that host code may not touch: a test that the trainer is ready for a device)."),
     K_ENUM("distributed.pipeline.pp_schedule", distributed.pipeline.pp_schedule, schedule_enum,
            "1f1b",
            "One of 1f1b, gpipe, interleaved_1f1b (alias interleaved1f1b), looped_bfs, dfs, "
