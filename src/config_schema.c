@@ -224,8 +224,8 @@ const mt_cfg_key_t mt_cfg_keys[] = {
           "aborted with an error naming the collective and the axis (doc/gpu.md)."),
     K_ENUM("distributed.device", distributed.device, device_enum, "cpu",
            "Where the model computes: cpu, cuda (the GPU of the node-local rank modulo the "
-           "GPU count; on several ranks data and tensor parallelism only, their collectives "
-           "staged through host memory, doc/gpu.md) or cpu_guarded (the CPU kernels on memory "
+           "GPU count; on several ranks data, tensor and pipeline parallelism only, their "
+           "transfers staged through host memory, doc/gpu.md) or cpu_guarded (the CPU kernels on memory "
            "that host code may not touch: a test that the trainer is ready for a device)."),
     K_ENUM("distributed.pipeline.pp_schedule", distributed.pipeline.pp_schedule, schedule_enum,
            "1f1b",

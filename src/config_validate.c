@@ -210,15 +210,12 @@ static void check_sizes(vctx_t *v, int64_t world)
     dv->world_size = world;
     dv->dp_size = 0;
     dv->dp_replicate = 1;
-    /* device memory on several ranks: the data- and tensor-parallel
-     * collectives are staged through host buffers (mt_stage.h); the
-     * pipeline, context- and expert-parallel exchanges are not yet */
+    /* device memory on several ranks: the data-, tensor- and
+     * pipeline-parallel transfers are staged through host buffers
+     * (mt_stage.h); the context- and expert-parallel exchanges are not yet */
     if (d->device != MT_DEVICE_CPU && world > 1) {
         char what[64] = "";
-        if (d->pp_size > 1)
-            snprintf(what, sizeof what, "pipeline parallelism (pp_size = %lld)",
-                     (long long)d->pp_size);
-        else if (d->cp_size > 1)
+        if (d->cp_size > 1)
             snprintf(what, sizeof what, "context parallelism (cp_size = %lld)",
                      (long long)d->cp_size);
         else if (d->ep_size > 1)
@@ -229,8 +226,8 @@ static void check_sizes(vctx_t *v, int64_t world)
                      (long long)cfg->model.num_experts);
         if (what[0])
             verr(v, "distributed.device", "%s on %lld ranks: %s is not supported off the CPU "
-                 "in this release (only the data- and tensor-parallel collectives are staged "
-                 "through host memory; doc/gpu.md): use device cpu, or one rank",
+                 "in this release (only the data-, tensor- and pipeline-parallel transfers are "
+                 "staged through host memory; doc/gpu.md): use device cpu, or one rank",
                  mt_device_name(d->device), (long long)world, what);
     }
     if (world % model_par) {

@@ -10,9 +10,11 @@
  * size of what is in flight.  The plain CPU backend's memory is host
  * memory: nothing is staged and MPI works on it directly, as before.
  *
- * It does not stage the pipeline, context-parallel or expert-parallel
- * exchanges (pp_exec.c, ring_attention.c, moe_dispatch.c, train_moe.c);
- * validation refuses those off the CPU on more than one rank (doc/gpu.md). */
+ * The pipeline's sends and receives stage in pp_exec.c itself (its send
+ * buffers were host copies already).  Not staged: the context- and
+ * expert-parallel exchanges (ring_attention.c, moe_dispatch.c,
+ * train_moe.c); validation refuses those off the CPU on more than one
+ * rank (doc/gpu.md). */
 #ifndef MT_STAGE_H
 #define MT_STAGE_H
 

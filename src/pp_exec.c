@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "mt_comm.h"
+#include "mt_stage.h"
 
 static double now_s(void)
 {
@@ -186,10 +187,12 @@ static mt_status_t send_buffer(mt_pp_exec_t *x, int64_t n, int *k)
     return MT_OK;
 }
 
-/* Send a copy of buf [n] and route [nr] (never waited for here), or
- * receive into them. */
-static mt_status_t transfer(mt_pp_exec_t *x, const mt_pp_action_t *a, float *buf, int64_t n,
-                            double *route, int64_t nr)
+/* Send a copy of buf [n] (the backend's memory) and route [nr] (host;
+ * never waited for here), or receive into them.  The send buffers and the
+ * receive staging buffer are host memory: a device's activations are
+ * copied out and in (mt_stage.h); the CPU's are received in place. */
+static mt_status_t transfer(mt_pp_exec_t *x, const mt_backend_t *be, const mt_pp_action_t *a,
+                            float *buf, int64_t n, double *route, int64_t nr)
 {
     int tag = mt_pp_action_tag(&x->sched, a), rc, k = 0;
     bool send = a->kind == MT_PP_SEND_ACT || a->kind == MT_PP_SEND_GRAD;
@@ -197,12 +200,13 @@ static mt_status_t transfer(mt_pp_exec_t *x, const mt_pp_action_t *a, float *buf
     MPI_Request rq;
     if (send) {
         MT_TRY(send_buffer(x, nf, &k));
-        memcpy(x->send_buf[k], buf, sizeof(float) * (size_t)n);
+        be->copy_to_host(x->send_buf[k], buf, sizeof(float) * (size_t)n);
         if (nr > 0)
             memcpy(x->send_buf[k] + n, route, sizeof(double) * (size_t)nr);
         rc = MPI_Isend(x->send_buf[k], (int)nf, MPI_FLOAT, a->peer, tag, x->pp, &x->send_req[k]);
-    } else if (nr == 0) {
+    } else if (nr == 0 && !mt_stage_needed(be)) {
         rc = MPI_Irecv(buf, (int)n, MPI_FLOAT, a->peer, tag, x->pp, &rq);
+        nf = 0; /* received in place */
     } else {
         if (!x->recv_buf && !(x->recv_buf = malloc(sizeof(float) * (size_t)nf)))
             MT_FAIL(MT_ERR_NOMEM, "pipeline receive buffer");
@@ -216,9 +220,10 @@ static mt_status_t transfer(mt_pp_exec_t *x, const mt_pp_action_t *a, float *buf
     if (send)
         return MT_OK;
     MT_TRY(mt_wait_all(1, &rq));
-    if (nr > 0) {
-        memcpy(buf, x->recv_buf, sizeof(float) * (size_t)n);
-        memcpy(route, x->recv_buf + n, sizeof(double) * (size_t)nr);
+    if (nf > 0) { /* staged */
+        be->copy_to_device(buf, x->recv_buf, sizeof(float) * (size_t)n);
+        if (nr > 0)
+            memcpy(route, x->recv_buf + n, sizeof(double) * (size_t)nr);
     }
     return MT_OK;
 }
@@ -259,7 +264,7 @@ mt_status_t mt_pp_exec_run(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens
         case MT_PP_RECV_ACT:
             MT_TRY(acquire(x, c, mb, &k));
             use(x, m, c, mb);
-            MT_TRY(transfer(x, a, mt_model_stage_input(m, c), act, m->route, nr));
+            MT_TRY(transfer(x, m->be, a, mt_model_stage_input(m, c), act, m->route, nr));
             break;
         case MT_PP_FORWARD: {
             int64_t cnt = 0;
@@ -279,11 +284,11 @@ mt_status_t mt_pp_exec_run(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens
         }
         case MT_PP_SEND_ACT:
             use(x, m, c, mb);
-            MT_TRY(transfer(x, a, m->x_final, act, m->route, nr));
+            MT_TRY(transfer(x, m->be, a, m->x_final, act, m->route, nr));
             break;
         case MT_PP_RECV_GRAD:
             use(x, m, c, mb);
-            MT_TRY(transfer(x, a, m->dres, act, m->route, nr));
+            MT_TRY(transfer(x, m->be, a, m->dres, act, m->route, nr));
             break;
         case MT_PP_BACKWARD:
         case MT_PP_BACKWARD_INPUT:
@@ -307,7 +312,7 @@ mt_status_t mt_pp_exec_run(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens
         case MT_PP_SEND_GRAD:
             /* right after its B: the slot (even if a BW gave it back) is untouched */
             use(x, m, c, mb);
-            MT_TRY(transfer(x, a, m->dres, act, m->route, nr));
+            MT_TRY(transfer(x, m->be, a, m->dres, act, m->route, nr));
             break;
         }
         int pass = a->kind == MT_PP_FORWARD ? 0 : a->kind == MT_PP_BACKWARD_INPUT ? 1
@@ -346,7 +351,8 @@ mt_status_t mt_pp_exec_forward(mt_pp_exec_t *x, mt_model_t *m, const int32_t *to
             if (from != x->rank)
                 MT_MPI_TRY(MPI_Recv(x->handoff, (int)nf, MPI_FLOAT, from, s, x->pp,
                                     MPI_STATUS_IGNORE));
-            memcpy(mt_model_stage_input(m, c), x->handoff, sizeof(float) * (size_t)act);
+            m->be->copy_to_device(mt_model_stage_input(m, c), x->handoff,
+                                  sizeof(float) * (size_t)act);
             pass_route(m, x->handoff + act); /* not aligned for doubles */
         }
         int64_t cnt = 0;
@@ -355,7 +361,7 @@ mt_status_t mt_pp_exec_forward(mt_pp_exec_t *x, mt_model_t *m, const int32_t *to
             part[0] = l, part[1] = (double)cnt;
         } else {
             int to = mt_pp_stage_rank(sch, p, s + 1);
-            memcpy(x->handoff, m->x_final, sizeof(float) * (size_t)act);
+            m->be->copy_to_host(x->handoff, m->x_final, sizeof(float) * (size_t)act);
             if (nr > 0)
                 memcpy(x->handoff + act, m->route, sizeof(double) * (size_t)nr);
             if (to != x->rank)

@@ -18,10 +18,11 @@
 #    through host buffers (mt_stage.h): ddp, fsdp2 (with and without
 #    resharding after forward, and HSDP on 4 ranks, resumed from a guarded
 #    sharded checkpoint), megatron_fsdp zero 3 and tp 2 with sequence
-#    parallelism, each bit for bit against the plain CPU run of the same
-#    mesh (6 steps);
-#  - pipeline parallelism and a MoE model on more than one rank are
-#    refused (their exchanges are not staged yet).
+#    parallelism, and pp 2 (1f1b, zero_bubble, and interleaved with fsdp2
+#    over dp 2: the pipeline's sends and receives are staged too), each bit
+#    for bit against the plain CPU run of the same mesh (6 steps);
+#  - context parallelism and a MoE model on more than one rank are refused
+#    (their exchanges are not staged yet).
 . "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
 cfg="$small_cfg"
 val="dataset.validation_path=$data step_scheduler.val_every_steps=10"
@@ -58,10 +59,14 @@ train hsdpr 4 distributed.dp_replicate_size=2 $g checkpoint.resume="$workdir/hsd
 compare_losses "$workdir/hsdp.jsonl" "$workdir/hsdpr.jsonl" "hsdp, guarded resume" 4 0
 mesh mz3 2 distributed.strategy=megatron_fsdp distributed.zero_dp_strategy=3
 mesh tpsp 2 distributed.tp_size=2 distributed.sequence_parallel=true
+pipe="distributed.pp_size=2 step_scheduler.local_batch_size=4 distributed.pipeline.pp_schedule"
+mesh pp 2 $pipe=1f1b
+mesh ppzb 2 $pipe=zero_bubble
+mesh ppdp 4 $pipe=interleaved_1f1b model.num_hidden_layers=4
 expect_rc 1 np 2 "$bindir/meshtrain-dense" --config "$cfg" $common $g checkpoint.enabled=false \
-    distributed.pp_size=2 distributed.pipeline.pp_schedule=1f1b
-expect_in "$err" "cpu_guarded on 2 ranks: pipeline parallelism (pp_size = 2) is not supported" \
-    "pipeline parallelism off the CPU refused"
+    distributed.cp_size=2
+expect_in "$err" "cpu_guarded on 2 ranks: context parallelism (cp_size = 2) is not supported" \
+    "context parallelism off the CPU refused"
 common="$dense"
 
 app="$bindir/meshtrain-moe"
