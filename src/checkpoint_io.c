@@ -387,20 +387,30 @@ static float *host_block(const mt_ckpt_tensor_t *t, bool fill, float **staged)
     return *staged;
 }
 
-static mt_status_t write_tensor(MPI_Comm comm, const h5_ctx_t *c, const mt_ckpt_tensor_t *t)
+static mt_status_t open_tensor(const h5_ctx_t *c, const mt_ckpt_tensor_t *t, hid_t *d, hid_t *fs,
+                               hid_t *ms);
+
+/* Write t's block (write) or read it (else), each rank its own, through a
+ * host copy when the block is in a backend's memory.  Creating or opening
+ * the dataset is collective, so every rank does it and then all agree,
+ * also on a failed host copy. */
+static mt_status_t io_tensor(MPI_Comm comm, const h5_ctx_t *c, const mt_ckpt_tensor_t *t,
+                             bool write)
 {
     hid_t d = -1, fs = -1, ms = -1;
     char text[128];
-    float *staged, *buf = host_block(t, true, &staged);
-    /* agreed first: the dataset's creation or opening is collective */
-    mt_status_t s = mt_agree(comm, buf ? MT_OK : mt_error_set(MT_ERR_NOMEM, __FILE__, __LINE__,
-                                                              "%s: a host copy of %s", c->name,
-                                                              t->path));
-    if (s == MT_OK)
-        s = mt_agree(comm, create_tensor(c, t, &d, &fs, &ms));
-    if (s == MT_OK && H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, c->dxpl, buf) < 0)
-        s = h5_fail(__FILE__, __LINE__, "%s: writing %s of %s failed", c->name,
-                    block_text(t, text, sizeof text), t->path);
+    float *staged, *buf = host_block(t, write, &staged);
+    mt_status_t s = write ? create_tensor(c, t, &d, &fs, &ms) : open_tensor(c, t, &d, &fs, &ms);
+    if (s == MT_OK && !buf)
+        s = mt_error_set(MT_ERR_NOMEM, __FILE__, __LINE__, "%s: a host copy of %s", c->name,
+                         t->path);
+    s = mt_agree(comm, s);
+    if (s == MT_OK && (write ? H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, c->dxpl, buf)
+                             : H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, c->dxpl, buf)) < 0)
+        s = h5_fail(__FILE__, __LINE__, "%s: %s %s of %s failed", c->name,
+                    write ? "writing" : "reading", block_text(t, text, sizeof text), t->path);
+    if (s == MT_OK && staged && !write)
+        t->be->copy_to_device(t->data, staged, sizeof(float) * (size_t)block_numel(t));
     free(staged);
     h5_close(&ms, H5Sclose);
     h5_close(&fs, H5Sclose);
@@ -487,7 +497,7 @@ mt_status_t mt_ckpt_h5_write(MPI_Comm comm, const char *file, const mt_ckpt_tens
     if (s == MT_OK)
         s = mt_agree(comm, write_meta(&c, state, config, mesh, size));
     for (int i = 0; i < n && s == MT_OK; i++)
-        s = mt_agree(comm, write_tensor(comm, &c, &t[i]));
+        s = mt_agree(comm, io_tensor(comm, &c, &t[i], true));
     s = close_ctx(comm, &c, &fapl, s);
     h5_quiet_end(&q);
     return s;
@@ -538,29 +548,6 @@ static mt_status_t open_tensor(const h5_ctx_t *c, const mt_ckpt_tensor_t *t, hid
     if ((*ms = select_block(*fs, t)) < 0)
         H5_FAIL("%s: %s: cannot select %s", c->name, t->path, block_text(t, text, sizeof text));
     return MT_OK;
-}
-
-static mt_status_t read_tensor(MPI_Comm comm, const h5_ctx_t *c, const mt_ckpt_tensor_t *t)
-{
-    hid_t d = -1, fs = -1, ms = -1;
-    char text[128];
-    float *staged, *buf = host_block(t, false, &staged);
-    /* agreed first: the dataset's creation or opening is collective */
-    mt_status_t s = mt_agree(comm, buf ? MT_OK : mt_error_set(MT_ERR_NOMEM, __FILE__, __LINE__,
-                                                              "%s: a host copy of %s", c->name,
-                                                              t->path));
-    if (s == MT_OK)
-        s = mt_agree(comm, open_tensor(c, t, &d, &fs, &ms));
-    if (s == MT_OK && H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, c->dxpl, buf) < 0)
-        s = h5_fail(__FILE__, __LINE__, "%s: reading %s of %s failed", c->name,
-                    block_text(t, text, sizeof text), t->path);
-    if (s == MT_OK && staged)
-        t->be->copy_to_device(t->data, staged, sizeof(float) * (size_t)block_numel(t));
-    free(staged);
-    h5_close(&ms, H5Sclose);
-    h5_close(&fs, H5Sclose);
-    h5_close(&d, H5Dclose);
-    return s;
 }
 
 static mt_status_t read_state(const h5_ctx_t *c, mt_train_state_t *st)
@@ -660,7 +647,7 @@ mt_status_t mt_ckpt_h5_read(MPI_Comm comm, const char *file, const mt_ckpt_tenso
     if (s == MT_OK)
         s = mt_agree(comm, check_extra(&c, t, n));
     for (int i = 0; i < n && s == MT_OK; i++)
-        s = mt_agree(comm, read_tensor(comm, &c, &t[i]));
+        s = mt_agree(comm, io_tensor(comm, &c, &t[i], false));
     if (s == MT_OK && state)
         s = mt_agree(comm, read_state(&c, state));
     s = close_ctx(comm, &c, &fapl, s);
@@ -710,7 +697,7 @@ mt_status_t mt_ckpt_h5_open(MPI_Comm comm, const char *file, mt_ckpt_h5_reader_t
 
 mt_status_t mt_ckpt_h5_read_rows(mt_ckpt_h5_reader_t *r, const mt_ckpt_tensor_t *t)
 {
-    return mt_agree(r->comm, read_tensor(r->comm, &r->c, t));
+    return mt_agree(r->comm, io_tensor(r->comm, &r->c, t, false));
 }
 
 mt_status_t mt_ckpt_h5_close(mt_ckpt_h5_reader_t *r, mt_status_t s)

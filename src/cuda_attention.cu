@@ -50,6 +50,31 @@ __device__ __forceinline__ int64_t first_key(const geom_t &G, int64_t b, int64_t
 
 /* ------------------------------------------------------------------ kernels */
 
+/* The FWD_WARPS query rows of a block, from t0 = blockIdx.x FWD_WARPS:
+ * warp w's row t (active when t < T), the block's last row, the first key
+ * any of its rows sees (minlo) and the first key row t sees (lo). */
+struct block_rows_t {
+    int64_t t, tlast, minlo, lo;
+    bool active;
+};
+
+__device__ __forceinline__ block_rows_t block_rows(const geom_t &G, int64_t b, int w)
+{
+    block_rows_t R;
+    const int64_t t0 = (int64_t)blockIdx.x * FWD_WARPS;
+    R.t = t0 + w;
+    R.active = R.t < G.T;
+    R.tlast = t0 + FWD_WARPS - 1 < G.T - 1 ? t0 + FWD_WARPS - 1 : G.T - 1;
+    R.minlo = R.tlast, R.lo = 0;
+    for (int64_t r = t0; r <= R.tlast; r++) {
+        const int64_t l = first_key(G, b, r);
+        R.minlo = l < R.minlo ? l : R.minlo;
+        if (r == R.t)
+            R.lo = l;
+    }
+    return R;
+}
+
 /* rows: FWD_WARPS queries (b, h, t0 + warp); shared: Qs [FWD_WARPS][hd],
  * K and V tiles [TILE][hd + 1] (the pad keeps lane j's row reads
  * conflict-free). */
@@ -61,17 +86,9 @@ __global__ void mt_k_attention_forward(float *out, float *lse, const float *q, c
     float *Qs = sm, *Ks = Qs + FWD_WARPS * hd, *Vs = Ks + TILE * ld;
     const int lane = threadIdx.x % MT_WARP, w = threadIdx.x / MT_WARP;
     const int64_t b = blockIdx.z, h = blockIdx.y, g = h / G.group;
-    const int64_t t0 = (int64_t)blockIdx.x * FWD_WARPS, t = t0 + w;
-    const bool active = t < G.T;
-    const int64_t tlast = t0 + FWD_WARPS - 1 < G.T - 1 ? t0 + FWD_WARPS - 1 : G.T - 1;
-
-    int64_t minlo = tlast, lo = 0;
-    for (int64_t r = t0; r <= tlast; r++) {
-        const int64_t l = first_key(G, b, r);
-        minlo = l < minlo ? l : minlo;
-        if (r == t)
-            lo = l;
-    }
+    const block_rows_t R = block_rows(G, b, w);
+    const int64_t t = R.t, tlast = R.tlast, minlo = R.minlo, lo = R.lo;
+    const bool active = R.active;
     if (active)
         mt_att_load_row(Qs + w * hd, q + (b * G.T + t) * G.qstride + h * hd, hd, G.scale);
 
@@ -128,17 +145,9 @@ __global__ void mt_k_attention_dq(float *dq, const float *dout, const float *lse
     float *Qs = sm, *dO = Qs + FWD_WARPS * hd, *Ks = dO + FWD_WARPS * hd, *Vs = Ks + TILE * ld;
     const int lane = threadIdx.x % MT_WARP, w = threadIdx.x / MT_WARP;
     const int64_t b = blockIdx.z, h = blockIdx.y, g = h / G.group;
-    const int64_t t0 = (int64_t)blockIdx.x * FWD_WARPS, t = t0 + w;
-    const bool active = t < G.T;
-    const int64_t tlast = t0 + FWD_WARPS - 1 < G.T - 1 ? t0 + FWD_WARPS - 1 : G.T - 1;
-
-    int64_t minlo = tlast, lo = 0;
-    for (int64_t r = t0; r <= tlast; r++) {
-        const int64_t l = first_key(G, b, r);
-        minlo = l < minlo ? l : minlo;
-        if (r == t)
-            lo = l;
-    }
+    const block_rows_t R = block_rows(G, b, w);
+    const int64_t t = R.t, tlast = R.tlast, minlo = R.minlo, lo = R.lo;
+    const bool active = R.active;
     const int64_t qoff = (b * G.T + t) * G.qstride + h * hd;
     float L = 0.0f, Dr = 0.0f;
     if (active) {

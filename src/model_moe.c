@@ -244,7 +244,6 @@ mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int 
     x->ep = ep_size, x->ep_rank = ep_rank;
     x->El = x->E / ep_size, x->e_lo = ep_rank * x->El;
     x->norm_topk = mc->norm_topk_prob;
-    x->nslots = m->nslots;
     m->nroute = MT_MOE_ROUTE(x->E);
     bool ok = true;
     ALLOC(x->sparse, L);
@@ -258,9 +257,9 @@ mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int 
     }
     ALLOC(x->kept, x->E);
     ALLOC(x->kend, x->E);
-    ALLOC(x->act, x->nslots * L);
-    ALLOC(x->rt, x->nslots * L);
-    ALLOC(x->route_mem, x->nslots * m->nroute);
+    ALLOC(x->act, m->nslots * L);
+    ALLOC(x->rt, m->nslots * L);
+    ALLOC(x->route_mem, m->nslots * m->nroute);
     ALLOC(x->off, x->E);
     DALLOC(x->src_tok, N * x->K);
     DALLOC(x->sendbuf, N * x->K * H);
@@ -319,7 +318,7 @@ mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int 
     x->keep_router = m->checkpointing && cfg->distributed.moe.ignore_router_for_ac;
     moe_acts_t *one = NULL;
     moe_route_t *one_rt = NULL;
-    for (int s = 0; s < x->nslots; s++)
+    for (int s = 0; s < m->nslots; s++)
         for (int l = 0; l < L; l++) {
             if (!x->sparse[l])
                 continue;
@@ -353,7 +352,7 @@ void mt_moe_free(mt_model_t *m)
     mt_moe_t *x = m->moe;
     if (!x)
         return;
-    for (int s = 0; s < x->nslots && x->act; s++) /* the grown buffers, once per set */
+    for (int s = 0; s < m->nslots && x->act; s++) /* the grown buffers, once per set */
         for (int l = 0; l < m->L; l++) {
             moe_acts_t *a = x->act[s * m->L + l];
             if (!a || !a->xe)

@@ -73,10 +73,10 @@ typedef struct mt_moe {
     int64_t *load, load_dropped;
     double aux_sum;
     /* routing state by pipeline slot: act[s L + l], rt[s L + l] */
-    int nslots, slot;
+    int slot;                 /* the pipeline slot in use (of m->nslots) */
     moe_acts_t **act;
     moe_route_t **rt;
-    double *route_mem;        /* [nslots * MT_MOE_ROUTE(E)] */
+    double *route_mem;        /* [m->nslots * MT_MOE_ROUTE(E)] */
     int64_t act_numel;        /* floats of routing buffers and activations */
     /* scratch shared by the layers; the received-row buffers (here and in
      * each moe_acts_t) grow when a step routes more rows to this rank

@@ -197,6 +197,9 @@ static mt_status_t transfer(mt_pp_exec_t *x, const mt_backend_t *be, const mt_pp
     int tag = mt_pp_action_tag(&x->sched, a), rc, k = 0;
     bool send = a->kind == MT_PP_SEND_ACT || a->kind == MT_PP_SEND_GRAD;
     int64_t nf = n + 2 * nr;
+    /* a receive lands in place unless it carries routing totals or the
+     * backend's memory is not host memory */
+    bool staged = nr > 0 || mt_stage_needed(be);
     MPI_Request rq;
     if (send) {
         MT_TRY(send_buffer(x, nf, &k));
@@ -204,9 +207,8 @@ static mt_status_t transfer(mt_pp_exec_t *x, const mt_backend_t *be, const mt_pp
         if (nr > 0)
             memcpy(x->send_buf[k] + n, route, sizeof(double) * (size_t)nr);
         rc = MPI_Isend(x->send_buf[k], (int)nf, MPI_FLOAT, a->peer, tag, x->pp, &x->send_req[k]);
-    } else if (nr == 0 && !mt_stage_needed(be)) {
+    } else if (!staged) {
         rc = MPI_Irecv(buf, (int)n, MPI_FLOAT, a->peer, tag, x->pp, &rq);
-        nf = 0; /* received in place */
     } else {
         if (!x->recv_buf && !(x->recv_buf = malloc(sizeof(float) * (size_t)nf)))
             MT_FAIL(MT_ERR_NOMEM, "pipeline receive buffer");
@@ -220,7 +222,7 @@ static mt_status_t transfer(mt_pp_exec_t *x, const mt_backend_t *be, const mt_pp
     if (send)
         return MT_OK;
     MT_TRY(mt_wait_all(1, &rq));
-    if (nf > 0) { /* staged */
+    if (staged) {
         be->copy_to_device(buf, x->recv_buf, sizeof(float) * (size_t)n);
         if (nr > 0)
             memcpy(route, x->recv_buf + n, sizeof(double) * (size_t)nr);
