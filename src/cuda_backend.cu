@@ -263,6 +263,7 @@ static double t_sum_squares(const float *x, int64_t n)
 }
 
 static void t_scale(float *x, float s, int64_t n) { mt_cuda_launch_scale(S, x, s, n); }
+static void t_round_bf16(float *x, int64_t n) { mt_cuda_launch_round_bf16(S, x, n); }
 
 static void t_adamw(float *p, const float *g, float *m, float *v, int64_t n, float lr, float b1,
                     float b2, float eps, float wd, int64_t t)
@@ -408,6 +409,7 @@ static mt_backend_t make_table(void)
     t.add = t_add;
     t.sum_squares = t_sum_squares;
     t.scale = t_scale;
+    t.round_bf16 = t_round_bf16;
     t.adamw = t_adamw;
     t.copy_to_device = t_copy_to_device;
     t.copy_to_host = t_copy_to_host;

@@ -97,6 +97,7 @@ void mt_cuda_launch_swiglu_backward(cudaStream_t s, float *dgate, float *dup, co
                                     const float *gate, const float *up, int64_t n);
 void mt_cuda_launch_add(cudaStream_t s, float *y, const float *x, int64_t n);
 void mt_cuda_launch_scale(cudaStream_t s, float *x, float a, int64_t n);
+void mt_cuda_launch_round_bf16(cudaStream_t s, float *x, int64_t n);
 /* Deterministic sum of squares: writes MT_CUDA_SUMSQ_PARTS doubles to
  * partial (the caller adds them in order). */
 #define MT_CUDA_SUMSQ_PARTS 256

@@ -50,6 +50,12 @@ __global__ void mt_k_scale(float *x, float a, int64_t n)
     GRID_STRIDE(i, n) x[i] *= a;
 }
 
+/* to the nearest bf16 value, ties to even (__float2bfloat16_rn keeps NaN) */
+__global__ void mt_k_round_bf16(float *x, int64_t n)
+{
+    GRID_STRIDE(i, n) x[i] = __bfloat162float(__float2bfloat16_rn(x[i]));
+}
+
 /* block b sums x over its contiguous part, the CPU's chunking formula */
 __global__ void mt_k_sum_squares(double *partial, const float *x, int64_t n, int64_t nparts)
 {
@@ -106,6 +112,15 @@ extern "C" void mt_cuda_launch_scale(cudaStream_t s, float *x, float a, int64_t 
         return;
     mt_k_scale<<<mt_cuda_blocks(n, 256), 256, 0, s>>>(x, a, n);
     MT_CUDA_LAUNCH_CHECK("scale");
+}
+
+extern "C" void mt_cuda_launch_round_bf16(cudaStream_t s, float *x, int64_t n)
+{
+    REQUIRE_N("round_bf16", n);
+    if (n == 0)
+        return;
+    mt_k_round_bf16<<<mt_cuda_blocks(n, 256), 256, 0, s>>>(x, n);
+    MT_CUDA_LAUNCH_CHECK("round_bf16");
 }
 
 extern "C" void mt_cuda_launch_sum_squares(cudaStream_t s, double *partial, const float *x,

@@ -158,6 +158,14 @@ static inline uint16_t f32_to_bf16(float f)
     return (uint16_t)(u >> 16);
 }
 
+static void mt_cpu_round_bf16(float *x, int64_t n)
+{
+    MT_CPU_REQUIRE(n >= 0, "round_bf16", "n=%lld", (long long)n);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        x[i] = bf16_to_f32(f32_to_bf16(x[i]));
+}
+
 /* Reference bf16 GEMM: fp32 products and sums in k order, one rounding
  * to bf16 at the end.  For tests and small shapes, not for speed. */
 static void mt_cpu_matmul_bf16(uint16_t *c, const uint16_t *a, const uint16_t *b, int64_t m,
@@ -213,6 +221,7 @@ static const mt_backend_t mt_cpu_backend = {
     .zero = mt_cpu_zero,
     .synchronize = mt_cpu_synchronize,
     .matmul_bf16 = mt_cpu_matmul_bf16,
+    .round_bf16 = mt_cpu_round_bf16,
 
     .moe_router_forward = mt_cpu_moe_router_forward,
     .moe_router_backward = mt_cpu_moe_router_backward,

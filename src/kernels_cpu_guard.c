@@ -237,6 +237,7 @@ GUARD_DOUBLE(ce_shard_finish, (float *dl, const float *l, const int32_t *tgt, co
 GUARD_VOID(add, (float *y, const float *x, int64_t n), (y, x, n), y, x)
 GUARD_DOUBLE(sum_squares, (const float *x, int64_t n), (x, n), x)
 GUARD_VOID(scale, (float *x, float s, int64_t n), (x, s, n), x)
+GUARD_VOID(round_bf16, (float *x, int64_t n), (x, n), x)
 GUARD_VOID(adamw, (float *p, const float *g, float *m, float *v, int64_t n, float lr, float b1,
                    float b2, float eps, float wd, int64_t t), (p, g, m, v, n, lr, b1, b2, eps, wd, t), p, g, m, v)
 GUARD_VOID(attention_block_forward, (float *out, float *lse, int64_t ls, const float *q,
@@ -275,7 +276,7 @@ GUARD_VOID(moe_combine_backward, (float *dw, float *dy, const float *dout, const
 
 /* A new table entry must be wrapped here too: a NULL entry would crash
  * the guarded test instead of telling it what went wrong. */
-_Static_assert(sizeof(mt_backend_t) == 35 * sizeof(void *),
+_Static_assert(sizeof(mt_backend_t) == 36 * sizeof(void *),
                "mt_backend_t changed: wrap the new entry in kernels_cpu_guard.c and count it");
 
 static const mt_backend_t guarded = {
@@ -298,6 +299,7 @@ static const mt_backend_t guarded = {
     .add = g_add,
     .sum_squares = g_sum_squares,
     .scale = g_scale,
+    .round_bf16 = g_round_bf16,
     .adamw = g_adamw,
     .attention_block_forward = g_attention_block_forward,
     .attention_block_backward = g_attention_block_backward,

@@ -224,6 +224,13 @@ struct mt_backend {
      * memset on the backend's stream, and cudaFree. */
     void *(*device_alloc)(size_t bytes);
     void (*device_free)(void *p);
+
+    /* ---- appended for mixed precision (issue 8, doc/mixed-precision.md) ----
+     * x[i] = the bfloat16 value nearest x[i] (round to nearest, ties to
+     * even; NaN stays NaN, infinities stay), in place over n floats.  The
+     * model stores a bf16 tensor as float32 holding bf16 values, so this
+     * is the one cast; rounding a bf16 value again leaves it unchanged. */
+    void (*round_bf16)(float *x, int64_t n);
 };
 
 /* The CPU reference backend. */
