@@ -240,6 +240,7 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
     m->eps = (float)mc->rms_norm_eps, m->theta = mc->rope_theta, m->init_std = mc->initializer_range;
     m->tied = mc->tie_word_embeddings, m->qk_norm = mc->qk_norm;
     m->checkpointing = cfg->distributed.activation_checkpointing;
+    m->bf16 = cfg->distributed.mp_policy.param_dtype == MT_DTYPE_BFLOAT16;
     m->B = B, m->T = T, m->N = B * T;
     m->sp = m->tp > 1 && cfg->distributed.sequence_parallel;
     m->Ns = m->sp ? m->N / m->tp : m->N;

@@ -195,6 +195,12 @@ typedef struct {
      * before the column-parallel layers and the row-parallel outputs
      * reduce-scattered.  Ns = N without it. */
     bool sp;
+    /* Mixed precision (distributed.mp_policy.param_dtype bfloat16,
+     * doc/mixed-precision.md): every activation and activation gradient
+     * is rounded to a bf16 value once it is complete (round_bf16); the
+     * parameter arena holds bf16 values, which the parallelize layer
+     * keeps so (fp32 master weights live with the optimizer). */
+    bool bf16;
     int64_t Ns;
     float *dh_local;     /* [Ns, H] under sequence parallelism */
     float *gather;       /* [N, H] under sequence parallelism: a gathered norm output */

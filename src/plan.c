@@ -181,10 +181,13 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
         fg = d->zero_dp_strategy >= 2 ? all : 1;
         fp = d->zero_dp_strategy >= 3 ? all : 1;
     }
-    double pbytes = (double)mt_dtype_size(d->mp_policy.param_dtype);
-    double gbytes = (double)mt_dtype_size(d->mp_policy.reduce_dtype);
-    double obytes = 8 + (d->mp_policy.param_dtype == MT_DTYPE_FLOAT32 ? 0 : 4); /* m, v (+master) */
-    double act_bytes = pbytes;
+    /* Storage is float32 in this release, also under bf16 mixed precision
+     * (bf16 values held in float32: doc/mixed-precision.md); bf16 adds
+     * fp32 master weights beside the optimizer state where the parameters
+     * the optimizer updates are the model's own (not fsdp shards). */
+    double pbytes = 4, gbytes = 4, act_bytes = 4;
+    bool master = d->mp_policy.param_dtype != MT_DTYPE_FLOAT32 && !(fsdp && fso.shard_params);
+    double obytes = 8 + (master ? 4 : 0); /* m, v (+master) */
 
     /* Experts: split over ep, then FSDP-sharded (fsdp2) over the ranks
      * holding the same ones (ep_shard x tp, or dp x cp x tp without EP)

@@ -31,6 +31,7 @@
 #include "train_cp.h"
 #include "train_internal.h"
 #include "train_moe.h"
+#include "train_mp.h"
 
 static volatile sig_atomic_t stop_signal;
 
@@ -150,6 +151,7 @@ typedef struct {
     int64_t rows;                /* samples per rank per micro-step */
     mt_train_cp_t cp;            /* context parallelism (train_cp.c) */
     mt_train_moe_t moe;          /* experts, aux loss, expert load (train_moe.c) */
+    mt_train_mp_t mp;            /* bf16 compute: fp32 master weights (train_mp.c) */
 } run_t;
 
 static void run_free(run_t *r)
@@ -170,6 +172,7 @@ static void run_free(run_t *r)
     mt_pp_exec_free(&r->pipe);
     mt_train_cp_free(&r->cp);
     mt_train_moe_free(&r->moe);
+    mt_train_mp_free(&r->mp);
     mt_stage_buf_free(&r->stage);
 }
 
@@ -329,6 +332,11 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
         r->whole = mt_segment_whole(&r->model);
         r->seg = &r->whole, r->nseg = 1;
     }
+    /* bf16 compute: where the optimizer's segments are the parameter arena
+     * (everything but sharded parameters), the master weights move out */
+    bool params_sharded = r->sharded && fo.shard_params;
+    MT_TRY(mt_train_mp_init(&r->mp, &r->model, r->seg, r->nseg, owned, !params_sharded,
+                            &r->seg));
     MT_TRY(mt_adamw_init(&r->opt, be, owned));
     MT_TRY(mt_train_moe_init(&r->moe, &r->model, cfg, mesh));
     size_t nbuf = (size_t)(accum * r->rows * T);
@@ -340,15 +348,17 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
     }
     if (!r->tokens || !r->targets || ((r->packed || cp > 1) && (!r->pos || !r->docs)))
         MT_FAIL(MT_ERR_NOMEM, "batch buffers");
-    MT_TRY(mt_train_ckpt_init(&r->ckpt, cfg, &r->model, &r->opt, r->seg, r->nseg,
-                              r->sharded && fo.shard_params));
+    /* parameters are saved from the segments (master weights) when sharded
+     * or apart from the bf16 arena, else from the arena */
+    bool from_seg = params_sharded || r->mp.master;
+    MT_TRY(mt_train_ckpt_init(&r->ckpt, cfg, &r->model, &r->opt, r->seg, r->nseg, from_seg));
     /* Who writes what: replicas of a block leave it to the first of them.
      * Sharded state's replicas are the HSDP replicas (megatron_fsdp shards
      * over all of dp: none); whole state's are every dp rank, and every
      * CP rank (dp_cp; the same group as dp without CP). */
     bool rep0 = !r->sharded || r->fsdp.nrep == 1 || mesh->group_rank[MT_GROUP_DP_REPLICATE] == 0;
     bool dp0 = mesh->group_rank[MT_GROUP_DP_CP] == 0;
-    mt_train_ckpt_writers(&r->ckpt, r->sharded && fo.shard_params ? rep0 : dp0,
+    mt_train_ckpt_writers(&r->ckpt, r->sharded && from_seg ? rep0 : dp0,
                           r->sharded ? rep0 : dp0, mesh->group_rank[MT_GROUP_TP] == 0);
     MT_TRY(mt_train_moe_ckpt(&r->moe, &r->ckpt, &r->model));
     /* a device's memory is staged through host copies; the CPU's is host memory */
@@ -398,6 +408,7 @@ static mt_status_t update(run_t *r, const mt_config_t *cfg, int64_t step, double
     mt_adamw_step(&r->opt, m, r->seg, r->nseg, &cfg->optimizer, *lr);
     r->moe.opt.step = r->opt.step - 1; /* the same step count, also after a resume */
     MT_TRY(mt_train_moe_update(&r->moe, m, coef, &cfg->optimizer, *lr));
+    mt_train_mp_refresh(&r->mp); /* bf16 compute copy of the new master weights */
     if (r->sharded)
         MT_TRY(mt_fsdp_after_update(&r->fsdp));
     return MT_OK;
@@ -418,7 +429,8 @@ static void print_memory(const run_t *r, const mt_config_t *cfg, FILE *out)
     fprintf(out, "memory per rank (MiB, measured / plan estimate): parameters %.3f / %.3f, "
                  "gradients %.3f / %.3f, optimizer state %.3f / %.3f, activations %.3f / %.3f\n",
             (ps + pw) / mib, plan.bytes_params / mib, (gs + gw) / mib, plan.bytes_grads / mib,
-            8.0 * (double)(r->opt.numel + r->moe.opt.numel) / mib, plan.bytes_optim / mib, act / mib,
+            ((r->mp.master ? 12.0 : 8.0) * (double)r->opt.numel + 8.0 * (double)r->moe.opt.numel) /
+                mib, plan.bytes_optim / mib, act / mib,
             plan.bytes_activations / mib);
     if (r->sharded)
         fprintf(out, "sharded over %d ranks (model %.3f MiB): parameters %.3f own + %.3f "
@@ -478,6 +490,11 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
     /* ---- resume ---- */
     int64_t start = 0;
     s = mt_train_resume(comm, cfg, &r->ckpt, &start, out);
+    if (s == MT_OK && r->mp.master) { /* loaded master weights: their bf16 copy */
+        mt_train_mp_refresh(&r->mp);
+        if (r->sharded) /* megatron_fsdp zero 1/2: spread the shards */
+            s = mt_fsdp_after_update(&r->fsdp);
+    }
     if (s != MT_OK)
         goto fail;
     res->resumed_from_step = start > 0 || r->ckpt.resumed ? (int)start : -1;
@@ -543,6 +560,13 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
                 (long long)accum, (long long)r->rows, (long long)T, threads,
                 cfg->distributed.device == MT_DEVICE_CUDA ? "device (MT_PEAK_TFLOPS)" : "sgemm",
                 peak);
+        if (m->bf16) {
+            const mt_mp_policy_t *mp = &cfg->distributed.mp_policy;
+            fprintf(out, "mixed precision: bf16 parameters and activations (bf16 values in "
+                         "float32 storage), fp32 master weights%s, gradients reduced in %s\n",
+                    r->mp.master ? " (a copy beside the optimizer state)" : " (the fsdp shards)",
+                    mp->reduce_dtype == MT_DTYPE_BFLOAT16 ? "bf16" : "fp32");
+        }
         if (r->pp)
             fprintf(out, "pipeline: %s, %d stages (%d per rank), %d microbatches of %lld x %lld "
                          "per micro-step; pipeline rank 0 holds layers of %d stages and the "

@@ -1,0 +1,99 @@
+#!/bin/sh
+# mixed_precision.sh: distributed.mp_policy.param_dtype bfloat16 on the CPU
+# (bf16 values in float32 storage, fp32 master weights and gradients;
+# doc/mixed-precision.md).
+#  - bf16 really rounds: its step-1 loss differs from the fp32 run's, and
+#    its 12 losses stay within 2e-3 of them;
+#  - ddp 2, megatron_fsdp zero 1 on 4, fsdp2 on 2 and pp 2 compute the
+#    1-rank bf16 run: the step-1 loss to 1e-6 and grad norm to 1e-5, every
+#    step to 2e-4 (a one-ulp fp32 difference in a sum can move an element
+#    one bf16 step, 2^-8, so later steps drift further apart than in fp32);
+#  - tp 2 with sequence parallelism rounds its partial sums (bf16 on the
+#    wire): step-1 loss to 1e-4, every step to 2e-3 (grad norms 10x);
+#  - a bf16 run resumed from its checkpoint continues bit for bit, and the
+#    checkpoint holds the fp32 master weights, not bf16 values.
+# Every rank runs one thread, so the 1-rank reference sums like each rank.
+. "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
+OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+export OMP_NUM_THREADS OPENBLAS_NUM_THREADS
+common="dataset.path=$data step_scheduler.max_steps=12 step_scheduler.ckpt_every_steps=6
+ step_scheduler.local_batch_size=2 checkpoint.keep_last_n=0"
+bf=distributed.mp_policy.param_dtype=bfloat16
+
+# close REF OTHER LABEL STEP1_TOL ALL_TOL: step 1's loss within STEP1_TOL
+# (grad norm 10x), every step's within ALL_TOL (grad norm 10x).
+close() {
+    checks=$((checks + 1))
+    python3 - "$workdir/$1.jsonl" "$workdir/$2.jsonl" "$4" "$5" <<'PY' || fail "$3: losses differ"
+import json, sys
+def load(p):
+    return {j["step"]: (j["loss"], j["grad_norm"]) for j in map(json.loads, open(p))}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+t1, tall = float(sys.argv[3]), float(sys.argv[4])
+assert sorted(a) == sorted(b) == list(range(1, 13)), (sorted(a), sorted(b))
+worst = 0
+for s in a:
+    tol = t1 if s == 1 else tall
+    for k, what in enumerate(("loss", "grad_norm")):
+        rel = abs(a[s][k] - b[s][k]) / abs(a[s][k])
+        worst = max(worst, rel) if k == 0 else worst
+        assert rel <= (tol if k == 0 else 10 * tol), f"step {s} {what}: {a[s][k]:.9g} vs {b[s][k]:.9g}: {rel:.2e}"
+print(f"12 steps agree, worst loss difference {worst:.2e}")
+PY
+}
+
+train f32 1 distributed.strategy=ddp
+train r1 1 distributed.strategy=ddp $bf
+expect_in "$out" "mixed precision: bf16" "the log names the precision"
+checks=$((checks + 1))
+python3 - "$workdir/f32.jsonl" "$workdir/r1.jsonl" <<'PY' || fail "bf16 vs fp32"
+import json, sys
+a, b = ([j["loss"] for j in map(json.loads, open(p))] for p in sys.argv[1:])
+d = [abs(x - y) / x for x, y in zip(a, b)]
+assert d[0] > 1e-6, f"step 1 loss equal to fp32's ({d[0]:.2e}): nothing was rounded"
+assert max(d) < 2e-3, f"bf16 strays from fp32: {max(d):.2e}"
+print(f"bf16 vs fp32: step 1 {d[0]:.2e}, worst {max(d):.2e}")
+PY
+
+train ddp2 2 distributed.strategy=ddp $bf
+close r1 ddp2 "ddp 2" 1e-6 2e-4
+train z1 4 distributed.strategy=megatron_fsdp distributed.zero_dp_strategy=1 $bf
+close r1 z1 "megatron_fsdp zero 1, 4 ranks" 1e-6 2e-4
+train f2 2 distributed.strategy=fsdp2 $bf
+close r1 f2 "fsdp2 2" 1e-6 2e-4
+train pp2 2 distributed.pp_size=2 distributed.pipeline.pp_microbatch_size=1 $bf
+close r1 pp2 "pp 2" 1e-6 2e-4
+train tp2 2 distributed.tp_size=2 distributed.sequence_parallel=true $bf
+close r1 tp2 "tp 2 + SP" 1e-4 2e-3
+
+# resume: the step-6 checkpoint of r1 continues exactly like r1
+rm -rf "$workdir/r1/step_00000012"; echo step_00000006 > "$workdir/r1/latest"
+cp "$workdir/r1.jsonl" "$workdir/r1r.jsonl"
+train r1 1 distributed.strategy=ddp $bf logging.metrics_file="$workdir/r1r.jsonl"
+expect_in "$out" "resumed from $workdir/r1/step_00000006 at step 6" "bf16 resume"
+checks=$((checks + 1))
+python3 - "$workdir/r1r.jsonl" <<'PY' || fail "bf16 resume is not bit-identical"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+first = {}
+for j in rows:
+    first.setdefault(j["step"], []).append((j["loss"], j["grad_norm"]))
+again = {s: v for s, v in first.items() if len(v) > 1}
+assert sorted(again) == list(range(7, 13)), sorted(again)
+for s, v in again.items():
+    assert v[0] == v[1], f"step {s}: {v[0]} uninterrupted, {v[1]} resumed"
+print("steps 7-12 bit-identical after the resume")
+PY
+
+# the checkpoint holds fp32 master weights: not all bf16 values
+checks=$((checks + 1))
+h5dump -b LE -d /model/model.layers.0.mlp.down_proj.weight -o "$workdir/w.bin" \
+    "$workdir/r1/step_00000012/model.h5" >/dev/null 2>&1 || fail "h5dump of the bf16 checkpoint"
+python3 - "$workdir/w.bin" <<'PY' || fail "bf16 checkpoint: master weights"
+import array, sys
+v = array.array("I"); v.frombytes(open(sys.argv[1], "rb").read())
+frac = sum(1 for u in v if u & 0xffff) / len(v)
+assert frac > 0.9, f"only {frac:.2f} of the saved weights have fp32 bits below bf16's"
+print(f"{frac:.3f} of the saved weights are not bf16 values: fp32 masters")
+PY
+finish
