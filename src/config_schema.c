@@ -72,7 +72,8 @@ const mt_cfg_section_t mt_cfg_sections[] = {
     {"distributed.pipeline", "Pipeline parallelism; required when pp_size > 1, ignored "
                              "with a warning when pp_size is 1."},
     {"distributed.moe", "Expert-parallel options; ignored with a warning when ep_size is 1."},
-    {"distributed.mp_policy", "Mixed precision (GPU backend); the CPU backend computes in float32."},
+    {"distributed.mp_policy", "Mixed precision, AutoModel's MixedPrecisionPolicy; every backend, "
+                              "the CPU one included (doc/mixed-precision.md)."},
     {"optimizer", "AdamW."},
     {"lr_scheduler", "Learning-rate schedule."},
     {"checkpoint", "HDF5 checkpoints."},
@@ -249,11 +250,13 @@ const mt_cfg_key_t mt_cfg_keys[] = {
     K_BOOL("distributed.moe.wrap_outer_model", distributed.moe.wrap_outer_model, "true",
            "Make the non-layer parameters (embedding, norm, lm_head) an FSDP unit."),
     K_ENUM("distributed.mp_policy.param_dtype", distributed.mp_policy.param_dtype, dtype_enum,
-           "float32", "Parameter and activation dtype on the GPU: float32 or bfloat16."),
+           "float32", "Compute dtype of parameters and activations; bfloat16 keeps fp32 master "
+           "weights, AdamW state and weight gradients."),
     K_ENUM("distributed.mp_policy.reduce_dtype", distributed.mp_policy.reduce_dtype, dtype_enum,
-           "float32", "Gradient reduction dtype."),
+           "float32", "Dtype of the gradient reduce-scatters and all-reduces (the wire)."),
     K_ENUM("distributed.mp_policy.output_dtype", distributed.mp_policy.output_dtype, dtype_enum,
-           "float32", "Output (logits) dtype."),
+           "float32", "Storage dtype of the logits; under bfloat16 compute they are bf16 "
+           "values either way and the loss is fp32."),
 
     /* optimizer */
     K_FLT("optimizer.lr", optimizer.lr, "3e-4", "Peak learning rate. Must be positive."),
