@@ -157,12 +157,16 @@ fi
 
 # ---------------------------------------------------------------- 3. parity
 # One rank trains 10 steps on the GPU (distributed.device=cuda: the model,
-# AdamW and clipping on the device, fp32 kernels) and on the CPU, from the
-# same seed; the losses must agree within 2e-3 relative at every step (fp32
-# sums in another order over 10 steps), for the dense small model and a
-# MoE (shared expert, activation checkpointing).  Then the throughput of
-# Llama 3.2 1B at sequence 2048 on the GPU: tokens/s and MFU against the
-# bf16 dense peak (meshtrain reports MFU against MT_PEAK_TFLOPS on cuda).
+# AdamW and clipping on the device) and on the CPU, from the same seed, for
+# the dense small model and a MoE (shared expert, activation
+# checkpointing), each in fp32 and in bf16 mixed precision
+# (doc/mixed-precision.md; on the GPU the tensor-core table).  The losses
+# must agree at every step within 2e-3 relative in fp32 (sums in another
+# order over 10 steps) and 2e-2 in bf16 (attention rounds P to bf16 on the
+# tensor cores, and one-ulp differences move bf16 values by 2^-8).  Then
+# the throughput of Llama 3.2 1B at sequence 2048 on the GPU, bf16 (the
+# issue's goal) and fp32: tokens/s and MFU against the bf16 dense peak
+# (meshtrain reports MFU against MT_PEAK_TFLOPS on cuda).
 mpirun=${MPIEXEC:-mpiexec}
 command -v "$mpirun" >/dev/null || mpirun=
 run1() { # run1 APP LOG ARGS...: one rank
@@ -175,21 +179,24 @@ small="--config $src/tests/configs/train-small.yaml dataset.path=$build/share/da
  logging.log_every_steps=1"
 moe="model.num_experts=4 model.num_experts_per_tok=2 model.moe_intermediate_size=32
  model.num_shared_experts=1 model.router_aux_loss_coef=0.01 distributed.activation_checkpointing=true"
-for case in "dense|meshtrain-dense|" "moe|meshtrain-moe|$moe"; do
+bf16=distributed.mp_policy.param_dtype=bfloat16
+for case in "dense|meshtrain-dense|" "moe|meshtrain-moe|$moe" "dense-bf16|meshtrain-dense|$bf16" \
+    "moe-bf16|meshtrain-moe|$moe $bf16"; do
     name=${case%%|*}; rest=${case#*|}; app=${rest%%|*}; extra=${rest#*|}
+    case $name in *bf16) tol=2e-2 ;; *) tol=2e-3 ;; esac
     for dev in cpu cuda; do
         # shellcheck disable=SC2086
         run1 "$app" "$logs/parity-$name-$dev.log" $small $extra distributed.device=$dev \
             logging.metrics_file="$logs/parity-$name-$dev.jsonl"
         echo "exit $?" >> "$logs/parity-$name-$dev.log"
     done
-    if out=$(python3 - "$logs/parity-$name-cpu.jsonl" "$logs/parity-$name-cuda.jsonl" <<'PY'
+    if out=$(python3 - "$logs/parity-$name-cpu.jsonl" "$logs/parity-$name-cuda.jsonl" "$tol" <<'PY'
 import json, sys
-a, b = ([json.loads(l)["loss"] for l in open(f)] for f in sys.argv[1:])
+a, b = ([json.loads(l)["loss"] for l in open(f)] for f in sys.argv[1:3])
 assert len(a) == len(b) == 10, (len(a), len(b))
 w = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-print(f"worst relative loss difference {w:.2e} over 10 steps")
-assert w <= 2e-3, w
+print(f"worst relative loss difference {w:.2e} over 10 steps (bound {sys.argv[3]})")
+assert w <= float(sys.argv[3]), w
 PY
     ); then
         row "$name 1-rank parity vs CPU" "ok" "$out"
@@ -203,21 +210,24 @@ llama="--config $src/share/configs/llama3.2-1b-fsdp2.yaml dataset.path=$build/sh
  dataset.format=auto dataset.seq_length=2048 model.vocab_size=512 step_scheduler.global_batch_size=4
  step_scheduler.local_batch_size=4 step_scheduler.max_steps=6 checkpoint.enabled=false
  logging.log_every_steps=1"
-# shellcheck disable=SC2086
-if MT_PEAK_TFLOPS=$peak run1 meshtrain-dense "$logs/llama1b.log" $llama distributed.device=cuda \
-        logging.metrics_file="$logs/llama1b.jsonl"; then
-    row "Llama-1B-shape s2048 on the GPU" "ok" "$(python3 - "$logs/llama1b.jsonl" <<'PY'
+for prec in bf16 fp32; do
+    extra=; [ $prec = bf16 ] && extra=$bf16
+    # shellcheck disable=SC2086
+    if MT_PEAK_TFLOPS=$peak run1 meshtrain-dense "$logs/llama1b-$prec.log" $llama $extra \
+            distributed.device=cuda logging.metrics_file="$logs/llama1b-$prec.jsonl"; then
+        row "Llama-1B-shape s2048, $prec" "ok" "$(python3 - "$logs/llama1b-$prec.jsonl" <<'PY'
 import json, sys
 r = [json.loads(l) for l in open(sys.argv[1])][2:]
 tps = sum(x["tokens_per_s"] for x in r) / len(r)
 mfu = sum(x["mfu"] for x in r) / len(r)
-print(f"{tps:.0f} tokens/s, MFU {100 * mfu:.1f}% (fp32 kernels; goal 50% needs bf16)")
+print(f"{tps:.0f} tokens/s, MFU {100 * mfu:.1f}% (goal: 50% in bf16)")
 PY
 )"
-else
-    row "Llama-1B-shape s2048 on the GPU" "FAIL" "see $logs/llama1b.log"
-    fail=1
-fi
+    else
+        row "Llama-1B-shape s2048, $prec" "FAIL" "see $logs/llama1b-$prec.log"
+        fail=1
+    fi
+done
 
 # ---------------------------------------------------------------- 4. benchmark
 if (cd "$build" && make bench/cuda_gemm_bench > "$logs/bench-build.log" 2>&1); then
