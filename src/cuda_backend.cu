@@ -308,8 +308,13 @@ static void t_synchronize(void) { MT_CUDA_CHECK(cudaStreamSynchronize(S)); }
 static void *t_device_alloc(size_t bytes)
 {
     cudaStream_t s = S;
+    size_t size = 0, used = 0, peak = 0;
+    mt_cuda_pool_stats(&size, &used, &peak);
     void *p = NULL;
-    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+    if (size > 0) { /* the trainer's pool: one cudaMalloc (mt_cuda_setup) */
+        if (!(p = mt_cuda_pool_alloc(bytes)))
+            return NULL;
+    } else if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
         (void)cudaGetLastError(); /* not a sticky error: the caller reports NOMEM */
         return NULL;
     }
@@ -322,7 +327,7 @@ static void *t_device_alloc(size_t bytes)
 
 static void t_device_free(void *p)
 {
-    if (p)
+    if (p && !mt_cuda_pool_free(p)) /* the pool waits for the stream itself */
         MT_CUDA_CHECK(cudaFree(p)); /* waits for the device, so for every kernel using p */
 }
 

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "mt_pool.h"
 
 #define ARENA_ALIGN 256
 
@@ -136,4 +137,73 @@ void mt_cuda_arena_free(mt_cuda_arena_t *a)
     if (a->base)
         (void)cudaFree(a->base);
     memset(a, 0, sizeof *a);
+}
+
+/* ------------------------------------------------------------------ the pool */
+
+static mt_pool_t pool;
+static char *pool_base;
+
+mt_status_t mt_cuda_pool_init(mt_cuda_arena_t *a)
+{
+    const size_t start = (a->used + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+    size_t rest = start < a->size ? a->size - start : 0;
+    void *base = NULL;
+    MT_TRY(mt_cuda_arena_alloc(a, rest, &base));
+    MT_TRY(mt_pool_init(&pool, rest));
+    pool_base = (char *)base;
+    return MT_OK;
+}
+
+void *mt_cuda_pool_alloc(size_t bytes)
+{
+    size_t off;
+    if (!pool_base || !mt_pool_alloc(&pool, bytes, &off))
+        return NULL;
+    return pool_base + off;
+}
+
+bool mt_cuda_pool_free(void *p)
+{
+    char *c = (char *)p;
+    if (!pool_base || c < pool_base || c >= pool_base + pool.cap)
+        return false;
+    /* kernels and copies already queued may still use it: the block is
+     * reused only after they are done */
+    (void)mt_cuda_synchronize();
+    return mt_pool_free(&pool, (size_t)(c - pool_base));
+}
+
+void mt_cuda_pool_stats(size_t *size, size_t *used, size_t *peak)
+{
+    *size = pool_base ? pool.cap : 0;
+    *used = pool_base ? pool.used : 0;
+    *peak = pool_base ? pool.peak : 0;
+}
+
+mt_status_t mt_cuda_setup(MPI_Comm node_comm, size_t scratch_bytes, mt_cuda_device_t *dev,
+                          size_t *reserved)
+{
+    static mt_cuda_arena_t arena; /* the process's one reservation */
+    MT_TRY(mt_cuda_device_init(dev, node_comm));
+    /* ranks of this node on the same GPU (local_rank % device_count) */
+    int share = dev->local_size / dev->device_count +
+                (dev->local_rank % dev->device_count < dev->local_size % dev->device_count);
+    const char *e = getenv("MT_CUDA_MEMORY_FRACTION");
+    double fraction = e && atof(e) > 0 && atof(e) <= 1 ? atof(e) : 0.9;
+    size_t free_b = 0, total_b = 0;
+    MT_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
+    size_t want = (size_t)((double)total_b * fraction / (share > 0 ? share : 1));
+    size_t margin = (size_t)512 << 20;
+    if (want > free_b - (free_b > margin ? margin : free_b))
+        want = free_b > margin ? free_b - margin : 0;
+    if (want < scratch_bytes + ((size_t)64 << 20))
+        MT_FAIL(MT_ERR_NOMEM, "GPU %d (%s): %zu MiB free, too little to reserve for training "
+                "(MT_CUDA_MEMORY_FRACTION %.2f, %d ranks on it)", dev->device, dev->name,
+                free_b >> 20, fraction, share);
+    MT_TRY(mt_cuda_arena_init(&arena, "training", want));
+    MT_TRY(mt_cuda_backend_init(&arena, scratch_bytes));
+    MT_TRY(mt_cuda_pool_init(&arena));
+    *reserved = want;
+    return MT_OK;
 }

@@ -80,6 +80,29 @@ mt_status_t mt_cuda_arena_alloc(mt_cuda_arena_t *a, size_t bytes, void **out);
 void mt_cuda_arena_reset(mt_cuda_arena_t *a);
 void mt_cuda_arena_free(mt_cuda_arena_t *a);
 
+/* The device-memory pool: what is left of an arena, cut up by a best-fit
+ * allocator with coalescing (mt_pool.h), so the backend's device_alloc
+ * and device_free work on one cudaMalloc.  Until mt_cuda_pool_init runs,
+ * device_alloc falls back to cudaMalloc (the kernel tests). */
+mt_status_t mt_cuda_pool_init(mt_cuda_arena_t *a);
+/* bytes from the pool; NULL when it is not set up or has no block that big */
+void *mt_cuda_pool_alloc(size_t bytes);
+/* true when p came from the pool (and is released now) */
+bool mt_cuda_pool_free(void *p);
+/* the pool's size, bytes in use and their peak (zeros without a pool) */
+void mt_cuda_pool_stats(size_t *size, size_t *used, size_t *peak);
+
+#if !defined(__CUDACC__)
+/* The trainer's bring-up on a rank: bind the GPU of its node-local rank
+ * (node_comm: MPI_COMM_TYPE_SHARED), reserve ONE cudaMalloc of
+ * fraction x the device's memory / the ranks sharing it (capped at the
+ * free memory less 512 MiB; fraction from MT_CUDA_MEMORY_FRACTION, default
+ * 0.9), initialise the backend with scratch_bytes of scratch from it, and
+ * make the rest the pool.  *reserved gets the arena's size. */
+mt_status_t mt_cuda_setup(MPI_Comm node_comm, size_t scratch_bytes, mt_cuda_device_t *dev,
+                          size_t *reserved);
+#endif
+
 /* ------------------------------------------------------------------ backend */
 
 /* Set up the process's CUDA backend on the current device: its stream,

@@ -221,6 +221,10 @@ static void tp_hook(void *ctx, const void *in, void *out, int64_t n, mt_tp_op_t 
 }
 
 /* The model's backend (distributed.device); cuda binds this rank's GPU. */
+/* The CUDA backend's scratch: per-call reduction space of the kernels
+ * (doc/gpu.md: 64 MiB covers 64k tokens a micro-batch at dim 8192). */
+#define CUDA_SCRATCH_BYTES ((size_t)64 << 20)
+
 static mt_status_t pick_backend(const mt_config_t *cfg, const mt_mesh_t *mesh,
                                 const mt_backend_t **be)
 {
@@ -231,9 +235,11 @@ static mt_status_t pick_backend(const mt_config_t *cfg, const mt_mesh_t *mesh,
 #ifdef MT_HAVE_CUDA
         MPI_Comm node;
         mt_cuda_device_t dev;
+        size_t reserved = 0;
         MT_MPI_TRY(MPI_Comm_split_type(mesh->comm, MPI_COMM_TYPE_SHARED, mesh->rank, MPI_INFO_NULL,
                                        &node));
-        mt_status_t s = mt_cuda_device_init(&dev, node);
+        /* the GPU of the node-local rank, one reservation for everything */
+        mt_status_t s = mt_cuda_setup(node, CUDA_SCRATCH_BYTES, &dev, &reserved);
         MPI_Comm_free(&node);
         MT_TRY(s);
         *be = mt_backend_cuda();
@@ -432,6 +438,15 @@ static void print_memory(const run_t *r, const mt_config_t *cfg, FILE *out)
             ((r->mp.master ? 12.0 : 8.0) * (double)r->opt.numel + 8.0 * (double)r->moe.opt.numel) /
                 mib, plan.bytes_optim / mib, act / mib,
             plan.bytes_activations / mib);
+#ifdef MT_HAVE_CUDA
+    if (cfg->distributed.device == MT_DEVICE_CUDA) {
+        size_t size, used, peak;
+        mt_cuda_pool_stats(&size, &used, &peak);
+        fprintf(out, "device memory (MiB): pool %.1f (one cudaMalloc less the backend's "
+                     "workspace), %.1f in use, peak %.1f\n", (double)size / mib,
+                (double)used / mib, (double)peak / mib);
+    }
+#endif
     if (r->sharded)
         fprintf(out, "sharded over %d ranks (model %.3f MiB): parameters %.3f own + %.3f "
                      "gathered units, gradients %.3f own + %.3f unit buffers, optimizer state "
