@@ -220,10 +220,11 @@ static void tp_hook(void *ctx, const void *in, void *out, int64_t n, mt_tp_op_t 
     be->copy_to_device(out, h + in_b, out_b);
 }
 
-/* The model's backend (distributed.device); cuda binds this rank's GPU. */
 /* The CUDA backend's scratch: per-call reduction space of the kernels
  * (doc/gpu.md: 64 MiB covers 64k tokens a micro-batch at dim 8192). */
 #define CUDA_SCRATCH_BYTES ((size_t)64 << 20)
+
+/* The model's backend (distributed.device); cuda binds this rank's GPU. */
 
 static mt_status_t pick_backend(const mt_config_t *cfg, const mt_mesh_t *mesh,
                                 const mt_backend_t **be)
