@@ -37,6 +37,11 @@ typedef struct {
     int rank, size;
     const char *axis;  /* group name for messages ("dp_shard", "tp", ...) */
     double timeout_s;
+    /* the watchdog's view (guarded by its lock): the last collective
+     * enqueued, when, and whether its `done` event may still be pending */
+    const char *last;
+    double last_t;
+    int pending;
 } mt_nccl_group_t;
 
 typedef struct {
@@ -53,6 +58,21 @@ void mt_nccl_group_free(mt_nccl_group_t *g);
  * communicator; the device must already be bound). */
 mt_status_t mt_nccl_init(mt_nccl_t *n, const mt_mesh_t *mesh, double timeout_s);
 void mt_nccl_free(mt_nccl_t *n);
+
+/* The process's active groups.  Collectives of backend memory take NCCL
+ * on a communicator registered here and MPI (staged) on any other
+ * (mt_nccl_for gives the group of an MPI communicator, NULL when none).
+ * Activating starts the watchdog thread as well: when a collective of an
+ * active group is still pending after the group's timeout, or NCCL
+ * reports an asynchronous error, it prints which collective on which axis
+ * and rank, aborts every communicator and ends the process with exit
+ * status 3, so a hang becomes an error on every rank (each rank's own
+ * watchdog fires; the launcher ends the job) instead of a job that runs
+ * out its allocation.  The host never has to wait on a collective for the
+ * timeout to work, so collectives can overlap compute. */
+mt_status_t mt_nccl_activate(mt_nccl_t *n, const mt_mesh_t *mesh);
+void mt_nccl_deactivate(void);
+mt_nccl_group_t *mt_nccl_for(MPI_Comm comm);
 
 /* Collectives: enqueued on g's stream after the work already on
  * `compute` (a cudaStream_t); they return once enqueued.  Counts are in

@@ -12,9 +12,11 @@
 #include "config.h"
 
 #include <mpi.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cuda_internal.h"
 #include "mt_nccl.h"
@@ -154,11 +156,122 @@ static mt_status_t begin(mt_nccl_group_t *g, cudaStream_t compute, const char *w
     return MT_OK;
 }
 
+static pthread_mutex_t wd_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static mt_status_t end(mt_nccl_group_t *g, ncclResult_t rc, const char *what)
 {
     MT_TRY(nccl_poll(g, rc, what));
-    MT_CUDA_TRY(cudaEventRecord(g->done, g->stream));
+    pthread_mutex_lock(&wd_lock);
+    const cudaError_t e = cudaEventRecord(g->done, g->stream);
+    g->last = what, g->last_t = now_s(), g->pending = 1;
+    pthread_mutex_unlock(&wd_lock);
+    if (e != cudaSuccess)
+        return mt_error_cuda((int)e, "cudaEventRecord(done)", __FILE__, __LINE__);
     return MT_OK;
+}
+
+/* ------------------------------------------------------------------ active groups, watchdog */
+
+static struct {
+    MPI_Comm comm[MT_NGROUPS];
+    mt_nccl_group_t *group[MT_NGROUPS];
+    int n, device, world_rank;
+    volatile int stop;
+    pthread_t thread;
+    int running;
+} wd;
+
+/* A collective that hangs or failed: say which, abort every communicator
+ * (NCCL kernels waiting on a peer return), end the process. */
+static void fire(mt_nccl_group_t *g, const char *why)
+{
+    char host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    fprintf(stderr, "meshtrain: rank %d (%s): NCCL %s on axis %s (rank %d of %d): %s\n"
+                    "  hint: another rank of this %s group failed, hangs or is slower by more "
+                    "than distributed.timeout_s; the first rank to report an error is the "
+                    "place to look (NCCL_DEBUG=WARN says more); aborting the communicators "
+                    "and this process\n",
+            wd.world_rank, host, g->last ? g->last : "collective", g->axis, g->rank, g->size, why,
+            g->axis);
+    fflush(stderr);
+    for (int i = 0; i < wd.n; i++)
+        if (wd.group[i]->comm)
+            ncclCommAbort(wd.group[i]->comm);
+    _exit(3);
+}
+
+static void *watchdog(void *arg)
+{
+    (void)arg;
+    cudaSetDevice(wd.device);
+    const struct timespec tick = {0, 100000000}; /* 0.1 s */
+    while (!wd.stop) {
+        nanosleep(&tick, NULL);
+        pthread_mutex_lock(&wd_lock);
+        for (int i = 0; i < wd.n && !wd.stop; i++) {
+            mt_nccl_group_t *g = wd.group[i];
+            if (!g->comm || !g->pending)
+                continue;
+            const cudaError_t e = cudaEventQuery(g->done);
+            if (e == cudaSuccess) {
+                g->pending = 0;
+                continue;
+            }
+            ncclResult_t st = ncclSuccess;
+            if (ncclCommGetAsyncError(g->comm, &st) == ncclSuccess && st != ncclSuccess &&
+                st != ncclInProgress)
+                fire(g, ncclGetErrorString(st));
+            if (e != cudaErrorNotReady)
+                fire(g, cudaGetErrorString(e));
+            if (now_s() - g->last_t > g->timeout_s) {
+                char why[96];
+                snprintf(why, sizeof why, "did not complete in %.0f s (distributed.timeout_s)",
+                         g->timeout_s);
+                fire(g, why);
+            }
+        }
+        pthread_mutex_unlock(&wd_lock);
+    }
+    return NULL;
+}
+
+mt_status_t mt_nccl_activate(mt_nccl_t *n, const mt_mesh_t *mesh)
+{
+    mt_nccl_deactivate();
+    wd.n = 0;
+    for (int gi = 0; gi < MT_NGROUPS; gi++)
+        if (n->group[gi].comm && mesh->group[gi] != MPI_COMM_NULL) {
+            wd.comm[wd.n] = mesh->group[gi];
+            wd.group[wd.n++] = &n->group[gi];
+        }
+    MT_CUDA_TRY(cudaGetDevice(&wd.device));
+    wd.world_rank = mesh->rank;
+    wd.stop = 0;
+    if (pthread_create(&wd.thread, NULL, watchdog, NULL) != 0)
+        MT_FAIL(MT_ERR_INTERNAL, "cannot start the NCCL watchdog thread");
+    wd.running = 1;
+    return MT_OK;
+}
+
+void mt_nccl_deactivate(void)
+{
+    if (wd.running) {
+        wd.stop = 1;
+        pthread_join(wd.thread, NULL);
+        wd.running = 0;
+    }
+    wd.n = 0;
+}
+
+mt_nccl_group_t *mt_nccl_for(MPI_Comm comm)
+{
+    if (comm == MPI_COMM_NULL)
+        return NULL;
+    for (int i = 0; i < wd.n; i++)
+        if (wd.comm[i] == comm)
+            return wd.group[i];
+    return NULL;
 }
 
 mt_status_t mt_nccl_all_reduce(mt_nccl_group_t *g, const void *send, void *recv, size_t count,
