@@ -20,10 +20,14 @@
 #      prints hidden = 1 - exposed / replayed.
 # doc/performance.md explains the method and its limits.  Environment:
 # STEPS (20), REPS (replay repetitions, 20), NP (4), DDP_BUCKET_MB (0.5),
+# PARAM_DTYPE and REDUCE_DTYPE (float32; bfloat16 sets
+# distributed.mp_policy and halves the analytic all-gather of sharded
+# parameters, resp. every gradient reduction: 2 bytes an element),
 # MPIEXEC / MPIEXEC_NP (from configure), OUT (comm-bench: logs and traces).
 set -e
 srcdir=${srcdir:-$(dirname "$0")/..}
 steps=${STEPS:-20} reps=${REPS:-20} np=${NP:-4} bucket=${DDP_BUCKET_MB:-0.5}
+pdtype=${PARAM_DTYPE:-float32} rdtype=${REDUCE_DTYPE:-float32}
 mpiexec=${MPIEXEC:-mpiexec} npflag=${MPIEXEC_NP:--n}
 out=${OUT:-comm-bench}
 shim=$(pwd)/bench/.libs/pmpi_count.so
@@ -37,7 +41,8 @@ data=$(pwd)/share/data/tiny-corpus.bin
 common="--config $srcdir/tests/configs/train-small.yaml model.hidden_size=128
  model.num_hidden_layers=4 step_scheduler.local_batch_size=4
  step_scheduler.global_batch_size=$((4 * np)) step_scheduler.max_steps=$steps
- checkpoint.enabled=false dataset.path=$data logging.log_every_steps=1000"
+ checkpoint.enabled=false dataset.path=$data logging.log_every_steps=1000
+ distributed.mp_policy.param_dtype=$pdtype distributed.mp_policy.reduce_dtype=$rdtype"
 # OpenMP: the trainer gives each rank its share of the cores.
 unset OMP_NUM_THREADS OPENBLAS_NUM_THREADS
 
@@ -59,18 +64,21 @@ overrides() {
 }
 
 # Bytes one rank sends per step in a ring, by kind: "ar ag rs" (ints).
-# S = 4 P bytes; the head unit (final norm + lm_head) is gathered in
-# forward and kept for backward, so sharded parameters are gathered
-# 2P - HEAD elements per step.
+# S = 4 P bytes (R = 2 P with reduce_dtype bfloat16: the gradients); the
+# head unit (final norm + lm_head) is gathered in forward and kept for
+# backward, so sharded parameters are gathered 2P - HEAD elements per step
+# (2 bytes each with param_dtype bfloat16; zero 1 and 2 gather float32
+# master rows whatever the dtype).
 analytic() {
-    awk -v s="$1" -v P="$P" -v H="$HEAD" -v n="$np" 'BEGIN {
-        S = 4 * P; g = 4 * (2 * P - H); ar = 0; ag = 0; rs = 0
-        if (s == "ddp")        ar = 2 * (n - 1) / n * S
-        else if (s == "zero1") { ar = 2 * (n - 1) / n * S; ag = (n - 1) / n * S }
-        else if (s == "zero2") { rs = (n - 1) / n * S; ag = (n - 1) / n * S }
-        else if (s == "zero3" || s == "fsdp2") { ag = (n - 1) / n * g; rs = (n - 1) / n * S }
+    awk -v s="$1" -v P="$P" -v H="$HEAD" -v n="$np" -v pd="$pdtype" -v rd="$rdtype" 'BEGIN {
+        S = 4 * P; R = (rd == "bfloat16" ? 2 : 4) * P
+        g = (pd == "bfloat16" ? 2 : 4) * (2 * P - H); ar = 0; ag = 0; rs = 0
+        if (s == "ddp")        ar = 2 * (n - 1) / n * R
+        else if (s == "zero1") { ar = 2 * (n - 1) / n * R; ag = (n - 1) / n * S }
+        else if (s == "zero2") { rs = (n - 1) / n * R; ag = (n - 1) / n * S }
+        else if (s == "zero3" || s == "fsdp2") { ag = (n - 1) / n * g; rs = (n - 1) / n * R }
         else if (s == "hsdp") { k = n / 2; r = 2     # dp_shard k, dp_replicate 2
-            ag = (k - 1) / k * g; rs = (k - 1) / k * S; ar = 2 * (r - 1) / r * S / k }
+            ag = (k - 1) / k * g; rs = (k - 1) / k * R; ar = 2 * (r - 1) / r * R / k }
         printf "%.0f %.0f %.0f\n", ar, ag, rs }'
 }
 
@@ -105,6 +113,7 @@ measured() {
 }
 
 echo "model: $P parameters ($((4 * P)) bytes fp32; head unit $HEAD), $np ranks, $steps steps (steps 2..$steps counted), one micro-step per step"
+echo "wire dtypes: param_dtype $pdtype, reduce_dtype $rdtype"
 echo "bytes: what one rank sends per step in a ring (payload x 2(n-1)/n all-reduce, (n-1)/n all-gather / reduce-scatter), MB = 1e6 bytes"
 printf '%-6s | %8s %8s %8s %6s | %9s | %8s | %8s | %6s | %9s | %9s | %7s\n' strategy \
     "AR MB" "AG MB" "RS MB" "other" "control" "measured" "analytic" "ratio" \

@@ -29,6 +29,11 @@
 #include <string.h>
 
 #include "mt_comm.h"
+#include "mt_comm_bf16.h"
+
+/* bf16 records (the trainer's mp_policy wire type) replay with that type
+ * and its sum op, so the replay pays the same user-op reduction. */
+static mt_bf16_comm_t bf16;
 
 enum { C_ALLREDUCE, C_ALLGATHER, C_REDUCE_SCATTER, C_OTHER, C_CONTROL, C_N };
 static const char *const class_name[C_N] = {"allreduce", "allgather", "reduce_scatter", "other",
@@ -119,6 +124,8 @@ static MPI_Datatype datatype(rec_t *r, int reduction)
         return MPI_INT;
     if (strcmp(r->type, "int64") == 0)
         return MPI_INT64_T;
+    if (strcmp(r->type, "bf16") == 0)
+        return bf16.type;
     /* anything else travels as its bytes */
     r->count *= r->esize, r->own *= r->esize, r->esize = 1;
     return reduction ? MPI_UNSIGNED_CHAR : MPI_BYTE;
@@ -140,6 +147,8 @@ int main(int argc, char **argv)
     MPI_Comm node;
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
     mt_comm_set_wait_mode(node);
+    if (mt_bf16_comm_init(&bf16) != MT_OK)
+        return die("cannot create the bf16 type and sum op");
 
     char path[4096];
     snprintf(path, sizeof path, "%s.%d", argv[1], rank);
@@ -179,7 +188,8 @@ int main(int argc, char **argv)
         r->comm = comms[k];
         int red = strcmp(r->op, "-") != 0;
         r->dt = datatype(r, red);
-        r->mop = strcmp(r->op, "max") == 0 ? MPI_MAX : strcmp(r->op, "min") == 0 ? MPI_MIN : MPI_SUM;
+        r->mop = strcmp(r->op, "max") == 0 ? MPI_MAX : strcmp(r->op, "min") == 0 ? MPI_MIN
+                 : strcmp(r->type, "bf16") == 0 ? bf16.sum : MPI_SUM;
         double bytes = (double)r->count * r->esize;
         r->cls = bytes <= 64 ? C_CONTROL
                  : strcmp(r->kind, "allreduce") == 0 ? C_ALLREDUCE
@@ -256,6 +266,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < n; i++)
         free(rec[i].counts), free(rec[i].displs);
     free(rec), free(sbuf), free(rbuf);
+    mt_bf16_comm_free(&bf16);
     MPI_Finalize();
     return 0;
 }

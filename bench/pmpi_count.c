@@ -88,8 +88,12 @@ static const comm_info_t *info_of(MPI_Comm comm)
 static void type_of(MPI_Datatype t, char name[8], int *size)
 {
     PMPI_Type_size(t, size);
+    char tn[MPI_MAX_OBJECT_NAME] = "";
+    int len = 0;
+    PMPI_Type_get_name(t, tn, &len);
     const char *s = t == MPI_FLOAT ? "float" : t == MPI_DOUBLE ? "double" : t == MPI_INT ? "int"
                     : t == MPI_INT64_T || t == MPI_LONG_LONG ? "int64" : t == MPI_BYTE ? "byte"
+                    : strcmp(tn, "mt_bf16") == 0 ? "bf16" /* src/comm_bf16.c's wire type */
                     : "other";
     snprintf(name, 8, "%s", s);
 }

@@ -1,5 +1,6 @@
 /* ddp.c: bucketed, overlapped gradient all-reduce for strategy ddp.
- * Staged through a host copy of the gradient arena off host memory. */
+ * Staged through a host copy of the gradient arena off host memory; bf16
+ * buckets (reduce_bf16) travel in a host bf16 copy of the arena. */
 /* MPICH annotates MPI_STATUSES_IGNORE arguments with access sizes that
  * GCC 12 misreads as an overflow of a zero-sized region. */
 #pragma GCC diagnostic ignored "-Wstringop-overflow"
@@ -17,11 +18,23 @@ static void launch(mt_ddp_t *d, int64_t from)
     while (d->next < d->nbuckets && d->buckets[d->next].offset >= from) {
         mt_ddp_bucket_t *b = &d->buckets[d->next];
         float *g = d->model->grad_mem + b->offset;
+        int rc;
+        if (d->wire) { /* final: round the bucket out (through the staging copy off the host) */
+            uint16_t *w = d->wire + b->offset;
+            mt_bf16_pack_from(d->model->be, w, g, d->staged ? d->staged + b->offset : NULL,
+                              b->count);
+            rc = MPI_Iallreduce(MPI_IN_PLACE, w, (int)b->count, d->bf16.type, d->bf16.sum, d->comm,
+                                &d->reqs[d->next]);
+            d->next++;
+            if (rc != MPI_SUCCESS)
+                mt_comm_fatal(d->comm, rc, "gradient bucket all-reduce (bf16)");
+            continue;
+        }
         if (d->staged) { /* the bucket's gradients are final: copy them out */
             d->model->be->copy_to_host(d->staged + b->offset, g, sizeof(float) * (size_t)b->count);
             g = d->staged + b->offset;
         }
-        int rc = MPI_Iallreduce(MPI_IN_PLACE, g, (int)b->count, MPI_FLOAT, MPI_SUM, d->comm,
+        rc = MPI_Iallreduce(MPI_IN_PLACE, g, (int)b->count, MPI_FLOAT, MPI_SUM, d->comm,
                                 &d->reqs[d->next]);
         d->next++;
         if (rc != MPI_SUCCESS) /* the other ranks already wait for this bucket */
@@ -42,7 +55,8 @@ static void hook(void *ctx, int unit, mt_unit_event_t ev)
         launch(d, d->model->unit_lo[unit]);
 }
 
-mt_status_t mt_ddp_init(mt_ddp_t *d, MPI_Comm comm, mt_model_t *m, int64_t bucket_bytes)
+mt_status_t mt_ddp_init(mt_ddp_t *d, MPI_Comm comm, mt_model_t *m, int64_t bucket_bytes,
+                        bool reduce_bf16)
 {
     memset(d, 0, sizeof *d);
     d->comm = comm, d->model = m;
@@ -58,6 +72,12 @@ mt_status_t mt_ddp_init(mt_ddp_t *d, MPI_Comm comm, mt_model_t *m, int64_t bucke
         !(d->staged = malloc(sizeof(float) * (size_t)(m->numel > 0 ? m->numel : 1))))
         MT_FAIL(MT_ERR_NOMEM, "host staging copy of the gradients (%lld floats)",
                 (long long)m->numel);
+    if (d->size > 1 && reduce_bf16) {
+        MT_TRY(mt_bf16_comm_init(&d->bf16));
+        if (!(d->wire = malloc(sizeof(uint16_t) * (size_t)(m->numel > 0 ? m->numel : 1))))
+            MT_FAIL(MT_ERR_NOMEM, "host bf16 copy of the gradients (%lld values)",
+                    (long long)m->numel);
+    }
     /* Whole parameters, last first; a bucket closes once it reaches the cap. */
     int64_t end = m->numel, start = m->numel;
     for (int i = m->nparams - 1; i >= 0; i--) {
@@ -85,6 +105,8 @@ void mt_ddp_free(mt_ddp_t *d)
     free(d->buckets);
     free(d->reqs);
     free(d->staged);
+    free(d->wire);
+    mt_bf16_comm_free(&d->bf16);
     memset(d, 0, sizeof *d);
 }
 
@@ -104,7 +126,12 @@ mt_status_t mt_ddp_finish(mt_ddp_t *d)
     mt_status_t s = mt_wait_all(d->nbuckets, d->reqs);
     d->sync = false;
     MT_TRY(s);
-    for (int i = 0; d->staged && i < d->nbuckets; i++) {
+    for (int i = 0; d->wire && i < d->nbuckets; i++) {
+        const mt_ddp_bucket_t *b = &d->buckets[i];
+        mt_bf16_unpack_to(d->model->be, d->model->grad_mem + b->offset, d->wire + b->offset,
+                          d->staged ? d->staged + b->offset : NULL, b->count);
+    }
+    for (int i = 0; d->staged && !d->wire && i < d->nbuckets; i++) {
         const mt_ddp_bucket_t *b = &d->buckets[i];
         d->model->be->copy_to_device(d->model->grad_mem + b->offset, d->staged + b->offset,
                                      sizeof(float) * (size_t)b->count);

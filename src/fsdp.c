@@ -18,7 +18,13 @@
  * (mt_stage.h): a unit's operand is copied to its own region of a host
  * buffer when its collective starts and the result copied back after the
  * wait that completes it, so prefetching and overlapped reductions keep
- * their order.  On the CPU backend MPI works on the buffers directly. */
+ * their order.  On the CPU backend MPI works on the buffers directly.
+ *
+ * bf16 messages (gather_bf16, reduce_bf16) are rounded into their own host
+ * regions (w_param, w_grad, w_own, laid out like the staging buffers) when
+ * the collective starts, from the backend's memory through the staging
+ * buffer when it needs staging, and widened back after the wait, so every
+ * request in flight still owns its buffer until it completes. */
 /* MPICH annotates MPI_STATUSES_IGNORE arguments with access sizes that
  * GCC 12 misreads as an overflow of a zero-sized region. */
 #pragma GCC diagnostic ignored "-Wstringop-overflow"
@@ -72,21 +78,23 @@ bool mt_fsdp_options_from_config(const mt_config_t *cfg, mt_fsdp_options_t *o)
     memset(o, 0, sizeof *o);
     o->accum = cfg->derived.grad_accum_steps;
     o->reshard_after_forward = true;
+    bool sharded = false;
     if (d->strategy == MT_STRATEGY_FSDP2) {
         o->shard_grads = o->shard_params = true;
         o->reshard_after_forward = d->reshard_after_forward;
         o->prefetch = o->overlap_reduce = o->overlap_gather = true;
         o->defer_grad_sync = d->defer_fsdp_grad_sync;
-        return cfg->derived.dp_shard * d->cp_size > 1;
-    }
-    if (d->strategy == MT_STRATEGY_MEGATRON_FSDP) {
+        sharded = cfg->derived.dp_shard * d->cp_size > 1;
+    } else if (d->strategy == MT_STRATEGY_MEGATRON_FSDP) {
         o->shard_grads = d->zero_dp_strategy >= 2;
         o->shard_params = d->zero_dp_strategy >= 3;
         o->prefetch = o->overlap_gather = d->overlap_param_gather;
         o->overlap_reduce = d->overlap_grad_reduce;
-        return d->zero_dp_strategy >= 1 && cfg->derived.dp_size * d->cp_size > 1;
+        sharded = d->zero_dp_strategy >= 1 && cfg->derived.dp_size * d->cp_size > 1;
     }
-    return false;
+    o->gather_bf16 = o->shard_params && d->mp_policy.param_dtype == MT_DTYPE_BFLOAT16;
+    o->reduce_bf16 = d->mp_policy.reduce_dtype == MT_DTYPE_BFLOAT16;
+    return sharded;
 }
 
 /* An MPI failure inside a unit hook: the other ranks are already in the
@@ -123,15 +131,27 @@ static void gather(mt_fsdp_t *f, int u)
     if (u < 0 || u >= f->nunits || f->p_state[u] != RELEASED)
         return;
     const mt_segment_t *s = &f->seg[u];
+    int64_t lo = f->model->unit_lo[u], mine = lo + f->displs[u * f->nshard + f->rank];
+    int rc;
+    if (f->w_param) { /* this rank's part, rounded, into its place in the unit's bf16 region */
+        mt_bf16_pack_from(f->be, f->w_param + mine, s->param, f->h_param ? f->h_param + mine : NULL,
+                          s->count);
+        rc = MPI_Iallgatherv(MPI_IN_PLACE, (int)s->count, f->bf16.type, f->w_param + lo,
+                             f->counts + u * f->nshard, f->displs + u * f->nshard, f->bf16.type,
+                             f->shard, &f->p_req[u]);
+        if (rc != MPI_SUCCESS)
+            note_error(f, rc, "parameter all-gather (bf16)", u);
+        f->p_state[u] = GATHERING;
+        return;
+    }
     void *send = f->opt.shard_params ? (void *)s->param : MPI_IN_PLACE;
     float *recv = f->p_at[u];
     if (f->h_param) { /* this rank's part into its place in the unit's host region */
-        recv = f->h_param + f->model->unit_lo[u];
-        f->be->copy_to_host(recv + f->displs[u * f->nshard + f->rank], s->param,
-                            sizeof(float) * (size_t)s->count);
+        recv = f->h_param + lo;
+        f->be->copy_to_host(f->h_param + mine, s->param, sizeof(float) * (size_t)s->count);
         send = MPI_IN_PLACE;
     }
-    int rc = MPI_Iallgatherv(send, (int)s->count, MPI_FLOAT, recv, f->counts + u * f->nshard,
+    rc = MPI_Iallgatherv(send, (int)s->count, MPI_FLOAT, recv, f->counts + u * f->nshard,
                              f->displs + u * f->nshard, MPI_FLOAT, f->shard, &f->p_req[u]);
     if (rc != MPI_SUCCESS)
         note_error(f, rc, "parameter all-gather", u);
@@ -145,7 +165,11 @@ static void wait_gathered(mt_fsdp_t *f, int u)
     if (f->p_state[u] == GATHERING) {
         if (mt_wait_all(1, &f->p_req[u]) != MT_OK)
             note_error(f, MPI_ERR_OTHER, "waiting for the parameter all-gather", u);
-        if (f->h_param)
+        int64_t lo = f->model->unit_lo[u];
+        if (f->w_param)
+            mt_bf16_unpack_to(f->be, f->p_at[u], f->w_param + lo,
+                              f->h_param ? f->h_param + lo : NULL, unit_numel(f, u));
+        else if (f->h_param)
             f->be->copy_to_device(f->p_at[u], f->h_param + f->model->unit_lo[u],
                                   sizeof(float) * (size_t)unit_numel(f, u));
         f->p_state[u] = READY;
@@ -177,6 +201,24 @@ static void reduce(mt_fsdp_t *f, int u)
     const mt_segment_t *s = &f->seg[u];
     float *g = f->g_at[u];
     int rc;
+    if (f->w_grad) { /* the unit's gradients are final: round them out */
+        int64_t lo = f->model->unit_lo[u];
+        uint16_t *w = f->w_grad + lo;
+        mt_bf16_pack_from(f->be, w, g, f->h_grad ? f->h_grad + lo : NULL, unit_numel(f, u));
+        if (!f->opt.shard_grads) {
+            rc = MPI_Iallreduce(MPI_IN_PLACE, w, (int)unit_numel(f, u), f->bf16.type, f->bf16.sum,
+                                f->shard, &f->g_req[u]);
+        } else {
+            f->g_into_tmp[u] = f->ring && f->micro > 0;
+            rc = MPI_Ireduce_scatter(w, f->w_own + s->state, f->counts + u * f->nshard,
+                                     f->bf16.type, f->bf16.sum, f->shard, &f->g_req[u]);
+        }
+        if (rc != MPI_SUCCESS)
+            note_error(f, rc, f->opt.shard_grads ? "gradient reduce-scatter (bf16)"
+                                                 : "gradient all-reduce (bf16)", u);
+        f->g_pending[u] = true;
+        return;
+    }
     if (f->h_grad) { /* the unit's gradients are final: copy them out */
         g = f->h_grad + f->model->unit_lo[u];
         f->be->copy_to_host(g, f->g_at[u], sizeof(float) * (size_t)unit_numel(f, u));
@@ -202,7 +244,14 @@ static void wait_reduced(mt_fsdp_t *f, int u)
     if (mt_wait_all(1, &f->g_req[u]) != MT_OK)
         note_error(f, MPI_ERR_OTHER, "waiting for the gradient reduction", u);
     f->g_pending[u] = false;
-    if (f->h_grad && !f->opt.shard_grads)
+    const mt_segment_t *s = &f->seg[u];
+    if (f->w_grad && !f->opt.shard_grads)
+        mt_bf16_unpack_to(f->be, f->g_at[u], f->w_grad + f->model->unit_lo[u],
+                          f->h_grad ? f->h_grad + f->model->unit_lo[u] : NULL, unit_numel(f, u));
+    else if (f->w_own)
+        mt_bf16_unpack_to(f->be, reduced_at(f, u), f->w_own + s->state,
+                          f->h_own ? f->h_own + s->state : NULL, s->count);
+    else if (f->h_grad && !f->opt.shard_grads)
         f->be->copy_to_device(f->g_at[u], f->h_grad + f->model->unit_lo[u],
                               sizeof(float) * (size_t)unit_numel(f, u));
     else if (f->h_own)
@@ -349,6 +398,9 @@ mt_status_t mt_fsdp_init(mt_fsdp_t *f, mt_model_t *m, MPI_Comm shard, MPI_Comm r
         MT_FAIL(MT_ERR_RANGE, "sharded parameters need sharded gradients");
     if ((m->param_mem != NULL) == opt->shard_params || (m->grad_mem != NULL) == opt->shard_grads)
         MT_FAIL(MT_ERR_RANGE, "the model's arenas do not match the sharding (mt_model_init_ex)");
+    if (opt->gather_bf16 && !opt->shard_params)
+        MT_FAIL(MT_ERR_RANGE, "bf16 parameter all-gathers need sharded parameters: unsharded, "
+                "the gathered rows are the float32 master weights themselves");
     f->ring = grads_in_ring(opt);
     MT_TRY(partition(f));
 
@@ -373,6 +425,15 @@ mt_status_t mt_fsdp_init(mt_fsdp_t *f, mt_model_t *m, MPI_Comm shard, MPI_Comm r
             (opt->shard_grads && !(f->h_own = malloc(sizeof(float) * own))))
             MT_FAIL(MT_ERR_NOMEM, "host staging buffers for the sharded collectives: 2 x %lld "
                     "+ %lld floats", (long long)m->numel, (long long)f->owned);
+    }
+    if (opt->gather_bf16 || opt->reduce_bf16) {
+        size_t whole = sizeof(uint16_t) * (size_t)(m->numel > 0 ? m->numel : 1);
+        MT_TRY(mt_bf16_comm_init(&f->bf16));
+        if ((opt->gather_bf16 && !(f->w_param = malloc(whole))) ||
+            (opt->reduce_bf16 && !(f->w_grad = malloc(whole))) ||
+            (opt->reduce_bf16 && opt->shard_grads && !(f->w_own = malloc(sizeof(uint16_t) * own))))
+            MT_FAIL(MT_ERR_NOMEM, "host buffers for the bf16 collectives: %lld + %lld bf16 values",
+                    (long long)m->numel, (long long)f->owned);
     }
     f->p_at = calloc((size_t)U, sizeof *f->p_at);
     f->g_at = calloc((size_t)U, sizeof *f->g_at);
@@ -430,6 +491,8 @@ void mt_fsdp_free(mt_fsdp_t *f)
         f->be->device_free(f->rs_tmp);
     }
     free(f->h_param), free(f->h_grad), free(f->h_own);
+    free(f->w_param), free(f->w_grad), free(f->w_own);
+    mt_bf16_comm_free(&f->bf16);
     free(f->p_at), free(f->g_at), free(f->p_state), free(f->g_pending), free(f->g_into_tmp);
     free(f->p_req), free(f->g_req);
     memset(f, 0, sizeof *f);
@@ -477,17 +540,32 @@ mt_status_t mt_fsdp_finish(mt_fsdp_t *f)
         for (int u = 0; u < f->nunits; u++) {
             const mt_segment_t *s = &f->seg[u];
             float *g = s->grad;
+            int rc;
+            if (f->w_own) {
+                uint16_t *w = f->w_own + s->state;
+                mt_bf16_pack_from(f->be, w, s->grad, f->h_own ? f->h_own + s->state : NULL,
+                                  s->count);
+                rc = MPI_Iallreduce(MPI_IN_PLACE, w, (int)s->count, f->bf16.type, f->bf16.sum,
+                                    f->replicate, &f->g_req[u]);
+                if (rc != MPI_SUCCESS)
+                    mt_comm_fatal(f->replicate, rc,
+                                  "gradient shard all-reduce (bf16) over dp_replicate");
+                continue;
+            }
             if (f->h_own) {
                 g = f->h_own + s->state;
                 f->be->copy_to_host(g, s->grad, sizeof(float) * (size_t)s->count);
             }
-            int rc = MPI_Iallreduce(MPI_IN_PLACE, g, (int)s->count, MPI_FLOAT, MPI_SUM,
-                                    f->replicate, &f->g_req[u]);
+            rc = MPI_Iallreduce(MPI_IN_PLACE, g, (int)s->count, MPI_FLOAT, MPI_SUM,
+                                f->replicate, &f->g_req[u]);
             if (rc != MPI_SUCCESS)
                 mt_comm_fatal(f->replicate, rc, "gradient shard all-reduce over dp_replicate");
         }
         MT_TRY(mt_wait_all(f->nunits, f->g_req));
-        for (int u = 0; f->h_own && u < f->nunits; u++)
+        for (int u = 0; f->w_own && u < f->nunits; u++)
+            mt_bf16_unpack_to(f->be, f->seg[u].grad, f->w_own + f->seg[u].state,
+                              f->h_own ? f->h_own + f->seg[u].state : NULL, f->seg[u].count);
+        for (int u = 0; f->h_own && !f->w_own && u < f->nunits; u++)
             f->be->copy_to_device(f->seg[u].grad, f->h_own + f->seg[u].state,
                                   sizeof(float) * (size_t)f->seg[u].count);
     }

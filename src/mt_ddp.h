@@ -8,7 +8,12 @@
  * (like PyTorch DDP's no_sync).  The model's loss scale is 1 / (global
  * token count), so the summed gradient is the global token mean.  Off
  * host memory (mt_stage.h) a bucket is copied to a host staging buffer
- * when it starts and back when mt_ddp_finish has waited for it. */
+ * when it starts and back when mt_ddp_finish has waited for it.  With
+ * reduce_bf16 (reduce_dtype bfloat16, mt_comm_bf16.h) a bucket is rounded
+ * to bf16 in a host buffer when it starts, summed in bf16, and widened
+ * back after the wait: the gradients are then float32 copies of bf16
+ * values.  The bucket cap counts float32 gradient bytes either way, so
+ * the buckets are the same and bf16 messages are half the cap. */
 #ifndef MT_DDP_H
 #define MT_DDP_H
 
@@ -16,6 +21,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "mt_comm_bf16.h"
 #include "mt_model.h"
 #include "mt_status.h"
 
@@ -38,11 +44,15 @@ typedef struct {
     bool overlap;             /* start buckets during backward (default true) */
     float *staged;            /* host copy of the gradient arena when the
                                * backend's memory is not host memory, or NULL */
+    uint16_t *wire;           /* bf16 copy of the gradient arena (reduce_bf16), or NULL */
+    mt_bf16_comm_t bf16;
 } mt_ddp_t;
 
 /* Buckets over the model's parameters, in backward order; registers the
- * model's unit hook.  comm is the data-parallel group. */
-mt_status_t mt_ddp_init(mt_ddp_t *d, MPI_Comm comm, mt_model_t *m, int64_t bucket_bytes);
+ * model's unit hook.  comm is the data-parallel group; reduce_bf16 sums in
+ * bf16 (above). */
+mt_status_t mt_ddp_init(mt_ddp_t *d, MPI_Comm comm, mt_model_t *m, int64_t bucket_bytes,
+                        bool reduce_bf16);
 
 void mt_ddp_free(mt_ddp_t *d);
 

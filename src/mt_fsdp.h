@@ -20,7 +20,14 @@
  *
  * With HSDP the shard group is dp_shard and the reduce-scattered gradient
  * shards are then all-reduced across dp_replicate.  doc/training.md has
- * the buffer layout and the memory it costs. */
+ * the buffer layout and the memory it costs.
+ *
+ * Wire dtypes (mt_comm_bf16.h): with gather_bf16 the sharded parameters
+ * are all-gathered as bf16 and the gathered units hold float32 copies of
+ * bf16 values (the owned float32 shard, the master, is not touched); with
+ * reduce_bf16 every gradient reduction (reduce-scatter, zero 1 all-reduce,
+ * HSDP replicate all-reduce) sends bf16 and sums in bf16, and the results
+ * are float32 copies of bf16 values. */
 #ifndef MT_FSDP_H
 #define MT_FSDP_H
 
@@ -28,6 +35,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "mt_comm_bf16.h"
 #include "mt_model.h"
 #include "mt_optim.h"
 #include "mt_status.h"
@@ -52,6 +60,10 @@ typedef struct {
                                  * the end of the step, its gradient
                                  * accumulates unsharded, and everything is
                                  * reduced in mt_fsdp_finish */
+    bool gather_bf16;           /* parameter all-gathers in bf16 (param_dtype
+                                 * bfloat16); needs shard_params */
+    bool reduce_bf16;           /* gradient reductions in bf16 (reduce_dtype
+                                 * bfloat16) */
 } mt_fsdp_options_t;
 
 typedef struct {
@@ -80,11 +92,20 @@ typedef struct {
      * region per unit so that every request in flight has its own: */
     float *h_param, *h_grad;    /* [model numel]: unit u's at unit_lo[u] */
     float *h_own;               /* [owned]: reduce-scatter results, HSDP sums */
+    /* bf16 messages (gather_bf16, reduce_bf16), host memory laid out as
+     * h_param, h_grad and h_own; NULL when that traffic is float32: */
+    uint16_t *w_param, *w_grad; /* [model numel] */
+    uint16_t *w_own;            /* [owned] */
+    mt_bf16_comm_t bf16;
 } mt_fsdp_t;
 
 /* Whether the config's strategy shards over data parallelism (fsdp2 with
  * dp_shard > 1, megatron_fsdp with zero_dp_strategy >= 1 and dp > 1), and
- * with which options.  The trainer and meshtrain-plan both decide here. */
+ * with which options.  The trainer and meshtrain-plan both decide here.
+ * The wire dtypes come from distributed.mp_policy: gather_bf16 when
+ * param_dtype is bfloat16 and parameters are sharded (zero 1 and 2 gather
+ * the float32 master rows themselves, which must stay exact), reduce_bf16
+ * when reduce_dtype is bfloat16. */
 bool mt_fsdp_options_from_config(const mt_config_t *cfg, mt_fsdp_options_t *o);
 
 /* Partition every unit of m over `shard`, allocate the shards and the

@@ -332,7 +332,8 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
     } else {
         mt_model_init_weights(&r->model, (uint64_t)cfg->rng.seed);
         MT_TRY(mt_ddp_init(&r->ddp, mesh->group[cp > 1 ? MT_GROUP_DP_CP : MT_GROUP_DP], &r->model,
-                           (int64_t)(cfg->distributed.ddp_bucket_cap_mb * 1048576.0)));
+                           (int64_t)(cfg->distributed.ddp_bucket_cap_mb * 1048576.0),
+                           cfg->distributed.mp_policy.reduce_dtype == MT_DTYPE_BFLOAT16));
         /* megatron_fsdp zero 0: overlap_grad_reduce false reduces after backward */
         if (cfg->distributed.strategy == MT_STRATEGY_MEGATRON_FSDP)
             r->ddp.overlap = cfg->distributed.overlap_grad_reduce;
