@@ -398,7 +398,7 @@ mt_status_t mt_fsdp_init(mt_fsdp_t *f, mt_model_t *m, MPI_Comm shard, MPI_Comm r
         MT_FAIL(MT_ERR_RANGE, "sharded parameters need sharded gradients");
     if ((m->param_mem != NULL) == opt->shard_params || (m->grad_mem != NULL) == opt->shard_grads)
         MT_FAIL(MT_ERR_RANGE, "the model's arenas do not match the sharding (mt_model_init_ex)");
-    if (opt->gather_bf16 && !opt->shard_params)
+    if (opt->gather_bf16 && !opt->shard_params && !opt->masters_apart)
         MT_FAIL(MT_ERR_RANGE, "bf16 parameter all-gathers need sharded parameters: unsharded, "
                 "the gathered rows are the float32 master weights themselves");
     f->ring = grads_in_ring(opt);

@@ -61,7 +61,12 @@ typedef struct {
                                  * accumulates unsharded, and everything is
                                  * reduced in mt_fsdp_finish */
     bool gather_bf16;           /* parameter all-gathers in bf16 (param_dtype
-                                 * bfloat16); needs shard_params */
+                                 * bfloat16); needs shard_params or
+                                 * masters_apart */
+    bool masters_apart;         /* unsharded parameters whose float32 master
+                                 * weights the caller keeps elsewhere (the
+                                 * trainer's train_mp.c under bf16), so the
+                                 * rows gathered are bf16 values already */
     bool reduce_bf16;           /* gradient reductions in bf16 (reduce_dtype
                                  * bfloat16) */
 } mt_fsdp_options_t;

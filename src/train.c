@@ -326,6 +326,10 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
                                         : (cp > 1 ? MT_GROUP_DP_CP : MT_GROUP_DP)];
         MPI_Comm rep = f2 && mesh->group_size[MT_GROUP_DP_REPLICATE] > 1
                            ? mesh->group[MT_GROUP_DP_REPLICATE] : MPI_COMM_NULL;
+        /* bf16 compute under zero 1/2: the master weights move out of the
+         * arena (train_mp.c), so its rows are bf16 values and gather so */
+        if (!fo.shard_params && r->model.bf16)
+            fo.masters_apart = fo.gather_bf16 = true;
         MT_TRY(mt_fsdp_init(&r->fsdp, &r->model, shard, rep, &fo));
         mt_fsdp_init_weights(&r->fsdp, (uint64_t)cfg->rng.seed);
         r->seg = r->fsdp.seg, r->nseg = r->fsdp.nunits, owned = r->fsdp.owned;
