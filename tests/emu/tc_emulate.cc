@@ -36,7 +36,7 @@ static void check_close(const char *what, const char *tag, const float *got, con
 {
     const double e = normwise(got, ref, n);
     checks++;
-    printf("  %-4s %-40s normwise %.3g (bound %.1g)%s\n", what, tag, e, tol,
+    printf("  %-4s %-40s normwise %.3g (bound %.2g)%s\n", what, tag, e, tol,
            e <= tol ? "" : "  FAIL");
     failures += !(e <= tol);
 }
