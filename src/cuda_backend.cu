@@ -1,6 +1,7 @@
 /* cuda_backend.cu: the CUDA backend's context (stream, cuBLAS handles,
- * scratch) and its mt_backend_t table, mt_backend_cuda(), plus the public
- * bf16 and MoE entry points of mt_cuda.h.
+ * scratch) and its mt_backend_t tables, mt_backend_cuda() and the
+ * bf16-numerics one mt_backend_cuda_bf16(), plus the public bf16 and MoE
+ * entry points of mt_cuda.h.
  *
  * The table's functions have the CPU backend's signatures, with device
  * pointers; they run the launchers of the cuda_*.cu files on the
@@ -442,6 +443,49 @@ static const mt_backend_t cuda_table = make_table();
 extern "C" const mt_backend_t *mt_backend_cuda(void)
 {
     return &cuda_table;
+}
+
+/* ------------------------------------------------------------------ bf16-numerics table */
+
+static void t_matmul_fast_bf16(float *c, const float *a, const float *b, int64_t m, int64_t n,
+                               int64_t k, bool ta, bool tb, float beta)
+{
+    mt_cuda_launch_matmul_fast_bf16(S, c, a, b, m, n, k, ta, tb, beta);
+}
+
+static void t_attention_tc_forward(float *out, float *lse, const float *q, const float *k,
+                                   const float *v, const int32_t *doc_start, int64_t B,
+                                   int64_t T, int64_t nh, int64_t nkv, int64_t hd)
+{
+    mt_cuda_launch_attention_tc_forward(S, out, lse, q, k, v, doc_start, B, T, nh, nkv, hd);
+}
+
+static void t_attention_tc_backward(float *dq, float *dk, float *dv, const float *dout,
+                                    const float *out, const float *lse, const float *q,
+                                    const float *k, const float *v, const int32_t *doc_start,
+                                    int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd)
+{
+    mt_cuda_launch_attention_tc_backward(S, dq, dk, dv, dout, out, lse, q, k, v, doc_start, B, T,
+                                         nh, nkv, hd);
+}
+
+/* the cuda table (a copy, so every entry it has, appended ones included)
+ * with the GEMM and the attention on tensor cores */
+static mt_backend_t make_bf16_table(void)
+{
+    mt_backend_t t = make_table();
+    t.name = "cuda_bf16";
+    t.matmul = t_matmul_fast_bf16;
+    t.attention_forward = t_attention_tc_forward;
+    t.attention_backward = t_attention_tc_backward;
+    return t;
+}
+
+static const mt_backend_t cuda_bf16_table = make_bf16_table();
+
+extern "C" const mt_backend_t *mt_backend_cuda_bf16(void)
+{
+    return &cuda_bf16_table;
 }
 
 /* ------------------------------------------------------------------ mt_cuda.h extras */

@@ -73,6 +73,11 @@ void *mt_cuda_scratch(const char *kernel, size_t bytes);
  * pointers are device pointers; bf16 tensors are uint16_t bit patterns. */
 void mt_cuda_launch_matmul(cudaStream_t s, float *c, const float *a, const float *b, int64_t m,
                            int64_t n, int64_t k, bool ta, bool tb, float beta);
+/* fp32 A, B, C on tensor cores: inputs down-converted to bf16 (exact for
+ * bf16-valued inputs), fp32 accumulation (the bf16-numerics table) */
+void mt_cuda_launch_matmul_fast_bf16(cudaStream_t s, float *c, const float *a, const float *b,
+                                     int64_t m, int64_t n, int64_t k, bool ta, bool tb,
+                                     float beta);
 void mt_cuda_launch_matmul_bf16(cudaStream_t s, uint16_t *c, const uint16_t *a,
                                 const uint16_t *b, int64_t m, int64_t n, int64_t k, bool ta,
                                 bool tb, float beta);
@@ -129,6 +134,19 @@ void mt_cuda_launch_attention_backward(cudaStream_t s, float *dq, float *dk, flo
                                        const float *q, const float *k, const float *v,
                                        const int32_t *doc_start, int64_t B, int64_t T,
                                        int64_t nh, int64_t nkv, int64_t hd);
+/* Tensor-core (bf16 WMMA) attention, cuda_attention_tc.cu: q, k, v, dout
+ * hold bf16 values in fp32.  Head dims 64 and 128 on compute capability
+ * >= 8.0 (mt_cuda_attention_tc_supported); anything else runs the fp32
+ * kernels above. */
+void mt_cuda_launch_attention_tc_forward(cudaStream_t s, float *out, float *lse, const float *q,
+                                         const float *k, const float *v,
+                                         const int32_t *doc_start, int64_t B, int64_t T,
+                                         int64_t nh, int64_t nkv, int64_t hd);
+void mt_cuda_launch_attention_tc_backward(cudaStream_t s, float *dq, float *dk, float *dv,
+                                          const float *dout, const float *out, const float *lse,
+                                          const float *q, const float *k, const float *v,
+                                          const int32_t *doc_start, int64_t B, int64_t T,
+                                          int64_t nh, int64_t nkv, int64_t hd);
 /* D[(b*nh + h)*T + t] = dout . out over head h of token (b, t) (rows of
  * nh*hd floats): the backward's row dots; with B = 1, T = nq it is the
  * block backward's D[h * nq + i]. */

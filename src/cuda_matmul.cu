@@ -2,7 +2,9 @@
  * conversions.
  *
  * fp32: cublasSgemm in the default math mode (no TF32), so the results
- * stay within a few fp32 ulps of the CPU's sgemm.  bf16: cublasLtMatmul
+ * stay within a few fp32 ulps of the CPU's sgemm.  fp32 on tensor cores
+ * (the bf16-numerics table, mt_backend_cuda_bf16): cublasGemmEx with fp32
+ * operands and CUBLAS_COMPUTE_32F_FAST_16BF.  bf16: cublasLtMatmul
  * with bf16 A, B and CUBLAS_COMPUTE_32F (fp32 accumulation, fp32
  * alpha/beta), C bf16 or fp32 (weight gradients accumulate in fp32).  Both are row-major through the usual trick: a row-major
  * [M,N] matrix is a column-major [N,M] one, so C^T = op(B)^T op(A)^T is
@@ -78,6 +80,35 @@ extern "C" void mt_cuda_launch_matmul(cudaStream_t s, float *c, const float *a, 
     CUBLAS_CHECK(cublasSgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                              (int)n, (int)m, (int)k, &alpha, b, (int)(tb ? k : n), a,
                              (int)(ta ? m : k), &beta, c, (int)n));
+}
+
+/* fp32 A, B, C with CUBLAS_COMPUTE_32F_FAST_16BF: cuBLAS converts A and B
+ * to bf16 (exact when they hold bf16 values, as in the bf16-numerics
+ * table) and runs the tensor cores with fp32 accumulation into the fp32
+ * C.  CUBLAS_GEMM_DEFAULT lets cuBLAS pick the kernel from the shape, the
+ * same one every call; with the handle's one stream and its default
+ * workspace and atomics not allowed (cuBLAS's defaults), the result is
+ * the same bits on every run on one GPU model and toolkit. */
+extern "C" void mt_cuda_launch_matmul_fast_bf16(cudaStream_t s, float *c, const float *a,
+                                                const float *b, int64_t m, int64_t n, int64_t k,
+                                                bool ta, bool tb, float beta)
+{
+    check_dims("matmul_fast_bf16", m, n, k);
+    if (m == 0 || n == 0)
+        return;
+    if (k == 0) {
+        mt_k_beta_only<float><<<mt_cuda_blocks(m * n, 256), 256, 0, s>>>(c, m * n, beta);
+        MT_CUDA_LAUNCH_CHECK("beta_only");
+        return;
+    }
+    cublasHandle_t h = (cublasHandle_t)mt_cuda_ctx("matmul_fast_bf16")->cublas;
+    CUBLAS_CHECK(cublasSetStream(h, s));
+    const float alpha = 1.0f;
+    /* column-major: C^T[n,m] = op(B)^T[n,k] op(A)^T[k,m], as the fp32 one */
+    CUBLAS_CHECK(cublasGemmEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                              (int)n, (int)m, (int)k, &alpha, b, CUDA_R_32F, (int)(tb ? k : n), a,
+                              CUDA_R_32F, (int)(ta ? m : k), &beta, c, CUDA_R_32F, (int)n,
+                              CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT));
 }
 
 /* cuBLASLt: bf16 A and B, C (and D, the same buffer) bf16 or fp32,

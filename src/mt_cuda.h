@@ -121,6 +121,28 @@ void mt_cuda_backend_free(void);
  * value (cross_entropy, ce_shard_finish, sum_squares) synchronise it. */
 const mt_backend_t *mt_backend_cuda(void);
 
+/* The table for mixed precision as bf16 numerics on fp32 storage
+ * (distributed.mp_policy.param_dtype bfloat16 with device cuda; the
+ * trainer selects it): every input of a GEMM or of attention is a float32
+ * tensor holding bf16 values (the model rounds with round_bf16).  The
+ * same table as mt_backend_cuda(), name "cuda_bf16", except:
+ *   matmul              tensor cores, CUBLAS_COMPUTE_32F_FAST_16BF (inputs
+ *                       converted to bf16, fp32 accumulation, fp32 C);
+ *   attention_forward,  bf16 WMMA FlashAttention (cuda_attention_tc.cu),
+ *   attention_backward  P and dS rounded to bf16 before their products,
+ *                       fp32 softmax and accumulators; head dims 64 and
+ *                       128 (others, and devices below sm_80: the fp32
+ *                       kernels).
+ * Inputs that are not bf16 values are rounded to bf16 by these entries.
+ * Results differ from the CPU backend's by the bounds of doc/gpu.md. */
+const mt_backend_t *mt_backend_cuda_bf16(void);
+
+/* Whether that table's attention runs on tensor cores for head dim hd on
+ * this rank's device (else it runs the fp32 kernels): hd 64 or 128,
+ * compute capability >= 8.0, enough opt-in shared memory.  Needs a bound
+ * device. */
+bool mt_cuda_attention_tc_supported(int64_t hd);
+
 /* The backend's stream (a cudaStream_t) and a blocking wait for it. */
 void *mt_cuda_stream(void);
 mt_status_t mt_cuda_synchronize(void);

@@ -19,14 +19,17 @@
 #   1. builds with --with-cuda --with-nccl out of tree (from ./configure,
 #      else a meshtrain-*.tar.gz from `make dist`, else ./autogen.sh);
 #   2. runs the kernel tests: the CPU kernels (tests/test_kernels), every
-#      CUDA kernel against them (tests/test_cuda_kernels) and the NCCL
-#      layer on one rank (tests/nccl-np1.mpi);
+#      CUDA kernel against them (tests/test_cuda_kernels), the bf16
+#      tensor-core table (tests/test_cuda_bf16) and the NCCL layer on one
+#      rank (tests/nccl-np1.mpi);
 #   3. trains 10 steps on one rank on the GPU (distributed.device=cuda) and
 #      on the CPU, dense and MoE, and compares the losses (2e-3 relative);
 #      then the throughput of a Llama-3.2-1B-shaped model (byte vocabulary)
 #      at sequence 2048: tokens/s and MFU against MT_PEAK_TFLOPS;
 #   4. runs the GEMM throughput micro-benchmark (bench/cuda_gemm_bench:
-#      bf16 cuBLASLt at Llama-1B shapes, TFLOP/s and MFU against 989);
+#      bf16 cuBLASLt at Llama-1B shapes, TFLOP/s and MFU against 989) and
+#      the attention one (bench/cuda_attention_bench: fp32 vs bf16
+#      tensor-core kernels, T 2048, 32/8 heads of 64, B 1..4);
 #   5. prints a short table last.
 # Exit status: 0 when every step that ran passed, 1 otherwise (a SKIP is
 # a failure here: on a GPU machine it means the device was not seen).  Logs are
@@ -129,7 +132,7 @@ fi
 
 # ---------------------------------------------------------------- 2. kernel tests
 # (a hung kernel must not eat the machine's time: each test gets 5 minutes)
-for t in tests/test_kernels tests/test_cuda_kernels tests/nccl-np1.mpi; do
+for t in tests/test_kernels tests/test_cuda_kernels tests/test_cuda_bf16 tests/nccl-np1.mpi; do
     base=${t%.mpi}  # automake names the .log and .trs without the extension
     (cd "$build" && MT_TEST_VERBOSE=1 timeout 300 make check TESTS="$t" \
         > "$logs/$(basename "$base").check.log" 2>&1)
@@ -144,14 +147,16 @@ done
 # memcheck and racecheck of the kernel test (shared-memory races in the
 # attention and reduction kernels are what reading cannot rule out)
 if [ "${MT_GPU_SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+    for t in test_cuda_kernels test_cuda_bf16; do
     for tool in memcheck racecheck; do
         if (cd "$build" && timeout 600 compute-sanitizer --tool "$tool" --error-exitcode 1 \
-                tests/test_cuda_kernels > "$logs/sanitizer-$tool.log" 2>&1); then
-            row "compute-sanitizer $tool" "ok" "tests/test_cuda_kernels"
+                tests/$t > "$logs/sanitizer-$tool-$t.log" 2>&1); then
+            row "compute-sanitizer $tool" "ok" "tests/$t"
         else
-            row "compute-sanitizer $tool" "FAIL" "see $logs/sanitizer-$tool.log"
+            row "compute-sanitizer $tool" "FAIL" "tests/$t: see $logs/sanitizer-$tool-$t.log"
             fail=1
         fi
+    done
     done
 fi
 
@@ -241,6 +246,21 @@ if (cd "$build" && make bench/cuda_gemm_bench > "$logs/bench-build.log" 2>&1); t
     esac
 else
     row "bf16 GEMM bench (Llama-1B shapes)" "FAIL" "does not build: $logs/bench-build.log"
+    fail=1
+fi
+# attention: fp32 (CUDA cores) vs bf16 tensor cores at the 1B shape; exit 1
+# when the two tables' outputs differ beyond the bf16 bound
+if (cd "$build" && make bench/cuda_attention_bench > "$logs/bench-attn-build.log" 2>&1); then
+    timeout 600 "$build/bench/cuda_attention_bench" --peak "$peak" > "$logs/attention_bench.log" 2>&1
+    rc=$?
+    cat "$logs/attention_bench.log"
+    case $rc in
+    0) row "attention bench (1B shape, B=4)" "ok" "$(sed -n 's/^RESULT //p' "$logs/attention_bench.log")" ;;
+    77) row "attention bench (1B shape, B=4)" "SKIP" "no CUDA device" ;;
+    *) row "attention bench (1B shape, B=4)" "FAIL" "exit $rc, see $logs/attention_bench.log"; fail=1 ;;
+    esac
+else
+    row "attention bench (1B shape, B=4)" "FAIL" "does not build: $logs/bench-attn-build.log"
     fail=1
 fi
 

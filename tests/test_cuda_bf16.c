@@ -1,0 +1,248 @@
+/* test_cuda_bf16: the bf16-numerics CUDA table (mt_backend_cuda_bf16)
+ * against the CPU backend, on inputs that hold bf16 values (as the model
+ * gives them under mp_policy.param_dtype bfloat16):
+ *  - the table is the cuda one except name, matmul and attention;
+ *  - matmul (cuBLAS, CUBLAS_COMPUTE_32F_FAST_16BF): the four transpose
+ *    combinations, beta 0 (C NaN: must not be read) and 1, odd sizes,
+ *    k = 0, and two runs giving the same bytes;
+ *  - attention forward/backward (tensor-core FlashAttention,
+ *    cuda_attention_tc.cu): plain causal, GQA, documents, T not a
+ *    multiple of the 64-row tile, one token, head dims 64 and 128; the
+ *    backward from the CPU's out/lse (each half alone) and from the GPU's
+ *    own (the chain training runs); forward and backward twice, same
+ *    bytes; head dim 48 falls back to the fp32 kernels and must equal
+ *    mt_backend_cuda()'s bits.
+ * Exits 77 (skip) without a CUDA device (the build machines): there it
+ * proves that the test builds and links.  One file, so mt_test.h's
+ * counters are all of it and reach the exit code directly (the
+ * tc_counts_t hand-over of test_cuda_kernels is for several files).
+ *
+ * Bounds (normwise, max |gpu - cpu| / max |cpu|; u = 2^-8 = 3.9e-3 is
+ * bf16's unit roundoff, fp32's is 6e-8):
+ *  - matmul 1e-4: the products of bf16 values are exact in fp32 and the
+ *    sums are fp32 (tensor-core accumulation may truncate instead of
+ *    rounding: a few fp32 ulps per addition, k <= 257 here), so the
+ *    difference is fp32 summation order, 1e-5-ish; 1e-4 still catches a
+ *    bf16-rounded result (>= u/2 = 2e-3) or a wrong transpose (O(1));
+ *  - attention out, dq, dk, dv 1.6e-2 = 4u: P (for P V and P^T dO) and
+ *    dS (for dS K and dS^T Q) are rounded to bf16, at most u relative
+ *    per term; independent errors over a row's terms give ~u/sqrt(3) =
+ *    2.3e-3 of the result for random inputs (the host emulation,
+ *    tests/emu/tc_emulate, measures 1e-3 to 3.2e-3), and 4u leaves room
+ *    for the tails and for cancellation in dS; a missed or extra key
+ *    tile is O(1/T) of a row and larger than that at these T;
+ *  - lse 1e-4: the scores and the row sum are fp32 (l adds the fp32 P);
+ *  - fallback (hd 48): bitwise equal to the fp32 CUDA table.
+ * Set MT_TEST_VERBOSE=1 to print every measured error. */
+#include "test_cuda_kernels.h"
+
+mt_cuda_arena_t tc_arena;
+const mt_backend_t *tc_cpu, *tc_gpu;
+int tc_verbose;
+
+#define MM_TOL 1e-4
+#define ATT_TOL 1.6e-2
+#define LSE_TOL 1e-4
+#define F(n) ((size_t)(n) * sizeof(float))
+
+/* uniform [-scale, scale) rounded to bf16 values */
+static float *rand_bf16(uint64_t *s, int64_t n, float scale)
+{
+    float *x = tc_rand(s, n, scale);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = tc_f32(tc_bf16(x[i]));
+    return x;
+}
+
+static void test_table(void)
+{
+    const mt_backend_t *c = mt_backend_cuda(), *b = mt_backend_cuda_bf16();
+    CHECK(b != NULL && b != c, "mt_backend_cuda_bf16 is its own table");
+    CHECK(strcmp(b->name, "cuda_bf16") == 0, "name %s", b->name);
+    CHECK(b->matmul != c->matmul && b->attention_forward != c->attention_forward &&
+              b->attention_backward != c->attention_backward,
+          "matmul and attention are replaced");
+    mt_backend_t x = *c, y = *b;
+    x.name = y.name = NULL;
+    x.matmul = y.matmul = NULL;
+    x.attention_forward = y.attention_forward = NULL;
+    x.attention_backward = y.attention_backward = NULL;
+    CHECK(memcmp(&x, &y, sizeof x) == 0, "every other entry is the cuda table's");
+}
+
+static void test_matmul(uint64_t *s)
+{
+    const int64_t shapes[2][3] = {{67, 45, 33}, {130, 77, 257}};
+    for (int sh = 0; sh < 2; sh++) {
+        const int64_t m = shapes[sh][0], n = shapes[sh][1], k = shapes[sh][2];
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                for (int acc = 0; acc < 2; acc++) {
+                    float *a = rand_bf16(s, m * k, 1.0f), *b = rand_bf16(s, k * n, 1.0f);
+                    float *c = rand_bf16(s, m * n, 1.0f);
+                    if (!acc) /* beta 0 must not read C, even NaN */
+                        for (int64_t i = 0; i < m * n; i++)
+                            c[i] = NAN;
+                    float *da = tc_up(a, F(m * k)), *db = tc_up(b, F(k * n));
+                    float *dc = tc_up(c, F(m * n)), *dc2 = tc_up(c, F(m * n));
+                    tc_cpu->matmul(c, a, b, m, n, k, ta, tb, acc ? 1.0f : 0.0f);
+                    tc_gpu->matmul(dc, da, db, m, n, k, ta, tb, acc ? 1.0f : 0.0f);
+                    tc_gpu->matmul(dc2, da, db, m, n, k, ta, tb, acc ? 1.0f : 0.0f);
+                    float *g = tc_down(dc, F(m * n)), *g2 = tc_down(dc2, F(m * n));
+                    char what[96];
+                    snprintf(what, sizeof what, "matmul_fast_bf16 %lldx%lldx%lld ta=%d tb=%d b=%d",
+                             (long long)m, (long long)n, (long long)k, ta, tb, acc);
+                    CHECK_CLOSE(what, g, c, m * n, MM_TOL);
+                    CHECK_SAME_BYTES(what, g, g2, F(m * n));
+                    free(a), free(b), free(c), free(g), free(g2);
+                    mt_cuda_arena_reset(&tc_arena);
+                }
+    }
+    /* k = 0: C = beta C */
+    float c[6] = {1, 2, 3, 4, 5, 6}, ref[6] = {2, 4, 6, 8, 10, 12};
+    float *dc = tc_up(c, sizeof c);
+    tc_gpu->matmul(dc, dc, dc, 2, 3, 0, false, false, 2.0f);
+    float *g = tc_down(dc, sizeof c);
+    CHECK_CLOSE("matmul_fast_bf16 k=0", g, ref, 6, 0.0);
+    free(g);
+    mt_cuda_arena_reset(&tc_arena);
+}
+
+/* doc_start of B rows of T tokens: documents of 1..T/3+1 tokens */
+static int32_t *make_docs(uint64_t *s, int64_t B, int64_t T)
+{
+    int32_t *doc = (int32_t *)malloc((size_t)(B * T) * sizeof(int32_t));
+    for (int64_t b = 0; b < B; b++) {
+        int64_t start = 0, left = 0;
+        for (int64_t t = 0; t < T; t++) {
+            if (left == 0) {
+                start = t;
+                left = 1 + (int64_t)(tc_rng_next(s) % (uint64_t)(T / 3 + 1));
+            }
+            doc[b * T + t] = (int32_t)start;
+            left--;
+        }
+    }
+    return doc;
+}
+
+static void check_att(const char *name, const char *tag, const float *got, const float *ref,
+                      int64_t n, double tol)
+{
+    char what[256];
+    snprintf(what, sizeof what, "%s %s", name, tag);
+    CHECK_CLOSE(what, got, ref, n, tol);
+}
+
+static void attention_case(uint64_t *s, int64_t B, int64_t T, int64_t nh, int64_t nkv,
+                           int64_t hd, int docs)
+{
+    char tag[96];
+    snprintf(tag, sizeof tag, "B=%lld T=%lld nh=%lld nkv=%lld hd=%lld%s", (long long)B,
+             (long long)T, (long long)nh, (long long)nkv, (long long)hd, docs ? " docs" : "");
+    if (tc_verbose)
+        printf(" bf16 attention %s\n", tag);
+    const bool tc = hd == 64 || hd == 128; /* else the fp32 fallback */
+    const double tol = tc ? ATT_TOL : 2e-5, ltol = tc ? LSE_TOL : 2e-5;
+    const int64_t nq = B * T * nh * hd, nk = B * T * nkv * hd, nl = B * nh * T;
+    float *q = rand_bf16(s, nq, 1.0f), *k = rand_bf16(s, nk, 1.0f), *v = rand_bf16(s, nk, 1.0f);
+    float *dout = rand_bf16(s, nq, 1.0f);
+    int32_t *doc = docs ? make_docs(s, B, T) : NULL;
+    float *out = malloc(F(nq)), *lse = malloc(F(nl)), *dq = malloc(F(nq)), *dk = malloc(F(nk));
+    float *dv = malloc(F(nk));
+    tc_cpu->attention_forward(out, lse, q, k, v, doc, B, T, nh, nkv, hd);
+    tc_cpu->attention_backward(dq, dk, dv, dout, out, lse, q, k, v, doc, B, T, nh, nkv, hd);
+
+    float *d_q = tc_up(q, F(nq)), *d_k = tc_up(k, F(nk)), *d_v = tc_up(v, F(nk));
+    float *d_dout = tc_up(dout, F(nq));
+    int32_t *d_doc = doc ? tc_up(doc, (size_t)(B * T) * 4) : NULL;
+    float *d_out = tc_dev(F(nq)), *d_lse = tc_dev(F(nl)), *d_dq = tc_dev(F(nq));
+    float *d_dk = tc_dev(F(nk)), *d_dv = tc_dev(F(nk));
+    tc_gpu->attention_forward(d_out, d_lse, d_q, d_k, d_v, d_doc, B, T, nh, nkv, hd);
+    /* backward from the CPU's out and lse: each half checked alone */
+    float *c_out = tc_up(out, F(nq)), *c_lse = tc_up(lse, F(nl));
+    tc_gpu->attention_backward(d_dq, d_dk, d_dv, d_dout, c_out, c_lse, d_q, d_k, d_v, d_doc, B, T,
+                               nh, nkv, hd);
+    float *g_out = tc_down(d_out, F(nq)), *g_lse = tc_down(d_lse, F(nl));
+    float *g_dq = tc_down(d_dq, F(nq)), *g_dk = tc_down(d_dk, F(nk)), *g_dv = tc_down(d_dv, F(nk));
+    check_att("bf16 attention out", tag, g_out, out, nq, tol);
+    check_att("bf16 attention lse", tag, g_lse, lse, nl, ltol);
+    check_att("bf16 attention dq", tag, g_dq, dq, nq, tol);
+    check_att("bf16 attention dk", tag, g_dk, dk, nk, tol);
+    check_att("bf16 attention dv", tag, g_dv, dv, nk, tol);
+
+    /* determinism: forward and backward again, same bytes */
+    char what[160];
+    snprintf(what, sizeof what, "bf16 attention twice %s", tag);
+    tc_gpu->attention_forward(d_out, d_lse, d_q, d_k, d_v, d_doc, B, T, nh, nkv, hd);
+    tc_gpu->attention_backward(d_dq, d_dk, d_dv, d_dout, c_out, c_lse, d_q, d_k, d_v, d_doc, B, T,
+                               nh, nkv, hd);
+    float *h_out = tc_down(d_out, F(nq)), *h_lse = tc_down(d_lse, F(nl));
+    float *h_dq = tc_down(d_dq, F(nq)), *h_dk = tc_down(d_dk, F(nk)), *h_dv = tc_down(d_dv, F(nk));
+    CHECK_SAME_BYTES(what, h_out, g_out, F(nq));
+    CHECK_SAME_BYTES(what, h_lse, g_lse, F(nl));
+    CHECK_SAME_BYTES(what, h_dq, g_dq, F(nq));
+    CHECK_SAME_BYTES(what, h_dk, g_dk, F(nk));
+    CHECK_SAME_BYTES(what, h_dv, g_dv, F(nk));
+
+    /* the chain training runs: the backward from the GPU's own out, lse */
+    tc_gpu->attention_backward(d_dq, d_dk, d_dv, d_dout, d_out, d_lse, d_q, d_k, d_v, d_doc, B,
+                               T, nh, nkv, hd);
+    float *x_dq = tc_down(d_dq, F(nq)), *x_dk = tc_down(d_dk, F(nk)), *x_dv = tc_down(d_dv, F(nk));
+    check_att("bf16 attention chain dq", tag, x_dq, dq, nq, tol);
+    check_att("bf16 attention chain dk", tag, x_dk, dk, nk, tol);
+    check_att("bf16 attention chain dv", tag, x_dv, dv, nk, tol);
+
+    if (!tc) { /* the fallback is the fp32 table's kernel, bit for bit */
+        const mt_backend_t *f32 = mt_backend_cuda();
+        f32->attention_forward(d_out, d_lse, d_q, d_k, d_v, d_doc, B, T, nh, nkv, hd);
+        float *f_out = tc_down(d_out, F(nq));
+        snprintf(what, sizeof what, "bf16 attention fallback = fp32 table %s", tag);
+        CHECK_SAME_BYTES(what, f_out, g_out, F(nq));
+        free(f_out);
+    }
+    free(q), free(k), free(v), free(dout), free(doc), free(out), free(lse), free(dq), free(dk);
+    free(dv), free(g_out), free(g_lse), free(g_dq), free(g_dk), free(g_dv), free(h_out);
+    free(h_lse), free(h_dq), free(h_dk), free(h_dv), free(x_dq), free(x_dk), free(x_dv);
+    mt_cuda_arena_reset(&tc_arena);
+}
+
+static void test_attention(uint64_t *s)
+{
+    attention_case(s, 2, 77, 4, 4, 64, 0);   /* plain causal, partial tile */
+    attention_case(s, 1, 200, 8, 2, 64, 0);  /* GQA 4 */
+    attention_case(s, 2, 150, 4, 2, 64, 1);  /* several documents */
+    attention_case(s, 1, 1000, 4, 1, 64, 1); /* longer rows, GQA 4, documents */
+    attention_case(s, 1, 130, 4, 1, 128, 1); /* hd 128 */
+    attention_case(s, 2, 256, 4, 2, 128, 0); /* hd 128, whole tiles only */
+    attention_case(s, 1, 1, 2, 2, 64, 0);    /* one token */
+    attention_case(s, 1, 50, 4, 2, 48, 1);   /* hd 48: the fp32 fallback */
+}
+
+int main(void)
+{
+    if (mt_cuda_device_count() == 0) {
+        printf("test_cuda_bf16: no CUDA device visible: skipping (exit 77)\n");
+        return 77;
+    }
+    tc_verbose = getenv("MT_TEST_VERBOSE") != NULL;
+    mt_cuda_arena_t backend_arena;
+    if (mt_cuda_arena_init(&backend_arena, "backend", (size_t)160 << 20) != MT_OK ||
+        mt_cuda_backend_init(&backend_arena, (size_t)64 << 20) != MT_OK ||
+        mt_cuda_arena_init(&tc_arena, "test", (size_t)256 << 20) != MT_OK) {
+        fprintf(stderr, "test_cuda_bf16: %s (%s)\nhint: %s\n", mt_error_message(),
+                mt_error_where(), mt_error_hint_text());
+        return 99;
+    }
+    tc_cpu = mt_backend_cpu();
+    tc_gpu = mt_backend_cuda_bf16();
+    uint64_t seed = 0x2545f4914f6cdd1dull;
+    test_table();
+    test_matmul(&seed);
+    test_attention(&seed);
+    tc_gpu->synchronize();
+    mt_cuda_arena_free(&tc_arena);
+    mt_cuda_backend_free();
+    mt_cuda_arena_free(&backend_arena);
+    return mt_test_exit("test_cuda_bf16");
+}
