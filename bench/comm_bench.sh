@@ -67,11 +67,11 @@ overrides() {
 # S = 4 P bytes (R = 2 P with reduce_dtype bfloat16: the gradients); the
 # head unit (final norm + lm_head) is gathered in forward and kept for
 # backward, so sharded parameters are gathered 2P - HEAD elements per step
-# (2 bytes each with param_dtype bfloat16; zero 1 and 2 gather float32
-# master rows whatever the dtype).
+# (2 bytes each with param_dtype bfloat16, zero 1 and 2 included: their
+# master weights are kept apart, so the rows they gather are bf16 values).
 analytic() {
     awk -v s="$1" -v P="$P" -v H="$HEAD" -v n="$np" -v pd="$pdtype" -v rd="$rdtype" 'BEGIN {
-        S = 4 * P; R = (rd == "bfloat16" ? 2 : 4) * P
+        S = (pd == "bfloat16" ? 2 : 4) * P; R = (rd == "bfloat16" ? 2 : 4) * P
         g = (pd == "bfloat16" ? 2 : 4) * (2 * P - H); ar = 0; ag = 0; rs = 0
         if (s == "ddp")        ar = 2 * (n - 1) / n * R
         else if (s == "zero1") { ar = 2 * (n - 1) / n * R; ag = (n - 1) / n * S }

@@ -243,7 +243,9 @@ static mt_status_t pick_backend(const mt_config_t *cfg, const mt_mesh_t *mesh,
         mt_status_t s = mt_cuda_setup(node, CUDA_SCRATCH_BYTES, &dev, &reserved);
         MPI_Comm_free(&node);
         MT_TRY(s);
-        *be = mt_backend_cuda();
+        /* bf16 compute: GEMMs and attention on tensor cores (doc/mixed-precision.md) */
+        *be = cfg->distributed.mp_policy.param_dtype == MT_DTYPE_BFLOAT16 ? mt_backend_cuda_bf16()
+                                                                          : mt_backend_cuda();
 #else
         (void)mesh;
         MT_FAIL(MT_ERR_UNSUPPORTED, "distributed.device cuda: this build has no CUDA backend "
