@@ -58,6 +58,12 @@ static const mt_cfg_enum_t device_enum[] = {
     {"cpu_guarded", MT_DEVICE_CPU_GUARDED, false},
     {NULL, 0, false}};
 
+static const mt_cfg_enum_t collectives_enum[] = {
+    {"auto", MT_COLL_AUTO, false},
+    {"nccl", MT_COLL_NCCL, false},
+    {"mpi", MT_COLL_MPI, false},
+    {NULL, 0, false}};
+
 static const mt_cfg_enum_t save_enum[] = {
     {"hdf5", MT_SAVE_HDF5, false},
     {"safetensors", MT_SAVE_SAFETENSORS, false},
@@ -228,6 +234,11 @@ const mt_cfg_key_t mt_cfg_keys[] = {
            "GPU count; on several ranks data, tensor and pipeline parallelism only, their "
            "transfers staged through host memory, doc/gpu.md) or cpu_guarded (the CPU kernels on memory "
            "that host code may not touch: a test that the trainer is ready for a device)."),
+    K_ENUM("distributed.collectives", distributed.collectives, collectives_enum, "auto",
+           "How collectives on GPU memory travel: nccl (the tensor- and data-parallel ones "
+           "on NCCL communicators, one per mesh group; needs one GPU per rank), mpi (MPI on "
+           "host copies, also when ranks share a GPU) or auto (nccl when the build has NCCL "
+           "and every rank has its own GPU, else mpi). Only with device cuda (doc/gpu.md)."),
     K_ENUM("distributed.pipeline.pp_schedule", distributed.pipeline.pp_schedule, schedule_enum,
            "1f1b",
            "One of 1f1b, gpipe, interleaved_1f1b (alias interleaved1f1b), looped_bfs, dfs, "
@@ -351,6 +362,10 @@ const char *mt_cfg_type_name(const mt_cfg_key_t *k)
 
 const char *mt_strategy_name(mt_strategy_t s) { return mt_cfg_enum_canonical(strategy_enum, (int)s); }
 const char *mt_device_name(mt_device_t d) { return mt_cfg_enum_canonical(device_enum, (int)d); }
+const char *mt_collectives_name(mt_collectives_t c)
+{
+    return mt_cfg_enum_canonical(collectives_enum, (int)c);
+}
 const char *mt_pp_schedule_name(mt_pp_schedule_t s) { return mt_cfg_enum_canonical(schedule_enum, (int)s); }
 const char *mt_dtype_name(mt_dtype_t d) { return mt_cfg_enum_canonical(dtype_enum, (int)d); }
 

@@ -210,6 +210,9 @@ static void check_sizes(vctx_t *v, int64_t world)
     dv->world_size = world;
     dv->dp_size = 0;
     dv->dp_replicate = 1;
+    if (d->collectives == MT_COLL_NCCL && d->device != MT_DEVICE_CUDA)
+        verr(v, "distributed.collectives", "nccl needs distributed.device cuda (the device is "
+             "%s): use collectives auto or mpi", mt_device_name(d->device));
     /* device memory on several ranks: the data-, tensor- and
      * pipeline-parallel transfers are staged through host buffers
      * (mt_stage.h); the context- and expert-parallel exchanges are not yet */

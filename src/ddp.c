@@ -4,6 +4,8 @@
 /* MPICH annotates MPI_STATUSES_IGNORE arguments with access sizes that
  * GCC 12 misreads as an overflow of a zero-sized region. */
 #pragma GCC diagnostic ignored "-Wstringop-overflow"
+#include <config.h>
+
 #include "mt_ddp.h"
 
 #include <stdio.h>
@@ -12,6 +14,18 @@
 
 #include "mt_comm.h"
 #include "mt_stage.h"
+#ifdef MT_HAVE_NCCL
+#include "mt_cuda.h"
+#include "mt_nccl.h"
+
+/* A bucket through NCCL, on device memory: no staging. */
+static void launch_nccl(mt_ddp_t *d, const mt_ddp_bucket_t *b)
+{
+    if (mt_nccl_all_reduce_f32(d->nccl, d->model->grad_mem + b->offset, (size_t)b->count, d->pad,
+                               d->reduce_bf16, (cudaStream_t)mt_cuda_stream()) != MT_OK)
+        mt_comm_fatal(d->comm, MPI_ERR_OTHER, "gradient bucket all-reduce (NCCL)");
+}
+#endif
 
 static void launch(mt_ddp_t *d, int64_t from)
 {
@@ -19,6 +33,13 @@ static void launch(mt_ddp_t *d, int64_t from)
         mt_ddp_bucket_t *b = &d->buckets[d->next];
         float *g = d->model->grad_mem + b->offset;
         int rc;
+#ifdef MT_HAVE_NCCL
+        if (d->nccl) {
+            launch_nccl(d, b);
+            d->next++;
+            continue;
+        }
+#endif
         if (d->wire) { /* final: round the bucket out (through the staging copy off the host) */
             uint16_t *w = d->wire + b->offset;
             mt_bf16_pack_from(d->model->be, w, g, d->staged ? d->staged + b->offset : NULL,
@@ -68,7 +89,13 @@ mt_status_t mt_ddp_init(mt_ddp_t *d, MPI_Comm comm, mt_model_t *m, int64_t bucke
     d->reqs = calloc((size_t)m->nparams, sizeof *d->reqs);
     if (!d->buckets || !d->reqs)
         MT_FAIL(MT_ERR_NOMEM, "ddp buckets");
-    if (d->size > 1 && mt_stage_needed(m->be) &&
+    d->reduce_bf16 = reduce_bf16;
+#ifdef MT_HAVE_NCCL
+    if (d->size > 1 && (d->nccl = mt_nccl_for(comm))) { /* device memory, no host copies */
+        reduce_bf16 = false; /* no host bf16 copy: the pad below */
+    }
+#endif
+    if (d->size > 1 && !d->nccl && mt_stage_needed(m->be) &&
         !(d->staged = malloc(sizeof(float) * (size_t)(m->numel > 0 ? m->numel : 1))))
         MT_FAIL(MT_ERR_NOMEM, "host staging copy of the gradients (%lld floats)",
                 (long long)m->numel);
@@ -90,6 +117,14 @@ mt_status_t mt_ddp_init(mt_ddp_t *d, MPI_Comm comm, mt_model_t *m, int64_t bucke
             end = start;
         }
     }
+    if (d->nccl && d->reduce_bf16) { /* one bucket's bf16 values at a time, in stream order */
+        int64_t most = 1;
+        for (int i = 0; i < d->nbuckets; i++)
+            most = d->buckets[i].count > most ? d->buckets[i].count : most;
+        d->pad_be = m->be;
+        if (!(d->pad = m->be->device_alloc(sizeof(uint16_t) * (size_t)most)))
+            MT_FAIL(MT_ERR_NOMEM, "device bf16 space for a gradient bucket");
+    }
     m->unit_hook = hook;
     m->hook_ctx = d;
     d->overlap = true;
@@ -106,6 +141,8 @@ void mt_ddp_free(mt_ddp_t *d)
     free(d->reqs);
     free(d->staged);
     free(d->wire);
+    if (d->pad)
+        d->pad_be->device_free(d->pad);
     mt_bf16_comm_free(&d->bf16);
     memset(d, 0, sizeof *d);
 }
@@ -123,6 +160,12 @@ mt_status_t mt_ddp_finish(mt_ddp_t *d)
     if (!d->sync)
         return MT_OK;
     launch(d, 0);
+#ifdef MT_HAVE_NCCL
+    if (d->nccl) { /* the compute stream waits for the buckets (on the device) */
+        d->sync = false;
+        return mt_nccl_join(d->nccl, (cudaStream_t)mt_cuda_stream());
+    }
+#endif
     mt_status_t s = mt_wait_all(d->nbuckets, d->reqs);
     d->sync = false;
     MT_TRY(s);

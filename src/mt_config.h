@@ -44,6 +44,8 @@ typedef enum { MT_DTYPE_FLOAT32, MT_DTYPE_BFLOAT16 } mt_dtype_t;
 /* Where the model computes: the CPU backend, the CUDA backend, or the CPU
  * kernels on guarded memory that host code may not touch (tests). */
 typedef enum { MT_DEVICE_CPU, MT_DEVICE_CUDA, MT_DEVICE_CPU_GUARDED } mt_device_t;
+/* distributed.collectives: how collectives on device memory travel */
+typedef enum { MT_COLL_AUTO, MT_COLL_NCCL, MT_COLL_MPI } mt_collectives_t;
 typedef enum { MT_SAVE_HDF5, MT_SAVE_SAFETENSORS } mt_save_format_t;
 
 /* Which app is validating: each adds its own rules. */
@@ -115,6 +117,7 @@ typedef struct {
     double ddp_bucket_cap_mb;
     int64_t timeout_s;
     mt_device_t device;
+    mt_collectives_t collectives;
     mt_pipeline_config_t pipeline;
     mt_moe_config_t moe;
     mt_mp_policy_t mp_policy;
@@ -240,6 +243,7 @@ void mt_config_write_reference(FILE *out);
 /* ---- names ---- */
 const char *mt_strategy_name(mt_strategy_t s);
 const char *mt_device_name(mt_device_t d);
+const char *mt_collectives_name(mt_collectives_t c);
 const char *mt_pp_schedule_name(mt_pp_schedule_t s);
 const char *mt_dtype_name(mt_dtype_t d);
 size_t mt_dtype_size(mt_dtype_t d);

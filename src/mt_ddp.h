@@ -46,6 +46,12 @@ typedef struct {
                                * backend's memory is not host memory, or NULL */
     uint16_t *wire;           /* bf16 copy of the gradient arena (reduce_bf16), or NULL */
     mt_bf16_comm_t bf16;
+    /* NCCL (distributed.collectives, doc/gpu.md): the group of comm
+     * (an mt_nccl_group_t) when the buckets go through NCCL on device
+     * memory, else NULL; pad: device bf16 space for one bucket */
+    void *nccl, *pad;
+    const mt_backend_t *pad_be;
+    bool reduce_bf16;
 } mt_ddp_t;
 
 /* Buckets over the model's parameters, in backward order; registers the

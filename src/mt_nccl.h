@@ -93,6 +93,26 @@ mt_status_t mt_nccl_send(mt_nccl_group_t *g, const void *buf, size_t count, nccl
 mt_status_t mt_nccl_recv(mt_nccl_group_t *g, void *buf, size_t count, ncclDataType_t type,
                          int peer, cudaStream_t compute);
 
+/* The data-parallel collectives on float32 device memory, each a whole
+ * sequence on g's stream (after the compute so far): with bf16 the values
+ * travel as bf16 (converted on g's stream, ncclBfloat16 sums) and land as
+ * float32 holding bf16 values.  `pad` is device memory of g->size x
+ * max(counts) wire elements (n for the all-reduce), reused in stream order.
+ *  all_gatherv:     rank r's counts[r] elements land at unit + displs[r];
+ *                   mine is this rank's part (it may lie inside unit);
+ *  reduce_scatterv: the sum over ranks of unit's part r lands in rank r's
+ *                   mine (counts[r] elements); NCCL needs equal parts, so
+ *                   they are padded to the largest;
+ *  all_reduce_f32:  x summed in place over n elements. */
+mt_status_t mt_nccl_all_gatherv(mt_nccl_group_t *g, const float *mine, float *unit,
+                                const int *counts, const int *displs, void *pad, int bf16,
+                                cudaStream_t compute);
+mt_status_t mt_nccl_reduce_scatterv(mt_nccl_group_t *g, const float *unit, float *mine,
+                                    const int *counts, const int *displs, void *pad, int bf16,
+                                    cudaStream_t compute);
+mt_status_t mt_nccl_all_reduce_f32(mt_nccl_group_t *g, float *x, size_t n, void *pad, int bf16,
+                                   cudaStream_t compute);
+
 /* Make `compute` wait (on the device) for g's collectives so far. */
 mt_status_t mt_nccl_join(mt_nccl_group_t *g, cudaStream_t compute);
 

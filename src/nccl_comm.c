@@ -355,6 +355,85 @@ mt_status_t mt_nccl_recv(mt_nccl_group_t *g, void *buf, size_t count, ncclDataTy
     return MT_OK;
 }
 
+/* ------------------------------------------------------------------ uneven parts, bf16 */
+
+static int max_count(const int *counts, int n)
+{
+    int m = 0;
+    for (int r = 0; r < n; r++)
+        m = counts[r] > m ? counts[r] : m;
+    return m;
+}
+
+/* dst <- src, n elements, both float32 or (wire side bf16) converted, on g's stream */
+static mt_status_t move(mt_nccl_group_t *g, void *dst, const void *src, int64_t n, int to_wire,
+                        int bf16)
+{
+    if (n <= 0)
+        return MT_OK;
+    if (bf16) {
+        mt_cuda_launch_convert(g->stream, dst, src, n, to_wire != 0);
+        return MT_OK;
+    }
+    MT_CUDA_TRY(cudaMemcpyAsync(dst, src, sizeof(float) * (size_t)n, cudaMemcpyDeviceToDevice,
+                                g->stream));
+    return MT_OK;
+}
+
+mt_status_t mt_nccl_all_gatherv(mt_nccl_group_t *g, const float *mine, float *unit,
+                                const int *counts, const int *displs, void *pad, int bf16,
+                                cudaStream_t compute)
+{
+    const char *what = bf16 ? "all_gather (bf16)" : "all_gather";
+    const size_t el = bf16 ? 2 : 4, mc = (size_t)max_count(counts, g->size);
+    char *p = pad;
+    MT_TRY(begin(g, compute, what));
+    MT_TRY(move(g, p + (size_t)g->rank * mc * el, mine, counts[g->rank], 1, bf16));
+    MT_TRY(nccl_poll(g, ncclAllGather(p + (size_t)g->rank * mc * el, p, mc,
+                                      bf16 ? ncclBfloat16 : ncclFloat32, g->comm, g->stream),
+                     what));
+    for (int r = 0; r < g->size; r++)
+        MT_TRY(move(g, unit + displs[r], p + (size_t)r * mc * el, counts[r], 0, bf16));
+    return end(g, ncclSuccess, what);
+}
+
+mt_status_t mt_nccl_reduce_scatterv(mt_nccl_group_t *g, const float *unit, float *mine,
+                                    const int *counts, const int *displs, void *pad, int bf16,
+                                    cudaStream_t compute)
+{
+    const char *what = bf16 ? "reduce_scatter (bf16)" : "reduce_scatter";
+    const size_t el = bf16 ? 2 : 4, mc = (size_t)max_count(counts, g->size);
+    char *p = pad;
+    MT_TRY(begin(g, compute, what));
+    /* each part at the start of its padded slot; the slots' tails sum into
+     * the tails, which nobody reads */
+    for (int r = 0; r < g->size; r++)
+        MT_TRY(move(g, p + (size_t)r * mc * el, unit + displs[r], counts[r], 1, bf16));
+    char *own = p + (size_t)g->rank * mc * el;
+    MT_TRY(nccl_poll(g, ncclReduceScatter(p, own, mc, bf16 ? ncclBfloat16 : ncclFloat32, ncclSum,
+                                          g->comm, g->stream),
+                     what));
+    MT_TRY(move(g, mine, own, counts[g->rank], 0, bf16));
+    return end(g, ncclSuccess, what);
+}
+
+mt_status_t mt_nccl_all_reduce_f32(mt_nccl_group_t *g, float *x, size_t n, void *pad, int bf16,
+                                   cudaStream_t compute)
+{
+    const char *what = bf16 ? "all_reduce (bf16)" : "all_reduce";
+    MT_TRY(begin(g, compute, what));
+    if (!bf16) {
+        MT_TRY(nccl_poll(g, ncclAllReduce(x, x, n, ncclFloat32, ncclSum, g->comm, g->stream),
+                         what));
+    } else {
+        MT_TRY(move(g, pad, x, (int64_t)n, 1, 1));
+        MT_TRY(nccl_poll(g, ncclAllReduce(pad, pad, n, ncclBfloat16, ncclSum, g->comm, g->stream),
+                         what));
+        MT_TRY(move(g, x, pad, (int64_t)n, 0, 1));
+    }
+    return end(g, ncclSuccess, what);
+}
+
 mt_status_t mt_nccl_join(mt_nccl_group_t *g, cudaStream_t compute)
 {
     MT_CUDA_TRY(cudaStreamWaitEvent(compute, g->done, 0));

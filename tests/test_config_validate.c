@@ -161,6 +161,10 @@ static const rule_case_t rule_cases[] = {
     /* distributed.device: several ranks off the CPU with data and tensor
      * parallelism only (staged collectives) */
     OK(1, D "device=cuda"),
+    OK(2, D "device=cuda;" D "collectives=nccl"),
+    OK(2, D "device=cpu;" D "collectives=mpi"),
+    BAD(1, D "collectives=nccl", "distributed.collectives: ",
+        "nccl needs distributed.device cuda (the device is cpu)"),
     OK(1, D "device=cpu_guarded"),
     OK(2, D "device=cpu"),
     OK(2, D "device=cuda"),
