@@ -224,9 +224,9 @@ const mt_cfg_key_t mt_cfg_keys[] = {
           "aborted with an error naming the collective and the axis (doc/gpu.md)."),
     K_ENUM("distributed.device", distributed.device, device_enum, "cpu",
            "Where the model computes: cpu, cuda (the GPU of the node-local rank modulo the "
-           "GPU count; on several ranks data, tensor and pipeline parallelism only, their "
-           "transfers staged through host memory, doc/gpu.md) or cpu_guarded (the CPU kernels on memory "
-           "that host code may not touch: a test that the trainer is ready for a device)."),
+           "GPU count; on several ranks every parallelism, its transfers staged through host "
+           "memory, doc/gpu.md) or cpu_guarded (the CPU kernels on memory that host code may "
+           "not touch: a test that the trainer is ready for a device)."),
     K_ENUM("distributed.pipeline.pp_schedule", distributed.pipeline.pp_schedule, schedule_enum,
            "1f1b",
            "One of 1f1b, gpipe, interleaved_1f1b (alias interleaved1f1b), looped_bfs, dfs, "
