@@ -22,7 +22,7 @@
 #    (1f1b, zero_bubble, and interleaved with fsdp2 over dp 2: the
 #    pipeline's sends and receives are staged too), each bit for bit
 #    against the plain CPU run of the same mesh (6 steps);
-#  - context and expert parallelism (4 steps each): cp 2 on packed rows
+#  - context and expert parallelism (3 steps each): cp 2 on packed rows
 #    (ring attention's K/V and dK/dV ring, document-masked block
 #    skipping); a MoE under ep 2 (the token all-to-alls), under ddp over
 #    2 ranks (the replicated experts' gradient all-reduce), and cp 2 x ep 2
@@ -71,7 +71,7 @@ mesh pp 2 $pipe=1f1b
 mesh ppzb 2 $pipe=zero_bubble
 mesh ppdp 4 $pipe=interleaved_1f1b model.num_hidden_layers=4
 app="$bindir/meshtrain-cp"
-common="$parity_common step_scheduler.max_steps=4 step_scheduler.ckpt_every_steps=3"
+common="$parity_common step_scheduler.max_steps=3 step_scheduler.ckpt_every_steps=3"
 mesh cp 2 distributed.cp_size=2 packed_sequence.packed_sequence_size=64
 common="$dense"
 
@@ -97,7 +97,7 @@ a, b = ([tuple(j[x] for x in k) for j in map(json.loads, open(f))] for f in sys.
 assert a == b and a and all(v[0] > 0 for v in a), (a, b)
 PY
 }
-common="$common step_scheduler.max_steps=4 step_scheduler.ckpt_every_steps=3"
+common="$common step_scheduler.max_steps=3 step_scheduler.ckpt_every_steps=3"
 moe_mesh mep 2 distributed.ep_size=2
 moe_mesh mddp 2 distributed.strategy=ddp
 moe_mesh mcpep 4 distributed.cp_size=2 distributed.ep_size=2
