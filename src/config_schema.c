@@ -231,9 +231,9 @@ const mt_cfg_key_t mt_cfg_keys[] = {
           "aborted with an error naming the collective and the axis (doc/gpu.md)."),
     K_ENUM("distributed.device", distributed.device, device_enum, "cpu",
            "Where the model computes: cpu, cuda (the GPU of the node-local rank modulo the "
-           "GPU count; on several ranks data, tensor and pipeline parallelism only, their "
-           "transfers staged through host memory, doc/gpu.md) or cpu_guarded (the CPU kernels on memory "
-           "that host code may not touch: a test that the trainer is ready for a device)."),
+           "GPU count; on several ranks every parallelism, its transfers staged through host "
+           "memory, doc/gpu.md) or cpu_guarded (the CPU kernels on memory that host code may "
+           "not touch: a test that the trainer is ready for a device)."),
     K_ENUM("distributed.collectives", distributed.collectives, collectives_enum, "auto",
            "How collectives on GPU memory travel: nccl (the tensor- and data-parallel ones "
            "on NCCL communicators, one per mesh group; needs one GPU per rank), mpi (MPI on "

@@ -213,26 +213,6 @@ static void check_sizes(vctx_t *v, int64_t world)
     if (d->collectives == MT_COLL_NCCL && d->device != MT_DEVICE_CUDA)
         verr(v, "distributed.collectives", "nccl needs distributed.device cuda (the device is "
              "%s): use collectives auto or mpi", mt_device_name(d->device));
-    /* device memory on several ranks: the data-, tensor- and
-     * pipeline-parallel transfers are staged through host buffers
-     * (mt_stage.h); the context- and expert-parallel exchanges are not yet */
-    if (d->device != MT_DEVICE_CPU && world > 1) {
-        char what[64] = "";
-        if (d->cp_size > 1)
-            snprintf(what, sizeof what, "context parallelism (cp_size = %lld)",
-                     (long long)d->cp_size);
-        else if (d->ep_size > 1)
-            snprintf(what, sizeof what, "expert parallelism (ep_size = %lld)",
-                     (long long)d->ep_size);
-        else if (cfg->model.num_experts > 0)
-            snprintf(what, sizeof what, "a MoE model (num_experts = %lld)",
-                     (long long)cfg->model.num_experts);
-        if (what[0])
-            verr(v, "distributed.device", "%s on %lld ranks: %s is not supported off the CPU "
-                 "in this release (only the data-, tensor- and pipeline-parallel transfers are "
-                 "staged through host memory; doc/gpu.md): use device cpu, or one rank",
-                 mt_device_name(d->device), (long long)world, what);
-    }
     if (world % model_par) {
         verr(v, size_culprit(v), "world size %lld is not divisible by tp_size x pp_size x cp_size "
              "= %lld x %lld x %lld = %lld", (long long)world, (long long)d->tp_size,

@@ -4,7 +4,9 @@
  * contiguous row datatype so counts and displacements are rows, not
  * floats.  It deliberately keeps no routing logic: the model decides what
  * goes where; this file only ships it and counts the bytes and seconds
- * (bench/moe_bench.sh reads them). */
+ * (bench/moe_bench.sh reads them).  The counts are host memory; the rows
+ * are the backend's and go through mt_stage_alltoallv (host copies off
+ * the plain CPU backend, MPI on the rows themselves on it). */
 #include "moe_dispatch.h"
 
 #include <stdlib.h>
@@ -20,10 +22,10 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-mt_status_t mt_moe_dispatch_init(mt_moe_dispatch_t *d, MPI_Comm ep)
+mt_status_t mt_moe_dispatch_init(mt_moe_dispatch_t *d, MPI_Comm ep, const mt_backend_t *be)
 {
     memset(d, 0, sizeof *d);
-    d->comm = ep;
+    d->comm = ep, d->be = be;
     d->row = MPI_DATATYPE_NULL;
     MT_MPI_TRY(MPI_Comm_size(ep, &d->size));
     MT_MPI_TRY(MPI_Comm_rank(ep, &d->rank));
@@ -41,6 +43,7 @@ void mt_moe_dispatch_free(mt_moe_dispatch_t *d)
     if (d->row != MPI_DATATYPE_NULL)
         MPI_Type_free(&d->row);
     free(d->sc), free(d->sd), free(d->rc), free(d->rd);
+    mt_stage_buf_free(&d->h_send), mt_stage_buf_free(&d->h_recv);
     memset(d, 0, sizeof *d);
 }
 
@@ -55,12 +58,14 @@ void mt_moe_dispatch_hook(void *ctx, mt_ep_op_t op, const void *send, const int6
 {
     mt_moe_dispatch_t *d = ctx;
     MPI_Request rq;
-    int rc;
+    int rc = MPI_SUCCESS;
+    bool ok;
     double t0 = now_s();
     if (op == MT_EP_COUNTS) {
         rc = MPI_Ialltoall(send, (int)width, MPI_INT64_T, recv, (int)width, MPI_INT64_T, d->comm,
                            &rq);
         d->bytes_sent += (int64_t)sizeof(int64_t) * width * (d->size - 1);
+        ok = rc == MPI_SUCCESS && mt_wait_all(1, &rq) == MT_OK;
     } else {
         if (d->row_width != width) {
             if (d->row != MPI_DATATYPE_NULL)
@@ -76,9 +81,10 @@ void mt_moe_dispatch_hook(void *ctx, mt_ep_op_t op, const void *send, const int6
             if (r != d->rank)
                 d->bytes_sent += (int64_t)sizeof(float) * width * scounts[r];
         }
-        rc = MPI_Ialltoallv(send, d->sc, d->sd, d->row, recv, d->rc, d->rd, d->row, d->comm, &rq);
+        ok = mt_stage_alltoallv(d->be, &d->h_send, &d->h_recv, send, d->sc, d->sd, recv, d->rc,
+                                d->rd, d->row, sizeof(float) * (size_t)width, d->comm) == MT_OK;
     }
-    if (rc != MPI_SUCCESS || mt_wait_all(1, &rq) != MT_OK)
+    if (!ok)
         mt_comm_fatal(d->comm, rc != MPI_SUCCESS ? rc : MPI_ERR_OTHER, "expert-parallel all-to-all");
     d->calls++;
     d->seconds += now_s() - t0;

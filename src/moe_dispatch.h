@@ -1,6 +1,8 @@
 /* moe_dispatch.h: the expert-parallel token exchange over MPI, behind the
  * model's ep_alltoall hook (mt_model.h, mt_ep_op_t).  The model stays
- * single-device; this is the only MoE code that knows MPI.  Not installed. */
+ * single-device; this is the only MoE code that knows MPI.  The rows are
+ * the backend's memory: off the plain CPU backend they are staged through
+ * host buffers (mt_stage.h).  Not installed. */
 #ifndef MT_MOE_DISPATCH_H
 #define MT_MOE_DISPATCH_H
 
@@ -8,11 +10,14 @@
 #include <stdint.h>
 
 #include "mt_model.h"
+#include "mt_stage.h"
 #include "mt_status.h"
 
 typedef struct {
     MPI_Comm comm;            /* the EP group (not owned) */
     int size, rank;
+    const mt_backend_t *be;   /* whose memory the rows are */
+    mt_stage_buf_t h_send, h_recv; /* host copies of the rows (staged only) */
     int *sc, *sd, *rc, *rd;   /* per-call counts and displacements, in rows */
     MPI_Datatype row;         /* `row_width` floats */
     int64_t row_width;
@@ -22,11 +27,12 @@ typedef struct {
     double seconds;
 } mt_moe_dispatch_t;
 
-mt_status_t mt_moe_dispatch_init(mt_moe_dispatch_t *d, MPI_Comm ep);
+mt_status_t mt_moe_dispatch_init(mt_moe_dispatch_t *d, MPI_Comm ep, const mt_backend_t *be);
 void mt_moe_dispatch_free(mt_moe_dispatch_t *d);
 
-/* The hook: MT_EP_COUNTS is an MPI_Alltoall of `width` int64 per rank,
- * MT_EP_ROWS an MPI_Alltoallv of rows of `width` floats.  Both wait
+/* The hook: MT_EP_COUNTS is an MPI_Alltoall of `width` int64 per rank
+ * (host memory), MT_EP_ROWS an MPI_Alltoallv of rows of `width` floats
+ * (be's memory; mt_stage_alltoallv).  Both wait
  * politely (mt_wait_all).  A failure mid-forward cannot be agreed on:
  * it aborts the job (mt_comm_fatal). */
 void mt_moe_dispatch_hook(void *ctx, mt_ep_op_t op, const void *send, const int64_t *scounts,

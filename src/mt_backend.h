@@ -250,9 +250,10 @@ const mt_backend_t *mt_backend_cpu_guarded(void);
 /* Strict: every tensor argument of a guarded call (not the scalar out
  * parameters like cross_entropy's count) must be the guarded backend's
  * memory or NULL; a host array handed to a kernel, which a GPU could not
- * read, stops the program the same way.  Off by default, since code
- * outside the model (the optimizer's state, ring attention's buffers)
- * still hands kernels host memory. */
+ * read, stops the program the same way.  Off by default; on from the
+ * first mt_backend_cpu_guarded() call when the environment sets
+ * MESHTRAIN_GUARD_STRICT to anything but 0 (the trainer's guarded runs in
+ * tests/device_guard.sh). */
 void mt_cpu_guard_strict(bool on);
 
 #ifdef __cplusplus

@@ -12,7 +12,8 @@
  * skipped.
  *
  * The functions take the communicator (never MPI_COMM_WORLD) and use the
- * backend's attention_block_* kernels; they allocate nothing after init.
+ * backend's attention_block_* kernels on its memory; they allocate nothing
+ * after init (but one host buffer at the first forward, when staged).
  * Not done here: sliding windows, zig-zag variants with more than two
  * chunks per rank, all-gather (non-ring) CP. */
 #ifndef MT_RING_ATTENTION_H
@@ -37,6 +38,17 @@ typedef struct {
     float *kv[2][2];     /* [buffer][k or v]: blocks travelling around the ring */
     float *dkv[2][2];    /* [buffer][dk or dv]: travelling gradient accumulators */
     float *dkv_in[2];    /* the accumulators arriving from the previous rank */
+    /* The buffers above are the backend's memory (be->device_alloc), as are
+     * the tensor arguments.  A backend MPI may not be handed directly
+     * (mt_stage.h: every one but the plain CPU backend) has its transfers
+     * run on host buffers, else these are NULL: [k or v] outgoing and
+     * incoming K/V, [buffer][dk or dv] outgoing and [dk or dv] incoming
+     * accumulators; and host copies of doc_start [B*Tl] (the block
+     * skipping reads it) and of lse's starting value [B*nh*Tl]. */
+    float *h_kv_out[2], *h_kv_in[2], *h_dkv_out[2][2], *h_dkv_in[2];
+    int32_t *h_doc;
+    float *h_lse;
+    int64_t h_lse_numel;
     /* Counters since init (or mt_ring_attention_reset_stats), for the
      * benchmark and the tests: block pairs computed and skipped, visible
      * (query, key) pairs computed per head (forward and backward each

@@ -10,11 +10,13 @@
  * size of what is in flight.  The plain CPU backend's memory is host
  * memory: nothing is staged and MPI works on it directly, as before.
  *
- * The pipeline's sends and receives stage in pp_exec.c itself (its send
- * buffers were host copies already).  Not staged: the context- and
- * expert-parallel exchanges (ring_attention.c, moe_dispatch.c,
- * train_moe.c); validation refuses those off the CPU on more than one
- * rank (doc/gpu.md). */
+ * Users: fsdp.c, ddp.c and train.c (data and tensor parallelism, with
+ * their own host regions for what they keep in flight), ring_attention.c
+ * (the context-parallel K/V and dK/dV ring, through the point-to-point
+ * helpers below), moe_dispatch.c (the expert-parallel row all-to-alls)
+ * and train_moe.c (the expert gradients' all-reduce; the sharded experts
+ * go through fsdp.c).  The pipeline's sends and receives stage in
+ * pp_exec.c itself (its messages carry the MoE routing totals too). */
 #ifndef MT_STAGE_H
 #define MT_STAGE_H
 
@@ -48,6 +50,27 @@ void mt_stage_buf_free(mt_stage_buf_t *s);
  * when be needs staging (mt_allreduce on x itself otherwise). */
 mt_status_t mt_stage_allreduce_sum(const mt_backend_t *be, mt_stage_buf_t *s, float *x, int n,
                                    MPI_Comm comm);
+
+/* Blocking MPI_Alltoallv (waiting politely, mt_wait_all) of `row`s of
+ * row_bytes each between send and recv in be's memory; counts and
+ * displacements are in rows, the displacements packed in rank order (each
+ * block right after the previous one).  Staged: the sent rows are copied
+ * out into hs, received into hr and copied in. */
+mt_status_t mt_stage_alltoallv(const mt_backend_t *be, mt_stage_buf_t *hs, mt_stage_buf_t *hr,
+                               const void *send, const int *scounts, const int *sdispls,
+                               void *recv, const int *rcounts, const int *rdispls,
+                               MPI_Datatype row, size_t row_bytes, MPI_Comm comm);
+
+/* Non-blocking point-to-point of n floats of be's memory.  host: NULL
+ * when !mt_stage_needed(be) (MPI then works on x itself), else a host
+ * buffer of n floats that belongs to the request until it completes.
+ * isend copies x into host first (x may change at once); after the wait
+ * that completes a receive, mt_stage_recv_finish copies it into x. */
+mt_status_t mt_stage_isend(const mt_backend_t *be, float *host, const float *x, int n, int dest,
+                           int tag, MPI_Comm comm, MPI_Request *rq);
+mt_status_t mt_stage_irecv(float *host, float *x, int n, int src, int tag, MPI_Comm comm,
+                           MPI_Request *rq);
+void mt_stage_recv_finish(const mt_backend_t *be, const float *host, float *x, int n);
 
 #ifdef __cplusplus
 }

@@ -19,7 +19,14 @@
  *
  * The loss of numerical identity with the dense kernel is only the order
  * of the softmax merges and of the dK/dV sums: parity is to rounding
- * (tests/test_ring_attention.c). */
+ * (tests/test_ring_attention.c).
+ *
+ * Memory: the blocks and accumulators are the backend's, touched only by
+ * its kernels and copies.  Off the plain CPU backend (mt_stage_needed) the
+ * transfers run on host buffers (mt_stage_isend / irecv / recv_finish:
+ * copied out before a send, in after a receive's wait), and the block
+ * skipping reads a host copy of doc_start; on the CPU backend MPI and the
+ * skipping work on the buffers themselves, as they always did. */
 #include <config.h>
 
 #include "mt_ring_attention.h"
@@ -31,8 +38,9 @@
 #include <string.h>
 
 #include "mt_comm.h"
+#include "mt_stage.h"
 
-enum { TAG_K = 701, TAG_V, TAG_DK, TAG_DV };
+enum { TAG_K = 701, TAG_V, TAG_DK, TAG_DV }; /* a pair: tag, tag + 1 */
 
 /* Queries per kernel call: MPICH moves a large message only while some MPI
  * call runs, so the ring tests its transfers between calls; 256 rows keep
@@ -57,15 +65,27 @@ mt_status_t mt_ring_attention_init(mt_ring_attention_t *ra, MPI_Comm comm, const
         MT_FAIL(MT_ERR_RANGE, "ring attention: a K/V shard of %lld elements is over one MPI "
                 "message (INT_MAX)", (long long)ra->kv_numel);
     size_t bytes = sizeof(float) * (size_t)ra->kv_numel;
+    const bool staged = mt_stage_needed(be);
     bool ok = true;
     for (int i = 0; i < 2; i++) {
-        ra->dkv_in[i] = malloc(bytes);
+        ra->dkv_in[i] = be->device_alloc(bytes);
         ok = ok && ra->dkv_in[i];
         for (int j = 0; j < 2; j++) {
-            ra->kv[i][j] = malloc(bytes);
-            ra->dkv[i][j] = malloc(bytes);
+            ra->kv[i][j] = be->device_alloc(bytes);
+            ra->dkv[i][j] = be->device_alloc(bytes);
             ok = ok && ra->kv[i][j] && ra->dkv[i][j];
         }
+    }
+    if (staged) {
+        for (int i = 0; i < 2; i++) {
+            ra->h_kv_out[i] = malloc(bytes), ra->h_kv_in[i] = malloc(bytes);
+            ra->h_dkv_in[i] = malloc(bytes);
+            ra->h_dkv_out[i][0] = malloc(bytes), ra->h_dkv_out[i][1] = malloc(bytes);
+            ok = ok && ra->h_kv_out[i] && ra->h_kv_in[i] && ra->h_dkv_in[i] &&
+                 ra->h_dkv_out[i][0] && ra->h_dkv_out[i][1];
+        }
+        ra->h_doc = malloc(sizeof(int32_t) * (size_t)(B * Tl));
+        ok = ok && ra->h_doc;
     }
     if (!ok) {
         mt_ring_attention_free(ra);
@@ -76,11 +96,14 @@ mt_status_t mt_ring_attention_init(mt_ring_attention_t *ra, MPI_Comm comm, const
 
 void mt_ring_attention_free(mt_ring_attention_t *ra)
 {
-    for (int i = 0; i < 2; i++) {
-        free(ra->dkv_in[i]);
+    for (int i = 0; ra->be && i < 2; i++) {
+        ra->be->device_free(ra->dkv_in[i]);
         for (int j = 0; j < 2; j++)
-            free(ra->kv[i][j]), free(ra->dkv[i][j]);
+            ra->be->device_free(ra->kv[i][j]), ra->be->device_free(ra->dkv[i][j]);
+        free(ra->h_kv_out[i]), free(ra->h_kv_in[i]), free(ra->h_dkv_in[i]);
+        free(ra->h_dkv_out[i][0]), free(ra->h_dkv_out[i][1]);
     }
+    free(ra->h_doc), free(ra->h_lse);
     memset(ra, 0, sizeof *ra);
 }
 
@@ -146,11 +169,12 @@ static void poke(int n, MPI_Request *rq)
 
 /* The 2 x 2 block pairs of this rank's queries against the K/V shard of
  * rank src: forward (dq NULL) merges into out/lse, backward adds into dq
- * and the accumulators dk/dv. */
+ * and the accumulators dk/dv.  doc_start is the kernels' (backend memory),
+ * h_doc the same on the host (for the skipping), both NULL unpacked. */
 static void compute_shard(mt_ring_attention_t *ra, int src, float *out, float *lse, float *dq,
                           float *dk, float *dv, const float *dout, const float *q, const float *k,
-                          const float *v, const int32_t *doc_start, int64_t nh, int npend,
-                          MPI_Request *pend)
+                          const float *v, const int32_t *doc_start, const int32_t *h_doc,
+                          int64_t nh, int npend, MPI_Request *pend)
 {
     const mt_backend_t *be = ra->be;
     const int64_t Tl = ra->Tl, C = Tl / 2, nkv = ra->nkv, hd = ra->hd;
@@ -162,7 +186,8 @@ static void compute_shard(mt_ring_attention_t *ra, int src, float *out, float *l
                 const int64_t k0 = chunk_start(C, src, ra->size, kc);
                 const int64_t qi = b * Tl + qc * C, ki = b * Tl + kc * C;
                 const int32_t *ds = doc_start ? doc_start + qi : NULL;
-                const int64_t pairs = visible_pairs(ds, C, q0, k0, C);
+                const int32_t *hds = h_doc ? h_doc + qi : NULL;
+                const int64_t pairs = visible_pairs(hds, C, q0, k0, C);
                 if (pairs == 0) {
                     ra->blocks_skipped++;
                     continue;
@@ -175,7 +200,7 @@ static void compute_shard(mt_ring_attention_t *ra, int src, float *out, float *l
                 for (int64_t p0 = 0; p0 < C; p0 += PIECE) {
                     const int64_t np = C - p0 < PIECE ? C - p0 : PIECE, qp = qi + p0;
                     const int32_t *dsp = ds ? ds + p0 : NULL;
-                    if (visible_pairs(dsp, np, q0 + p0, k0, C) == 0)
+                    if (visible_pairs(hds ? hds + p0 : NULL, np, q0 + p0, k0, C) == 0)
                         continue;
                     double t0 = MPI_Wtime();
                     float *lse_b = (float *)lse + b * nh * Tl + qc * C + p0;
@@ -194,18 +219,44 @@ static void compute_shard(mt_ring_attention_t *ra, int src, float *out, float *l
             }
 }
 
-/* Post the shift of (a, b) one step around the ring: receive into
- * (ra, rb) from the left, send (a, b) to the right. */
-static mt_status_t post_shift(mt_ring_attention_t *ra, const float *a, const float *b, float *ra_,
-                              float *rb_, int tag, MPI_Request *rq)
+/* Post the shift of a pair of shards one step around the ring: receive
+ * into in[0..1] from the left (requests rrq[0..1]), send out[0..1] to the
+ * right (srq[0..1]), through the host buffers h_in, h_out when staged
+ * (finish_pair completes the receives after their wait). */
+static mt_status_t post_pair(mt_ring_attention_t *ra, const float *const out[2],
+                             float *const h_out[2], float *const in[2], float *const h_in[2],
+                             int tag, MPI_Request *rrq, MPI_Request *srq)
 {
     const int P = ra->size, left = (ra->rank + P - 1) % P, right = (ra->rank + 1) % P;
     const int n = (int)ra->kv_numel;
-    MT_MPI_TRY(MPI_Irecv(ra_, n, MPI_FLOAT, left, tag, ra->comm, &rq[0]));
-    MT_MPI_TRY(MPI_Irecv(rb_, n, MPI_FLOAT, left, tag + 1, ra->comm, &rq[1]));
-    MT_MPI_TRY(MPI_Isend(a, n, MPI_FLOAT, right, tag, ra->comm, &rq[2]));
-    MT_MPI_TRY(MPI_Isend(b, n, MPI_FLOAT, right, tag + 1, ra->comm, &rq[3]));
+    for (int i = 0; i < 2; i++)
+        MT_TRY(mt_stage_irecv(h_in[i], in[i], n, left, tag + i, ra->comm, &rrq[i]));
+    for (int i = 0; i < 2; i++)
+        MT_TRY(mt_stage_isend(ra->be, h_out[i], out[i], n, right, tag + i, ra->comm, &srq[i]));
     return MT_OK;
+}
+
+static void finish_pair(mt_ring_attention_t *ra, float *const h_in[2], float *const in[2])
+{
+    for (int i = 0; i < 2; i++)
+        mt_stage_recv_finish(ra->be, h_in[i], in[i], (int)ra->kv_numel);
+}
+
+/* The K/V shift: (k, v) out, into kv[nb] (rq[0..3]). */
+static mt_status_t post_shift(mt_ring_attention_t *ra, const float *k, const float *v, int nb,
+                              MPI_Request *rq)
+{
+    const float *const out[2] = {k, v};
+    return post_pair(ra, out, ra->h_kv_out, ra->kv[nb], ra->h_kv_in, TAG_K, rq, rq + 2);
+}
+
+/* doc_start for the block skipping: itself, or its host copy when staged */
+static const int32_t *host_doc(mt_ring_attention_t *ra, const int32_t *doc_start)
+{
+    if (!doc_start || !ra->h_doc)
+        return doc_start;
+    ra->be->copy_to_host(ra->h_doc, doc_start, sizeof(int32_t) * (size_t)(ra->B * ra->Tl));
+    return ra->h_doc;
 }
 
 mt_status_t mt_ring_attention_forward(mt_ring_attention_t *ra, float *out, float *lse,
@@ -213,21 +264,36 @@ mt_status_t mt_ring_attention_forward(mt_ring_attention_t *ra, float *out, float
                                       const int32_t *doc_start, int64_t nh)
 {
     const int P = ra->size;
-    const int64_t nq = ra->B * ra->Tl;
-    memset(out, 0, sizeof(float) * (size_t)(nq * nh * ra->hd));
-    for (int64_t i = 0; i < nq * nh; i++)
-        lse[i] = -INFINITY;
+    const int64_t nq = ra->B * ra->Tl, nl = nq * nh;
+    ra->be->zero(out, sizeof(float) * (size_t)(nq * nh * ra->hd));
+    /* lse starts at -inf: written in place, or on the host and copied in */
+    float *l0 = lse;
+    if (mt_stage_needed(ra->be)) {
+        if (ra->h_lse_numel < nl) {
+            float *h = realloc(ra->h_lse, sizeof(float) * (size_t)nl);
+            if (!h)
+                MT_FAIL(MT_ERR_NOMEM, "ring attention: host lse of %lld floats", (long long)nl);
+            ra->h_lse = h, ra->h_lse_numel = nl;
+        }
+        l0 = ra->h_lse;
+    }
+    for (int64_t i = 0; i < nl; i++)
+        l0[i] = -INFINITY;
+    if (l0 != lse)
+        ra->be->copy_to_device(lse, l0, sizeof(float) * (size_t)nl);
+    const int32_t *h_doc = host_doc(ra, doc_start);
     const float *ck = k, *cv = v;
     int nb = 0;
     for (int s = 0; s < P; s++) {
         MPI_Request rq[4] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL,
                              MPI_REQUEST_NULL};
         if (s < P - 1)
-            MT_TRY(post_shift(ra, ck, cv, ra->kv[nb][0], ra->kv[nb][1], TAG_K, rq));
+            MT_TRY(post_shift(ra, ck, cv, nb, rq));
         compute_shard(ra, (ra->rank - s + P) % P, out, lse, NULL, NULL, NULL, NULL, q, ck, cv,
-                      doc_start, nh, s < P - 1 ? 4 : 0, rq);
+                      doc_start, h_doc, nh, s < P - 1 ? 4 : 0, rq);
         if (s < P - 1) {
             MT_TRY(wait_timed(ra, 4, rq, 0));
+            finish_pair(ra, ra->h_kv_in, ra->kv[nb]);
             ck = ra->kv[nb][0], cv = ra->kv[nb][1];
             nb ^= 1;
         }
@@ -240,10 +306,12 @@ mt_status_t mt_ring_attention_backward(mt_ring_attention_t *ra, float *dq, float
                                        const float *q, const float *k, const float *v,
                                        const int32_t *doc_start, int64_t nh)
 {
-    const int P = ra->size, left = (ra->rank + P - 1) % P, right = (ra->rank + 1) % P;
+    const int P = ra->size;
     const int64_t n = ra->kv_numel;
     const size_t bytes = sizeof(float) * (size_t)n;
-    memset(dq, 0, sizeof(float) * (size_t)(ra->B * ra->Tl * nh * ra->hd));
+    const mt_backend_t *be = ra->be;
+    be->zero(dq, sizeof(float) * (size_t)(ra->B * ra->Tl * nh * ra->hd));
+    const int32_t *h_doc = host_doc(ra, doc_start);
     /* rq[0..3] the K/V shift, [4..5] the incoming dK/dV, [6..9] the
      * outgoing dK/dV of the last two steps (buffer ab at 6 + 2 * ab) */
     MPI_Request rq[10];
@@ -255,31 +323,33 @@ mt_status_t mt_ring_attention_backward(mt_ring_attention_t *ra, float *dq, float
         const int ab = s % 2;
         float *acc_k = ra->dkv[ab][0], *acc_v = ra->dkv[ab][1];
         if (s < P - 1)
-            MT_TRY(post_shift(ra, ck, cv, ra->kv[nb][0], ra->kv[nb][1], TAG_K, rq));
+            MT_TRY(post_shift(ra, ck, cv, nb, rq));
         MT_TRY(wait_timed(ra, 2, rq + 6 + 2 * ab, -1)); /* this buffer's send from step s - 2 */
-        memset(acc_k, 0, bytes);
-        memset(acc_v, 0, bytes);
+        be->zero(acc_k, bytes);
+        be->zero(acc_v, bytes);
         compute_shard(ra, (ra->rank - s + P) % P, (float *)out, (float *)lse, dq, acc_k, acc_v,
-                      dout, q, ck, cv, doc_start, nh, 10, rq);
+                      dout, q, ck, cv, doc_start, h_doc, nh, 10, rq);
         if (s > 0) { /* the shard's partial sum from the ranks before */
             MT_TRY(wait_timed(ra, 2, rq + 4, 1));
-            ra->be->add(acc_k, ra->dkv_in[0], n);
-            ra->be->add(acc_v, ra->dkv_in[1], n);
+            finish_pair(ra, ra->h_dkv_in, ra->dkv_in);
+            be->add(acc_k, ra->dkv_in[0], n);
+            be->add(acc_v, ra->dkv_in[1], n);
         }
-        MT_MPI_TRY(MPI_Irecv(ra->dkv_in[0], (int)n, MPI_FLOAT, left, TAG_DK, ra->comm, &rq[4]));
-        MT_MPI_TRY(MPI_Irecv(ra->dkv_in[1], (int)n, MPI_FLOAT, left, TAG_DV, ra->comm, &rq[5]));
-        MT_MPI_TRY(MPI_Isend(acc_k, (int)n, MPI_FLOAT, right, TAG_DK, ra->comm, &rq[6 + 2 * ab]));
-        MT_MPI_TRY(MPI_Isend(acc_v, (int)n, MPI_FLOAT, right, TAG_DV, ra->comm, &rq[7 + 2 * ab]));
+        const float *const acc[2] = {acc_k, acc_v};
+        MT_TRY(post_pair(ra, acc, ra->h_dkv_out[ab], ra->dkv_in, ra->h_dkv_in, TAG_DK, rq + 4,
+                         rq + 6 + 2 * ab));
         if (s < P - 1) {
             MT_TRY(wait_timed(ra, 4, rq, 0));
+            finish_pair(ra, ra->h_kv_in, ra->kv[nb]);
             ck = ra->kv[nb][0], cv = ra->kv[nb][1];
             nb ^= 1;
         }
     }
     /* after P steps this rank's own shard has come home, summed over all */
     MT_TRY(wait_timed(ra, 6, rq + 4, 1));
-    memcpy(dk, ra->dkv_in[0], bytes);
-    memcpy(dv, ra->dkv_in[1], bytes);
+    finish_pair(ra, ra->h_dkv_in, ra->dkv_in);
+    be->copy(dk, ra->dkv_in[0], bytes);
+    be->copy(dv, ra->dkv_in[1], bytes);
     return MT_OK;
 }
 

@@ -37,3 +37,52 @@ mt_status_t mt_stage_allreduce_sum(const mt_backend_t *be, mt_stage_buf_t *s, fl
     be->copy_to_device(x, h, bytes);
     return MT_OK;
 }
+
+mt_status_t mt_stage_alltoallv(const mt_backend_t *be, mt_stage_buf_t *hs, mt_stage_buf_t *hr,
+                               const void *send, const int *scounts, const int *sdispls,
+                               void *recv, const int *rcounts, const int *rdispls,
+                               MPI_Datatype row, size_t row_bytes, MPI_Comm comm)
+{
+    MPI_Request rq;
+    if (!mt_stage_needed(be)) {
+        MT_MPI_TRY(MPI_Ialltoallv(send, scounts, sdispls, row, recv, rcounts, rdispls, row, comm,
+                                  &rq));
+        return mt_wait_all(1, &rq);
+    }
+    int size;
+    MT_MPI_TRY(MPI_Comm_size(comm, &size));
+    size_t ns = 0, nr = 0; /* rows: the blocks are packed */
+    for (int r = 0; r < size; r++)
+        ns += (size_t)scounts[r], nr += (size_t)rcounts[r];
+    void *s = mt_stage_reserve(hs, ns * row_bytes), *r = mt_stage_reserve(hr, nr * row_bytes);
+    if (!s || !r)
+        MT_FAIL(MT_ERR_NOMEM, "host staging buffers of %zu and %zu bytes for an all-to-all",
+                ns * row_bytes, nr * row_bytes);
+    be->copy_to_host(s, send, ns * row_bytes);
+    MT_MPI_TRY(MPI_Ialltoallv(s, scounts, sdispls, row, r, rcounts, rdispls, row, comm, &rq));
+    MT_TRY(mt_wait_all(1, &rq));
+    be->copy_to_device(recv, r, nr * row_bytes);
+    return MT_OK;
+}
+
+mt_status_t mt_stage_isend(const mt_backend_t *be, float *host, const float *x, int n, int dest,
+                           int tag, MPI_Comm comm, MPI_Request *rq)
+{
+    if (host)
+        be->copy_to_host(host, x, sizeof(float) * (size_t)n);
+    MT_MPI_TRY(MPI_Isend(host ? host : x, n, MPI_FLOAT, dest, tag, comm, rq));
+    return MT_OK;
+}
+
+mt_status_t mt_stage_irecv(float *host, float *x, int n, int src, int tag, MPI_Comm comm,
+                           MPI_Request *rq)
+{
+    MT_MPI_TRY(MPI_Irecv(host ? host : x, n, MPI_FLOAT, src, tag, comm, rq));
+    return MT_OK;
+}
+
+void mt_stage_recv_finish(const mt_backend_t *be, const float *host, float *x, int n)
+{
+    if (host)
+        be->copy_to_device(x, host, sizeof(float) * (size_t)n);
+}

@@ -20,7 +20,13 @@
  * The load-balancing loss needs each micro-batch's routing totals over
  * all its tokens and MoE layers: the pipeline carries them between
  * stages (pp_exec.c), and route_sum adds them up over the cp x tp ranks
- * that hold the micro-batch's other tokens. */
+ * that hold the micro-batch's other tokens.
+ *
+ * Off the plain CPU backend the expert arena is the backend's memory: the
+ * replicated experts' all-reduce stages through a host copy (mt_stage.h),
+ * the sharded experts' collectives are fsdp.c's (staged there), the
+ * dispatch stages its rows (moe_dispatch.c); the routing totals and the
+ * load counters are host memory by design (model_moe.h). */
 #include "train_moe.h"
 
 #include <stdlib.h>
@@ -107,7 +113,7 @@ mt_status_t mt_train_moe_init(mt_train_moe_t *t, mt_model_t *m, const mt_config_
     t->counts_aux = tok_rank == 0;
     if (t->ep > 1) {
         t->ep_comm = mesh->group[MT_GROUP_EP];
-        MT_TRY(mt_moe_dispatch_init(&t->dispatch, t->ep_comm));
+        MT_TRY(mt_moe_dispatch_init(&t->dispatch, t->ep_comm, m->be));
         mt_moe_dispatch_attach(&t->dispatch, m);
     }
     t->coef = cfg->model.router_aux_loss_coef;
@@ -160,6 +166,7 @@ void mt_train_moe_free(mt_train_moe_t *t)
     if (t->tokens != MPI_COMM_NULL)
         MPI_Comm_free(&t->tokens);
     mt_adamw_free(&t->opt);
+    mt_stage_buf_free(&t->stage);
     free(t->load);
     free(t->sparse);
     free(t->unit_lo);
@@ -317,10 +324,11 @@ mt_status_t mt_train_moe_grad_sumsq(mt_train_moe_t *t, mt_model_t *m, double *su
     int nrep = 1, rep_rank = 0;
     MPI_Comm_size(t->rep, &nrep);
     MPI_Comm_rank(t->rep, &rep_rank);
-    /* one message per step: the expert arena is contiguous */
+    /* one message per step: the expert arena is contiguous (staged
+     * through a host copy off the plain CPU backend) */
     for (int64_t o = 0; nrep > 1 && o < x->numel; o += 1 << 30) {
         int n = (int)(x->numel - o < (1 << 30) ? x->numel - o : 1 << 30);
-        MT_TRY(mt_allreduce(MPI_IN_PLACE, x->grad_mem + o, n, MPI_FLOAT, MPI_SUM, t->rep));
+        MT_TRY(mt_stage_allreduce_sum(m->be, &t->stage, x->grad_mem + o, n, t->rep));
     }
     if (t->post_scale != 1.0f)
         mt_grad_scale(&t->view, t->seg, t->nseg, t->post_scale);

@@ -6,28 +6,35 @@
 # calls; kernels_cpu_guard.c): any host access to a parameter, gradient,
 # optimizer moment or activation by the model, the optimizer, clipping,
 # the checkpoint I/O or the MoE bookkeeping kills the run with the
-# address and the allocation it hit.  A GPU run needs exactly this
-# discipline, so this is the CPU-side proof that one rank can train on
+# address and the allocation it hit; and strict (MESHTRAIN_GUARD_STRICT)
+# so is a host array handed to a kernel.  A GPU run needs exactly this
+# discipline, so this is the CPU-side proof that the trainer can run on
 # the CUDA backend.  Each guarded run must reproduce its plain CPU run
 # bit for bit (losses and gradient norms, tolerance 0), and so must a
 # guarded resume from a guarded checkpoint (staged through host copies):
 #  - the dense small model with a validation set;
 #  - a MoE (4 experts, top 2, a shared expert, bias balancing) with
 #    activation checkpointing that keeps the router;
-#  - several ranks, whose data- and tensor-parallel collectives are staged
-#    through host buffers (mt_stage.h): ddp, fsdp2 (with and without
-#    resharding after forward, and HSDP on 4 ranks, resumed from a guarded
-#    sharded checkpoint), megatron_fsdp zero 3 and tp 2 with sequence
-#    parallelism, and pp 2 (1f1b, zero_bubble, and interleaved with fsdp2
-#    over dp 2: the pipeline's sends and receives are staged too), each bit
-#    for bit against the plain CPU run of the same mesh (6 steps);
-#  - context parallelism and a MoE model on more than one rank are refused
-#    (their exchanges are not staged yet).
+#  - several ranks, whose collectives are staged through host buffers
+#    (mt_stage.h): ddp, fsdp2 (with and without resharding after forward,
+#    and HSDP on 4 ranks, resumed from a guarded sharded checkpoint),
+#    megatron_fsdp zero 3 and tp 2 with sequence parallelism, and pp 2
+#    (1f1b, zero_bubble, and interleaved with fsdp2 over dp 2: the
+#    pipeline's sends and receives are staged too), each bit for bit
+#    against the plain CPU run of the same mesh (6 steps);
+#  - context and expert parallelism (3 steps each): cp 2 on packed rows
+#    (ring attention's K/V and dK/dV ring, document-masked block
+#    skipping); a MoE under ep 2 (the token all-to-alls), under ddp over
+#    2 ranks (the replicated experts' gradient all-reduce), and cp 2 x ep 2
+#    on 4 ranks (ring attention in the MoE model, the experts sharded over
+#    their 2 replicas, the routing totals summed over cp), bit for bit
+#    with the aux loss.
 . "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
 cfg="$small_cfg"
 val="dataset.validation_path=$data step_scheduler.val_every_steps=10"
 common="$parity_common $val step_scheduler.max_steps=12"
 g="distributed.device=cpu_guarded"
+export MESHTRAIN_GUARD_STRICT=1
 
 train d1 1
 train dg 1 $g
@@ -63,10 +70,9 @@ pipe="distributed.pp_size=2 step_scheduler.local_batch_size=4 distributed.pipeli
 mesh pp 2 $pipe=1f1b
 mesh ppzb 2 $pipe=zero_bubble
 mesh ppdp 4 $pipe=interleaved_1f1b model.num_hidden_layers=4
-expect_rc 1 np 2 "$bindir/meshtrain-dense" --config "$cfg" $common $g checkpoint.enabled=false \
-    distributed.cp_size=2
-expect_in "$err" "cpu_guarded on 2 ranks: context parallelism (cp_size = 2) is not supported" \
-    "context parallelism off the CPU refused"
+app="$bindir/meshtrain-cp"
+common="$parity_common step_scheduler.max_steps=3 step_scheduler.ckpt_every_steps=3"
+mesh cp 2 distributed.cp_size=2 packed_sequence.packed_sequence_size=64
 common="$dense"
 
 app="$bindir/meshtrain-moe"
@@ -80,7 +86,19 @@ compare_losses "$workdir/m1.jsonl" "$workdir/mg.jsonl" "MoE, guarded" 0 0
 train mr 1 $g checkpoint.resume="$workdir/mg/step_00000010"
 compare_losses "$workdir/m1.jsonl" "$workdir/mr.jsonl" "MoE, guarded resume" 11 0
 
-expect_rc 1 np 2 "$app" --config "$cfg" $common $g checkpoint.enabled=false
-expect_in "$err" "a MoE model (num_experts = 4) is not supported off the CPU" \
-    "a MoE model on more ranks refused"
+# the aux loss too: the routing totals and the experts' load
+moe_mesh() {
+    mesh "$@"
+    checks=$((checks + 1))
+    python3 - "$workdir/$mesh_name.jsonl" "$workdir/${mesh_name}g.jsonl" <<'PY' || fail "$mesh_name, guarded: aux losses or expert loads differ"
+import json, sys
+k = ("aux_loss", "expert_load_min", "expert_load_max")
+a, b = ([tuple(j[x] for x in k) for j in map(json.loads, open(f))] for f in sys.argv[1:])
+assert a == b and a and all(v[0] > 0 for v in a), (a, b)
+PY
+}
+common="$common step_scheduler.max_steps=3 step_scheduler.ckpt_every_steps=3"
+moe_mesh mep 2 distributed.ep_size=2
+moe_mesh mddp 2 distributed.strategy=ddp
+moe_mesh mcpep 4 distributed.cp_size=2 distributed.ep_size=2
 finish

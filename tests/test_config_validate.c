@@ -158,8 +158,7 @@ static const rule_case_t rule_cases[] = {
     /* ... but only when set to something other than the default */
     OK(2, DDP D "overlap_grad_reduce=true;" D "zero_dp_strategy=3"),
     /* zero_dp_strategy in 0..3 */
-    /* distributed.device: several ranks off the CPU with data and tensor
-     * parallelism only (staged collectives) */
+    /* distributed.device: several ranks off the CPU (staged collectives) */
     OK(1, D "device=cuda"),
     OK(2, D "device=cuda;" D "collectives=nccl"),
     OK(2, D "device=cpu;" D "collectives=mpi"),
@@ -175,13 +174,12 @@ static const rule_case_t rule_cases[] = {
     OK(2, D "device=cpu;" PP2 "1f1b"),
     OK(1, D "device=cpu_guarded;model.num_experts=4"),
     OK(2, D "device=cuda;" PP2 "1f1b"),
-    BAD(4, D "device=cpu_guarded;" D "cp_size=2", "distributed.device: ", "cpu_guarded on 4 "
-        "ranks: context parallelism (cp_size = 2) is not supported off the CPU in this release "
-        "(only the data-, tensor- and pipeline-parallel transfers are staged"),
-    BAD(2, D "device=cpu_guarded;" D "ep_size=2;model.num_experts=4", "distributed.device: ",
-        "expert parallelism (ep_size = 2)"),
-    BAD(2, D "device=cuda;model.num_experts=4", "distributed.device: ",
-        "a MoE model (num_experts = 4)"),
+    /* ... and context and expert parallelism and MoE models (their
+     * exchanges staged too) */
+    OK(4, D "device=cpu_guarded;" D "cp_size=2"),
+    OK(2, D "device=cpu_guarded;" D "ep_size=2;model.num_experts=4"),
+    OK(2, D "device=cuda;model.num_experts=4"),
+    OK(4, D "device=cuda;" D "cp_size=2;" D "ep_size=2;model.num_experts=4"),
     OK(1, MEG D "zero_dp_strategy=0"),
     OK(1, MEG D "zero_dp_strategy=3"),
     BAD(1, MEG D "zero_dp_strategy=4", "distributed.zero_dp_strategy: ",
