@@ -441,6 +441,7 @@ mt_model_t mt_moe_param_view(const mt_model_t *m, int64_t *unit_lo)
     mt_model_t v;
     memset(&v, 0, sizeof v);
     v.be = m->be;
+    v.bf16 = m->bf16; /* mixed precision: the experts' masters too (train_mp.c) */
     v.L = m->L;
     v.init_std = m->init_std; /* mt_model_init_range reads it */
     v.params = x->xp, v.nparams = x->nxp, v.numel = x->numel;

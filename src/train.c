@@ -443,8 +443,8 @@ static void print_memory(const run_t *r, const mt_config_t *cfg, FILE *out)
     fprintf(out, "memory per rank (MiB, measured / plan estimate): parameters %.3f / %.3f, "
                  "gradients %.3f / %.3f, optimizer state %.3f / %.3f, activations %.3f / %.3f\n",
             (ps + pw) / mib, plan.bytes_params / mib, (gs + gw) / mib, plan.bytes_grads / mib,
-            ((r->mp.master ? 12.0 : 8.0) * (double)r->opt.numel + 8.0 * (double)r->moe.opt.numel) /
-                mib, plan.bytes_optim / mib, act / mib,
+            ((r->mp.master ? 12.0 : 8.0) * (double)r->opt.numel +
+             (r->moe.mp.master ? 12.0 : 8.0) * (double)r->moe.opt.numel) / mib, plan.bytes_optim / mib, act / mib,
             plan.bytes_activations / mib);
 #ifdef MT_HAVE_CUDA
     if (cfg->distributed.device == MT_DEVICE_CUDA) {
@@ -518,6 +518,8 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
         if (r->sharded) /* megatron_fsdp zero 1/2: spread the shards */
             s = mt_fsdp_after_update(&r->fsdp);
     }
+    if (s == MT_OK)
+        s = mt_train_moe_after_load(&r->moe);
     if (s != MT_OK)
         goto fail;
     res->resumed_from_step = start > 0 || r->ckpt.resumed ? (int)start : -1;

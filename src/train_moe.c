@@ -139,6 +139,8 @@ mt_status_t mt_train_moe_init(mt_train_moe_t *t, mt_model_t *m, const mt_config_
         mt_fsdp_options_from_config(cfg, &fo);
         fo.reshard_after_forward = cfg->distributed.moe.reshard_after_forward;
         fo.pipeline = cfg->distributed.pp_size > 1;
+        if (!fo.shard_params && m->bf16) /* masters apart (below): bf16 rows gather so */
+            fo.masters_apart = fo.gather_bf16 = true;
         MT_TRY(mt_fsdp_init(&t->fsdp, &t->view, t->rep, MPI_COMM_NULL, &fo));
         mt_fsdp_init_weights(&t->fsdp, (uint64_t)cfg->rng.seed);
         t->seg = t->fsdp.seg, t->nseg = t->fsdp.nunits, owned = t->fsdp.owned;
@@ -149,7 +151,21 @@ mt_status_t mt_train_moe_init(mt_train_moe_t *t, mt_model_t *m, const mt_config_
         t->whole = mt_segment_whole(&t->view);
         t->seg = &t->whole, t->nseg = 1;
     }
+    MT_TRY(mt_train_mp_init(&t->mp, &t->view, t->seg, t->nseg, owned,
+                            !(t->sharded && t->fsdp.opt.shard_params), &t->seg));
     MT_TRY(mt_adamw_init(&t->opt, m->be, owned));
+    return MT_OK;
+}
+
+mt_status_t mt_train_moe_after_load(mt_train_moe_t *t)
+{
+    if (!t->on || !t->mp.master)
+        return MT_OK;
+    mt_train_mp_refresh(&t->mp);
+    if (t->sharded) { /* zero 1/2 experts: spread the refreshed shards */
+        MT_TRY(mt_fsdp_after_update(&t->fsdp));
+        MT_TRY(mt_fsdp_sync(&t->fsdp));
+    }
     return MT_OK;
 }
 
@@ -166,6 +182,7 @@ void mt_train_moe_free(mt_train_moe_t *t)
     if (t->tokens != MPI_COMM_NULL)
         MPI_Comm_free(&t->tokens);
     mt_adamw_free(&t->opt);
+    mt_train_mp_free(&t->mp);
     mt_stage_buf_free(&t->stage);
     free(t->load);
     free(t->sparse);
@@ -347,6 +364,7 @@ mt_status_t mt_train_moe_update(mt_train_moe_t *t, mt_model_t *m, double coef,
     if (coef < 1.0)
         mt_grad_scale(&t->view, t->seg, t->nseg, (float)coef);
     mt_adamw_step(&t->opt, &t->view, t->seg, t->nseg, oc, lr);
+    mt_train_mp_refresh(&t->mp); /* bf16 compute copy of the new master weights */
     if (t->sharded) { /* and nothing left in flight (a prefetch of an empty unit) */
         MT_TRY(mt_fsdp_after_update(&t->fsdp));
         MT_TRY(mt_fsdp_sync(&t->fsdp));

@@ -16,6 +16,7 @@
 #include "mt_model.h"
 #include "mt_optim.h"
 #include "train_internal.h"
+#include "train_mp.h"
 
 typedef struct {
     bool on;                  /* the model has MoE layers */
@@ -58,6 +59,7 @@ typedef struct {
     int64_t dropped;          /* (token, slot) pairs over capacity */
     int64_t load_min, load_max; /* per expert, over the MoE layers */
     double imbalance;
+    mt_train_mp_t mp;         /* bf16 compute: the experts' fp32 master weights */
     double a2a_seconds;       /* this step's all-to-all time, max over ranks */
     int64_t a2a_bytes;        /* this step's all-to-all bytes sent, summed over ranks */
 } mt_train_moe_t;
@@ -78,6 +80,10 @@ mt_status_t mt_train_moe_check(const mt_config_t *cfg, int world);
 mt_status_t mt_train_moe_init(mt_train_moe_t *t, mt_model_t *m, const mt_config_t *cfg,
                               const mt_mesh_t *mesh);
 void mt_train_moe_free(mt_train_moe_t *t);
+
+/* After a checkpoint load: the experts' bf16 compute copy of their master
+ * weights (nothing unless bf16 keeps the masters apart). */
+mt_status_t mt_train_moe_after_load(mt_train_moe_t *t);
 
 /* Append the expert tensors (every expert's names; rows only for this
  * rank's experts) to the checkpoint lists, after mt_train_ckpt_writers:

@@ -10,6 +10,9 @@
 #    one bf16 step, 2^-8, so later steps drift further apart than in fp32);
 #  - tp 2 with sequence parallelism rounds its partial sums (bf16 on the
 #    wire): step-1 loss to 1e-4, every step to 2e-3 (grad norms 10x);
+#  - MoE (2 layers of 4 experts and a shared one): bf16 against fp32, and
+#    ep 2 under fsdp2 (sharded experts) and ddp 2 (replicated experts)
+#    against 1 rank, as the dense meshes;
 #  - a bf16 run resumed from its checkpoint continues bit for bit, and the
 #    checkpoint holds the fp32 master weights, not bf16 values.
 # Every rank runs one thread, so the 1-rank reference sums like each rank.
@@ -66,6 +69,26 @@ close r1 pp2 "pp 2" 1e-6 2e-4
 train tp2 2 distributed.tp_size=2 distributed.sequence_parallel=true $bf
 close r1 tp2 "tp 2 + SP" 1e-4 2e-3
 
+# MoE (meshtrain-moe): the experts keep fp32 masters too.
+moe="model.num_hidden_layers=2 model.num_experts=4 model.num_experts_per_tok=2
+ model.moe_intermediate_size=32 model.router_aux_loss_coef=0.01 model.num_shared_experts=1"
+app="$bindir/meshtrain-moe"
+train m32 1 $moe
+train m1 1 $moe $bf
+checks=$((checks + 1))
+python3 - "$workdir/m32.jsonl" "$workdir/m1.jsonl" <<'PY' || fail "MoE bf16 vs fp32"
+import json, sys
+a, b = ([j["loss"] for j in map(json.loads, open(p))] for p in sys.argv[1:])
+d = [abs(x - y) / x for x, y in zip(a, b)]
+assert d[0] > 1e-6 and max(d) < 2e-3, d
+print(f"MoE bf16 vs fp32: step 1 {d[0]:.2e}, worst {max(d):.2e}")
+PY
+train mep 2 $moe $bf distributed.ep_size=2
+close m1 mep "MoE ep 2 (fsdp2)" 1e-6 2e-4
+train mddp 2 $moe $bf distributed.strategy=ddp
+close m1 mddp "MoE ddp 2 (replicated experts)" 1e-6 2e-4
+app=
+
 # resume: the step-6 checkpoint of r1 continues exactly like r1
 rm -rf "$workdir/r1/step_00000012"; echo step_00000006 > "$workdir/r1/latest"
 cp "$workdir/r1.jsonl" "$workdir/r1r.jsonl"
@@ -85,15 +108,21 @@ for s, v in again.items():
 print("steps 7-12 bit-identical after the resume")
 PY
 
-# the checkpoint holds fp32 master weights: not all bf16 values
-checks=$((checks + 1))
-h5dump -b LE -d /model/model.layers.0.mlp.down_proj.weight -o "$workdir/w.bin" \
-    "$workdir/r1/step_00000012/model.h5" >/dev/null 2>&1 || fail "h5dump of the bf16 checkpoint"
-python3 - "$workdir/w.bin" <<'PY' || fail "bf16 checkpoint: master weights"
+# the checkpoints hold fp32 master weights, not bf16 values
+masters() { # masters RUN TENSOR
+    checks=$((checks + 1))
+    h5dump -b LE -d "/model/$2" -o "$workdir/w.bin" "$workdir/$1/step_00000012/model.h5" \
+        >/dev/null 2>&1 || { fail "h5dump of $2 in $1"; return; }
+    python3 - "$workdir/w.bin" "$1 $2" <<'PY' || fail "$1: $2 is not fp32 master weights"
 import array, sys
 v = array.array("I"); v.frombytes(open(sys.argv[1], "rb").read())
 frac = sum(1 for u in v if u & 0xffff) / len(v)
 assert frac > 0.9, f"only {frac:.2f} of the saved weights have fp32 bits below bf16's"
-print(f"{frac:.3f} of the saved weights are not bf16 values: fp32 masters")
+print(f"{sys.argv[2]}: {frac:.3f} of the saved weights are not bf16 values")
 PY
+}
+masters r1 model.layers.0.mlp.down_proj.weight
+masters z1 model.layers.1.self_attn.q_proj.weight
+masters f2 model.layers.1.self_attn.q_proj.weight
+for run in m1 mep mddp; do masters $run model.layers.1.mlp.experts.1.up_proj.weight; done
 finish
