@@ -28,6 +28,8 @@
 /* MPICH annotates MPI_STATUSES_IGNORE arguments with access sizes that
  * GCC 12 misreads as an overflow of a zero-sized region. */
 #pragma GCC diagnostic ignored "-Wstringop-overflow"
+#include <config.h>
+
 #include "mt_fsdp.h"
 
 #include <stdio.h>
@@ -36,6 +38,11 @@
 
 #include "mt_comm.h"
 #include "mt_stage.h"
+#ifdef MT_HAVE_NCCL
+#include "mt_cuda.h"
+#include "mt_nccl.h"
+#define CS ((cudaStream_t)mt_cuda_stream())
+#endif
 
 enum { RELEASED, GATHERING, READY };
 
@@ -133,6 +140,16 @@ static void gather(mt_fsdp_t *f, int u)
     const mt_segment_t *s = &f->seg[u];
     int64_t lo = f->model->unit_lo[u], mine = lo + f->displs[u * f->nshard + f->rank];
     int rc;
+#ifdef MT_HAVE_NCCL
+    if (f->nccl) { /* on device memory, the unit's parts padded to equal counts */
+        if (mt_nccl_all_gatherv(f->nccl, s->param, f->p_at[u], f->counts + u * f->nshard,
+                                f->displs + u * f->nshard, f->pad, f->opt.gather_bf16,
+                                CS) != MT_OK)
+            note_error(f, MPI_ERR_OTHER, "parameter all-gather (NCCL)", u);
+        f->p_state[u] = GATHERING;
+        return;
+    }
+#endif
     if (f->w_param) { /* this rank's part, rounded, into its place in the unit's bf16 region */
         mt_bf16_pack_from(f->be, f->w_param + mine, s->param, f->h_param ? f->h_param + mine : NULL,
                           s->count);
@@ -163,6 +180,16 @@ static void wait_gathered(mt_fsdp_t *f, int u)
     if (f->p_state[u] == RELEASED)
         gather(f, u);
     if (f->p_state[u] == GATHERING) {
+#ifdef MT_HAVE_NCCL
+        if (f->nccl) { /* the compute stream waits for it, not the host */
+            if (mt_nccl_join(f->nccl, CS) != MT_OK)
+                note_error(f, MPI_ERR_OTHER, "waiting for the parameter all-gather (NCCL)", u);
+            f->p_state[u] = READY;
+            if (f->opt.shard_params)
+                point(f, u, f->p_at[u], false);
+            return;
+        }
+#endif
         if (mt_wait_all(1, &f->p_req[u]) != MT_OK)
             note_error(f, MPI_ERR_OTHER, "waiting for the parameter all-gather", u);
         int64_t lo = f->model->unit_lo[u];
@@ -201,6 +228,24 @@ static void reduce(mt_fsdp_t *f, int u)
     const mt_segment_t *s = &f->seg[u];
     float *g = f->g_at[u];
     int rc;
+#ifdef MT_HAVE_NCCL
+    if (f->nccl) {
+        mt_status_t st;
+        if (!f->opt.shard_grads) {
+            st = mt_nccl_all_reduce_f32(f->nccl, g, (size_t)unit_numel(f, u), f->pad,
+                                        f->opt.reduce_bf16, CS);
+        } else {
+            f->g_into_tmp[u] = f->ring && f->micro > 0;
+            st = mt_nccl_reduce_scatterv(f->nccl, g, reduced_at(f, u), f->counts + u * f->nshard,
+                                         f->displs + u * f->nshard, f->pad, f->opt.reduce_bf16,
+                                         CS);
+        }
+        if (st != MT_OK)
+            note_error(f, MPI_ERR_OTHER, "gradient reduction (NCCL)", u);
+        f->g_pending[u] = true;
+        return;
+    }
+#endif
     if (f->w_grad) { /* the unit's gradients are final: round them out */
         int64_t lo = f->model->unit_lo[u];
         uint16_t *w = f->w_grad + lo;
@@ -241,10 +286,20 @@ static void wait_reduced(mt_fsdp_t *f, int u)
 {
     if (!f->g_pending[u])
         return;
+    const mt_segment_t *s = &f->seg[u];
+#ifdef MT_HAVE_NCCL
+    if (f->nccl) {
+        if (mt_nccl_join(f->nccl, CS) != MT_OK)
+            note_error(f, MPI_ERR_OTHER, "waiting for the gradient reduction (NCCL)", u);
+        f->g_pending[u] = false;
+        if (f->g_into_tmp[u])
+            f->model->be->add(s->grad, f->rs_tmp + s->state, s->count);
+        return;
+    }
+#endif
     if (mt_wait_all(1, &f->g_req[u]) != MT_OK)
         note_error(f, MPI_ERR_OTHER, "waiting for the gradient reduction", u);
     f->g_pending[u] = false;
-    const mt_segment_t *s = &f->seg[u];
     if (f->w_grad && !f->opt.shard_grads)
         mt_bf16_unpack_to(f->be, f->g_at[u], f->w_grad + f->model->unit_lo[u],
                           f->h_grad ? f->h_grad + f->model->unit_lo[u] : NULL, unit_numel(f, u));
@@ -419,14 +474,36 @@ mt_status_t mt_fsdp_init(mt_fsdp_t *f, mt_model_t *m, MPI_Comm shard, MPI_Comm r
         f->g_work = f->be->device_alloc(sizeof(float) * (size_t)f->g_work_numel);
     if (f->rs_tmp_numel)
         f->rs_tmp = f->be->device_alloc(sizeof(float) * (size_t)f->rs_tmp_numel);
-    if (mt_stage_needed(f->be)) {
+#ifdef MT_HAVE_NCCL
+    /* NCCL when both groups have communicators: device memory only */
+    if (f->nshard > 1 && mt_nccl_for(shard) &&
+        (replicate == MPI_COMM_NULL || f->nrep == 1 || mt_nccl_for(replicate))) {
+        f->nccl = mt_nccl_for(shard);
+        f->nccl_rep = replicate != MPI_COMM_NULL ? mt_nccl_for(replicate) : NULL;
+        size_t most = 1, shard_most = 1;
+        for (int u = 0; u < U; u++) {
+            size_t mc = 0;
+            for (int r = 0; r < f->nshard; r++)
+                mc = (size_t)f->counts[u * f->nshard + r] > mc ? (size_t)f->counts[u * f->nshard + r]
+                                                              : mc;
+            most = mc * (size_t)f->nshard > most ? mc * (size_t)f->nshard : most;
+            shard_most = (size_t)f->seg[u].count > shard_most ? (size_t)f->seg[u].count
+                                                               : shard_most;
+        }
+        if (!(f->pad = f->be->device_alloc(sizeof(float) * most)) ||
+            (f->nccl_rep && opt->reduce_bf16 &&
+             !(f->rep_pad = f->be->device_alloc(sizeof(uint16_t) * shard_most))))
+            MT_FAIL(MT_ERR_NOMEM, "device space for the NCCL collectives: %zu floats", most);
+    }
+#endif
+    if (mt_stage_needed(f->be) && !f->nccl) {
         size_t whole = sizeof(float) * (size_t)(m->numel > 0 ? m->numel : 1);
         if (!(f->h_param = malloc(whole)) || !(f->h_grad = malloc(whole)) ||
             (opt->shard_grads && !(f->h_own = malloc(sizeof(float) * own))))
             MT_FAIL(MT_ERR_NOMEM, "host staging buffers for the sharded collectives: 2 x %lld "
                     "+ %lld floats", (long long)m->numel, (long long)f->owned);
     }
-    if (opt->gather_bf16 || opt->reduce_bf16) {
+    if ((opt->gather_bf16 || opt->reduce_bf16) && !f->nccl) {
         size_t whole = sizeof(uint16_t) * (size_t)(m->numel > 0 ? m->numel : 1);
         MT_TRY(mt_bf16_comm_init(&f->bf16));
         if ((opt->gather_bf16 && !(f->w_param = malloc(whole))) ||
@@ -489,6 +566,7 @@ void mt_fsdp_free(mt_fsdp_t *f)
         f->be->device_free(f->p_shard), f->be->device_free(f->g_shard);
         f->be->device_free(f->p_work), f->be->device_free(f->g_work);
         f->be->device_free(f->rs_tmp);
+        f->be->device_free(f->pad), f->be->device_free(f->rep_pad);
     }
     free(f->h_param), free(f->h_grad), free(f->h_own);
     free(f->w_param), free(f->w_grad), free(f->w_own);
@@ -534,6 +612,14 @@ mt_status_t mt_fsdp_finish(mt_fsdp_t *f)
             reduce(f, u);
     for (int u = 0; u < f->nunits; u++)
         wait_reduced(f, u);
+#ifdef MT_HAVE_NCCL
+    if (f->opt.shard_grads && f->nrep > 1 && f->nccl_rep) { /* HSDP over NCCL */
+        for (int u = 0; u < f->nunits; u++)
+            MT_TRY(mt_nccl_all_reduce_f32(f->nccl_rep, f->seg[u].grad, (size_t)f->seg[u].count,
+                                          f->rep_pad, f->opt.reduce_bf16, CS));
+        MT_TRY(mt_nccl_join(f->nccl_rep, CS));
+    } else
+#endif
     if (f->opt.shard_grads && f->nrep > 1) { /* HSDP: sum the shards across replicas */
         /* one all-reduce per unit: each count fits an int, the whole shard
          * need not */

@@ -101,6 +101,11 @@ typedef struct {
      * h_param, h_grad and h_own; NULL when that traffic is float32: */
     uint16_t *w_param, *w_grad; /* [model numel] */
     uint16_t *w_own;            /* [owned] */
+    /* NCCL (distributed.collectives, doc/gpu.md): the mt_nccl_group_t of
+     * shard (and of replicate under HSDP) when the collectives go through
+     * NCCL on device memory, with no host buffers; pad: device space for
+     * one unit's parts padded to equal counts (rep_pad: one shard, bf16) */
+    void *nccl, *nccl_rep, *pad, *rep_pad;
     mt_bf16_comm_t bf16;
 } mt_fsdp_t;
 

@@ -113,6 +113,12 @@ mt_status_t mt_nccl_reduce_scatterv(mt_nccl_group_t *g, const float *unit, float
 mt_status_t mt_nccl_all_reduce_f32(mt_nccl_group_t *g, float *x, size_t n, void *pad, int bf16,
                                    cudaStream_t compute);
 
+/* All-to-all with per-peer counts of rows of row_bytes (displacements in
+ * rows, as MPI_Alltoallv's): grouped sends and receives. */
+mt_status_t mt_nccl_all_to_allv(mt_nccl_group_t *g, const void *send, const int *scounts,
+                                const int *sdispls, void *recv, const int *rcounts,
+                                const int *rdispls, size_t row_bytes, cudaStream_t compute);
+
 /* Make `compute` wait (on the device) for g's collectives so far. */
 mt_status_t mt_nccl_join(mt_nccl_group_t *g, cudaStream_t compute);
 

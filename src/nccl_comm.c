@@ -434,6 +434,24 @@ mt_status_t mt_nccl_all_reduce_f32(mt_nccl_group_t *g, float *x, size_t n, void 
     return end(g, ncclSuccess, what);
 }
 
+mt_status_t mt_nccl_all_to_allv(mt_nccl_group_t *g, const void *send, const int *scounts,
+                                const int *sdispls, void *recv, const int *rcounts,
+                                const int *rdispls, size_t row_bytes, cudaStream_t compute)
+{
+    MT_TRY(begin(g, compute, "all_to_allv"));
+    ncclResult_t rc = ncclGroupStart();
+    for (int r = 0; r < g->size && (rc == ncclSuccess || rc == ncclInProgress); r++) {
+        if (scounts[r] > 0)
+            rc = ncclSend((const char *)send + (size_t)sdispls[r] * row_bytes,
+                          (size_t)scounts[r] * row_bytes, ncclInt8, r, g->comm, g->stream);
+        if (rcounts[r] > 0 && (rc == ncclSuccess || rc == ncclInProgress))
+            rc = ncclRecv((char *)recv + (size_t)rdispls[r] * row_bytes,
+                          (size_t)rcounts[r] * row_bytes, ncclInt8, r, g->comm, g->stream);
+    }
+    const ncclResult_t rc_end = ncclGroupEnd();
+    return end(g, rc != ncclSuccess && rc != ncclInProgress ? rc : rc_end, "all_to_allv");
+}
+
 mt_status_t mt_nccl_join(mt_nccl_group_t *g, cudaStream_t compute)
 {
     MT_CUDA_TRY(cudaStreamWaitEvent(compute, g->done, 0));

@@ -1,9 +1,16 @@
 /* stage.c: host staging for collectives on backend memory (mt_stage.h). */
+#include <config.h>
+
 #include "mt_stage.h"
 
 #include <stdlib.h>
 
 #include "mt_comm.h"
+#ifdef MT_HAVE_NCCL
+#include "mt_cuda.h"
+#include "mt_nccl.h"
+#define CS ((cudaStream_t)mt_cuda_stream())
+#endif
 
 bool mt_stage_needed(const mt_backend_t *be) { return be != mt_backend_cpu(); }
 
@@ -28,6 +35,13 @@ mt_status_t mt_stage_allreduce_sum(const mt_backend_t *be, mt_stage_buf_t *s, fl
 {
     if (!mt_stage_needed(be))
         return mt_allreduce(MPI_IN_PLACE, x, n, MPI_FLOAT, MPI_SUM, comm);
+#ifdef MT_HAVE_NCCL
+    mt_nccl_group_t *g = mt_nccl_for(comm);
+    if (g) { /* device memory through NCCL; the compute stream waits for it */
+        MT_TRY(mt_nccl_all_reduce_f32(g, x, (size_t)n, NULL, 0, CS));
+        return mt_nccl_join(g, CS);
+    }
+#endif
     size_t bytes = sizeof(float) * (size_t)n;
     float *h = mt_stage_reserve(s, bytes);
     if (!h)
@@ -49,6 +63,14 @@ mt_status_t mt_stage_alltoallv(const mt_backend_t *be, mt_stage_buf_t *hs, mt_st
                                   &rq));
         return mt_wait_all(1, &rq);
     }
+#ifdef MT_HAVE_NCCL
+    mt_nccl_group_t *g = mt_nccl_for(comm);
+    if (g) { /* device memory through NCCL (grouped sends and receives) */
+        MT_TRY(mt_nccl_all_to_allv(g, send, scounts, sdispls, recv, rcounts, rdispls, row_bytes,
+                                   CS));
+        return mt_nccl_join(g, CS);
+    }
+#endif
     int size;
     MT_MPI_TRY(MPI_Comm_size(comm, &size));
     size_t ns = 0, nr = 0; /* rows: the blocks are packed */

@@ -31,6 +31,7 @@
 #include "train_cp.h"
 #include "train_internal.h"
 #include "train_moe.h"
+#include "train_device.h"
 #include "train_mp.h"
 
 static volatile sig_atomic_t stop_signal;
@@ -152,6 +153,7 @@ typedef struct {
     mt_train_cp_t cp;            /* context parallelism (train_cp.c) */
     mt_train_moe_t moe;          /* experts, aux loss, expert load (train_moe.c) */
     mt_train_mp_t mp;            /* bf16 compute: fp32 master weights (train_mp.c) */
+    mt_train_device_t device;    /* backend, GPU, NCCL (train_device.c) */
 } run_t;
 
 static void run_free(run_t *r)
@@ -174,6 +176,7 @@ static void run_free(run_t *r)
     mt_train_moe_free(&r->moe);
     mt_train_mp_free(&r->mp);
     mt_stage_buf_free(&r->stage);
+    mt_train_device_free(&r->device);
 }
 
 /* One tensor-parallel collective on host memory, over the TP group. */
@@ -199,6 +202,8 @@ static void tp_collective(MPI_Comm tp, const void *in, void *out, int64_t n, mt_
 static void tp_hook(void *ctx, const void *in, void *out, int64_t n, mt_tp_op_t op)
 {
     run_t *r = ctx;
+    if (mt_train_device_tp(&r->device, r->tp, in, out, n, op)) /* NCCL */
+        return;
     if (!r->staged) {
         tp_collective(r->tp, in, out, n, op);
         return;
@@ -220,47 +225,12 @@ static void tp_hook(void *ctx, const void *in, void *out, int64_t n, mt_tp_op_t 
     be->copy_to_device(out, h + in_b, out_b);
 }
 
-/* The CUDA backend's scratch: per-call reduction space of the kernels
- * (doc/gpu.md: 64 MiB covers 64k tokens a micro-batch at dim 8192). */
-#define CUDA_SCRATCH_BYTES ((size_t)64 << 20)
-
-/* The model's backend (distributed.device); cuda binds this rank's GPU. */
-
-static mt_status_t pick_backend(const mt_config_t *cfg, const mt_mesh_t *mesh,
-                                const mt_backend_t **be)
-{
-    *be = mt_backend_cpu();
-    if (cfg->distributed.device == MT_DEVICE_CPU_GUARDED) {
-        *be = mt_backend_cpu_guarded();
-    } else if (cfg->distributed.device == MT_DEVICE_CUDA) {
-#ifdef MT_HAVE_CUDA
-        MPI_Comm node;
-        mt_cuda_device_t dev;
-        size_t reserved = 0;
-        MT_MPI_TRY(MPI_Comm_split_type(mesh->comm, MPI_COMM_TYPE_SHARED, mesh->rank, MPI_INFO_NULL,
-                                       &node));
-        /* the GPU of the node-local rank, one reservation for everything */
-        mt_status_t s = mt_cuda_setup(node, CUDA_SCRATCH_BYTES, &dev, &reserved);
-        MPI_Comm_free(&node);
-        MT_TRY(s);
-        /* bf16 compute: GEMMs and attention on tensor cores (doc/mixed-precision.md) */
-        *be = cfg->distributed.mp_policy.param_dtype == MT_DTYPE_BFLOAT16 ? mt_backend_cuda_bf16()
-                                                                          : mt_backend_cuda();
-#else
-        (void)mesh;
-        MT_FAIL(MT_ERR_UNSUPPORTED, "distributed.device cuda: this build has no CUDA backend "
-                "(configure did not find CUDA, or ran with --without-cuda)");
-#endif
-    }
-    return MT_OK;
-}
-
 /* Data, model, the data-parallel layer and the optimizer.  mesh gives the
  * groups: every rank is data parallel in this release. */
 static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh)
 {
-    const mt_backend_t *be;
-    MT_TRY(pick_backend(cfg, mesh, &be));
+    MT_TRY(mt_train_device_init(&r->device, cfg, mesh));
+    const mt_backend_t *be = r->device.be;
     int64_t B = cfg->step_scheduler.local_batch_size, T = cfg->derived.seq_len;
     r->rows = B;
     int64_t accum = cfg->derived.grad_accum_steps;
@@ -585,6 +555,7 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
                 (long long)accum, (long long)r->rows, (long long)T, threads,
                 cfg->distributed.device == MT_DEVICE_CUDA ? "device (MT_PEAK_TFLOPS)" : "sgemm",
                 peak);
+        mt_train_device_print(&r->device, cfg, out);
         if (m->bf16) {
             const mt_mp_policy_t *mp = &cfg->distributed.mp_policy;
             fprintf(out, "mixed precision: bf16 parameters and activations (bf16 values in "

@@ -1,0 +1,157 @@
+/* train_device.c: backend choice, CUDA bring-up and NCCL communicators
+ * for the trainer (train_device.h, doc/gpu.md). */
+#include <config.h>
+
+#include "train_device.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "mt_comm.h"
+#ifdef MT_HAVE_CUDA
+#include "mt_cuda.h"
+#endif
+#ifdef MT_HAVE_NCCL
+#include "mt_nccl.h"
+#endif
+
+/* The CUDA backend's scratch: per-call reduction space of the kernels
+ * (doc/gpu.md: 64 MiB covers 64k tokens a micro-batch at dim 8192). */
+#define CUDA_SCRATCH_BYTES ((size_t)64 << 20)
+
+static mt_status_t bring_up_cuda(mt_train_device_t *d, const mt_config_t *cfg,
+                                 const mt_mesh_t *mesh)
+{
+#ifdef MT_HAVE_CUDA
+    MPI_Comm node;
+    mt_cuda_device_t dev;
+    size_t reserved = 0;
+    MT_MPI_TRY(MPI_Comm_split_type(mesh->comm, MPI_COMM_TYPE_SHARED, mesh->rank, MPI_INFO_NULL,
+                                   &node));
+    /* the GPU of the node-local rank, one reservation for everything */
+    mt_status_t s = mt_cuda_setup(node, CUDA_SCRATCH_BYTES, &dev, &reserved);
+    MPI_Comm_free(&node);
+    MT_TRY(s);
+    /* bf16 compute: GEMMs and attention on tensor cores (doc/mixed-precision.md) */
+    d->be = cfg->distributed.mp_policy.param_dtype == MT_DTYPE_BFLOAT16 ? mt_backend_cuda_bf16()
+                                                                       : mt_backend_cuda();
+    int own = dev.local_size <= dev.device_count, all = 0;
+    MT_TRY(mt_allreduce(&own, &all, 1, MPI_INT, MPI_MIN, mesh->comm));
+    d->own_gpu = all != 0;
+    return MT_OK;
+#else
+    (void)d, (void)cfg, (void)mesh;
+    MT_FAIL(MT_ERR_UNSUPPORTED, "distributed.device cuda: this build has no CUDA backend "
+            "(configure did not find CUDA, or ran with --without-cuda)");
+#endif
+}
+
+static mt_status_t bring_up_nccl(mt_train_device_t *d, const mt_config_t *cfg,
+                                 const mt_mesh_t *mesh)
+{
+    mt_collectives_t want = cfg->distributed.collectives;
+    if (want == MT_COLL_MPI || mesh->size == 1)
+        return MT_OK;
+#ifdef MT_HAVE_NCCL
+    if (!d->own_gpu) {
+        if (want == MT_COLL_NCCL)
+            MT_FAIL(MT_ERR_CONFIG, "distributed.collectives nccl: ranks of a node share a GPU, "
+                    "and NCCL needs one GPU per rank: give each rank its own GPU, or use "
+                    "collectives auto or mpi (MPI on host copies)");
+        return MT_OK;
+    }
+    mt_nccl_t *n = calloc(1, sizeof *n);
+    if (!n)
+        MT_FAIL(MT_ERR_NOMEM, "NCCL communicators");
+    mt_status_t s = mt_nccl_init(n, mesh, (double)cfg->distributed.timeout_s);
+    if (s == MT_OK)
+        s = mt_nccl_activate(n, mesh);
+    if (s != MT_OK) {
+        mt_nccl_free(n);
+        free(n);
+        return s;
+    }
+    d->nccl_state = n;
+    d->nccl = true;
+    return MT_OK;
+#else
+    if (want == MT_COLL_NCCL)
+        MT_FAIL(MT_ERR_UNSUPPORTED, "distributed.collectives nccl: this build has no NCCL "
+                "(configure did not find it: --with-nccl=DIR)");
+    (void)d;
+    return MT_OK;
+#endif
+}
+
+mt_status_t mt_train_device_init(mt_train_device_t *d, const mt_config_t *cfg,
+                                 const mt_mesh_t *mesh)
+{
+    memset(d, 0, sizeof *d);
+    d->be = mt_backend_cpu();
+    if (cfg->distributed.device == MT_DEVICE_CPU_GUARDED)
+        d->be = mt_backend_cpu_guarded();
+    if (cfg->distributed.device != MT_DEVICE_CUDA)
+        return MT_OK;
+    MT_TRY(bring_up_cuda(d, cfg, mesh));
+    return bring_up_nccl(d, cfg, mesh);
+}
+
+void mt_train_device_free(mt_train_device_t *d)
+{
+#ifdef MT_HAVE_NCCL
+    if (d->nccl_state) {
+        mt_nccl_deactivate();
+        mt_nccl_free(d->nccl_state);
+        free(d->nccl_state);
+    }
+#endif
+    memset(d, 0, sizeof *d);
+}
+
+bool mt_train_device_tp(const mt_train_device_t *d, MPI_Comm tp, const void *in, void *out,
+                        int64_t n, mt_tp_op_t op)
+{
+#ifdef MT_HAVE_NCCL
+    mt_nccl_group_t *g = d->nccl ? mt_nccl_for(tp) : NULL;
+    if (!g)
+        return false;
+    cudaStream_t cs = (cudaStream_t)mt_cuda_stream();
+    size_t c = (size_t)n;
+    mt_status_t s = MT_OK;
+    switch (op) {
+    case MT_TP_SUM_FLOAT:
+        s = mt_nccl_all_reduce(g, in, out, c, ncclFloat32, ncclSum, cs);
+        break;
+    case MT_TP_MAX_FLOAT:
+        s = mt_nccl_all_reduce(g, in, out, c, ncclFloat32, ncclMax, cs);
+        break;
+    case MT_TP_SUM_DOUBLE:
+        s = mt_nccl_all_reduce(g, in, out, c, ncclFloat64, ncclSum, cs);
+        break;
+    case MT_TP_GATHER_FLOAT:
+        s = mt_nccl_all_gather(g, in, out, c, ncclFloat32, cs);
+        break;
+    case MT_TP_SCATTER_FLOAT:
+        s = mt_nccl_reduce_scatter(g, in, out, c, ncclFloat32, ncclSum, cs);
+        break;
+    }
+    if (s == MT_OK)
+        s = mt_nccl_join(g, cs);
+    if (s != MT_OK) /* the other TP ranks are inside this collective */
+        mt_comm_fatal(tp, MPI_ERR_OTHER, "tensor-parallel collective (NCCL)");
+    return true;
+#else
+    (void)d, (void)tp, (void)in, (void)out, (void)n, (void)op;
+    return false;
+#endif
+}
+
+void mt_train_device_print(const mt_train_device_t *d, const mt_config_t *cfg, FILE *out)
+{
+    if (cfg->distributed.device != MT_DEVICE_CUDA)
+        return;
+    fprintf(out, "device: %s backend, collectives %s\n", d->be->name,
+            d->nccl ? "NCCL (one communicator per mesh group; cp, ep and pp transfers MPI "
+                      "staged)"
+                    : "MPI on host copies (staged)");
+}

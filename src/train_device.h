@@ -1,0 +1,45 @@
+/* train_device.h: the trainer's device (train_device.c): the backend that
+ * distributed.device names, the CUDA bring-up (the GPU of the node-local
+ * rank, one reservation), and how collectives on device memory travel
+ * (distributed.collectives: NCCL communicators per mesh group, or MPI on
+ * host copies, mt_stage.h).  Not installed. */
+#ifndef MT_TRAIN_DEVICE_H
+#define MT_TRAIN_DEVICE_H
+
+#include <mpi.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "mt_backend.h"
+#include "mt_config.h"
+#include "mt_mesh.h"
+#include "mt_model.h"
+#include "mt_status.h"
+
+typedef struct {
+    const mt_backend_t *be;
+    bool own_gpu;     /* cuda: every rank of every node has a GPU of its own */
+    bool nccl;        /* collectives on device memory go through NCCL */
+    void *nccl_state; /* the mt_nccl_t, when nccl */
+} mt_train_device_t;
+
+/* Collective over the mesh: the backend, and with device cuda the GPU
+ * binding and the NCCL communicators (collectives nccl, or auto when the
+ * build has NCCL and no two ranks share a GPU).  collectives nccl that
+ * cannot be honoured is an error with the reason. */
+mt_status_t mt_train_device_init(mt_train_device_t *d, const mt_config_t *cfg,
+                                 const mt_mesh_t *mesh);
+void mt_train_device_free(mt_train_device_t *d);
+
+/* A tensor-parallel collective (mt_tp_op_t) of device memory through NCCL
+ * when the TP group has a communicator: enqueued after the compute so
+ * far, the compute stream waiting for it.  false: the caller uses MPI. */
+bool mt_train_device_tp(const mt_train_device_t *d, MPI_Comm tp, const void *in, void *out,
+                        int64_t n, mt_tp_op_t op);
+
+/* The log's line about the device and the collectives (nothing for the
+ * plain CPU backend). */
+void mt_train_device_print(const mt_train_device_t *d, const mt_config_t *cfg, FILE *out);
+
+#endif
