@@ -18,7 +18,8 @@
 #  - several ranks, whose collectives are staged through host buffers
 #    (mt_stage.h): ddp, fsdp2 (with and without resharding after forward,
 #    and HSDP on 4 ranks, resumed from a guarded sharded checkpoint),
-#    megatron_fsdp zero 3 and tp 2 with sequence parallelism, and pp 2
+#    megatron_fsdp zero 3 and tp 2 with sequence parallelism, fsdp2 and
+#    megatron_fsdp zero 2 in bf16 mixed precision (bf16 wire), and pp 2
 #    (1f1b, zero_bubble, and interleaved with fsdp2 over dp 2: the
 #    pipeline's sends and receives are staged too), each bit for bit
 #    against the plain CPU run of the same mesh (6 steps);
@@ -34,6 +35,7 @@ cfg="$small_cfg"
 val="dataset.validation_path=$data step_scheduler.val_every_steps=10"
 common="$parity_common $val step_scheduler.max_steps=12"
 g="distributed.device=cpu_guarded"
+gpu_args= # the references are CPU runs, also with MESHTRAIN_TEST_GPUS
 export MESHTRAIN_GUARD_STRICT=1
 
 train d1 1
@@ -66,6 +68,11 @@ train hsdpr 4 distributed.dp_replicate_size=2 $g checkpoint.resume="$workdir/hsd
 compare_losses "$workdir/hsdp.jsonl" "$workdir/hsdpr.jsonl" "hsdp, guarded resume" 4 0
 mesh mz3 2 distributed.strategy=megatron_fsdp distributed.zero_dp_strategy=3
 mesh tpsp 2 distributed.tp_size=2 distributed.sequence_parallel=true
+# bf16 mixed precision: the rounding, the master weights apart (zero 2),
+# bf16 gathers and reductions through the staging buffers
+bf="distributed.mp_policy.param_dtype=bfloat16 distributed.mp_policy.reduce_dtype=bfloat16"
+mesh fsdp2bf 2 $bf
+mesh mz2bf 2 distributed.strategy=megatron_fsdp distributed.zero_dp_strategy=2 $bf
 pipe="distributed.pp_size=2 step_scheduler.local_batch_size=4 distributed.pipeline.pp_schedule"
 mesh pp 2 $pipe=1f1b
 mesh ppzb 2 $pipe=zero_bubble

@@ -45,6 +45,14 @@ $1" ;; esac
 # np N CMD...: CMD on N MPI ranks, at most 300 s.
 np() { n=$1; shift; timeout 300 "$MPIEXEC" $MPIEXEC_NP "$n" "$@"; }
 
+# make check MESHTRAIN_TEST_GPUS=N on a machine with N GPUs per node: the
+# training runs of train() below go to the GPUs (distributed.device=cuda;
+# NCCL where no two ranks of a node share a GPU, the MPI-staged path where
+# they do), so the parity tests check the GPU paths against the 1-rank GPU
+# run (doc/gpu.md, doc/testing.md).  A test may clear gpu_args.
+gpu_args=
+[ "${MESHTRAIN_TEST_GPUS:-0}" -gt 0 ] 2>/dev/null && gpu_args=distributed.device=cuda
+
 # The parity tests' training runs: $app (default meshtrain-dense) with the
 # config $cfg (default train-small.yaml) and the overrides $common.
 # train NAME NP [key=value ...]: checkpoints in $workdir/NAME, metrics in
@@ -54,7 +62,7 @@ train() {
     t0=$(date +%s.%N)
     expect_rc 0 np "$n" "${app:-$bindir/meshtrain-dense}" \
         --config "${cfg:-$small_cfg}" $common checkpoint.checkpoint_dir="$workdir/$name" \
-        logging.metrics_file="$workdir/$name.jsonl" "$@"
+        logging.metrics_file="$workdir/$name.jsonl" $gpu_args "$@"
     printf '%s\n' "$out" > "$workdir/$name.log"
     echo "$name ($n ranks): $(python3 -c 'import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 1))' "$t0" "$(date +%s.%N)") s"
 }
