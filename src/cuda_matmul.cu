@@ -61,11 +61,14 @@ static void check_dims(const char *kernel, int64_t m, int64_t n, int64_t k)
                     (long long)k);
 }
 
-extern "C" void mt_cuda_launch_matmul(cudaStream_t s, float *c, const float *a, const float *b,
-                                      int64_t m, int64_t n, int64_t k, bool ta, bool tb,
-                                      float beta)
+/* fp32 A, B, C row-major through cuBLAS's column-major view:
+ * C^T[n,m] = op(B)^T[n,k] op(A)^T[k,m].  fast_bf16: compute type
+ * CUBLAS_COMPUTE_32F_FAST_16BF (below), else cublasSgemm in the default
+ * math mode (no TF32). */
+static void gemm_f32(const char *name, cudaStream_t s, float *c, const float *a, const float *b,
+                     int64_t m, int64_t n, int64_t k, bool ta, bool tb, float beta, bool fast_bf16)
 {
-    check_dims("matmul", m, n, k);
+    check_dims(name, m, n, k);
     if (m == 0 || n == 0)
         return;
     if (k == 0) {
@@ -73,13 +76,25 @@ extern "C" void mt_cuda_launch_matmul(cudaStream_t s, float *c, const float *a, 
         MT_CUDA_LAUNCH_CHECK("beta_only");
         return;
     }
-    cublasHandle_t h = (cublasHandle_t)mt_cuda_ctx("matmul")->cublas;
+    cublasHandle_t h = (cublasHandle_t)mt_cuda_ctx(name)->cublas;
     CUBLAS_CHECK(cublasSetStream(h, s));
     const float alpha = 1.0f;
-    /* column-major: C^T[n,m] = op(B)^T[n,k] op(A)^T[k,m] */
-    CUBLAS_CHECK(cublasSgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                             (int)n, (int)m, (int)k, &alpha, b, (int)(tb ? k : n), a,
-                             (int)(ta ? m : k), &beta, c, (int)n));
+    const cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const int ldb = (int)(tb ? k : n), lda = (int)(ta ? m : k);
+    if (fast_bf16)
+        CUBLAS_CHECK(cublasGemmEx(h, opb, opa, (int)n, (int)m, (int)k, &alpha, b, CUDA_R_32F, ldb,
+                                  a, CUDA_R_32F, lda, &beta, c, CUDA_R_32F, (int)n,
+                                  CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT));
+    else
+        CUBLAS_CHECK(cublasSgemm(h, opb, opa, (int)n, (int)m, (int)k, &alpha, b, ldb, a, lda,
+                                 &beta, c, (int)n));
+}
+
+extern "C" void mt_cuda_launch_matmul(cudaStream_t s, float *c, const float *a, const float *b,
+                                      int64_t m, int64_t n, int64_t k, bool ta, bool tb,
+                                      float beta)
+{
+    gemm_f32("matmul", s, c, a, b, m, n, k, ta, tb, beta, false);
 }
 
 /* fp32 A, B, C with CUBLAS_COMPUTE_32F_FAST_16BF: cuBLAS converts A and B
@@ -93,22 +108,7 @@ extern "C" void mt_cuda_launch_matmul_fast_bf16(cudaStream_t s, float *c, const 
                                                 const float *b, int64_t m, int64_t n, int64_t k,
                                                 bool ta, bool tb, float beta)
 {
-    check_dims("matmul_fast_bf16", m, n, k);
-    if (m == 0 || n == 0)
-        return;
-    if (k == 0) {
-        mt_k_beta_only<float><<<mt_cuda_blocks(m * n, 256), 256, 0, s>>>(c, m * n, beta);
-        MT_CUDA_LAUNCH_CHECK("beta_only");
-        return;
-    }
-    cublasHandle_t h = (cublasHandle_t)mt_cuda_ctx("matmul_fast_bf16")->cublas;
-    CUBLAS_CHECK(cublasSetStream(h, s));
-    const float alpha = 1.0f;
-    /* column-major: C^T[n,m] = op(B)^T[n,k] op(A)^T[k,m], as the fp32 one */
-    CUBLAS_CHECK(cublasGemmEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                              (int)n, (int)m, (int)k, &alpha, b, CUDA_R_32F, (int)(tb ? k : n), a,
-                              CUDA_R_32F, (int)(ta ? m : k), &beta, c, CUDA_R_32F, (int)n,
-                              CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT));
+    gemm_f32("matmul_fast_bf16", s, c, a, b, m, n, k, ta, tb, beta, true);
 }
 
 /* cuBLASLt: bf16 A and B, C (and D, the same buffer) bf16 or fp32,

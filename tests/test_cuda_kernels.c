@@ -386,22 +386,7 @@ static void test_lm_head(uint64_t *s)
 
 int main(void)
 {
-    const int ndev = mt_cuda_device_count();
-    if (ndev == 0) {
-        printf("test_cuda_kernels: no CUDA device visible: skipping (exit 77)\n");
-        return 77;
-    }
-    tc_verbose = getenv("MT_TEST_VERBOSE") != NULL;
-    mt_cuda_arena_t backend_arena;
-    if (mt_cuda_arena_init(&backend_arena, "backend", (size_t)160 << 20) != MT_OK ||
-        mt_cuda_backend_init(&backend_arena, (size_t)64 << 20) != MT_OK ||
-        mt_cuda_arena_init(&tc_arena, "test", (size_t)256 << 20) != MT_OK) {
-        fprintf(stderr, "test_cuda_kernels: %s (%s)\nhint: %s\n", mt_error_message(),
-                mt_error_where(), mt_error_hint_text());
-        return 99;
-    }
-    tc_cpu = mt_backend_cpu();
-    tc_gpu = mt_backend_cuda();
+    tc_setup("test_cuda_kernels", mt_backend_cuda);
     uint64_t seed = 0x9e3779b97f4a7c15ull;
     test_matmul(&seed);
     test_matmul_bf16(&seed);
@@ -415,9 +400,6 @@ int main(void)
     /* the other files' checks count through their returned counts */
     tc_add_counts(tc_test_moe(&seed));
     tc_add_counts(tc_test_attention(&seed));
-    tc_gpu->synchronize();
-    mt_cuda_arena_free(&tc_arena);
-    mt_cuda_backend_free();
-    mt_cuda_arena_free(&backend_arena);
+    tc_teardown();
     return mt_test_exit("test_cuda_kernels");
 }

@@ -20,6 +20,38 @@ extern mt_cuda_arena_t tc_arena;
 extern const mt_backend_t *tc_cpu, *tc_gpu;
 extern int tc_verbose;
 
+/* main()'s start in every CUDA kernel test: exit 77 without a device,
+ * else the backend (64 MiB scratch) and the test arena set up, with gpu as
+ * tc_gpu and the CPU backend as tc_cpu; exits 99 when that fails. */
+static mt_cuda_arena_t tc_backend_arena; /* the backend's workspace and scratch */
+
+static inline void tc_setup(const char *name, const mt_backend_t *(*gpu)(void))
+{
+    if (mt_cuda_device_count() == 0) {
+        printf("%s: no CUDA device visible: skipping (exit 77)\n", name);
+        exit(77);
+    }
+    tc_verbose = getenv("MT_TEST_VERBOSE") != NULL;
+    if (mt_cuda_arena_init(&tc_backend_arena, "backend", (size_t)160 << 20) != MT_OK ||
+        mt_cuda_backend_init(&tc_backend_arena, (size_t)64 << 20) != MT_OK ||
+        mt_cuda_arena_init(&tc_arena, "test", (size_t)256 << 20) != MT_OK) {
+        fprintf(stderr, "%s: %s (%s)\nhint: %s\n", name, mt_error_message(), mt_error_where(),
+                mt_error_hint_text());
+        exit(99);
+    }
+    tc_cpu = mt_backend_cpu();
+    tc_gpu = gpu();
+}
+
+/* main()'s end: everything tc_setup made, freed */
+static inline void tc_teardown(void)
+{
+    tc_gpu->synchronize();
+    mt_cuda_arena_free(&tc_arena);
+    mt_cuda_backend_free();
+    mt_cuda_arena_free(&tc_backend_arena);
+}
+
 static inline uint64_t tc_rng_next(uint64_t *s)
 {
     uint64_t x = *s;
