@@ -528,35 +528,47 @@ static const int32_t *shard_tokens(mt_model_t *m, const int32_t *tokens)
     return m->tok_local;
 }
 
-static double head_forward(mt_model_t *m, const int32_t *host_targets, bool backward,
-                           float grad_scale, int64_t *count)
+/* The head: the final norm, then the LM head and the loss over row chunks
+ * of at most m->head_chunk rows, so the logits never exist whole (for a
+ * large vocabulary the [N, V] float32 logits are the largest activation).
+ * With backward each chunk's dlogits goes into its rows of dh and into the
+ * lm_head gradient before the next chunk reuses the buffer. */
+static double head_pass(mt_model_t *m, const int32_t *host_targets, bool backward,
+                        float grad_scale, int64_t *count)
 {
     const mt_backend_t *be = m->be;
-    int64_t N = m->N, H = m->H;
-    const int32_t *targets = m->targets_dev;
+    int64_t N = m->N, H = m->H, V = m->V;
     be->copy_to_device(m->targets_dev, host_targets, sizeof(int32_t) * (size_t)N);
     norm_in(m, m->xf, m->rstdf, m->x_final, m->final_norm->data);
-    m->be->matmul(m->logits, m->xf, m->lm_head->data, N, m->V, H, false, true, 0.0f);
-    rnd(m, m->logits, N * m->V); /* the loss itself is fp32 (output_dtype: doc/mixed-precision.md) */
-    double loss;
-    if (m->tp == 1) {
-        loss = be->cross_entropy(backward ? m->logits : NULL, m->logits, targets, N, m->V,
-                                 m->V_valid, grad_scale, count);
-        if (backward)
-            rnd(m, m->logits, N * m->V);
-        return loss;
+    double loss = 0.0;
+    *count = 0;
+    for (int64_t c0 = 0; c0 < N; c0 += m->head_chunk) {
+        int64_t n = N - c0 < m->head_chunk ? N - c0 : m->head_chunk, cnt = 0;
+        const float *x = m->xf + c0 * H;
+        const int32_t *t = m->targets_dev + c0;
+        float *dl = backward ? m->logits : NULL;
+        be->matmul(m->logits, x, m->lm_head->data, n, V, H, false, true, 0.0f);
+        rnd(m, m->logits, n * V); /* the loss itself is fp32 (doc/mixed-precision.md) */
+        if (m->tp == 1) {
+            loss += be->cross_entropy(dl, m->logits, t, n, V, m->V_valid, grad_scale, &cnt);
+        } else { /* vocabulary-parallel: combine row max, then exp-sums and target logits */
+            float *mx = m->ce_mx + c0;
+            double *z = m->ce_z + c0, *ly = m->ce_ly + c0;
+            be->ce_shard_max(mx, m->logits, n, V, m->V_valid);
+            m->tp_allreduce(m->tp_ctx, mx, mx, n, MT_TP_MAX_FLOAT);
+            be->ce_shard_sum(z, ly, m->logits, t, mx, n, V, m->v_lo, m->V_valid);
+            m->tp_allreduce(m->tp_ctx, z, z, n, MT_TP_SUM_DOUBLE);
+            m->tp_allreduce(m->tp_ctx, ly, ly, n, MT_TP_SUM_DOUBLE);
+            loss += be->ce_shard_finish(dl, m->logits, t, mx, z, ly, n, V, m->v_lo, m->V_valid,
+                                        grad_scale, &cnt);
+        }
+        *count += cnt;
+        if (!backward)
+            continue;
+        rnd(m, m->logits, n * V);
+        be->matmul(m->lm_head->grad, m->logits, x, V, H, n, true, false, 1.0f); /* dW += dl^T x */
+        be->matmul(m->dh + c0 * H, m->logits, m->lm_head->data, n, H, V, false, false, 0.0f);
     }
-    /* vocabulary-parallel: combine row max, then exp-sums and target logits */
-    be->ce_shard_max(m->ce_mx, m->logits, N, m->V, m->V_valid);
-    m->tp_allreduce(m->tp_ctx, m->ce_mx, m->ce_mx, N, MT_TP_MAX_FLOAT);
-    be->ce_shard_sum(m->ce_z, m->ce_ly, m->logits, targets, m->ce_mx, N, m->V, m->v_lo,
-                     m->V_valid);
-    m->tp_allreduce(m->tp_ctx, m->ce_z, m->ce_z, N, MT_TP_SUM_DOUBLE);
-    m->tp_allreduce(m->tp_ctx, m->ce_ly, m->ce_ly, N, MT_TP_SUM_DOUBLE);
-    loss = be->ce_shard_finish(backward ? m->logits : NULL, m->logits, targets, m->ce_mx, m->ce_z,
-                               m->ce_ly, N, m->V, m->v_lo, m->V_valid, grad_scale, count);
-    if (backward)
-        rnd(m, m->logits, N * m->V);
     return loss;
 }
 
@@ -597,16 +609,17 @@ double mt_model_forward_chunk(mt_model_t *m, int c, const int32_t *tokens,
     if (m->moe) /* every MoE layer has routed this micro-batch */
         mt_moe_finish_forward(m);
     hook(m, head, MT_UNIT_PRE_FORWARD);
-    double loss = head_forward(m, targets, backward, grad_scale, count);
+    /* The head's backward needs nothing but the loss: it runs with the
+     * forward, chunk by chunk (head_pass), so a pipeline keeps dres (N x H)
+     * until the chunk's backward instead of the logits' gradient, and the
+     * logits are scratch of head_chunk rows. */
+    if (backward)
+        hook(m, head, MT_UNIT_PRE_BACKWARD);
+    double loss = head_pass(m, targets, backward, grad_scale, count);
     if (!backward) {
         hook(m, head, MT_UNIT_POST_FORWARD);
         return loss;
     }
-    /* The head's backward needs nothing but the loss: run it now, so a
-     * pipeline keeps dres (N x H) until the chunk's backward instead of the
-     * logits' gradient (N x V), and logits are scratch. */
-    hook(m, head, MT_UNIT_PRE_BACKWARD);
-    linear_backward(m, m->dh, 0.0f, m->logits, m->xf, m->lm_head);
     norm_in_backward(m, m->dres, false, m->dh, m->final_norm->grad, m->x_final,
                      m->final_norm->data, m->rstdf);
     hook(m, head, MT_UNIT_POST_BACKWARD);

@@ -99,6 +99,15 @@ static void layer_acts(const mt_model_t *m, float *base, int64_t *off, mt_layer_
     }
 }
 
+int64_t mt_model_head_chunk(int64_t N, int64_t V)
+{
+    const char *e = getenv("MESHTRAIN_HEAD_CHUNK_ROWS");
+    int64_t c = e && atoll(e) > 0 ? atoll(e) : ((int64_t)256 << 20) / (4 * (V > 0 ? V : 1));
+    if (c < 1)
+        c = 1;
+    return c < N ? c : (N > 0 ? N : 1);
+}
+
 /* Lay out the activation buffers of chunk c: what a stage-microbatch
  * keeps from its forward to its backward (its layers' activations, the
  * output and the output gradient) from base, and the scratch that one pass
@@ -133,7 +142,8 @@ static int64_t layout_acts(mt_model_t *m, float *base, float *shared, int c, int
     /* the head's forward and backward run in one pass (model.c) */
     m->xf = head ? carve(shared, &sh, N * H) : NULL;
     m->rstdf = head ? carve(shared, &sh, Ns) : NULL;
-    m->logits = head ? carve(shared, &sh, N * m->V) : NULL;
+    m->head_chunk = mt_model_head_chunk(N, m->V);
+    m->logits = head ? carve(shared, &sh, m->head_chunk * m->V) : NULL;
     m->dtmp = carve(shared, &sh, Ns * H);
     m->dh_local = m->sp ? carve(shared, &sh, Ns * H) : NULL;
     m->gather = m->sp ? carve(shared, &sh, N * H) : NULL;

@@ -174,7 +174,8 @@ typedef struct {
     int nslots;
     mt_layer_acts_t *acts;   /* L entries (all point to `scratch` except x under AC) */
     mt_layer_acts_t scratch; /* recompute buffers under activation checkpointing */
-    float *x_final, *xf, *rstdf, *logits;
+    float *x_final, *xf, *rstdf, *logits; /* logits: [head_chunk, V] */
+    int64_t head_chunk;  /* rows of the LM head and loss at once (mt_model_head_chunk) */
     float *dres, *dtmp, *dh, *datt, *dq, *dk, *dv, *dI;
     int32_t *pos;        /* [N] positions */
     const int32_t *doc_start; /* [N] packed rows' document starts (doc_mem), or NULL */
@@ -346,6 +347,12 @@ static inline int64_t mt_param_overlap(const mt_param_t *p, int64_t lo, int64_t 
 /* Parameters of the whole logical model (under tensor parallelism numel
  * is this rank's part). */
 int64_t mt_model_logical_numel(const mt_model_t *m);
+
+/* Rows of the LM head and loss computed at once for N rows of a V-column
+ * (this rank's) vocabulary: all N when their float32 logits take at most
+ * 256 MiB, else as many as fit (at least 1).  MESHTRAIN_HEAD_CHUNK_ROWS
+ * sets it instead (tests).  meshtrain-plan counts the same. */
+int64_t mt_model_head_chunk(int64_t N, int64_t V);
 
 /* Find a parameter by Hugging Face name, or NULL. */
 mt_param_t *mt_model_param(mt_model_t *m, const char *name);

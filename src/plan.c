@@ -283,8 +283,9 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
             acts = nflight * stage_layers_avg * per_layer;
         /* fp32 logits of one microbatch for the loss: the head's backward
          * runs right after its forward, so only one is ever alive */
-        if (last)
-            acts += tokens * (double)V / tp * 4.0;
+        if (last) /* in row chunks (mt_model_head_chunk) */
+            acts += (double)mt_model_head_chunk((int64_t)tokens, (int64_t)((double)V / tp)) *
+                    (double)V / tp * 4.0;
         { /* backward working buffers of one microbatch: the final norm's input
            * and output and four residual-stream gradients, plus the q, k, v
            * and MLP gradients (doc/plan.md) */

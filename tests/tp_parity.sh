@@ -14,7 +14,8 @@
 # checkpoint resumes under tp 2 x dp 2, and a tp 2 checkpoint loaded by
 # zero 1 x tp 2 on other dp is written again bit for bit.  Sequence
 # parallelism (tp 2; tp 2 x fsdp2 dp 2 with activation checkpointing)
-# matches too, with smaller activations than plain TP, as planned.
+# matches too, with smaller activations than plain TP, as planned.  The
+# LM head and loss in 7-row chunks (1 rank; tp 2 with SP) match as well.
 . "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
 dense="$bindir/meshtrain-dense"
 cfg="$small_cfg"
@@ -73,5 +74,26 @@ def acts(path):
 assert sp_m < tp_m, (sp_m, tp_m)
 assert abs(sp_m - sp_p) <= 0.10 * sp_m, (sp_m, sp_p)
 print(f"activations: tp {tp_m} MiB, tp + sp {sp_m} MiB (plan {sp_p})")
+PY
+# The LM head in row chunks (MESHTRAIN_HEAD_CHUNK_ROWS; by default only a
+# vocabulary whose logits pass 256 MiB is cut): 7-row chunks, uneven, on
+# 1 rank and under tp 2 with sequence parallelism compute the 1-rank run,
+# with smaller activations, as planned.
+MESHTRAIN_HEAD_CHUNK_ROWS=7
+export MESHTRAIN_HEAD_CHUNK_ROWS
+train h1 1
+train hs2 2 $tp2 $sp
+unset MESHTRAIN_HEAD_CHUNK_ROWS
+parity r1 h1 "LM head in 7-row chunks"
+parity r1 hs2 "LM head in 7-row chunks, tp 2, sequence parallel"
+checks=$((checks + 1))
+python3 - "$workdir/r1.log" "$workdir/h1.log" <<'PY' || fail "LM head chunks: activations not smaller or not as planned"
+import re, sys
+def acts(path):
+    m = re.search(r"activations ([0-9.]+) / ([0-9.]+)", open(path).read())
+    return float(m[1]), float(m[2])
+(w_m, w_p), (c_m, c_p) = acts(sys.argv[1]), acts(sys.argv[2])
+assert c_m < w_m and abs(c_m - c_p) <= 0.01 * c_m, (w_m, c_m, c_p)
+print(f"activations: whole logits {w_m} MiB, 7-row chunks {c_m} MiB (plan {c_p})")
 PY
 finish
