@@ -204,8 +204,27 @@ static void test_elementwise(uint64_t *s)
     const double ss1 = tc_gpu->sum_squares(d_g2, n), ss2 = tc_gpu->sum_squares(d_g2, n);
     CHECK(fabs(ss1 - ss_c) <= 1e-12 * ss_c, "sum_squares %.17g vs cpu %.17g", ss1, ss_c);
     CHECK(ss1 == ss2, "sum_squares twice: %.17g vs %.17g", ss1, ss2);
+    /* round_bf16 (mixed precision): bit for bit, with exact ties both
+     * ways, values that round up into the exponent, infinities and NaN */
+    float *r = tc_rand(s, n, 3.0f);
+    const uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x3f7fffffu, 0x7f7fffffu,
+                                0x7f800000u, 0xff800000u, 0x7fc00001u, 0x80000000u, 0x00000001u};
+    for (int i = 0; i < (int)(sizeof special / sizeof special[0]); i++)
+        memcpy(&r[i * 1000], &special[i], sizeof(float));
+    float *d_r = tc_up(r, F(n));
+    tc_cpu->round_bf16(r, n);
+    tc_gpu->round_bf16(d_r, n);
+    float *gr = tc_down(d_r, F(n));
+    int64_t diff = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t a, b;
+        memcpy(&a, &gr[i], 4), memcpy(&b, &r[i], 4);
+        diff += a != b && !(isnan(gr[i]) && isnan(r[i]));
+    }
+    CHECK(diff == 0, "round_bf16: %lld of %lld elements differ from the CPU's bits", (long long)diff,
+          (long long)n);
     free(gate), free(up), free(dout), free(out), free(dg), free(du), free(g), free(gg), free(gu);
-    free(ga);
+    free(ga), free(r), free(gr);
     mt_cuda_arena_reset(&tc_arena);
 }
 
