@@ -119,6 +119,12 @@ mt_status_t mt_nccl_all_to_allv(mt_nccl_group_t *g, const void *send, const int 
                                 const int *sdispls, void *recv, const int *rcounts,
                                 const int *rdispls, size_t row_bytes, cudaStream_t compute);
 
+/* One step of a ring: receive nb buffers of n floats (in[i]) from rank
+ * `from` and send nb (out[i]) to rank `to`, grouped so that the opposite
+ * directions cannot deadlock. */
+mt_status_t mt_nccl_ring_step(mt_nccl_group_t *g, const float *const *out, float *const *in,
+                              int nb, size_t n, int from, int to, cudaStream_t compute);
+
 /* Make `compute` wait (on the device) for g's collectives so far. */
 mt_status_t mt_nccl_join(mt_nccl_group_t *g, cudaStream_t compute);
 

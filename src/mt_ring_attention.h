@@ -47,6 +47,8 @@ typedef struct {
      * skipping reads it) and of lse's starting value [B*nh*Tl]. */
     float *h_kv_out[2], *h_kv_in[2], *h_dkv_out[2][2], *h_dkv_in[2];
     int32_t *h_doc;
+    void *nccl;          /* the CP group's mt_nccl_group_t when its transfers go through
+                          * NCCL on device memory (grouped send/recv), else NULL */
     float *h_lse;
     int64_t h_lse_numel;
     /* Counters since init (or mt_ring_attention_reset_stats), for the

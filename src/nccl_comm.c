@@ -452,6 +452,19 @@ mt_status_t mt_nccl_all_to_allv(mt_nccl_group_t *g, const void *send, const int 
     return end(g, rc != ncclSuccess && rc != ncclInProgress ? rc : rc_end, "all_to_allv");
 }
 
+mt_status_t mt_nccl_ring_step(mt_nccl_group_t *g, const float *const *out, float *const *in,
+                              int nb, size_t n, int from, int to, cudaStream_t compute)
+{
+    MT_TRY(begin(g, compute, "ring send/recv"));
+    ncclResult_t rc = ncclGroupStart();
+    for (int i = 0; i < nb && (rc == ncclSuccess || rc == ncclInProgress); i++)
+        rc = ncclRecv(in[i], n, ncclFloat32, from, g->comm, g->stream);
+    for (int i = 0; i < nb && (rc == ncclSuccess || rc == ncclInProgress); i++)
+        rc = ncclSend(out[i], n, ncclFloat32, to, g->comm, g->stream);
+    const ncclResult_t rc_end = ncclGroupEnd();
+    return end(g, rc != ncclSuccess && rc != ncclInProgress ? rc : rc_end, "ring send/recv");
+}
+
 mt_status_t mt_nccl_join(mt_nccl_group_t *g, cudaStream_t compute)
 {
     MT_CUDA_TRY(cudaStreamWaitEvent(compute, g->done, 0));

@@ -39,6 +39,11 @@
 
 #include "mt_comm.h"
 #include "mt_stage.h"
+#ifdef MT_HAVE_NCCL
+#include "mt_cuda.h"
+#include "mt_nccl.h"
+#define CS ((cudaStream_t)mt_cuda_stream())
+#endif
 
 enum { TAG_K = 701, TAG_V, TAG_DK, TAG_DV }; /* a pair: tag, tag + 1 */
 
@@ -66,6 +71,9 @@ mt_status_t mt_ring_attention_init(mt_ring_attention_t *ra, MPI_Comm comm, const
                 "message (INT_MAX)", (long long)ra->kv_numel);
     size_t bytes = sizeof(float) * (size_t)ra->kv_numel;
     const bool staged = mt_stage_needed(be);
+#ifdef MT_HAVE_NCCL
+    ra->nccl = mt_nccl_for(comm); /* NCCL on device memory: no host transfer buffers */
+#endif
     bool ok = true;
     for (int i = 0; i < 2; i++) {
         ra->dkv_in[i] = be->device_alloc(bytes);
@@ -76,14 +84,14 @@ mt_status_t mt_ring_attention_init(mt_ring_attention_t *ra, MPI_Comm comm, const
             ok = ok && ra->kv[i][j] && ra->dkv[i][j];
         }
     }
-    if (staged) {
-        for (int i = 0; i < 2; i++) {
-            ra->h_kv_out[i] = malloc(bytes), ra->h_kv_in[i] = malloc(bytes);
-            ra->h_dkv_in[i] = malloc(bytes);
-            ra->h_dkv_out[i][0] = malloc(bytes), ra->h_dkv_out[i][1] = malloc(bytes);
-            ok = ok && ra->h_kv_out[i] && ra->h_kv_in[i] && ra->h_dkv_in[i] &&
-                 ra->h_dkv_out[i][0] && ra->h_dkv_out[i][1];
-        }
+    for (int i = 0; staged && !ra->nccl && i < 2; i++) {
+        ra->h_kv_out[i] = malloc(bytes), ra->h_kv_in[i] = malloc(bytes);
+        ra->h_dkv_in[i] = malloc(bytes);
+        ra->h_dkv_out[i][0] = malloc(bytes), ra->h_dkv_out[i][1] = malloc(bytes);
+        ok = ok && ra->h_kv_out[i] && ra->h_kv_in[i] && ra->h_dkv_in[i] &&
+             ra->h_dkv_out[i][0] && ra->h_dkv_out[i][1];
+    }
+    if (staged) { /* the block skipping reads doc_start on the host */
         ra->h_doc = malloc(sizeof(int32_t) * (size_t)(B * Tl));
         ok = ok && ra->h_doc;
     }
@@ -140,6 +148,13 @@ static int64_t visible_pairs(const int32_t *ds, int64_t nq, int64_t q0, int64_t 
  * compute hid; -1 for the waits for send buffers to be reusable. */
 static mt_status_t wait_timed(mt_ring_attention_t *ra, int n, MPI_Request *rq, int kind)
 {
+#ifdef MT_HAVE_NCCL
+    if (ra->nccl) { /* the compute stream waits on the device, the host goes on */
+        if (kind >= 0)
+            ra->waits[kind]++, ra->waits_hidden[kind]++;
+        return mt_nccl_join(ra->nccl, CS);
+    }
+#endif
     int done = 1;
     for (int i = 0; i < n; i++)
         if (rq[i] != MPI_REQUEST_NULL) {
@@ -229,6 +244,12 @@ static mt_status_t post_pair(mt_ring_attention_t *ra, const float *const out[2],
 {
     const int P = ra->size, left = (ra->rank + P - 1) % P, right = (ra->rank + 1) % P;
     const int n = (int)ra->kv_numel;
+#ifdef MT_HAVE_NCCL
+    if (ra->nccl) /* one grouped step on the CP group's stream; requests stay null */
+        return mt_nccl_ring_step(ra->nccl, out, in, 2, (size_t)n, left, right, CS);
+#else
+    (void)h_out, (void)h_in;
+#endif
     for (int i = 0; i < 2; i++)
         MT_TRY(mt_stage_irecv(h_in[i], in[i], n, left, tag + i, ra->comm, &rrq[i]));
     for (int i = 0; i < 2; i++)
@@ -238,6 +259,8 @@ static mt_status_t post_pair(mt_ring_attention_t *ra, const float *const out[2],
 
 static void finish_pair(mt_ring_attention_t *ra, float *const h_in[2], float *const in[2])
 {
+    if (ra->nccl) /* received on the device */
+        return;
     for (int i = 0; i < 2; i++)
         mt_stage_recv_finish(ra->be, h_in[i], in[i], (int)ra->kv_numel);
 }
@@ -322,9 +345,15 @@ mt_status_t mt_ring_attention_backward(mt_ring_attention_t *ra, float *dq, float
     for (int s = 0; s < P; s++) {
         const int ab = s % 2;
         float *acc_k = ra->dkv[ab][0], *acc_v = ra->dkv[ab][1];
+        /* this buffer's send from step s - 2 must be done before it is
+         * zeroed; with NCCL the wait is a join on everything posted so far,
+         * so it comes before this step's K/V shift, which can then overlap */
+        if (ra->nccl)
+            MT_TRY(wait_timed(ra, 2, rq + 6 + 2 * ab, -1));
         if (s < P - 1)
             MT_TRY(post_shift(ra, ck, cv, nb, rq));
-        MT_TRY(wait_timed(ra, 2, rq + 6 + 2 * ab, -1)); /* this buffer's send from step s - 2 */
+        if (!ra->nccl)
+            MT_TRY(wait_timed(ra, 2, rq + 6 + 2 * ab, -1));
         be->zero(acc_k, bytes);
         be->zero(acc_v, bytes);
         compute_shard(ra, (ra->rank - s + P) % P, (float *)out, (float *)lse, dq, acc_k, acc_v,
