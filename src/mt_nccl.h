@@ -73,6 +73,11 @@ void mt_nccl_free(mt_nccl_t *n);
 mt_status_t mt_nccl_activate(mt_nccl_t *n, const mt_mesh_t *mesh);
 void mt_nccl_deactivate(void);
 mt_nccl_group_t *mt_nccl_for(MPI_Comm comm);
+/* A communicator outside the mesh groups (the ranks holding the same
+ * experts: train_moe.c) made and activated too, collective over comm;
+ * nothing when no groups are active, comm has one rank or is known.
+ * mt_nccl_deactivate frees it. */
+mt_status_t mt_nccl_adopt(MPI_Comm comm, const char *axis);
 
 /* Collectives: enqueued on g's stream after the work already on
  * `compute` (a cudaStream_t); they return once enqueued.  Counts are in

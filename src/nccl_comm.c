@@ -14,6 +14,7 @@
 #include <mpi.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -172,10 +173,13 @@ static mt_status_t end(mt_nccl_group_t *g, ncclResult_t rc, const char *what)
 
 /* ------------------------------------------------------------------ active groups, watchdog */
 
+#define MT_NCCL_EXTRA 4 /* communicators adopted outside the mesh (mt_nccl_adopt) */
+
 static struct {
-    MPI_Comm comm[MT_NGROUPS];
-    mt_nccl_group_t *group[MT_NGROUPS];
-    int n, device, world_rank;
+    MPI_Comm comm[MT_NGROUPS + MT_NCCL_EXTRA];
+    mt_nccl_group_t *group[MT_NGROUPS + MT_NCCL_EXTRA];
+    mt_nccl_group_t *extra[MT_NCCL_EXTRA]; /* owned here */
+    int n, nextra, device, world_rank;
     volatile int stop;
     pthread_t thread;
     int running;
@@ -261,7 +265,39 @@ void mt_nccl_deactivate(void)
         pthread_join(wd.thread, NULL);
         wd.running = 0;
     }
-    wd.n = 0;
+    for (int i = 0; i < wd.nextra; i++) {
+        mt_nccl_group_free(wd.extra[i]);
+        free(wd.extra[i]);
+    }
+    wd.n = wd.nextra = 0;
+}
+
+mt_status_t mt_nccl_adopt(MPI_Comm comm, const char *axis)
+{
+    if (!wd.running || comm == MPI_COMM_NULL || mt_nccl_for(comm))
+        return MT_OK;
+    int size = 1;
+    MT_MPI_TRY(MPI_Comm_size(comm, &size));
+    if (size == 1)
+        return MT_OK;
+    if (wd.nextra == MT_NCCL_EXTRA)
+        MT_FAIL(MT_ERR_INTERNAL, "NCCL: more than %d communicators outside the mesh",
+                MT_NCCL_EXTRA);
+    mt_nccl_group_t *g = calloc(1, sizeof *g);
+    if (!g)
+        MT_FAIL(MT_ERR_NOMEM, "NCCL group");
+    double timeout = wd.n > 0 ? wd.group[0]->timeout_s : 600.0;
+    mt_status_t s = mt_nccl_group_init(g, comm, axis, timeout);
+    if (s != MT_OK) {
+        free(g);
+        return s;
+    }
+    pthread_mutex_lock(&wd_lock); /* the watchdog walks the list */
+    wd.extra[wd.nextra++] = g;
+    wd.comm[wd.n] = comm, wd.group[wd.n] = g;
+    wd.n++;
+    pthread_mutex_unlock(&wd_lock);
+    return MT_OK;
 }
 
 mt_nccl_group_t *mt_nccl_for(MPI_Comm comm)

@@ -27,6 +27,8 @@
  * the sharded experts' collectives are fsdp.c's (staged there), the
  * dispatch stages its rows (moe_dispatch.c); the routing totals and the
  * load counters are host memory by design (model_moe.h). */
+#include <config.h>
+
 #include "train_moe.h"
 
 #include <stdlib.h>
@@ -35,6 +37,9 @@
 #include "model_moe.h"
 #include "mt_comm.h"
 #include "mt_fsdp.h"
+#ifdef MT_HAVE_NCCL
+#include "mt_nccl.h"
+#endif
 
 int64_t mt_train_moe_replicas(const mt_config_t *cfg)
 {
@@ -102,6 +107,10 @@ mt_status_t mt_train_moe_init(mt_train_moe_t *t, mt_model_t *m, const mt_config_
     int stage = mesh->group_rank[MT_GROUP_PP];
     int ep_idx = t->ep > 1 ? mesh->group_rank[MT_GROUP_EP] : 0;
     MT_MPI_TRY(MPI_Comm_split(mesh->comm, stage * t->ep + ep_idx, mesh->rank, &t->rep));
+#ifdef MT_HAVE_NCCL
+    /* with NCCL active the experts' reductions and FSDP over rep use it too */
+    MT_TRY(mt_nccl_adopt(t->rep, "expert replicas"));
+#endif
     MT_MPI_TRY(MPI_Comm_split(mesh->comm,
                               stage * mesh->group_size[MT_GROUP_DP] + mesh->group_rank[MT_GROUP_DP],
                               mesh->rank, &t->tokens));
