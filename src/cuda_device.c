@@ -185,6 +185,12 @@ mt_status_t mt_cuda_setup(MPI_Comm node_comm, size_t scratch_bytes, mt_cuda_devi
                           size_t *reserved)
 {
     static mt_cuda_arena_t arena; /* the process's one reservation */
+    static mt_cuda_device_t bound;
+    if (arena.base) { /* set up already (a second training run in this process) */
+        *dev = bound;
+        *reserved = arena.size;
+        return MT_OK;
+    }
     MT_TRY(mt_cuda_device_init(dev, node_comm));
     /* ranks of this node on the same GPU (local_rank % device_count) */
     int share = dev->local_size / dev->device_count +
@@ -205,5 +211,6 @@ mt_status_t mt_cuda_setup(MPI_Comm node_comm, size_t scratch_bytes, mt_cuda_devi
     MT_TRY(mt_cuda_backend_init(&arena, scratch_bytes));
     MT_TRY(mt_cuda_pool_init(&arena));
     *reserved = want;
+    bound = *dev;
     return MT_OK;
 }

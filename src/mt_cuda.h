@@ -98,7 +98,8 @@ void mt_cuda_pool_stats(size_t *size, size_t *used, size_t *peak);
  * fraction x the device's memory / the ranks sharing it (capped at the
  * free memory less 512 MiB; fraction from MT_CUDA_MEMORY_FRACTION, default
  * 0.9), initialise the backend with scratch_bytes of scratch from it, and
- * make the rest the pool.  *reserved gets the arena's size. */
+ * make the rest the pool.  *reserved gets the arena's size.  Once per
+ * process: a later call returns the same binding and reservation. */
 mt_status_t mt_cuda_setup(MPI_Comm node_comm, size_t scratch_bytes, mt_cuda_device_t *dev,
                           size_t *reserved);
 #endif
