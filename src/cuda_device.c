@@ -191,10 +191,28 @@ mt_status_t mt_cuda_setup(MPI_Comm node_comm, size_t scratch_bytes, mt_cuda_devi
         *reserved = arena.size;
         return MT_OK;
     }
-    MT_TRY(mt_cuda_device_init(dev, node_comm));
-    /* ranks of this node on the same GPU (local_rank % device_count) */
-    int share = dev->local_size / dev->device_count +
-                (dev->local_rank % dev->device_count < dev->local_size % dev->device_count);
+    /* ranks of this node on the same physical GPU, by PCI bus id (each rank
+     * may see only its own GPU, under --gpus-per-task or a per-rank
+     * CUDA_VISIBLE_DEVICES): every rank joins the exchange, also one
+     * whose binding failed, and fails after it */
+    mt_status_t s = mt_cuda_device_init(dev, node_comm);
+    enum { ID = 32 };
+    char bus[ID] = "";
+    if (s == MT_OK && cudaDeviceGetPCIBusId(bus, ID, dev->device) != cudaSuccess)
+        (void)cudaGetLastError(), snprintf(bus, ID, "ordinal-%d", dev->device);
+    int nodes = 1;
+    MT_MPI_TRY(MPI_Comm_size(node_comm, &nodes));
+    char *all = malloc((size_t)nodes * ID);
+    if (!all)
+        MT_FAIL(MT_ERR_NOMEM, "GPU bus ids");
+    int rc = MPI_Allgather(bus, ID, MPI_CHAR, all, ID, MPI_CHAR, node_comm);
+    int share = 0;
+    for (int r = 0; rc == MPI_SUCCESS && bus[0] && r < nodes; r++)
+        share += strncmp(all + (size_t)r * ID, bus, ID) == 0;
+    free(all);
+    MT_TRY(s);
+    MT_MPI_TRY(rc);
+    dev->sharing = share;
     const char *e = getenv("MT_CUDA_MEMORY_FRACTION");
     double fraction = e && atof(e) > 0 && atof(e) <= 1 ? atof(e) : 0.9;
     size_t free_b = 0, total_b = 0;

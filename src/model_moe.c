@@ -504,9 +504,12 @@ void mt_moe_finish_forward(mt_model_t *m)
 }
 
 /* Mixed precision: a completed activation or activation gradient becomes
- * bf16 (model.c's rule).  The router's logits and probabilities stay fp32,
- * as DeepSeek-V3's gate computes them; the expert rows are rounded before
- * they are sent, so the all-to-all carries bf16 values. */
+ * bf16 (model.c's rule).  The router's logits, probabilities and weights
+ * stay fp32 in the forward, as DeepSeek-V3's gate computes them; the
+ * logits' gradient is rounded like any activation gradient before the
+ * GEMMs (the tensor-core table takes bf16 GEMM inputs); the expert rows
+ * are rounded before they are sent, so the all-to-all carries bf16
+ * values. */
 static void rnd(const mt_model_t *m, float *x, int64_t n)
 {
     if (m->bf16)
@@ -709,6 +712,7 @@ void mt_moe_backward(mt_model_t *m, int l, const float *h, const float *dout, fl
     be->copy_to_device(x->aux_dp, x->h_aux_dp, sizeof(float) * (size_t)E);
     be->moe_router_backward(x->dlogits, x->dw, rt->probs, rt->idx, rt->w, x->aux_dp, N, E, K,
                             x->norm_topk);
+    rnd(m, x->dlogits, N * E); /* an activation gradient: bf16 into the GEMMs below */
     be->matmul(router->grad, x->dlogits, h, E, H, N, true, false, 1.0f);
     be->matmul(dh, x->dlogits, router->data, N, H, E, false, false, 1.0f);
 

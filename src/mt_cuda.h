@@ -43,6 +43,8 @@ typedef struct {
     int sm_count;
     size_t total_mem;   /* bytes */
     char name[128];
+    int sharing;        /* ranks of the node on this physical GPU (by PCI bus
+                         * id; mt_cuda_setup), 0 when not counted */
 } mt_cuda_device_t;
 
 /* Devices visible to this process; 0 when there is no device or no driver

@@ -31,11 +31,11 @@ static mt_status_t bring_up_cuda(mt_train_device_t *d, const mt_config_t *cfg,
     /* the GPU of the node-local rank, one reservation for everything */
     mt_status_t s = mt_cuda_setup(node, CUDA_SCRATCH_BYTES, &dev, &reserved);
     MPI_Comm_free(&node);
-    MT_TRY(s);
+    MT_TRY(mt_agree(mesh->comm, s)); /* no rank goes on to the collectives below alone */
     /* bf16 compute: GEMMs and attention on tensor cores (doc/mixed-precision.md) */
     d->be = cfg->distributed.mp_policy.param_dtype == MT_DTYPE_BFLOAT16 ? mt_backend_cuda_bf16()
                                                                        : mt_backend_cuda();
-    int own = dev.local_size <= dev.device_count, all = 0;
+    int own = dev.sharing == 1, all = 0;
     MT_TRY(mt_allreduce(&own, &all, 1, MPI_INT, MPI_MIN, mesh->comm));
     d->own_gpu = all != 0;
     return MT_OK;
