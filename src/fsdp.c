@@ -146,6 +146,7 @@ static void gather(mt_fsdp_t *f, int u)
                                 f->displs + u * f->nshard, f->pad, f->opt.gather_bf16,
                                 CS) != MT_OK)
             note_error(f, MPI_ERR_OTHER, "parameter all-gather (NCCL)", u);
+        f->p_ev[u] = mt_nccl_last_event(f->nccl);
         f->p_state[u] = GATHERING;
         return;
     }
@@ -181,8 +182,8 @@ static void wait_gathered(mt_fsdp_t *f, int u)
         gather(f, u);
     if (f->p_state[u] == GATHERING) {
 #ifdef MT_HAVE_NCCL
-        if (f->nccl) { /* the compute stream waits for it, not the host */
-            if (mt_nccl_join(f->nccl, CS) != MT_OK)
+        if (f->nccl) { /* the compute stream waits for this gather, not the host */
+            if (mt_nccl_join_event(f->p_ev[u], CS) != MT_OK)
                 note_error(f, MPI_ERR_OTHER, "waiting for the parameter all-gather (NCCL)", u);
             f->p_state[u] = READY;
             if (f->opt.shard_params)
@@ -242,6 +243,7 @@ static void reduce(mt_fsdp_t *f, int u)
         }
         if (st != MT_OK)
             note_error(f, MPI_ERR_OTHER, "gradient reduction (NCCL)", u);
+        f->g_ev[u] = mt_nccl_last_event(f->nccl);
         f->g_pending[u] = true;
         return;
     }
@@ -289,7 +291,7 @@ static void wait_reduced(mt_fsdp_t *f, int u)
     const mt_segment_t *s = &f->seg[u];
 #ifdef MT_HAVE_NCCL
     if (f->nccl) {
-        if (mt_nccl_join(f->nccl, CS) != MT_OK)
+        if (mt_nccl_join_event(f->g_ev[u], CS) != MT_OK)
             note_error(f, MPI_ERR_OTHER, "waiting for the gradient reduction (NCCL)", u);
         f->g_pending[u] = false;
         if (f->g_into_tmp[u])
@@ -490,7 +492,12 @@ mt_status_t mt_fsdp_init(mt_fsdp_t *f, mt_model_t *m, MPI_Comm shard, MPI_Comm r
             shard_most = (size_t)f->seg[u].count > shard_most ? (size_t)f->seg[u].count
                                                                : shard_most;
         }
-        if (!(f->pad = f->be->device_alloc(sizeof(float) * most)) ||
+        /* 2 bytes an element when every use of it is bf16: the gathers, and
+         * the reductions (zero 1's fp32 all-reduce runs in place, no pad) */
+        size_t el = opt->gather_bf16 && (opt->reduce_bf16 || !opt->shard_grads) ? 2 : 4;
+        f->p_ev = calloc((size_t)U, sizeof *f->p_ev), f->g_ev = calloc((size_t)U, sizeof *f->g_ev);
+        f->pad_bytes = el * most;
+        if (!f->p_ev || !f->g_ev || !(f->pad = f->be->device_alloc(el * most)) ||
             (f->nccl_rep && opt->reduce_bf16 &&
              !(f->rep_pad = f->be->device_alloc(sizeof(uint16_t) * shard_most))))
             MT_FAIL(MT_ERR_NOMEM, "device space for the NCCL collectives: %zu floats", most);
@@ -568,6 +575,7 @@ void mt_fsdp_free(mt_fsdp_t *f)
         f->be->device_free(f->rs_tmp);
         f->be->device_free(f->pad), f->be->device_free(f->rep_pad);
     }
+    free(f->p_ev), free(f->g_ev);
     free(f->h_param), free(f->h_grad), free(f->h_own);
     free(f->w_param), free(f->w_grad), free(f->w_own);
     mt_bf16_comm_free(&f->bf16);
@@ -690,7 +698,7 @@ void mt_fsdp_bytes(const mt_fsdp_t *f, double *params_shard, double *params_work
 {
     double numel = (double)f->model->numel, own = (double)f->owned;
     *params_shard = 4.0 * (f->opt.shard_params ? own : numel);
-    *params_work = 4.0 * (double)f->p_work_numel;
+    *params_work = 4.0 * (double)f->p_work_numel + (double)f->pad_bytes; /* + NCCL's pad */
     *grads_shard = 4.0 * (f->opt.shard_grads ? own : numel);
     *grads_work = 4.0 * (double)(f->g_work_numel + f->rs_tmp_numel);
 }

@@ -106,6 +106,9 @@ typedef struct {
      * NCCL on device memory, with no host buffers; pad: device space for
      * one unit's parts padded to equal counts (rep_pad: one shard, bf16) */
     void *nccl, *nccl_rep, *pad, *rep_pad;
+    size_t pad_bytes;           /* of pad (counted with the unit buffers) */
+    void **p_ev, **g_ev;        /* [nunits]: each unit's last gather / reduction
+                                 * (mt_nccl_last_event), what its wait joins */
     mt_bf16_comm_t bf16;
 } mt_fsdp_t;
 

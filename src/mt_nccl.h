@@ -42,10 +42,16 @@ typedef struct {
     const char *last;
     double last_t;
     int pending;
+    /* one event per collective, round robin, so a caller can wait for one
+     * collective rather than for everything queued on the group */
+    cudaEvent_t ev[64];
+    int ev_next;
 } mt_nccl_group_t;
 
 typedef struct {
     mt_nccl_group_t group[MT_NGROUPS];
+    int alias[MT_NGROUPS]; /* g + 1 when the group has the members of group g
+                            * before it (one communicator for both), else 0 */
 } mt_nccl_t;
 
 /* One communicator over the MPI communicator comm (collective over it),
@@ -54,8 +60,11 @@ mt_status_t mt_nccl_group_init(mt_nccl_group_t *g, MPI_Comm comm, const char *ax
                                double timeout_s);
 void mt_nccl_group_free(mt_nccl_group_t *g);
 
-/* Every group of the mesh, in group order (collective over the mesh's
- * communicator; the device must already be bound). */
+/* A communicator for every group of the mesh that collectives of device
+ * memory use, in group order (collective over the mesh's communicator; the
+ * device must already be bound): not for groups of one rank nor for the
+ * pipeline group (its transfers are MPI staged), and one for groups with
+ * the same members (dp and dp_cp without cp, ...). */
 mt_status_t mt_nccl_init(mt_nccl_t *n, const mt_mesh_t *mesh, double timeout_s);
 void mt_nccl_free(mt_nccl_t *n);
 
@@ -129,6 +138,14 @@ mt_status_t mt_nccl_all_to_allv(mt_nccl_group_t *g, const void *send, const int 
  * directions cannot deadlock. */
 mt_status_t mt_nccl_ring_step(mt_nccl_group_t *g, const float *const *out, float *const *in,
                               int nb, size_t n, int from, int to, cudaStream_t compute);
+
+/* The event of g's last collective (valid until 63 more are issued: a
+ * later one is recorded on it then, and waiting for that also waits for
+ * this one, on the same stream), and a wait of `compute` for such an
+ * event: the compute stream waits for that collective only, not for the
+ * ones queued after it (a prefetched gather, a later reduce-scatter). */
+void *mt_nccl_last_event(const mt_nccl_group_t *g);
+mt_status_t mt_nccl_join_event(void *event, cudaStream_t compute);
 
 /* Make `compute` wait (on the device) for g's collectives so far. */
 mt_status_t mt_nccl_join(mt_nccl_group_t *g, cudaStream_t compute);

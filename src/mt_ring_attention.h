@@ -49,6 +49,11 @@ typedef struct {
     int32_t *h_doc;
     void *nccl;          /* the CP group's mt_nccl_group_t when its transfers go through
                           * NCCL on device memory (grouped send/recv), else NULL */
+    struct {
+        const void *key; /* the request array a post filled (its MPI requests stay null) */
+        void *event;     /* the post's collective (mt_nccl_last_event) */
+    } posted[8];
+    int nposted;         /* cleared at the start of each pass */
     float *h_lse;
     int64_t h_lse_numel;
     /* Counters since init (or mt_ring_attention_reset_stats), for the

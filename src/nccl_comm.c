@@ -35,6 +35,9 @@ static void nap(void)
     nanosleep(&ts, NULL);
 }
 
+/* guards the groups' watchdog fields and their aborts (the watchdog thread) */
+static pthread_mutex_t wd_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static mt_status_t fail_abort(mt_nccl_group_t *g, const char *what, const char *why)
 {
     mt_error_set(MT_ERR_MPI, __FILE__, __LINE__, "NCCL %s on axis %s (rank %d of %d): %s", what,
@@ -43,10 +46,12 @@ static mt_status_t fail_abort(mt_nccl_group_t *g, const char *what, const char *
                   "reported an error; NCCL_DEBUG=WARN says more; distributed.timeout_s sets the "
                   "wait",
                   g->axis);
+    pthread_mutex_lock(&wd_lock); /* the watchdog may be looking at it */
     if (g->comm) {
         ncclCommAbort(g->comm);
         g->comm = NULL;
     }
+    pthread_mutex_unlock(&wd_lock);
     return MT_ERR_MPI;
 }
 
@@ -84,11 +89,15 @@ mt_status_t mt_nccl_group_init(mt_nccl_group_t *g, MPI_Comm comm, const char *ax
     MT_MPI_TRY(MPI_Comm_rank(comm, &g->rank));
     MT_MPI_TRY(MPI_Comm_size(comm, &g->size));
     ncclUniqueId id;
-    if (g->rank == 0) {
-        const ncclResult_t rc = ncclGetUniqueId(&id);
-        if (rc != ncclSuccess)
-            MT_FAIL(MT_ERR_MPI, "ncclGetUniqueId for axis %s: %s", axis, ncclGetErrorString(rc));
-    }
+    memset(&id, 0, sizeof id);
+    int ok = 1; /* rank 0's ncclGetUniqueId, told to all so that none waits alone */
+    ncclResult_t rc0 = ncclSuccess;
+    if (g->rank == 0)
+        ok = (rc0 = ncclGetUniqueId(&id)) == ncclSuccess;
+    MT_MPI_TRY(MPI_Bcast(&ok, 1, MPI_INT, 0, comm));
+    if (!ok)
+        MT_FAIL(MT_ERR_MPI, "ncclGetUniqueId for axis %s failed on its rank 0%s%s", axis,
+                g->rank == 0 ? ": " : "", g->rank == 0 ? ncclGetErrorString(rc0) : "");
     MT_MPI_TRY(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, comm));
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
@@ -100,6 +109,8 @@ mt_status_t mt_nccl_group_init(mt_nccl_group_t *g, MPI_Comm comm, const char *ax
     MT_CUDA_TRY(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
     MT_CUDA_TRY(cudaEventCreateWithFlags(&g->ready, cudaEventDisableTiming));
     MT_CUDA_TRY(cudaEventCreateWithFlags(&g->done, cudaEventDisableTiming));
+    for (int i = 0; i < 64; i++)
+        MT_CUDA_TRY(cudaEventCreateWithFlags(&g->ev[i], cudaEventDisableTiming));
     return MT_OK;
 }
 
@@ -113,6 +124,9 @@ void mt_nccl_group_free(mt_nccl_group_t *g)
     }
     if (g->done)
         cudaEventDestroy(g->done);
+    for (int i = 0; i < 64; i++)
+        if (g->ev[i])
+            cudaEventDestroy(g->ev[i]);
     if (g->ready)
         cudaEventDestroy(g->ready);
     if (g->stream)
@@ -124,7 +138,19 @@ mt_status_t mt_nccl_init(mt_nccl_t *n, const mt_mesh_t *mesh, double timeout_s)
 {
     memset(n, 0, sizeof *n);
     for (int gi = 0; gi < MT_NGROUPS; gi++) {
-        if (mesh->group[gi] == MPI_COMM_NULL)
+        if (mesh->group[gi] == MPI_COMM_NULL || gi == MT_GROUP_PP)
+            continue;
+        int size = 1;
+        MT_MPI_TRY(MPI_Comm_size(mesh->group[gi], &size));
+        if (size == 1)
+            continue;
+        for (int gj = 0; gj < gi && !n->alias[gi]; gj++) { /* the same members: share */
+            int res = MPI_UNEQUAL;
+            if (n->group[gj].comm && MPI_Comm_compare(mesh->group[gi], mesh->group[gj], &res) ==
+                                         MPI_SUCCESS && (res == MPI_IDENT || res == MPI_CONGRUENT))
+                n->alias[gi] = gj + 1;
+        }
+        if (n->alias[gi])
             continue;
         const mt_status_t s =
             mt_nccl_group_init(&n->group[gi], mesh->group[gi], mt_group_name((mt_group_t)gi),
@@ -157,13 +183,14 @@ static mt_status_t begin(mt_nccl_group_t *g, cudaStream_t compute, const char *w
     return MT_OK;
 }
 
-static pthread_mutex_t wd_lock = PTHREAD_MUTEX_INITIALIZER;
-
 static mt_status_t end(mt_nccl_group_t *g, ncclResult_t rc, const char *what)
 {
     MT_TRY(nccl_poll(g, rc, what));
     pthread_mutex_lock(&wd_lock);
-    const cudaError_t e = cudaEventRecord(g->done, g->stream);
+    cudaError_t e = cudaEventRecord(g->done, g->stream);
+    if (e == cudaSuccess)
+        e = cudaEventRecord(g->ev[g->ev_next], g->stream);
+    g->ev_next = (g->ev_next + 1) % 64;
     g->last = what, g->last_t = now_s(), g->pending = 1;
     pthread_mutex_unlock(&wd_lock);
     if (e != cudaSuccess)
@@ -199,9 +226,11 @@ static void fire(mt_nccl_group_t *g, const char *why)
             wd.world_rank, host, g->last ? g->last : "collective", g->axis, g->rank, g->size, why,
             g->axis);
     fflush(stderr);
-    for (int i = 0; i < wd.n; i++)
-        if (wd.group[i]->comm)
+    for (int i = 0; i < wd.n; i++) /* (a group may be listed twice: aliases) */
+        if (wd.group[i]->comm) {
             ncclCommAbort(wd.group[i]->comm);
+            wd.group[i]->comm = NULL;
+        }
     _exit(3);
 }
 
@@ -244,11 +273,13 @@ mt_status_t mt_nccl_activate(mt_nccl_t *n, const mt_mesh_t *mesh)
 {
     mt_nccl_deactivate();
     wd.n = 0;
-    for (int gi = 0; gi < MT_NGROUPS; gi++)
-        if (n->group[gi].comm && mesh->group[gi] != MPI_COMM_NULL) {
+    for (int gi = 0; gi < MT_NGROUPS; gi++) {
+        mt_nccl_group_t *g = n->alias[gi] ? &n->group[n->alias[gi] - 1] : &n->group[gi];
+        if (g->comm && mesh->group[gi] != MPI_COMM_NULL) {
             wd.comm[wd.n] = mesh->group[gi];
-            wd.group[wd.n++] = &n->group[gi];
+            wd.group[wd.n++] = g;
         }
+    }
     MT_CUDA_TRY(cudaGetDevice(&wd.device));
     wd.world_rank = mesh->rank;
     wd.stop = 0;
@@ -289,6 +320,7 @@ mt_status_t mt_nccl_adopt(MPI_Comm comm, const char *axis)
     double timeout = wd.n > 0 ? wd.group[0]->timeout_s : 600.0;
     mt_status_t s = mt_nccl_group_init(g, comm, axis, timeout);
     if (s != MT_OK) {
+        mt_nccl_group_free(g);
         free(g);
         return s;
     }
@@ -499,6 +531,17 @@ mt_status_t mt_nccl_ring_step(mt_nccl_group_t *g, const float *const *out, float
         rc = ncclSend(out[i], n, ncclFloat32, to, g->comm, g->stream);
     const ncclResult_t rc_end = ncclGroupEnd();
     return end(g, rc != ncclSuccess && rc != ncclInProgress ? rc : rc_end, "ring send/recv");
+}
+
+void *mt_nccl_last_event(const mt_nccl_group_t *g)
+{
+    return g->ev[(g->ev_next + 63) % 64];
+}
+
+mt_status_t mt_nccl_join_event(void *event, cudaStream_t compute)
+{
+    MT_CUDA_TRY(cudaStreamWaitEvent(compute, (cudaEvent_t)event, 0));
+    return MT_OK;
 }
 
 mt_status_t mt_nccl_join(mt_nccl_group_t *g, cudaStream_t compute)

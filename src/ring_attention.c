@@ -149,9 +149,12 @@ static int64_t visible_pairs(const int32_t *ds, int64_t nq, int64_t q0, int64_t 
 static mt_status_t wait_timed(mt_ring_attention_t *ra, int n, MPI_Request *rq, int kind)
 {
 #ifdef MT_HAVE_NCCL
-    if (ra->nccl) { /* the compute stream waits on the device, the host goes on */
-        if (kind >= 0)
-            ra->waits[kind]++, ra->waits_hidden[kind]++;
+    if (ra->nccl) { /* the compute stream waits on the device for the post that
+                     * filled rq (everything queued, if unknown); the host goes on */
+        /* (no hidden-wait statistics: the host does not wait) */
+        for (int i = 0; i < ra->nposted; i++)
+            if (ra->posted[i].key == (const void *)rq)
+                return mt_nccl_join_event(ra->posted[i].event, CS);
         return mt_nccl_join(ra->nccl, CS);
     }
 #endif
@@ -245,8 +248,21 @@ static mt_status_t post_pair(mt_ring_attention_t *ra, const float *const out[2],
     const int P = ra->size, left = (ra->rank + P - 1) % P, right = (ra->rank + 1) % P;
     const int n = (int)ra->kv_numel;
 #ifdef MT_HAVE_NCCL
-    if (ra->nccl) /* one grouped step on the CP group's stream; requests stay null */
-        return mt_nccl_ring_step(ra->nccl, out, in, 2, (size_t)n, left, right, CS);
+    if (ra->nccl) { /* one grouped step on the CP group's stream; requests stay null */
+        MT_TRY(mt_nccl_ring_step(ra->nccl, out, in, 2, (size_t)n, left, right, CS));
+        void *ev = mt_nccl_last_event(ra->nccl);
+        const void *keys[2] = {rrq, srq}; /* what wait_timed is given for each side */
+        for (int k = 0; k < 2; k++) {
+            int i = 0;
+            while (i < ra->nposted && ra->posted[i].key != keys[k])
+                i++;
+            if (i == ra->nposted && i < 8)
+                ra->nposted++;
+            if (i < 8)
+                ra->posted[i].key = keys[k], ra->posted[i].event = ev;
+        }
+        return MT_OK;
+    }
 #else
     (void)h_out, (void)h_in;
 #endif
@@ -288,6 +304,7 @@ mt_status_t mt_ring_attention_forward(mt_ring_attention_t *ra, float *out, float
 {
     const int P = ra->size;
     const int64_t nq = ra->B * ra->Tl, nl = nq * nh;
+    ra->nposted = 0;
     ra->be->zero(out, sizeof(float) * (size_t)(nq * nh * ra->hd));
     /* lse starts at -inf: written in place, or on the host and copied in */
     float *l0 = lse;
@@ -331,6 +348,7 @@ mt_status_t mt_ring_attention_backward(mt_ring_attention_t *ra, float *dq, float
 {
     const int P = ra->size;
     const int64_t n = ra->kv_numel;
+    ra->nposted = 0;
     const size_t bytes = sizeof(float) * (size_t)n;
     const mt_backend_t *be = ra->be;
     be->zero(dq, sizeof(float) * (size_t)(ra->B * ra->Tl * nh * ra->hd));
