@@ -257,7 +257,9 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
         }
         double params = (p_rank / fp + expert / e_shard) * pbytes + pw * pbytes;
         double grads = (p_rank / fg + expert / e_shard) * gbytes + gw * gbytes;
-        double optim = (p_rank / fo + expert / e_shard) * obytes;
+        /* experts keep a master copy unless fsdp shards them (train_moe.c) */
+        double obytes_exp = 8 + (d->mp_policy.param_dtype != MT_DTYPE_FLOAT32 && !exp_sharded ? 4 : 0);
+        double optim = p_rank / fo * obytes + expert / e_shard * obytes_exp;
 
         double tokens = (double)(d->pp_size > 1 ? d->pipeline.pp_microbatch_size
                                                 : cfg->step_scheduler.local_batch_size) *

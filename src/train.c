@@ -430,7 +430,7 @@ static void print_memory(const run_t *r, const mt_config_t *cfg, FILE *out)
                      "gathered units, gradients %.3f own + %.3f unit buffers, optimizer state "
                      "%.3f own\n",
                 r->fsdp.nshard, 4.0 * (double)m->numel / mib, ps / mib, pw / mib, gs / mib,
-                gw / mib, 8.0 * (double)r->opt.numel / mib);
+                gw / mib, (r->mp.master ? 12.0 : 8.0) * (double)r->opt.numel / mib);
 }
 
 static void write_metrics(FILE *f, int64_t step, double loss, double gnorm, double lr,
