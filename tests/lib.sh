@@ -157,6 +157,23 @@ print("validation losses agree:", a, b)
 PY
 }
 
+# smaller_as_planned REF.log RUN.log WHAT FACTOR TOL LABEL: the log's
+# memory line WHAT ("activations", "optimizer state"): RUN's measured
+# figure is below FACTOR x REF's and within TOL (relative) of its plan.
+smaller_as_planned() {
+    checks=$((checks + 1))
+    python3 - "$1" "$2" "$3" "$4" "$5" <<'PY' || fail "$6: $3 not smaller or not as planned"
+import re, sys
+def fig(path):
+    m = re.search(sys.argv[3] + r" ([0-9.]+) / ([0-9.]+)", open(path).read())
+    return float(m[1]), float(m[2])
+(ref, _), (run, plan) = fig(sys.argv[1]), fig(sys.argv[2])
+assert run < float(sys.argv[4]) * ref, (ref, run)
+assert abs(run - plan) <= float(sys.argv[5]) * run, (run, plan)
+print(f"{sys.argv[3]}: {ref} MiB -> {run} MiB (plan {plan})")
+PY
+}
+
 finish() {
     echo "$(basename "$0"): $checks checks, $failures failed"
     [ "$failures" -eq 0 ] || exit 1
