@@ -155,14 +155,6 @@ double mt_model_flops_per_token(const mt_model_t *m)
     return 6.0 * mm + 6.0 * (double)m->L * (double)m->T * (double)m->H;
 }
 
-/* Mixed precision: an activation or activation gradient that is complete
- * becomes a bf16 value (doc/mixed-precision.md).  Kernels and GEMMs
- * compute and accumulate in fp32; what they leave is rounded once. */
-static void rnd(const mt_model_t *m, float *x, int64_t n)
-{
-    if (m->bf16)
-        m->be->round_bf16(x, n);
-}
 
 /* Sum a partial result over the TP group (row-parallel outputs, the input
  * gradients of column-parallel layers).  Under mixed precision the caller
@@ -172,7 +164,7 @@ static void tp_sum(const mt_model_t *m, float *buf, int64_t n)
 {
     if (m->tp > 1) {
         m->tp_allreduce(m->tp_ctx, buf, buf, n, MT_TP_SUM_FLOAT);
-        rnd(m, buf, n);
+        mt_model_round(m, buf, n);
     }
 }
 
@@ -181,7 +173,7 @@ static void tp_sum(const mt_model_t *m, float *buf, int64_t n)
 static void tp_scatter(const mt_model_t *m, const float *in, float *out)
 {
     m->tp_allreduce(m->tp_ctx, in, out, m->Ns * m->H, MT_TP_SCATTER_FLOAT);
-    rnd(m, out, m->Ns * m->H);
+    mt_model_round(m, out, m->Ns * m->H);
 }
 
 /* out [N,H] = the whole sequence of a norm's output: under sequence
@@ -190,11 +182,11 @@ static void norm_in(const mt_model_t *m, float *out, float *rstd, const float *x
 {
     if (!m->sp) {
         m->be->rmsnorm_forward(out, rstd, x, w, m->N, m->H, m->eps);
-        rnd(m, out, m->N * m->H);
+        mt_model_round(m, out, m->N * m->H);
         return;
     }
     m->be->rmsnorm_forward(m->dtmp, rstd, x, w, m->Ns, m->H, m->eps);
-    rnd(m, m->dtmp, m->Ns * m->H);
+    mt_model_round(m, m->dtmp, m->Ns * m->H);
     m->tp_allreduce(m->tp_ctx, m->dtmp, out, m->Ns * m->H, MT_TP_GATHER_FLOAT);
 }
 
@@ -207,7 +199,7 @@ static const float *norm_in_kept(const mt_model_t *m, float *out, float *rstd, c
                                  const float *w)
 {
     m->be->rmsnorm_forward(out, rstd, x, w, m->Ns, m->H, m->eps);
-    rnd(m, out, m->Ns * m->H);
+    mt_model_round(m, out, m->Ns * m->H);
     if (!m->sp)
         return out;
     m->tp_allreduce(m->tp_ctx, out, m->gather, m->Ns * m->H, MT_TP_GATHER_FLOAT);
@@ -233,7 +225,7 @@ static void norm_backward(mt_model_t *m, float *dx, bool accumulate, const float
     m->be->rmsnorm_backward(out, dw, d, x, w, rstd, Ns, H);
     if (accumulate)
         m->be->add(dx, m->dtmp, Ns * H);
-    rnd(m, dx, Ns * H);
+    mt_model_round(m, dx, Ns * H);
 }
 
 /* Backward of norm_in: dfull [N,H] is this rank's (partial under TP)
@@ -242,7 +234,7 @@ static void norm_in_backward(mt_model_t *m, float *dx, bool accumulate, float *d
                              float *dw, const float *x, const float *w, const float *rstd)
 {
     const float *d = dfull;
-    rnd(m, dfull, m->N * m->H); /* complete (this rank's part under TP) */
+    mt_model_round(m, dfull, m->N * m->H); /* complete (this rank's part under TP) */
     if (m->sp) {
         tp_scatter(m, dfull, m->dh_local);
         d = m->dh_local;
@@ -272,27 +264,27 @@ static void row_parallel_residual(const mt_model_t *m, float *out, const float *
     if (m->tp == 1) {
         m->be->copy(out, res, sizeof(float) * (size_t)(N * H));
         m->be->matmul(out, a, w->data, N, H, w->shape[1], false, true, 1.0f);
-        rnd(m, out, N * H);
+        mt_model_round(m, out, N * H);
         return;
     }
     if (m->sp) {
         m->be->matmul(m->dh, a, w->data, N, H, w->shape[1], false, true, 0.0f);
-        rnd(m, m->dh, N * H);
+        mt_model_round(m, m->dh, N * H);
         tp_scatter(m, m->dh, out);
     } else {
         m->be->matmul(out, a, w->data, N, H, w->shape[1], false, true, 0.0f);
-        rnd(m, out, N * H);
+        mt_model_round(m, out, N * H);
         tp_sum(m, out, N * H);
     }
     m->be->add(out, res, m->Ns * H);
-    rnd(m, out, m->Ns * H);
+    mt_model_round(m, out, m->Ns * H);
 }
 
 /* y[N,out] = x[N,in] W^T, W [out,in] */
 static void linear(const mt_model_t *m, float *y, const float *x, const mt_param_t *w)
 {
     m->be->matmul(y, x, w->data, m->N, w->shape[0], w->shape[1], false, true, 0.0f);
-    rnd(m, y, m->N * w->shape[0]);
+    mt_model_round(m, y, m->N * w->shape[0]);
 }
 
 /* dx[N,in] (= or +=) dy[N,out] W; dW += dy^T x */
@@ -319,12 +311,12 @@ static void moe_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, fl
     mt_model_t *mm = (mt_model_t *)m;
     if (m->tp == 1 || m->sp) {
         mt_moe_forward(mm, l, a->h2, a->x_mid, x_out);
-        rnd(m, x_out, m->Ns * m->H);
+        mt_model_round(m, x_out, m->Ns * m->H);
         return;
     }
     int64_t r0 = moe_row0(m);
     mt_moe_forward(mm, l, a->h2 + r0, a->x_mid + r0, m->dtmp);
-    rnd(m, m->dtmp, m->N / m->tp * m->H);
+    mt_model_round(m, m->dtmp, m->N / m->tp * m->H);
     m->tp_allreduce(m->tp_ctx, m->dtmp, x_out, m->N / m->tp * m->H, MT_TP_GATHER_FLOAT);
 }
 
@@ -334,12 +326,12 @@ static void moe_backward(mt_model_t *m, int l, const mt_layer_acts_t *a)
 {
     if (m->tp == 1 || m->sp) {
         mt_moe_backward(m, l, a->h2, m->dres, m->dh);
-        rnd(m, m->dh, m->Ns * m->H);
+        mt_model_round(m, m->dh, m->Ns * m->H);
         return;
     }
     int64_t r0 = moe_row0(m);
     mt_moe_backward(m, l, a->h2 + r0, m->dres + r0, m->datt);
-    rnd(m, m->datt, m->N / m->tp * m->H);
+    mt_model_round(m, m->datt, m->N / m->tp * m->H);
     m->tp_allreduce(m->tp_ctx, m->datt, m->dh, m->N / m->tp * m->H, MT_TP_GATHER_FLOAT);
 }
 
@@ -355,8 +347,8 @@ static void layer_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, 
         linear(m, a->k_raw, h1, p->wk);
         be->rmsnorm_forward(a->q, a->q_rstd, a->q_raw, p->q_norm->data, N * m->nh, m->hd, m->eps);
         be->rmsnorm_forward(a->k, a->k_rstd, a->k_raw, p->k_norm->data, N * m->nkv, m->hd, m->eps);
-        rnd(m, a->q, N * m->nh * m->hd);
-        rnd(m, a->k, N * m->nkv * m->hd);
+        mt_model_round(m, a->q, N * m->nh * m->hd);
+        mt_model_round(m, a->k, N * m->nkv * m->hd);
     } else {
         linear(m, a->q, h1, p->wq);
         linear(m, a->k, h1, p->wk);
@@ -364,20 +356,20 @@ static void layer_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, 
     linear(m, a->v, h1, p->wv);
     be->rope_forward(a->q, m->pos, N, m->nh, m->hd, m->theta);
     be->rope_forward(a->k, m->pos, N, m->nkv, m->hd, m->theta);
-    rnd(m, a->q, N * m->nh * m->hd);
-    rnd(m, a->k, N * m->nkv * m->hd);
+    mt_model_round(m, a->q, N * m->nh * m->hd);
+    mt_model_round(m, a->k, N * m->nkv * m->hd);
     if (m->attn_forward) /* context parallelism: ring attention over the CP group */
         m->attn_forward(m->attn_ctx, a->att, a->lse, a->q, a->k, a->v, m->doc_start, m->B, m->T,
                         m->nh, m->nkv, m->hd);
     else
         be->attention_forward(a->att, a->lse, a->q, a->k, a->v, m->doc_start, m->B, m->T, m->nh,
                               m->nkv, m->hd);
-    rnd(m, a->att, N * m->nh * m->hd);
+    mt_model_round(m, a->att, N * m->nh * m->hd);
     row_parallel_residual(m, a->x_mid, a->x, a->att, p->wo); /* x_mid = x + att Wo^T */
 
     if (p->router) { /* a MoE layer (model_moe.c): no gather, see moe_forward */
         be->rmsnorm_forward(a->h2, a->rstd2, a->x_mid, p->mlp_norm->data, m->Ns, m->H, m->eps);
-        rnd(m, a->h2, m->Ns * m->H);
+        mt_model_round(m, a->h2, m->Ns * m->H);
         moe_forward(m, l, a, x_out);
         return;
     }
@@ -385,7 +377,7 @@ static void layer_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, 
     linear(m, a->g, h2, p->wgate);
     linear(m, a->u, h2, p->wup);
     be->swiglu_forward(a->a, a->g, a->u, N * m->I);
-    rnd(m, a->a, N * m->I);
+    mt_model_round(m, a->a, N * m->I);
     row_parallel_residual(m, x_out, a->x_mid, a->a, p->wdown);
 }
 
@@ -418,10 +410,10 @@ static void layer_backward(mt_model_t *m, int l, mt_layer_acts_t *a, bool defer)
         } else {
             linear_backward(m, m->dI, 0.0f, dout, a->a, p->wdown);     /* dI = d a */
         }
-        rnd(m, m->dI, N * m->I);
+        mt_model_round(m, m->dI, N * m->I);
         be->swiglu_backward(a->g, a->u, m->dI, a->g, a->u, N * m->I);  /* g, u <- dg, du */
-        rnd(m, a->g, N * m->I);
-        rnd(m, a->u, N * m->I);
+        mt_model_round(m, a->g, N * m->I);
+        mt_model_round(m, a->u, N * m->I);
         if (!defer) {
             const float *h2 = regather(m, a->h2);
             m->be->matmul(p->wgate->grad, a->g, h2, m->I, H, N, true, false, 1.0f);
@@ -441,28 +433,28 @@ static void layer_backward(mt_model_t *m, int l, mt_layer_acts_t *a, bool defer)
     } else {
         linear_backward(m, m->datt, 0.0f, dout, a->att, p->wo);
     }
-    rnd(m, m->datt, N * Q);
+    mt_model_round(m, m->datt, N * Q);
     if (m->attn_backward)
         m->attn_backward(m->attn_ctx, m->dq, m->dk, m->dv, m->datt, a->att, a->lse, a->q, a->k,
                          a->v, m->doc_start, m->B, m->T, m->nh, m->nkv, m->hd);
     else
         be->attention_backward(m->dq, m->dk, m->dv, m->datt, a->att, a->lse, a->q, a->k, a->v,
                                m->doc_start, m->B, m->T, m->nh, m->nkv, m->hd);
-    rnd(m, m->dq, N * Q);
-    rnd(m, m->dk, N * KV);
-    rnd(m, m->dv, N * KV);
+    mt_model_round(m, m->dq, N * Q);
+    mt_model_round(m, m->dk, N * KV);
+    mt_model_round(m, m->dv, N * KV);
     be->rope_backward(m->dq, m->pos, N, m->nh, m->hd, m->theta);
     be->rope_backward(m->dk, m->pos, N, m->nkv, m->hd, m->theta);
-    rnd(m, m->dq, N * Q);
-    rnd(m, m->dk, N * KV);
+    mt_model_round(m, m->dq, N * Q);
+    mt_model_round(m, m->dk, N * KV);
     if (m->qk_norm) { /* dq, dk are w.r.t. the normed q, k: back through the norms */
         be->rmsnorm_backward(m->datt, p->q_norm->grad, m->dq, a->q_raw, p->q_norm->data, a->q_rstd,
                              N * m->nh, m->hd);
-        rnd(m, m->datt, N * Q);
+        mt_model_round(m, m->datt, N * Q);
         keep(m, m->dq, m->datt, N * m->nh * m->hd);
         be->rmsnorm_backward(m->datt, p->k_norm->grad, m->dk, a->k_raw, p->k_norm->data, a->k_rstd,
                              N * m->nkv, m->hd);
-        rnd(m, m->datt, N * KV);
+        mt_model_round(m, m->datt, N * KV);
         keep(m, m->dk, m->datt, N * m->nkv * m->hd);
     }
     if (defer) {
@@ -548,7 +540,7 @@ static double head_pass(mt_model_t *m, const int32_t *host_targets, bool backwar
         const int32_t *t = m->targets_dev + c0;
         float *dl = backward ? m->logits : NULL;
         be->matmul(m->logits, x, m->lm_head->data, n, V, H, false, true, 0.0f);
-        rnd(m, m->logits, n * V); /* the loss itself is fp32 (doc/mixed-precision.md) */
+        mt_model_round(m, m->logits, n * V); /* the loss itself is fp32 (doc/mixed-precision.md) */
         if (m->tp == 1) {
             loss += be->cross_entropy(dl, m->logits, t, n, V, m->V_valid, grad_scale, &cnt);
         } else { /* vocabulary-parallel: combine row max, then exp-sums and target logits */
@@ -565,7 +557,7 @@ static double head_pass(mt_model_t *m, const int32_t *host_targets, bool backwar
         *count += cnt;
         if (!backward)
             continue;
-        rnd(m, m->logits, n * V);
+        mt_model_round(m, m->logits, n * V);
         be->matmul(m->lm_head->grad, m->logits, x, V, H, n, true, false, 1.0f); /* dW += dl^T x */
         be->matmul(m->dh + c0 * H, m->logits, m->lm_head->data, n, H, V, false, false, 0.0f);
     }

@@ -510,11 +510,6 @@ void mt_moe_finish_forward(mt_model_t *m)
  * GEMMs (the tensor-core table takes bf16 GEMM inputs); the expert rows
  * are rounded before they are sent, so the all-to-all carries bf16
  * values. */
-static void rnd(const mt_model_t *m, float *x, int64_t n)
-{
-    if (m->bf16)
-        m->be->round_bf16(x, n);
-}
 
 void mt_moe_forward(mt_model_t *m, int l, const float *h, const float *res, float *out)
 {
@@ -628,16 +623,16 @@ void mt_moe_forward(mt_model_t *m, int l, const float *h, const float *res, floa
                        true, 0.0f);
             be->matmul(a->u + o * Im, a->xe + o * H, expert_w(x, l, e, 1)->data, n, Im, H, false,
                        true, 0.0f);
-            rnd(m, a->g + o * Im, n * Im);
-            rnd(m, a->u + o * Im, n * Im);
+            mt_model_round(m, a->g + o * Im, n * Im);
+            mt_model_round(m, a->u + o * Im, n * Im);
             be->swiglu_forward(a->a + o * Im, a->g + o * Im, a->u + o * Im, n * Im);
-            rnd(m, a->a + o * Im, n * Im);
+            mt_model_round(m, a->a + o * Im, n * Im);
             be->matmul(x->ye + o * H, a->a + o * Im, expert_w(x, l, e, 2)->data, n, H, Im, false,
                        true, 0.0f);
         }
         o += n;
     }
-    rnd(m, x->ye, o * H);
+    mt_model_round(m, x->ye, o * H);
 
     /* back to the received order, back to the senders, weighted sum */
     be->moe_gather_rows(x->recvbuf, x->ye, a->iperm, a->R, H);
@@ -647,10 +642,10 @@ void mt_moe_forward(mt_model_t *m, int l, const float *h, const float *res, floa
     if (x->Is > 0) { /* shared experts: every token, added after the routed sum */
         be->matmul(a->sg, h, p->wgate->data, N, x->Is, H, false, true, 0.0f);
         be->matmul(a->su, h, p->wup->data, N, x->Is, H, false, true, 0.0f);
-        rnd(m, a->sg, N * x->Is);
-        rnd(m, a->su, N * x->Is);
+        mt_model_round(m, a->sg, N * x->Is);
+        mt_model_round(m, a->su, N * x->Is);
         be->swiglu_forward(a->sa, a->sg, a->su, N * x->Is);
-        rnd(m, a->sa, N * x->Is);
+        mt_model_round(m, a->sa, N * x->Is);
         be->matmul(out, a->sa, p->wdown->data, N, H, x->Is, false, true, 1.0f);
     }
 }
@@ -671,7 +666,7 @@ void mt_moe_backward(mt_model_t *m, int l, const float *h, const float *dout, fl
         int64_t sent = 0;
         for (int d = 0; d < x->ep; d++)
             sent += a->scnt[d];
-        rnd(m, x->sendbuf, sent * H);
+        mt_model_round(m, x->sendbuf, sent * H);
     }
     exchange(m, MT_EP_ROWS, x->sendbuf, a->scnt, x->recvbuf, a->rcnt, H);
     be->moe_gather_rows(x->ye, x->recvbuf, a->perm, a->R, H); /* expert-major */
@@ -686,10 +681,10 @@ void mt_moe_backward(mt_model_t *m, int l, const float *h, const float *dout, fl
             const float *xe = a->xe + o * H;
             be->matmul(x->da, dy, wd->data, n, Im, H, false, false, 0.0f);
             be->matmul(wd->grad, dy, a->a + o * Im, H, Im, n, true, false, 1.0f);
-            rnd(m, x->da, n * Im);
+            mt_model_round(m, x->da, n * Im);
             be->swiglu_backward(g, u, x->da, g, u, n * Im); /* g, u <- dg, du */
-            rnd(m, g, n * Im);
-            rnd(m, u, n * Im);
+            mt_model_round(m, g, n * Im);
+            mt_model_round(m, u, n * Im);
             be->matmul(wg->grad, g, xe, Im, H, n, true, false, 1.0f);
             be->matmul(wu->grad, u, xe, Im, H, n, true, false, 1.0f);
             /* dy is no longer needed: the input gradient takes its rows */
@@ -698,7 +693,7 @@ void mt_moe_backward(mt_model_t *m, int l, const float *h, const float *dout, fl
         }
         o += n;
     }
-    rnd(m, x->ye, o * H);
+    mt_model_round(m, x->ye, o * H);
     be->moe_gather_rows(x->recvbuf, x->ye, a->iperm, a->R, H);
     exchange(m, MT_EP_ROWS, x->recvbuf, a->rcnt, x->sendbuf, a->scnt, H);
     be->moe_combine(dh, NULL, x->sendbuf, a->slot_row, NULL, N, K, H);
@@ -712,7 +707,7 @@ void mt_moe_backward(mt_model_t *m, int l, const float *h, const float *dout, fl
     be->copy_to_device(x->aux_dp, x->h_aux_dp, sizeof(float) * (size_t)E);
     be->moe_router_backward(x->dlogits, x->dw, rt->probs, rt->idx, rt->w, x->aux_dp, N, E, K,
                             x->norm_topk);
-    rnd(m, x->dlogits, N * E); /* an activation gradient: bf16 into the GEMMs below */
+    mt_model_round(m, x->dlogits, N * E); /* an activation gradient: bf16 into the GEMMs below */
     be->matmul(router->grad, x->dlogits, h, E, H, N, true, false, 1.0f);
     be->matmul(dh, x->dlogits, router->data, N, H, E, false, false, 1.0f);
 
@@ -721,10 +716,10 @@ void mt_moe_backward(mt_model_t *m, int l, const float *h, const float *dout, fl
     if (Is > 0) { /* shared experts; x->da ([rows, Im]) is too narrow: reuse sa */
         be->matmul(p->wdown->grad, dout, a->sa, H, Is, N, true, false, 1.0f);
         be->matmul(a->sa, dout, p->wdown->data, N, Is, H, false, false, 0.0f);
-        rnd(m, a->sa, N * Is);
+        mt_model_round(m, a->sa, N * Is);
         be->swiglu_backward(a->sg, a->su, a->sa, a->sg, a->su, N * Is); /* sg, su <- d */
-        rnd(m, a->sg, N * Is);
-        rnd(m, a->su, N * Is);
+        mt_model_round(m, a->sg, N * Is);
+        mt_model_round(m, a->su, N * Is);
         be->matmul(p->wgate->grad, a->sg, h, Is, H, N, true, false, 1.0f);
         be->matmul(p->wup->grad, a->su, h, Is, H, N, true, false, 1.0f);
         be->matmul(dh, a->sg, p->wgate->data, N, H, Is, false, false, 1.0f);

@@ -162,4 +162,14 @@ mt_model_t mt_moe_param_view(const mt_model_t *m, int64_t *unit_lo);
  * and copied in chunks. */
 void mt_model_init_device(const mt_model_t *m, uint64_t seed, float *dst);
 
+/* Mixed precision (doc/mixed-precision.md): an activation or activation
+ * gradient that is complete becomes a bf16 value; nothing in float32.
+ * Kernels and GEMMs compute and accumulate in fp32, and what they leave is
+ * rounded once (model.c, model_moe.c). */
+static inline void mt_model_round(const mt_model_t *m, float *x, int64_t n)
+{
+    if (m->bf16)
+        m->be->round_bf16(x, n);
+}
+
 #endif
