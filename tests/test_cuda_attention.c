@@ -39,20 +39,8 @@ static void one_case(uint64_t *s, int64_t B, int64_t T, int64_t nh, int64_t nkv,
     float *q = tc_rand(s, nq, 1.0f), *k = tc_rand(s, nk, 1.0f), *v = tc_rand(s, nk, 1.0f);
     float *dout = tc_rand(s, nq, 1.0f);
     int32_t *doc = NULL;
-    if (docs) { /* documents of 1..T/3+1 tokens */
-        doc = (int32_t *)malloc((size_t)(B * T) * sizeof(int32_t));
-        for (int64_t b = 0; b < B; b++) {
-            int64_t start = 0, left = 0;
-            for (int64_t t = 0; t < T; t++) {
-                if (left == 0) {
-                    start = t;
-                    left = 1 + (int64_t)(tc_rng_next(s) % (uint64_t)(T / 3 + 1));
-                }
-                doc[b * T + t] = (int32_t)start;
-                left--;
-            }
-        }
-    }
+    if (docs)
+        doc = tc_make_docs(s, B, T);
     float *out = malloc((size_t)nq * sizeof(float)), *lse = malloc((size_t)nl * sizeof(float));
     float *dq = malloc((size_t)nq * sizeof(float)), *dk = malloc((size_t)nk * sizeof(float));
     float *dv = malloc((size_t)nk * sizeof(float));

@@ -108,24 +108,6 @@ static void test_matmul(uint64_t *s)
     mt_cuda_arena_reset(&tc_arena);
 }
 
-/* doc_start of B rows of T tokens: documents of 1..T/3+1 tokens */
-static int32_t *make_docs(uint64_t *s, int64_t B, int64_t T)
-{
-    int32_t *doc = (int32_t *)malloc((size_t)(B * T) * sizeof(int32_t));
-    for (int64_t b = 0; b < B; b++) {
-        int64_t start = 0, left = 0;
-        for (int64_t t = 0; t < T; t++) {
-            if (left == 0) {
-                start = t;
-                left = 1 + (int64_t)(tc_rng_next(s) % (uint64_t)(T / 3 + 1));
-            }
-            doc[b * T + t] = (int32_t)start;
-            left--;
-        }
-    }
-    return doc;
-}
-
 static void check_att(const char *name, const char *tag, const float *got, const float *ref,
                       int64_t n, double tol)
 {
@@ -147,7 +129,7 @@ static void attention_case(uint64_t *s, int64_t B, int64_t T, int64_t nh, int64_
     const int64_t nq = B * T * nh * hd, nk = B * T * nkv * hd, nl = B * nh * T;
     float *q = rand_bf16(s, nq, 1.0f), *k = rand_bf16(s, nk, 1.0f), *v = rand_bf16(s, nk, 1.0f);
     float *dout = rand_bf16(s, nq, 1.0f);
-    int32_t *doc = docs ? make_docs(s, B, T) : NULL;
+    int32_t *doc = docs ? tc_make_docs(s, B, T) : NULL;
     float *out = malloc(F(nq)), *lse = malloc(F(nl)), *dq = malloc(F(nq)), *dk = malloc(F(nk));
     float *dv = malloc(F(nk));
     tc_cpu->attention_forward(out, lse, q, k, v, doc, B, T, nh, nkv, hd);

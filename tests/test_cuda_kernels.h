@@ -61,6 +61,24 @@ static inline uint64_t tc_rng_next(uint64_t *s)
     return *s = x;
 }
 
+/* doc_start of B rows of T tokens: random documents of 1..T/3+1 tokens */
+static inline int32_t *tc_make_docs(uint64_t *s, int64_t B, int64_t T)
+{
+    int32_t *doc = (int32_t *)malloc((size_t)(B * T) * sizeof(int32_t));
+    for (int64_t b = 0; b < B; b++) {
+        int64_t start = 0, left = 0;
+        for (int64_t t = 0; t < T; t++) {
+            if (left == 0) {
+                start = t;
+                left = 1 + (int64_t)(tc_rng_next(s) % (uint64_t)(T / 3 + 1));
+            }
+            doc[b * T + t] = (int32_t)start;
+            left--;
+        }
+    }
+    return doc;
+}
+
 /* uniform in [-1, 1) */
 static inline float tc_uniform(uint64_t *s)
 {

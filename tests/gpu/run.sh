@@ -291,34 +291,28 @@ PY
 llama_run bf16
 
 # ---------------------------------------------------------------- 4. benchmark
-if (cd "$build" && make bench/cuda_gemm_bench > "$logs/bench-build.log" 2>&1); then
-    timeout "$(limit 90)" "$build/bench/cuda_gemm_bench" --peak "$peak" > "$logs/gemm_bench.log" 2>&1
+# bench LABEL PROGRAM: build bench/PROGRAM, run it (exit 0 ok, 77 no device),
+# the row's detail its RESULT line
+bench() {
+    label=$1 prog=$2 log=$logs/$2.log
+    if ! (cd "$build" && make "bench/$prog" > "$logs/$prog-build.log" 2>&1); then
+        row "$label" "FAIL" "does not build: $logs/$prog-build.log"
+        fail=1
+        return
+    fi
+    timeout "$(limit 90)" "$build/bench/$prog" --peak "$peak" > "$log" 2>&1
     rc=$?
-    cat "$logs/gemm_bench.log"
+    cat "$log"
     case $rc in
-    0) row "bf16 GEMM bench (Llama-1B shapes)" "ok" "$(sed -n 's/^RESULT //p' "$logs/gemm_bench.log")" ;;
-    77) row "bf16 GEMM bench (Llama-1B shapes)" "SKIP" "no CUDA device" ;;
-    *) row "bf16 GEMM bench (Llama-1B shapes)" "FAIL" "exit $rc, see $logs/gemm_bench.log"; fail=1 ;;
+    0) row "$label" "ok" "$(sed -n 's/^RESULT //p' "$log")" ;;
+    77) row "$label" "SKIP" "no CUDA device" ;;
+    *) row "$label" "FAIL" "exit $rc, see $log"; fail=1 ;;
     esac
-else
-    row "bf16 GEMM bench (Llama-1B shapes)" "FAIL" "does not build: $logs/bench-build.log"
-    fail=1
-fi
+}
+bench "bf16 GEMM bench (Llama-1B shapes)" cuda_gemm_bench
 # attention: fp32 (CUDA cores) vs bf16 tensor cores at the 1B shape; exit 1
 # when the two tables' outputs differ beyond the bf16 bound
-if (cd "$build" && make bench/cuda_attention_bench > "$logs/bench-attn-build.log" 2>&1); then
-    timeout "$(limit 90)" "$build/bench/cuda_attention_bench" --peak "$peak" > "$logs/attention_bench.log" 2>&1
-    rc=$?
-    cat "$logs/attention_bench.log"
-    case $rc in
-    0) row "attention bench (1B shape, B=4)" "ok" "$(sed -n 's/^RESULT //p' "$logs/attention_bench.log")" ;;
-    77) row "attention bench (1B shape, B=4)" "SKIP" "no CUDA device" ;;
-    *) row "attention bench (1B shape, B=4)" "FAIL" "exit $rc, see $logs/attention_bench.log"; fail=1 ;;
-    esac
-else
-    row "attention bench (1B shape, B=4)" "FAIL" "does not build: $logs/bench-attn-build.log"
-    fail=1
-fi
+bench "attention bench (1B shape, B=4)" cuda_attention_bench
 # fp32 at scale last: the least needed if time runs short
 if [ "$(left)" -gt 30 ]; then llama_run fp32; else row "Llama-1B-shape s2048, fp32" "SKIP" "no time left"; fi
 
