@@ -25,25 +25,7 @@ bf=distributed.mp_policy.param_dtype=bfloat16
 
 # close REF OTHER LABEL STEP1_TOL ALL_TOL: step 1's loss within STEP1_TOL
 # (grad norm 10x), every step's within ALL_TOL (grad norm 10x).
-close() {
-    checks=$((checks + 1))
-    python3 - "$workdir/$1.jsonl" "$workdir/$2.jsonl" "$4" "$5" <<'PY' || fail "$3: losses differ"
-import json, sys
-def load(p):
-    return {j["step"]: (j["loss"], j["grad_norm"]) for j in map(json.loads, open(p))}
-a, b = load(sys.argv[1]), load(sys.argv[2])
-t1, tall = float(sys.argv[3]), float(sys.argv[4])
-assert sorted(a) == sorted(b) == list(range(1, 13)), (sorted(a), sorted(b))
-worst = 0
-for s in a:
-    tol = t1 if s == 1 else tall
-    for k, what in enumerate(("loss", "grad_norm")):
-        rel = abs(a[s][k] - b[s][k]) / abs(a[s][k])
-        worst = max(worst, rel) if k == 0 else worst
-        assert rel <= (tol if k == 0 else 10 * tol), f"step {s} {what}: {a[s][k]:.9g} vs {b[s][k]:.9g}: {rel:.2e}"
-print(f"12 steps agree, worst loss difference {worst:.2e}")
-PY
-}
+close() { compare_losses "$workdir/$1.jsonl" "$workdir/$2.jsonl" "$3" 0 "$5" "$4"; }
 
 train f32 1 distributed.strategy=ddp
 train r1 1 distributed.strategy=ddp $bf
@@ -94,19 +76,7 @@ rm -rf "$workdir/r1/step_00000012"; echo step_00000006 > "$workdir/r1/latest"
 cp "$workdir/r1.jsonl" "$workdir/r1r.jsonl"
 train r1 1 distributed.strategy=ddp $bf logging.metrics_file="$workdir/r1r.jsonl"
 expect_in "$out" "resumed from $workdir/r1/step_00000006 at step 6" "bf16 resume"
-checks=$((checks + 1))
-python3 - "$workdir/r1r.jsonl" <<'PY' || fail "bf16 resume is not bit-identical"
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-first = {}
-for j in rows:
-    first.setdefault(j["step"], []).append((j["loss"], j["grad_norm"]))
-again = {s: v for s, v in first.items() if len(v) > 1}
-assert sorted(again) == list(range(7, 13)), sorted(again)
-for s, v in again.items():
-    assert v[0] == v[1], f"step {s}: {v[0]} uninterrupted, {v[1]} resumed"
-print("steps 7-12 bit-identical after the resume")
-PY
+compare_losses "$workdir/r1.jsonl" "$workdir/r1r.jsonl" "bf16 resume, steps 7-12" 7 0
 
 # the checkpoints hold fp32 master weights, not bf16 values
 masters() { # masters RUN TENSOR
