@@ -91,15 +91,15 @@ mt_status_t mt_ddp_init(mt_ddp_t *d, MPI_Comm comm, mt_model_t *m, int64_t bucke
         MT_FAIL(MT_ERR_NOMEM, "ddp buckets");
     d->reduce_bf16 = reduce_bf16;
 #ifdef MT_HAVE_NCCL
-    if (d->size > 1 && (d->nccl = mt_nccl_for(comm))) { /* device memory, no host copies */
-        reduce_bf16 = false; /* no host bf16 copy: the pad below */
-    }
+    if (d->size > 1) /* NCCL: device memory, no host copies (bf16 in a device pad, below) */
+        d->nccl = mt_nccl_for(comm);
 #endif
-    if (d->size > 1 && !d->nccl && mt_stage_needed(m->be) &&
+    bool host = d->size > 1 && !d->nccl; /* MPI on host memory */
+    if (host && mt_stage_needed(m->be) &&
         !(d->staged = malloc(sizeof(float) * (size_t)(m->numel > 0 ? m->numel : 1))))
         MT_FAIL(MT_ERR_NOMEM, "host staging copy of the gradients (%lld floats)",
                 (long long)m->numel);
-    if (d->size > 1 && reduce_bf16) {
+    if (host && reduce_bf16) {
         MT_TRY(mt_bf16_comm_init(&d->bf16));
         if (!(d->wire = malloc(sizeof(uint16_t) * (size_t)(m->numel > 0 ? m->numel : 1))))
             MT_FAIL(MT_ERR_NOMEM, "host bf16 copy of the gradients (%lld values)",

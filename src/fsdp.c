@@ -438,6 +438,44 @@ static mt_status_t partition(mt_fsdp_t *f)
     return MT_OK;
 }
 
+#ifdef MT_HAVE_NCCL
+/* NCCL when the shard group (and under HSDP the replicate group) has a
+ * communicator: device memory only, no host buffers; the pad holds one
+ * unit's parts padded to its largest, in the wire's element (2 bytes when
+ * every use is bf16: the gathers, and the reductions, zero 1's fp32
+ * all-reduce running in place). */
+static mt_status_t use_nccl(mt_fsdp_t *f, MPI_Comm shard, MPI_Comm replicate)
+{
+    const mt_fsdp_options_t *opt = &f->opt;
+    if (f->nshard == 1 || !mt_nccl_for(shard) ||
+        (f->nrep > 1 && !mt_nccl_for(replicate)))
+        return MT_OK;
+    f->nccl = mt_nccl_for(shard);
+    f->nccl_rep = f->nrep > 1 ? mt_nccl_for(replicate) : NULL;
+    int U = f->nunits;
+    size_t most = 1, shard_most = 1;
+    for (int i = 0; i < U * f->nshard; i++) /* nshard x the largest part of a unit */
+        most = (size_t)f->counts[i] * (size_t)f->nshard > most
+                   ? (size_t)f->counts[i] * (size_t)f->nshard : most;
+    for (int u = 0; u < U; u++)
+        shard_most = (size_t)f->seg[u].count > shard_most ? (size_t)f->seg[u].count : shard_most;
+    size_t el = opt->gather_bf16 && (opt->reduce_bf16 || !opt->shard_grads) ? 2 : 4;
+    f->p_ev = calloc((size_t)U, sizeof *f->p_ev), f->g_ev = calloc((size_t)U, sizeof *f->g_ev);
+    f->pad_bytes = el * most;
+    if (!f->p_ev || !f->g_ev || !(f->pad = f->be->device_alloc(f->pad_bytes)) ||
+        (f->nccl_rep && opt->reduce_bf16 &&
+         !(f->rep_pad = f->be->device_alloc(sizeof(uint16_t) * shard_most))))
+        MT_FAIL(MT_ERR_NOMEM, "device space for the NCCL collectives: %zu bytes", f->pad_bytes);
+    return MT_OK;
+}
+#else
+static mt_status_t use_nccl(mt_fsdp_t *f, MPI_Comm shard, MPI_Comm replicate)
+{
+    (void)f, (void)shard, (void)replicate;
+    return MT_OK;
+}
+#endif
+
 mt_status_t mt_fsdp_init(mt_fsdp_t *f, mt_model_t *m, MPI_Comm shard, MPI_Comm replicate,
                          const mt_fsdp_options_t *opt)
 {
@@ -476,33 +514,7 @@ mt_status_t mt_fsdp_init(mt_fsdp_t *f, mt_model_t *m, MPI_Comm shard, MPI_Comm r
         f->g_work = f->be->device_alloc(sizeof(float) * (size_t)f->g_work_numel);
     if (f->rs_tmp_numel)
         f->rs_tmp = f->be->device_alloc(sizeof(float) * (size_t)f->rs_tmp_numel);
-#ifdef MT_HAVE_NCCL
-    /* NCCL when both groups have communicators: device memory only */
-    if (f->nshard > 1 && mt_nccl_for(shard) &&
-        (replicate == MPI_COMM_NULL || f->nrep == 1 || mt_nccl_for(replicate))) {
-        f->nccl = mt_nccl_for(shard);
-        f->nccl_rep = replicate != MPI_COMM_NULL ? mt_nccl_for(replicate) : NULL;
-        size_t most = 1, shard_most = 1;
-        for (int u = 0; u < U; u++) {
-            size_t mc = 0;
-            for (int r = 0; r < f->nshard; r++)
-                mc = (size_t)f->counts[u * f->nshard + r] > mc ? (size_t)f->counts[u * f->nshard + r]
-                                                              : mc;
-            most = mc * (size_t)f->nshard > most ? mc * (size_t)f->nshard : most;
-            shard_most = (size_t)f->seg[u].count > shard_most ? (size_t)f->seg[u].count
-                                                               : shard_most;
-        }
-        /* 2 bytes an element when every use of it is bf16: the gathers, and
-         * the reductions (zero 1's fp32 all-reduce runs in place, no pad) */
-        size_t el = opt->gather_bf16 && (opt->reduce_bf16 || !opt->shard_grads) ? 2 : 4;
-        f->p_ev = calloc((size_t)U, sizeof *f->p_ev), f->g_ev = calloc((size_t)U, sizeof *f->g_ev);
-        f->pad_bytes = el * most;
-        if (!f->p_ev || !f->g_ev || !(f->pad = f->be->device_alloc(el * most)) ||
-            (f->nccl_rep && opt->reduce_bf16 &&
-             !(f->rep_pad = f->be->device_alloc(sizeof(uint16_t) * shard_most))))
-            MT_FAIL(MT_ERR_NOMEM, "device space for the NCCL collectives: %zu floats", most);
-    }
-#endif
+    MT_TRY(use_nccl(f, shard, replicate));
     if (mt_stage_needed(f->be) && !f->nccl) {
         size_t whole = sizeof(float) * (size_t)(m->numel > 0 ? m->numel : 1);
         if (!(f->h_param = malloc(whole)) || !(f->h_grad = malloc(whole)) ||
