@@ -99,7 +99,12 @@ bool mt_fsdp_options_from_config(const mt_config_t *cfg, mt_fsdp_options_t *o)
         o->overlap_reduce = d->overlap_grad_reduce;
         sharded = d->zero_dp_strategy >= 1 && cfg->derived.dp_size * d->cp_size > 1;
     }
-    o->gather_bf16 = o->shard_params && d->mp_policy.param_dtype == MT_DTYPE_BFLOAT16;
+    /* bf16 compute: the trainer keeps the fp32 master weights of unsharded
+     * parameters apart from the arena (train_mp.c), so every gather carries
+     * bf16 values: sharded ones from the fp32 shards, rounded on the way */
+    bool bf16 = d->mp_policy.param_dtype == MT_DTYPE_BFLOAT16;
+    o->masters_apart = bf16 && !o->shard_params;
+    o->gather_bf16 = bf16;
     o->reduce_bf16 = d->mp_policy.reduce_dtype == MT_DTYPE_BFLOAT16;
     return sharded;
 }

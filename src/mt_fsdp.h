@@ -116,8 +116,8 @@ typedef struct {
  * dp_shard > 1, megatron_fsdp with zero_dp_strategy >= 1 and dp > 1), and
  * with which options.  The trainer and meshtrain-plan both decide here.
  * The wire dtypes come from distributed.mp_policy: gather_bf16 when
- * param_dtype is bfloat16 and parameters are sharded (zero 1 and 2 gather
- * the float32 master rows themselves, which must stay exact), reduce_bf16
+ * param_dtype is bfloat16 (zero 1 and 2 too, with masters_apart: the
+ * trainer keeps their fp32 master weights outside the arena), reduce_bf16
  * when reduce_dtype is bfloat16. */
 bool mt_fsdp_options_from_config(const mt_config_t *cfg, mt_fsdp_options_t *o);
 

@@ -298,10 +298,6 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
                                         : (cp > 1 ? MT_GROUP_DP_CP : MT_GROUP_DP)];
         MPI_Comm rep = f2 && mesh->group_size[MT_GROUP_DP_REPLICATE] > 1
                            ? mesh->group[MT_GROUP_DP_REPLICATE] : MPI_COMM_NULL;
-        /* bf16 compute under zero 1/2: the master weights move out of the
-         * arena (train_mp.c), so its rows are bf16 values and gather so */
-        if (!fo.shard_params && r->model.bf16)
-            fo.masters_apart = fo.gather_bf16 = true;
         MT_TRY(mt_fsdp_init(&r->fsdp, &r->model, shard, rep, &fo));
         mt_fsdp_init_weights(&r->fsdp, (uint64_t)cfg->rng.seed);
         r->seg = r->fsdp.seg, r->nseg = r->fsdp.nunits, owned = r->fsdp.owned;
@@ -413,8 +409,9 @@ static void print_memory(const run_t *r, const mt_config_t *cfg, FILE *out)
     fprintf(out, "memory per rank (MiB, measured / plan estimate): parameters %.3f / %.3f, "
                  "gradients %.3f / %.3f, optimizer state %.3f / %.3f, activations %.3f / %.3f\n",
             (ps + pw) / mib, plan.bytes_params / mib, (gs + gw) / mib, plan.bytes_grads / mib,
-            ((r->mp.master ? 12.0 : 8.0) * (double)r->opt.numel +
-             (r->moe.mp.master ? 12.0 : 8.0) * (double)r->moe.opt.numel) / mib, plan.bytes_optim / mib, act / mib,
+            (mt_train_mp_optim_bytes(&r->mp, r->opt.numel) +
+             mt_train_mp_optim_bytes(&r->moe.mp, r->moe.opt.numel)) / mib,
+            plan.bytes_optim / mib, act / mib,
             plan.bytes_activations / mib);
 #ifdef MT_HAVE_CUDA
     if (cfg->distributed.device == MT_DEVICE_CUDA) {
@@ -430,7 +427,7 @@ static void print_memory(const run_t *r, const mt_config_t *cfg, FILE *out)
                      "gathered units, gradients %.3f own + %.3f unit buffers, optimizer state "
                      "%.3f own\n",
                 r->fsdp.nshard, 4.0 * (double)m->numel / mib, ps / mib, pw / mib, gs / mib,
-                gw / mib, (r->mp.master ? 12.0 : 8.0) * (double)r->opt.numel / mib);
+                gw / mib, mt_train_mp_optim_bytes(&r->mp, r->opt.numel) / mib);
 }
 
 static void write_metrics(FILE *f, int64_t step, double loss, double gnorm, double lr,

@@ -148,8 +148,6 @@ mt_status_t mt_train_moe_init(mt_train_moe_t *t, mt_model_t *m, const mt_config_
         mt_fsdp_options_from_config(cfg, &fo);
         fo.reshard_after_forward = cfg->distributed.moe.reshard_after_forward;
         fo.pipeline = cfg->distributed.pp_size > 1;
-        if (!fo.shard_params && m->bf16) /* masters apart (below): bf16 rows gather so */
-            fo.masters_apart = fo.gather_bf16 = true;
         MT_TRY(mt_fsdp_init(&t->fsdp, &t->view, t->rep, MPI_COMM_NULL, &fo));
         mt_fsdp_init_weights(&t->fsdp, (uint64_t)cfg->rng.seed);
         t->seg = t->fsdp.seg, t->nseg = t->fsdp.nunits, owned = t->fsdp.owned;

@@ -41,6 +41,13 @@ mt_status_t mt_train_mp_init(mt_train_mp_t *mp, const mt_model_t *m, const mt_se
  * megatron_fsdp zero 1/2 all-gather then spreads them.)  Nothing when off. */
 void mt_train_mp_refresh(const mt_train_mp_t *mp);
 
+/* Optimizer-state bytes of numel elements: AdamW's two moments, and the
+ * master copy when mp keeps one. */
+static inline double mt_train_mp_optim_bytes(const mt_train_mp_t *mp, int64_t numel)
+{
+    return (mp->master ? 12.0 : 8.0) * (double)numel;
+}
+
 void mt_train_mp_free(mt_train_mp_t *mp);
 
 #endif
