@@ -11,7 +11,7 @@
  *
  * Collectives run on the group's own stream: each waits for an event
  * recorded on the caller's compute stream (so it sees the data the
- * compute produced) and records a `done` event that mt_nccl_join makes
+ * compute produced) and records an event of its own that mt_nccl_join makes
  * the compute stream wait on; the compute stream is never blocked by the
  * host.  Untested on hardware so far (doc/gpu.md). */
 #ifndef MT_NCCL_H
@@ -33,17 +33,17 @@ typedef struct {
     ncclComm_t comm; /* NULL: the group does not exist on this layout */
     cudaStream_t stream;
     cudaEvent_t ready; /* recorded on the compute stream before a collective */
-    cudaEvent_t done;  /* recorded on `stream` after it */
     int rank, size;
     const char *axis;  /* group name for messages ("dp_shard", "tp", ...) */
     double timeout_s;
     /* the watchdog's view (guarded by its lock): the last collective
-     * enqueued, when, and whether its `done` event may still be pending */
+     * enqueued, when, and whether its event may still be pending */
     const char *last;
     double last_t;
     int pending;
-    /* one event per collective, round robin, so a caller can wait for one
-     * collective rather than for everything queued on the group */
+    /* one event per collective, recorded after it on `stream`, round robin:
+     * a caller can wait for one collective (mt_nccl_last_event) or for the
+     * last, which is all of them (mt_nccl_join) */
     cudaEvent_t ev[64];
     int ev_next;
 } mt_nccl_group_t;

@@ -108,7 +108,6 @@ mt_status_t mt_nccl_group_init(mt_nccl_group_t *g, MPI_Comm comm, const char *ax
     MT_TRY(nccl_poll(g, rc, "communicator init"));
     MT_CUDA_TRY(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
     MT_CUDA_TRY(cudaEventCreateWithFlags(&g->ready, cudaEventDisableTiming));
-    MT_CUDA_TRY(cudaEventCreateWithFlags(&g->done, cudaEventDisableTiming));
     for (int i = 0; i < 64; i++)
         MT_CUDA_TRY(cudaEventCreateWithFlags(&g->ev[i], cudaEventDisableTiming));
     return MT_OK;
@@ -122,8 +121,6 @@ void mt_nccl_group_free(mt_nccl_group_t *g)
             ncclCommDestroy(g->comm);
         g->comm = NULL; /* on failure nccl_poll() has aborted it */
     }
-    if (g->done)
-        cudaEventDestroy(g->done);
     for (int i = 0; i < 64; i++)
         if (g->ev[i])
             cudaEventDestroy(g->ev[i]);
@@ -187,14 +184,12 @@ static mt_status_t end(mt_nccl_group_t *g, ncclResult_t rc, const char *what)
 {
     MT_TRY(nccl_poll(g, rc, what));
     pthread_mutex_lock(&wd_lock);
-    cudaError_t e = cudaEventRecord(g->done, g->stream);
-    if (e == cudaSuccess)
-        e = cudaEventRecord(g->ev[g->ev_next], g->stream);
+    const cudaError_t e = cudaEventRecord(g->ev[g->ev_next], g->stream);
     g->ev_next = (g->ev_next + 1) % 64;
     g->last = what, g->last_t = now_s(), g->pending = 1;
     pthread_mutex_unlock(&wd_lock);
     if (e != cudaSuccess)
-        return mt_error_cuda((int)e, "cudaEventRecord(done)", __FILE__, __LINE__);
+        return mt_error_cuda((int)e, "cudaEventRecord", __FILE__, __LINE__);
     return MT_OK;
 }
 
@@ -246,7 +241,7 @@ static void *watchdog(void *arg)
             mt_nccl_group_t *g = wd.group[i];
             if (!g->comm || !g->pending)
                 continue;
-            const cudaError_t e = cudaEventQuery(g->done);
+            const cudaError_t e = cudaEventQuery(mt_nccl_last_event(g));
             if (e == cudaSuccess) {
                 g->pending = 0;
                 continue;
@@ -546,7 +541,7 @@ mt_status_t mt_nccl_join_event(void *event, cudaStream_t compute)
 
 mt_status_t mt_nccl_join(mt_nccl_group_t *g, cudaStream_t compute)
 {
-    MT_CUDA_TRY(cudaStreamWaitEvent(compute, g->done, 0));
+    MT_CUDA_TRY(cudaStreamWaitEvent(compute, (cudaEvent_t)mt_nccl_last_event(g), 0));
     return MT_OK;
 }
 
@@ -557,11 +552,11 @@ mt_status_t mt_nccl_wait(mt_nccl_group_t *g, const char *collective)
                 g->axis ? g->axis : "?");
     const double t0 = now_s();
     for (;;) {
-        const cudaError_t e = cudaEventQuery(g->done);
+        const cudaError_t e = cudaEventQuery((cudaEvent_t)mt_nccl_last_event(g));
         if (e == cudaSuccess)
             return MT_OK;
         if (e != cudaErrorNotReady)
-            return mt_error_cuda((int)e, "cudaEventQuery(done)", __FILE__, __LINE__);
+            return mt_error_cuda((int)e, "cudaEventQuery", __FILE__, __LINE__);
         ncclResult_t st = ncclSuccess;
         const ncclResult_t q = ncclCommGetAsyncError(g->comm, &st);
         if (q != ncclSuccess)
