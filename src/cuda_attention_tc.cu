@@ -87,6 +87,21 @@ __device__ __forceinline__ int64_t tc_first_key(const tc_geom_t &G, int64_t b, i
     return G.doc_start ? (int64_t)G.doc_start[b * G.T + t] : 0;
 }
 
+/* The first visible key of the block's nq query rows at q0 (*minlo, at
+ * most qlast) and of the warp's 16 rows from wr0 (*wlo, at most wlast). */
+__device__ __forceinline__ void tc_first_keys(const tc_geom_t &G, int64_t b, int64_t q0, int nq,
+                                              int wr0, int64_t qlast, int64_t wlast,
+                                              int64_t *minlo, int64_t *wlo)
+{
+    *minlo = qlast, *wlo = wlast;
+    for (int r = 0; r < nq; r++) {
+        const int64_t f = tc_first_key(G, b, q0 + r);
+        *minlo = f < *minlo ? f : *minlo;
+        if (r >= wr0 && r < wr0 + 16)
+            *wlo = f < *wlo ? f : *wlo;
+    }
+}
+
 /* Block-cooperative: rows 0..n of src (row r at src + r*stride, HD
  * floats) into the bf16 tile dst [R][HD + 8]; rows n..R are zeroed so
  * products over them give 0, never NaN. */
@@ -195,13 +210,8 @@ __global__ void __launch_bounds__(TC_THREADS)
     const int wr0 = w * 16;
     const bool wactive = wr0 < nq;
     const int64_t wlast = q0 + (wr0 + 15 < nq - 1 ? wr0 + 15 : nq - 1);
-    int64_t minlo = qlast, wlo = wlast;
-    for (int r = 0; r < nq; r++) {
-        const int64_t f = tc_first_key(G, b, q0 + r);
-        minlo = f < minlo ? f : minlo;
-        if (r >= wr0 && r < wr0 + 16)
-            wlo = f < wlo ? f : wlo;
-    }
+    int64_t minlo, wlo;
+    tc_first_keys(G, b, q0, nq, wr0, qlast, wlast, &minlo, &wlo);
     tc_load_tile<HD, TC_BQ>(Qs, q + (b * G.T + q0) * G.qstride + h * HD, G.qstride, nq, G.vec);
 
     /* the row of each accumulator element: load a matrix of row numbers */
@@ -309,13 +319,8 @@ __global__ void __launch_bounds__(TC_THREADS)
     const int wr0 = w * 16;
     const bool wactive = wr0 < nq;
     const int64_t wlast = q0 + (wr0 + 15 < nq - 1 ? wr0 + 15 : nq - 1);
-    int64_t minlo = qlast, wlo = wlast;
-    for (int r = 0; r < nq; r++) {
-        const int64_t f = tc_first_key(G, b, q0 + r);
-        minlo = f < minlo ? f : minlo;
-        if (r >= wr0 && r < wr0 + 16)
-            wlo = f < wlo ? f : wlo;
-    }
+    int64_t minlo, wlo;
+    tc_first_keys(G, b, q0, nq, wr0, qlast, wlast, &minlo, &wlo);
     const int64_t qoff = (b * G.T + q0) * G.qstride + h * HD;
     tc_load_tile<HD, TC_BQ>(Qs, q + qoff, G.qstride, nq, G.vec);
     tc_load_tile<HD, TC_BQ>(dOs, dout + qoff, G.qstride, nq, G.vec);
