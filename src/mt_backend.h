@@ -168,8 +168,9 @@ struct mt_backend {
      * wired to the device (doc/gpu.md).  On the CPU backend they are
      * memcpy, memset and nothing.  copy_to_device / copy_to_host move
      * bytes between host memory and the backend's memory, copy within the
-     * backend's memory; all three block until done.  zero sets bytes to
-     * 0 in the backend's memory, in order with the kernels.  synchronize
+     * backend's memory.  The two that touch host memory block until
+     * done; copy and zero (0 bytes in the backend's memory) are in order
+     * with the kernels, the host going on.  synchronize
      * waits for every kernel issued so far. */
     void (*copy_to_device)(void *dst, const void *src, size_t bytes);
     void (*copy_to_host)(void *dst, const void *src, size_t bytes);

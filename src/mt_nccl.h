@@ -63,7 +63,8 @@ void mt_nccl_group_free(mt_nccl_group_t *g);
 /* A communicator for every group of the mesh that collectives of device
  * memory use, in group order (collective over the mesh's communicator; the
  * device must already be bound): not for groups of one rank nor for the
- * pipeline group (its transfers are MPI staged), and one for groups with
+ * pipeline group (its channels adopt communicators of their own:
+ * mt_pp_exec_connect), and one for groups with
  * the same members (dp and dp_cp without cp, ...). */
 mt_status_t mt_nccl_init(mt_nccl_t *n, const mt_mesh_t *mesh, double timeout_s);
 void mt_nccl_free(mt_nccl_t *n);
@@ -87,6 +88,9 @@ mt_nccl_group_t *mt_nccl_for(MPI_Comm comm);
  * nothing when no groups are active, comm has one rank or is known.
  * mt_nccl_deactivate frees it. */
 mt_status_t mt_nccl_adopt(MPI_Comm comm, const char *axis);
+/* Free the communicator adopted for comm (nothing when none), before
+ * comm itself is freed: collective over comm. */
+void mt_nccl_release(MPI_Comm comm);
 
 /* Collectives: enqueued on g's stream after the work already on
  * `compute` (a cudaStream_t); they return once enqueued.  Counts are in

@@ -1,7 +1,10 @@
 /* mt_pp_exec.h: the pipeline executor.  It runs one rank's action list of
  * an mt_pp_sched_t (mt_pp_schedule.h) on this rank's part of the model,
- * moving activations and gradients between stages with non-blocking MPI
- * point-to-point over the pipeline group.
+ * moving activations and gradients between stages over point-to-point
+ * channels (mt_pp_sched_channels): each (sender, receiver, kind) has a
+ * two-rank MPI communicator of its own, and on GPUs with NCCL an NCCL
+ * communicator over it, so messages match in channel order, without tags
+ * (NCCL has none), and the two directions never queue behind each other.
  *
  * Each stage-microbatch between its forward and the end of its backward
  * holds one activation slot of the model (mt_model_use_slot); the executor
@@ -11,7 +14,14 @@
  * for a send: a rank blocks only on a receive, whose send the simulator
  * has shown to come (doc/pipeline.md, "The executor").  Send buffers are
  * reused once their send completed; the pool grows in the first step to
- * the most messages the list has in flight at once. */
+ * the most messages the list has in flight at once.
+ *
+ * Through NCCL (mt_pp_exec_connect with nccl) a send copies the message
+ * into a device buffer of its own on the compute stream and is enqueued on
+ * the channel's stream; a receive lands in place and the compute stream
+ * waits for it on the device: the host waits for neither, and the
+ * transfers overlap compute (doc/gpu.md).  A MoE model's routing totals
+ * (host doubles) travel beside them over the channel's MPI communicator. */
 #ifndef MT_PP_EXEC_H
 #define MT_PP_EXEC_H
 
@@ -32,6 +42,15 @@ extern "C" {
  * stage takes the remainder), or an even split. */
 void mt_pp_stage_layers(const mt_config_t *cfg, int s, int *lo, int *hi);
 
+/* A channel this rank is an end of. */
+typedef struct {
+    mt_pp_channel_t ch;
+    MPI_Comm comm;  /* its two ranks: the sender is rank 0 */
+    int peer;       /* the other end's rank in comm */
+    void *nccl;     /* its NCCL group (mt_nccl.h), or NULL: MPI */
+    char name[48];  /* "pp activations 0->1", for NCCL's messages */
+} mt_pp_link_t;
+
 typedef struct {
     mt_pp_sched_t sched;
     MPI_Comm pp;
@@ -50,6 +69,12 @@ typedef struct {
     MPI_Request *send_req;    /* [nsend]: their sends (NULL request: free) */
     int nsend;
     float *handoff;           /* forward-only passes: a message's staging */
+    mt_pp_link_t *links;      /* [nlinks] (mt_pp_exec_connect) */
+    int nlinks;
+    const mt_backend_t *be;   /* owner of the device send buffers */
+    void **dsend;             /* [ndsend] NCCL sends' device buffers, Ns * H */
+    void **dsend_done;        /* [ndsend] cudaEvent_t: their sends done */
+    int ndsend;
     /* measured over every run: seconds and counts of F, B, W and BW passes
      * (the compute), and the runs' wall time */
     double t_pass[4];
@@ -60,6 +85,11 @@ typedef struct {
 /* Build the schedule for cfg and this pipeline rank; count its slots.
  * Collective over nothing; pp is kept for mt_pp_exec_run. */
 mt_status_t mt_pp_exec_init(mt_pp_exec_t *x, const mt_config_t *cfg, MPI_Comm pp);
+
+/* Make the channels this rank is an end of, before the first run:
+ * collective over pp.  With nccl (device memory, NCCL active: mt_nccl.h)
+ * each gets an NCCL communicator too; be is the model's backend. */
+mt_status_t mt_pp_exec_connect(mt_pp_exec_t *x, const mt_backend_t *be, bool nccl);
 void mt_pp_exec_free(mt_pp_exec_t *x);
 
 /* The part of the model this rank builds (pointers into x). */

@@ -84,6 +84,27 @@ void mt_pp_action_format(const mt_pp_action_t *a, char *buf, size_t cap);
  * (boundary between two stages, microbatch, direction) within a step. */
 int mt_pp_action_tag(const mt_pp_sched_t *sched, const mt_pp_action_t *a);
 
+/* A point-to-point channel: the messages of one kind (activations, or
+ * input gradients) that one pipeline rank sends another.  The executor
+ * gives each channel a transport of its own without tags (a two-rank MPI
+ * communicator, and an NCCL communicator on a GPU: NCCL has no tags), so a
+ * channel's messages must be received in the order they are sent. */
+typedef struct {
+    int32_t from, to; /* pipeline ranks: sender, receiver */
+    bool grad;        /* SEND_GRAD/RECV_GRAD; else SEND_ACT/RECV_ACT */
+} mt_pp_channel_t;
+
+/* The channel of a send or receive action of rank r. */
+mt_pp_channel_t mt_pp_action_channel(const mt_pp_action_t *a, int r);
+
+/* Every channel the lists use, in one order that every rank computes
+ * alike (rank 0's sends in list order, then rank 1's, ...): *out
+ * (malloc'd, NULL when none) and *n.  Fails with MT_ERR_INTERNAL, naming
+ * the channel and the first message out of order, when a channel's
+ * receiver would take its messages in another order than the sender sends
+ * them. */
+mt_status_t mt_pp_sched_channels(const mt_pp_sched_t *sched, mt_pp_channel_t **out, int *n);
+
 /* Every rank's list, one action per line (for tests and doc/pipeline.md). */
 void mt_pp_sched_write(const mt_pp_sched_t *sched, FILE *out);
 

@@ -195,7 +195,10 @@ static mt_status_t end(mt_nccl_group_t *g, ncclResult_t rc, const char *what)
 
 /* ------------------------------------------------------------------ active groups, watchdog */
 
-#define MT_NCCL_EXTRA 4 /* communicators adopted outside the mesh (mt_nccl_adopt) */
+/* communicators adopted outside the mesh (mt_nccl_adopt): the expert
+ * replicas' and the pipeline's channels (two a neighbour pair and more
+ * with interleaved stages) */
+#define MT_NCCL_EXTRA 64
 
 static struct {
     MPI_Comm comm[MT_NGROUPS + MT_NCCL_EXTRA];
@@ -325,6 +328,26 @@ mt_status_t mt_nccl_adopt(MPI_Comm comm, const char *axis)
     wd.n++;
     pthread_mutex_unlock(&wd_lock);
     return MT_OK;
+}
+
+void mt_nccl_release(MPI_Comm comm)
+{
+    pthread_mutex_lock(&wd_lock); /* the watchdog walks the list */
+    mt_nccl_group_t *g = NULL;
+    for (int i = 0; i < wd.nextra && !g; i++)
+        if (wd.comm[wd.n - wd.nextra + i] == comm && comm != MPI_COMM_NULL) {
+            g = wd.extra[i];
+            for (int j = i; j + 1 < wd.nextra; j++)
+                wd.extra[j] = wd.extra[j + 1];
+            for (int j = wd.n - wd.nextra + i; j + 1 < wd.n; j++)
+                wd.comm[j] = wd.comm[j + 1], wd.group[j] = wd.group[j + 1];
+            wd.nextra--, wd.n--;
+        }
+    pthread_mutex_unlock(&wd_lock);
+    if (g) {
+        mt_nccl_group_free(g);
+        free(g);
+    }
 }
 
 mt_nccl_group_t *mt_nccl_for(MPI_Comm comm)

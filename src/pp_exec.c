@@ -15,14 +15,21 @@
 /* MPICH annotates MPI_STATUSES_IGNORE arguments with access sizes that
  * GCC 12 misreads as an overflow of a zero-sized region. */
 #pragma GCC diagnostic ignored "-Wstringop-overflow"
+#include <config.h>
+
 #include "mt_pp_exec.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "mt_comm.h"
 #include "mt_stage.h"
+#ifdef MT_HAVE_NCCL
+#include "cuda_internal.h"
+#include "mt_nccl.h"
+#endif
 
 static double now_s(void)
 {
@@ -55,13 +62,6 @@ mt_status_t mt_pp_exec_init(mt_pp_exec_t *x, const mt_config_t *cfg, MPI_Comm pp
     int M = (int)cfg->derived.num_microbatches;
     MT_TRY(mt_pp_schedule_build(pl->pp_schedule, p, v, M, &x->sched));
     int S = x->sched.num_stages;
-    void *ub_attr;
-    int have_ub;
-    MT_MPI_TRY(MPI_Comm_get_attr(pp, MPI_TAG_UB, &ub_attr, &have_ub));
-    long long top = 2LL * S * M, ub = have_ub ? *(int *)ub_attr : 32767;
-    if (top > ub)
-        MT_FAIL(MT_ERR_UNSUPPORTED, "pipeline: %d stages x %d microbatches need MPI tags up to "
-                "%lld, but this MPI allows %lld; use fewer microbatches per step", S, M, top, ub);
     x->chunk_of_stage = malloc(sizeof(int) * (size_t)S);
     x->stage_of_chunk = malloc(sizeof(int) * (size_t)S);
     x->layer_lo = malloc(sizeof(int) * (size_t)S);
@@ -106,8 +106,67 @@ mt_status_t mt_pp_exec_init(mt_pp_exec_t *x, const mt_config_t *cfg, MPI_Comm pp
     return MT_OK;
 }
 
+mt_status_t mt_pp_exec_connect(mt_pp_exec_t *x, const mt_backend_t *be, bool nccl)
+{
+    mt_pp_channel_t *ch;
+    int n;
+    MT_TRY(mt_pp_sched_channels(&x->sched, &ch, &n)); /* the same list on every rank */
+    x->be = be;
+    x->links = calloc((size_t)(n > 0 ? n : 1), sizeof *x->links);
+    mt_status_t st = x->links ? MT_OK : MT_ERR_NOMEM;
+    for (int i = 0; i < n; i++) { /* every pp rank takes part in every split */
+        bool sender = ch[i].from == x->rank, member = sender || ch[i].to == x->rank;
+        MPI_Comm c = MPI_COMM_NULL;
+        int rc = MPI_Comm_split(x->pp, member ? 0 : MPI_UNDEFINED, sender ? 0 : 1, &c);
+        if (rc != MPI_SUCCESS && st == MT_OK)
+            st = MT_ERR_MPI;
+        if (!member || c == MPI_COMM_NULL)
+            continue;
+        if (!x->links) {
+            MPI_Comm_free(&c);
+            continue;
+        }
+        mt_pp_link_t *l = &x->links[x->nlinks++];
+        l->ch = ch[i], l->comm = c, l->peer = sender ? 1 : 0;
+        snprintf(l->name, sizeof l->name, "pp %s %d->%d", ch[i].grad ? "gradients" : "activations",
+                 ch[i].from, ch[i].to);
+    }
+    free(ch);
+    if (st == MT_ERR_NOMEM)
+        MT_FAIL(MT_ERR_NOMEM, "pipeline channels");
+    if (st != MT_OK)
+        MT_FAIL(MT_ERR_MPI, "pipeline channels: MPI_Comm_split failed");
+#ifdef MT_HAVE_NCCL
+    /* in the channels' order on every rank, so no two ranks wait at
+     * different communicators' inits */
+    for (int i = 0; nccl && i < x->nlinks; i++) {
+        MT_TRY(mt_nccl_adopt(x->links[i].comm, x->links[i].name));
+        x->links[i].nccl = mt_nccl_for(x->links[i].comm);
+    }
+#else
+    (void)nccl;
+#endif
+    return MT_OK;
+}
+
 void mt_pp_exec_free(mt_pp_exec_t *x)
 {
+#ifdef MT_HAVE_NCCL
+    for (int i = 0; i < x->ndsend; i++) { /* sends still on their way read these */
+        cudaEventSynchronize((cudaEvent_t)x->dsend_done[i]);
+        cudaEventDestroy((cudaEvent_t)x->dsend_done[i]);
+        x->be->device_free(x->dsend[i]);
+    }
+    free(x->dsend), free(x->dsend_done);
+#endif
+    for (int i = 0; i < x->nlinks; i++) {
+#ifdef MT_HAVE_NCCL
+        if (x->links[i].nccl)
+            mt_nccl_release(x->links[i].comm);
+#endif
+        MPI_Comm_free(&x->links[i].comm);
+    }
+    free(x->links);
     mt_pp_sched_free(&x->sched);
     free(x->chunk_of_stage), free(x->stage_of_chunk), free(x->layer_lo), free(x->layer_hi);
     free(x->slot_of), free(x->slot_busy), free(x->handoff), free(x->recv_buf);
@@ -163,7 +222,53 @@ static int use(mt_pp_exec_t *x, mt_model_t *m, int c, int mb)
     return k;
 }
 
-/* A send buffer whose last send has completed, or a new one. */
+/* The link of a send or receive action. */
+static mt_status_t link_of(const mt_pp_exec_t *x, const mt_pp_action_t *a, mt_pp_link_t **l)
+{
+    mt_pp_channel_t c = mt_pp_action_channel(a, x->rank);
+    for (int i = 0; i < x->nlinks; i++)
+        if (x->links[i].ch.from == c.from && x->links[i].ch.to == c.to &&
+            x->links[i].ch.grad == c.grad) {
+            *l = &x->links[i];
+            return MT_OK;
+        }
+    char what[96];
+    mt_pp_action_format(a, what, sizeof what);
+    MT_FAIL(MT_ERR_INTERNAL, "pipeline %s: no channel (mt_pp_exec_connect not called?)", what);
+}
+
+#ifdef MT_HAVE_NCCL
+/* A device buffer of n floats whose last send has completed, or a new one. */
+static mt_status_t device_send_buffer(mt_pp_exec_t *x, int64_t n, int *k)
+{
+    for (int i = 0; i < x->ndsend; i++)
+        if (cudaEventQuery((cudaEvent_t)x->dsend_done[i]) == cudaSuccess) {
+            *k = i;
+            return MT_OK;
+        }
+    void **b = realloc(x->dsend, sizeof *b * (size_t)(x->ndsend + 1));
+    if (b)
+        x->dsend = b;
+    void **e = realloc(x->dsend_done, sizeof *e * (size_t)(x->ndsend + 1));
+    if (e)
+        x->dsend_done = e;
+    cudaEvent_t ev = NULL;
+    if (!b || !e || cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess)
+        MT_FAIL(MT_ERR_NOMEM, "pipeline device send buffer %d", x->ndsend);
+    void *d = x->be->device_alloc(sizeof(float) * (size_t)n);
+    if (!d) {
+        cudaEventDestroy(ev);
+        MT_FAIL(MT_ERR_NOMEM, "pipeline device send buffer %d of %lld floats", x->ndsend,
+                (long long)n);
+    }
+    x->dsend[x->ndsend] = d, x->dsend_done[x->ndsend] = ev;
+    *k = x->ndsend++;
+    return MT_OK;
+}
+#endif
+
+/* A send buffer (host) whose last send has completed, or a new one of n
+ * floats: every host message of a run has the same size. */
 static mt_status_t send_buffer(mt_pp_exec_t *x, int64_t n, int *k)
 {
     for (int i = 0; i < x->nsend; i++) {
@@ -188,31 +293,55 @@ static mt_status_t send_buffer(mt_pp_exec_t *x, int64_t n, int *k)
 }
 
 /* Send a copy of buf [n] (the backend's memory) and route [nr] (host;
- * never waited for here), or receive into them.  The send buffers and the
- * receive staging buffer are host memory: a device's activations are
- * copied out and in (mt_stage.h); the CPU's are received in place. */
+ * never waited for here), or receive into them, over the action's
+ * channel.  Through MPI the send buffers and the receive staging buffer
+ * are host memory: a device's activations are copied out and in
+ * (mt_stage.h); the CPU's are received in place.  Through NCCL the
+ * activation stays on the device and the routing totals go by MPI. */
 static mt_status_t transfer(mt_pp_exec_t *x, const mt_backend_t *be, const mt_pp_action_t *a,
                             float *buf, int64_t n, double *route, int64_t nr)
 {
-    int tag = mt_pp_action_tag(&x->sched, a), rc, k = 0;
+    mt_pp_link_t *l = NULL;
+    MT_TRY(link_of(x, a, &l));
+    int rc, k = 0;
     bool send = a->kind == MT_PP_SEND_ACT || a->kind == MT_PP_SEND_GRAD;
-    int64_t nf = n + 2 * nr;
+    int64_t nh = n + 2 * nr; /* floats of a host message */
+    bool host_act = true;
+#ifdef MT_HAVE_NCCL
+    if (l->nccl) {
+        mt_nccl_group_t *g = l->nccl;
+        cudaStream_t cs = (cudaStream_t)mt_cuda_stream();
+        if (send) { /* the slot may be reused before the send reads it: a copy */
+            MT_TRY(device_send_buffer(x, n, &k));
+            be->copy(x->dsend[k], buf, sizeof(float) * (size_t)n);
+            MT_TRY(mt_nccl_send(g, x->dsend[k], (size_t)n, ncclFloat32, l->peer, cs));
+            MT_CUDA_TRY(cudaEventRecord((cudaEvent_t)x->dsend_done[k], g->stream));
+        } else {
+            MT_TRY(mt_nccl_recv(g, buf, (size_t)n, ncclFloat32, l->peer, cs));
+            MT_TRY(mt_nccl_join(g, cs));
+        }
+        if (nr == 0)
+            return MT_OK;
+        host_act = false, n = 0, nh = 2 * nr;
+    }
+#endif
     /* a receive lands in place unless it carries routing totals or the
      * backend's memory is not host memory */
     bool staged = nr > 0 || mt_stage_needed(be);
     MPI_Request rq;
     if (send) {
-        MT_TRY(send_buffer(x, nf, &k));
-        be->copy_to_host(x->send_buf[k], buf, sizeof(float) * (size_t)n);
+        MT_TRY(send_buffer(x, nh, &k));
+        if (host_act)
+            be->copy_to_host(x->send_buf[k], buf, sizeof(float) * (size_t)n);
         if (nr > 0)
             memcpy(x->send_buf[k] + n, route, sizeof(double) * (size_t)nr);
-        rc = MPI_Isend(x->send_buf[k], (int)nf, MPI_FLOAT, a->peer, tag, x->pp, &x->send_req[k]);
+        rc = MPI_Isend(x->send_buf[k], (int)nh, MPI_FLOAT, l->peer, 0, l->comm, &x->send_req[k]);
     } else if (!staged) {
-        rc = MPI_Irecv(buf, (int)n, MPI_FLOAT, a->peer, tag, x->pp, &rq);
+        rc = MPI_Irecv(buf, (int)n, MPI_FLOAT, l->peer, 0, l->comm, &rq);
     } else {
-        if (!x->recv_buf && !(x->recv_buf = malloc(sizeof(float) * (size_t)nf)))
+        if (!x->recv_buf && !(x->recv_buf = malloc(sizeof(float) * (size_t)nh)))
             MT_FAIL(MT_ERR_NOMEM, "pipeline receive buffer");
-        rc = MPI_Irecv(x->recv_buf, (int)nf, MPI_FLOAT, a->peer, tag, x->pp, &rq);
+        rc = MPI_Irecv(x->recv_buf, (int)nh, MPI_FLOAT, l->peer, 0, l->comm, &rq);
     }
     if (rc != MPI_SUCCESS) {
         char what[96];
@@ -223,7 +352,8 @@ static mt_status_t transfer(mt_pp_exec_t *x, const mt_backend_t *be, const mt_pp
         return MT_OK;
     MT_TRY(mt_wait_all(1, &rq));
     if (staged) {
-        be->copy_to_device(buf, x->recv_buf, sizeof(float) * (size_t)n);
+        if (host_act)
+            be->copy_to_device(buf, x->recv_buf, sizeof(float) * (size_t)n);
         if (nr > 0)
             memcpy(route, x->recv_buf + n, sizeof(double) * (size_t)nr);
     }

@@ -428,3 +428,84 @@ void mt_pp_sched_write(const mt_pp_sched_t *sc, FILE *out)
         }
     }
 }
+
+mt_pp_channel_t mt_pp_action_channel(const mt_pp_action_t *a, int r)
+{
+    bool send = a->kind == MT_PP_SEND_ACT || a->kind == MT_PP_SEND_GRAD;
+    mt_pp_channel_t c = {send ? r : a->peer, send ? a->peer : r,
+                         a->kind == MT_PP_SEND_GRAD || a->kind == MT_PP_RECV_GRAD};
+    return c;
+}
+
+static bool same_channel(mt_pp_channel_t a, mt_pp_channel_t b)
+{
+    return a.from == b.from && a.to == b.to && a.grad == b.grad;
+}
+
+/* The k-th message of channel c on rank r's list (sends when r is the
+ * sender, receives otherwise), or -1 past the last. */
+static int nth_message(const mt_pp_sched_t *sc, mt_pp_channel_t c, int r, int *at)
+{
+    mt_pp_action_kind_t kind = r == c.from ? (c.grad ? MT_PP_SEND_GRAD : MT_PP_SEND_ACT)
+                                           : (c.grad ? MT_PP_RECV_GRAD : MT_PP_RECV_ACT);
+    for (; *at < sc->num_actions[r]; (*at)++) {
+        const mt_pp_action_t *a = &sc->actions[r][*at];
+        if (a->kind == kind && a->peer == (r == c.from ? c.to : c.from))
+            return (*at)++;
+    }
+    return -1;
+}
+
+mt_status_t mt_pp_sched_channels(const mt_pp_sched_t *sc, mt_pp_channel_t **out, int *n)
+{
+    *out = NULL, *n = 0;
+    int cap = 0;
+    for (int r = 0; r < sc->p; r++)
+        for (int k = 0; k < sc->num_actions[r]; k++) {
+            const mt_pp_action_t *a = &sc->actions[r][k];
+            if (a->kind != MT_PP_SEND_ACT && a->kind != MT_PP_SEND_GRAD)
+                continue;
+            mt_pp_channel_t c = mt_pp_action_channel(a, r);
+            int i = 0;
+            while (i < *n && !same_channel((*out)[i], c))
+                i++;
+            if (i < *n)
+                continue;
+            if (*n == cap) {
+                cap = cap ? 2 * cap : 8;
+                mt_pp_channel_t *t = realloc(*out, sizeof *t * (size_t)cap);
+                if (!t) {
+                    free(*out), *out = NULL, *n = 0;
+                    MT_FAIL(MT_ERR_NOMEM, "pipeline channel list");
+                }
+                *out = t;
+            }
+            (*out)[(*n)++] = c;
+        }
+    /* each channel: the i-th receive takes the i-th send's message */
+    for (int i = 0; i < *n; i++) {
+        mt_pp_channel_t c = (*out)[i];
+        int at_s = 0, at_r = 0;
+        for (;;) {
+            int ks = nth_message(sc, c, c.from, &at_s), kr = nth_message(sc, c, c.to, &at_r);
+            if (ks < 0 && kr < 0)
+                break;
+            const mt_pp_action_t *s = ks >= 0 ? &sc->actions[c.from][ks] : NULL;
+            const mt_pp_action_t *q = kr >= 0 ? &sc->actions[c.to][kr] : NULL;
+            if (s && q && s->stage == q->peer_stage && q->stage == s->peer_stage &&
+                s->microbatch == q->microbatch)
+                continue;
+            char sa[96] = "nothing", ra[96] = "nothing";
+            if (s)
+                mt_pp_action_format(s, sa, sizeof sa);
+            if (q)
+                mt_pp_action_format(q, ra, sizeof ra);
+            free(*out), *out = NULL, *n = 0;
+            MT_FAIL(MT_ERR_INTERNAL, "%s p=%d v=%d m=%d: the %s channel from rank %d to rank %d "
+                    "is not in order: rank %d sends %s where rank %d receives %s",
+                    mt_pp_schedule_name(sc->schedule), sc->p, sc->v, sc->m,
+                    c.grad ? "gradient" : "activation", c.from, c.to, c.from, sa, c.to, ra);
+        }
+    }
+    return MT_OK;
+}

@@ -464,6 +464,8 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
     if (!r)
         MT_FAIL(MT_ERR_NOMEM, "run state");
     mt_status_t s = mt_agree(comm, setup(r, cfg, mesh)); /* nobody goes on alone */
+    if (s == MT_OK && r->pp) /* the pipeline's channels: collective over pp */
+        s = mt_agree(comm, mt_pp_exec_connect(&r->pipe, r->device.be, r->device.nccl));
     if (s != MT_OK) {
         mt_error_trace(__FILE__, __LINE__);
         run_free(r), free(r);

@@ -151,7 +151,6 @@ void mt_train_device_print(const mt_train_device_t *d, const mt_config_t *cfg, F
     if (cfg->distributed.device != MT_DEVICE_CUDA)
         return;
     fprintf(out, "device: %s backend, collectives %s\n", d->be->name,
-            d->nccl ? "NCCL (one communicator per mesh group; the pipeline's transfers MPI "
-                      "staged)"
+            d->nccl ? "NCCL (one communicator per mesh group and per pipeline channel)"
                     : "MPI on host copies (staged)");
 }

@@ -55,6 +55,36 @@ static void check_tags(const mt_pp_sched_t *sc)
     CHECK(sends == recvs, "%d sends, %d receives", sends, recvs);
 }
 
+/* Every channel is received in the order it is sent (the executor's
+ * untagged transports rely on it), and names each send's pair. */
+static void check_channels(const mt_pp_sched_t *sc)
+{
+    mt_pp_channel_t *ch;
+    int n;
+    mt_status_t st = mt_pp_sched_channels(sc, &ch, &n);
+    CHECK(st == MT_OK, "channels %s p=%d v=%d m=%d: %s", mt_pp_schedule_name(sc->schedule), sc->p,
+          sc->v, sc->m, mt_error_message());
+    if (st != MT_OK)
+        return;
+    for (int r = 0; r < sc->p; r++)
+        for (int k = 0; k < sc->num_actions[r]; k++) {
+            const mt_pp_action_t *a = &sc->actions[r][k];
+            if (a->kind < MT_PP_SEND_ACT)
+                continue;
+            mt_pp_channel_t c = mt_pp_action_channel(a, r);
+            int found = 0;
+            for (int i = 0; i < n; i++)
+                found += ch[i].from == c.from && ch[i].to == c.to && ch[i].grad == c.grad;
+            CHECK(found == 1 && c.from != c.to, "rank %d action %d: channel %d->%d listed %d times",
+                  r, k, c.from, c.to, found);
+        }
+    /* one pipeline: each neighbour pair, both ways */
+    if (sc->v == 1)
+        CHECK(n == 2 * (sc->p - 1), "%s p=%d: %d channels", mt_pp_schedule_name(sc->schedule),
+              sc->p, n);
+    free(ch);
+}
+
 /* Build and simulate; with F = B = W = 1 fills *res (caller frees). */
 static int run(mt_pp_schedule_t s, int p, int v, int m, mt_pp_sim_result_t *res)
 {
@@ -65,6 +95,7 @@ static int run(mt_pp_schedule_t s, int p, int v, int m, mt_pp_sim_result_t *res)
     if (st != MT_OK)
         return 0;
     check_tags(&sc);
+    check_channels(&sc);
     /* uneven costs and a communication delay must not deadlock either */
     st = mt_pp_simulate(&sc, 1.0, 2.3, 0.7, 0.25, res);
     CHECK(st == MT_OK, "simulate uneven %s p=%d v=%d m=%d: %s", mt_pp_schedule_name(s), p, v, m,
@@ -268,6 +299,21 @@ static void test_corrupted(void)
     sc = fresh(MT_PP_INTERLEAVED_1F1B, 2, 2, 2); /* an action for a stage on another rank */
     sc.actions[1][0].stage = 0;
     expect_refused(&sc, "wrong rank", "held by another rank");
+
+    sc = fresh(MT_PP_1F1B, 2, 1, 4); /* receives swapped: the channel is out of order */
+    {
+        int a = find(&sc, 1, MT_PP_RECV_ACT, 0), b = find(&sc, 1, MT_PP_RECV_ACT, a + 1);
+        mt_pp_action_t t = sc.actions[1][a];
+        sc.actions[1][a] = sc.actions[1][b], sc.actions[1][b] = t;
+        mt_pp_channel_t *ch;
+        int n;
+        CHECK(mt_pp_sched_channels(&sc, &ch, &n) == MT_ERR_INTERNAL && !ch && n == 0,
+              "an out-of-order channel was accepted");
+        CHECK_CONTAINS(mt_error_message(), "activation channel from rank 0 to rank 1 is not in "
+                       "order: rank 0 sends SEND_ACT s0 mb0");
+        mt_error_clear();
+        mt_pp_sched_free(&sc);
+    }
 
     sc = fresh(MT_PP_GPIPE, 2, 1, 2); /* a send to the wrong peer */
     sc.actions[0][find(&sc, 0, MT_PP_SEND_ACT, 0)].peer = 0;
