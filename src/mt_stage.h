@@ -16,7 +16,8 @@
  * helpers below), moe_dispatch.c (the expert-parallel row all-to-alls)
  * and train_moe.c (the expert gradients' all-reduce; the sharded experts
  * go through fsdp.c).  The pipeline's sends and receives stage in
- * pp_exec.c itself (its messages carry the MoE routing totals too). */
+ * pp_exec.c itself (its messages carry the MoE routing totals too), the
+ * tensor-parallel collectives in tp_comm.c. */
 #ifndef MT_STAGE_H
 #define MT_STAGE_H
 
@@ -25,6 +26,7 @@
 #include <stddef.h>
 
 #include "mt_backend.h"
+#include "mt_comm_bf16.h"
 #include "mt_status.h"
 
 #ifdef __cplusplus
@@ -35,10 +37,15 @@ extern "C" {
  * the plain CPU one. */
 bool mt_stage_needed(const mt_backend_t *be);
 
-/* A host buffer for blocking staged collectives, grown on demand. */
+/* A host buffer for blocking staged collectives, grown on demand (and
+ * what mt_stage_allreduce_grad's bf16 messages need beside it). */
 typedef struct {
     void *host;
     size_t cap;
+    mt_bf16_comm_t wire;      /* bf16 type and sum, made on first use */
+    void *dev;                /* NCCL's bf16 wire buffer, dev_be's memory */
+    size_t dev_cap;
+    const mt_backend_t *dev_be;
 } mt_stage_buf_t;
 
 /* At least `bytes` of host memory (contents not kept across growth), or
@@ -50,6 +57,14 @@ void mt_stage_buf_free(mt_stage_buf_t *s);
  * when be needs staging (mt_allreduce on x itself otherwise). */
 mt_status_t mt_stage_allreduce_sum(const mt_backend_t *be, mt_stage_buf_t *s, float *x, int n,
                                    MPI_Comm comm);
+
+/* A gradient's blocking in-place sum of n floats of be's memory over
+ * comm, in the reduce dtype: float32 as mt_stage_allreduce_sum, or with
+ * bf16 as bf16 messages summed by mt_comm_bf16.h's op (NCCL: ncclBfloat16)
+ * and landing as float32 holding bf16 values, in pieces of at most 2^24
+ * elements (32 MiB messages, and buffers of that size). */
+mt_status_t mt_stage_allreduce_grad(const mt_backend_t *be, mt_stage_buf_t *s, float *x,
+                                    int64_t n, MPI_Comm comm, bool bf16);
 
 /* Blocking MPI_Alltoallv (waiting politely, mt_wait_all) of `row`s of
  * row_bytes each between send and recv in be's memory; counts and

@@ -3,6 +3,7 @@
 
 #include "mt_stage.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "mt_comm.h"
@@ -27,7 +28,10 @@ void *mt_stage_reserve(mt_stage_buf_t *s, size_t bytes)
 void mt_stage_buf_free(mt_stage_buf_t *s)
 {
     free(s->host);
-    s->host = NULL, s->cap = 0;
+    mt_bf16_comm_free(&s->wire);
+    if (s->dev)
+        s->dev_be->device_free(s->dev);
+    s->host = s->dev = NULL, s->cap = s->dev_cap = 0;
 }
 
 mt_status_t mt_stage_allreduce_sum(const mt_backend_t *be, mt_stage_buf_t *s, float *x, int n,
@@ -107,4 +111,60 @@ void mt_stage_recv_finish(const mt_backend_t *be, const float *host, float *x, i
 {
     if (host)
         be->copy_to_device(x, host, sizeof(float) * (size_t)n);
+}
+
+#define BF16_PIECE ((int64_t)1 << 24) /* elements of one bf16 message */
+
+mt_status_t mt_stage_allreduce_grad(const mt_backend_t *be, mt_stage_buf_t *s, float *x,
+                                    int64_t n, MPI_Comm comm, bool bf16)
+{
+    const int64_t piece = bf16 ? BF16_PIECE : (int64_t)1 << 30;
+    int size = 1;
+    MT_MPI_TRY(MPI_Comm_size(comm, &size));
+    if (size == 1)
+        return MT_OK;
+#ifdef MT_HAVE_NCCL
+    mt_nccl_group_t *g = bf16 && mt_stage_needed(be) ? mt_nccl_for(comm) : NULL;
+    size_t need = 2 * (size_t)(n < piece ? n : piece);
+    if (g && need > s->dev_cap) {
+        if (s->dev) { /* after the sums that still read it (device_free waits for them) */
+            MT_TRY(mt_nccl_join(g, CS));
+            s->dev_be->device_free(s->dev);
+        }
+        if (!(s->dev = be->device_alloc(need)))
+            MT_FAIL(MT_ERR_NOMEM, "device buffer of %zu bytes for bf16 gradient sums", need);
+        s->dev_cap = need, s->dev_be = be;
+    }
+#endif
+    if (bf16 && !s->wire.ready)
+        MT_TRY(mt_bf16_comm_init(&s->wire));
+    for (int64_t o = 0; o < n; o += piece) {
+        int k = (int)(n - o < piece ? n - o : piece);
+        if (!bf16) {
+            MT_TRY(mt_stage_allreduce_sum(be, s, x + o, k, comm));
+            continue;
+        }
+#ifdef MT_HAVE_NCCL
+        if (g) { /* pieces in stream order through one wire buffer */
+            MT_TRY(mt_nccl_all_reduce_f32(g, x + o, (size_t)k, s->dev, 1, CS));
+            continue;
+        }
+#endif
+        /* host: [the floats, when staged] [the bf16 message] */
+        bool staged = mt_stage_needed(be);
+        size_t fl = staged ? sizeof(float) * (size_t)k : 0;
+        char *h = mt_stage_reserve(s, fl + 2 * (size_t)k);
+        if (!h)
+            MT_FAIL(MT_ERR_NOMEM, "host buffers of a bf16 gradient sum (%d elements)", k);
+        float *scratch = staged ? (float *)h : NULL;
+        uint16_t *w = (uint16_t *)(h + fl);
+        mt_bf16_pack_from(be, w, x + o, scratch, k);
+        MT_TRY(mt_allreduce(MPI_IN_PLACE, w, k, s->wire.type, s->wire.sum, comm));
+        mt_bf16_unpack_to(be, x + o, w, scratch, k);
+    }
+#ifdef MT_HAVE_NCCL
+    if (g)
+        return mt_nccl_join(g, CS);
+#endif
+    return MT_OK;
 }

@@ -31,6 +31,7 @@
 #include "train_cp.h"
 #include "train_internal.h"
 #include "train_moe.h"
+#include "mt_tp_comm.h"
 #include "train_device.h"
 #include "train_mp.h"
 
@@ -142,8 +143,10 @@ typedef struct {
     const mt_segment_t *seg;     /* what this rank updates */
     int nseg;
     MPI_Comm tp;                 /* tensor-parallel group */
-    bool staged;                 /* backend memory is not host memory: the TP
-                                  * collectives go through `stage` (mt_stage.h) */
+    mt_tp_comm_t tpc;            /* its collectives over MPI */
+    bool staged;                 /* backend memory is not host memory: checkpoints
+                                  * and tp_partial_grad sums go through host
+                                  * copies (`stage`, mt_stage.h) */
     mt_stage_buf_t stage;
     bool pp;                     /* pipeline parallelism: the model is this
                                   * rank's stages, run by the executor */
@@ -176,53 +179,21 @@ static void run_free(run_t *r)
     mt_train_moe_free(&r->moe);
     mt_train_mp_free(&r->mp);
     mt_stage_buf_free(&r->stage);
+    mt_tp_comm_free(&r->tpc);
     mt_train_device_free(&r->device);
 }
 
-/* One tensor-parallel collective on host memory, over the TP group. */
-static void tp_collective(MPI_Comm tp, const void *in, void *out, int64_t n, mt_tp_op_t op)
-{
-    MPI_Request rq;
-    int rc;
-    if (op == MT_TP_GATHER_FLOAT)
-        rc = MPI_Iallgather(in, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, tp, &rq);
-    else if (op == MT_TP_SCATTER_FLOAT)
-        rc = MPI_Ireduce_scatter_block(in, out, (int)n, MPI_FLOAT, MPI_SUM, tp, &rq);
-    else
-        rc = MPI_Iallreduce(in == out ? MPI_IN_PLACE : in, out, (int)n,
-                            op == MT_TP_SUM_DOUBLE ? MPI_DOUBLE : MPI_FLOAT,
-                            op == MT_TP_MAX_FLOAT ? MPI_MAX : MPI_SUM, tp, &rq);
-    /* mid-forward/backward: the TP peers cannot be told, so a failure aborts */
-    if (rc != MPI_SUCCESS || mt_wait_all(1, &rq) != MT_OK)
-        mt_comm_fatal(tp, rc != MPI_SUCCESS ? rc : MPI_ERR_OTHER, "tensor-parallel collective");
-}
-
-/* The model's tensor-parallel collectives; off host memory the operands
- * (backend memory) are staged through r->stage. */
+/* The model's tensor-parallel collectives: NCCL when the TP group has a
+ * communicator, else MPI (staged, bf16 on the wire under bf16 compute:
+ * mt_tp_comm.h). */
 static void tp_hook(void *ctx, const void *in, void *out, int64_t n, mt_tp_op_t op)
 {
     run_t *r = ctx;
     if (mt_train_device_tp(&r->device, r->tp, in, out, n, op)) /* NCCL */
         return;
-    if (!r->staged) {
-        tp_collective(r->tp, in, out, n, op);
-        return;
-    }
-    const mt_backend_t *be = r->model.be;
-    size_t el = op == MT_TP_SUM_DOUBLE ? sizeof(double) : sizeof(float);
-    size_t in_b = el * (size_t)n * (size_t)(op == MT_TP_SCATTER_FLOAT ? r->model.tp : 1);
-    size_t out_b = el * (size_t)n * (size_t)(op == MT_TP_GATHER_FLOAT ? r->model.tp : 1);
-    char *h = mt_stage_reserve(&r->stage, in_b + out_b);
-    if (!h)
-        mt_comm_fatal(r->tp, MPI_ERR_NO_MEM, "host staging buffer of a tensor-parallel collective");
-    if (in == out) { /* in place (all-reduces): in_b == out_b */
-        be->copy_to_host(h + in_b, in, out_b);
-        tp_collective(r->tp, h + in_b, h + in_b, n, op);
-    } else {
-        be->copy_to_host(h, in, in_b);
-        tp_collective(r->tp, h, h + in_b, n, op);
-    }
-    be->copy_to_device(out, h + in_b, out_b);
+    /* mid-forward/backward: the TP peers cannot be told, so a failure aborts */
+    if (mt_tp_comm_run(&r->tpc, in, out, n, op) != MT_OK)
+        mt_comm_fatal(r->tp, MPI_ERR_OTHER, "tensor-parallel collective");
 }
 
 /* Data, model, the data-parallel layer and the optimizer.  mesh gives the
@@ -285,6 +256,8 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
     MT_TRY(mt_train_cp_init(&r->cp, mesh, &r->model, r->rows, T));
     r->tp = mesh->group[MT_GROUP_TP];
     r->staged = mt_stage_needed(be);
+    MT_TRY(mt_tp_comm_init(&r->tpc, r->tp, be, cfg->distributed.mp_policy.param_dtype ==
+                                                   MT_DTYPE_BFLOAT16));
     r->model.tp_allreduce = tp_hook;
     r->model.tp_ctx = r;
     int64_t owned = r->model.numel;
@@ -363,7 +336,9 @@ static mt_status_t update(run_t *r, const mt_config_t *cfg, int64_t step, double
                 continue;
             float *grad = g->grad + (a - g->offset);
             if (p->tp_partial_grad) /* per-head norm weights: each TP rank has its heads' share */
-                MT_TRY(mt_stage_allreduce_sum(m->be, &r->stage, grad, (int)n, r->tp));
+                MT_TRY(mt_stage_allreduce_grad(m->be, &r->stage, grad, n, r->tp,
+                                               cfg->distributed.mp_policy.reduce_dtype ==
+                                                   MT_DTYPE_BFLOAT16));
             part[p->tp_dim >= 0 ? 0 : 1] += m->be->sum_squares(grad, n);
         }
     if (r->sharded) { /* replicas (HSDP) hold the same shard: sum over the shard group */

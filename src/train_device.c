@@ -73,6 +73,7 @@ static mt_status_t bring_up_nccl(mt_train_device_t *d, const mt_config_t *cfg,
     }
     d->nccl_state = n;
     d->nccl = true;
+    d->tp_bf16 = cfg->distributed.mp_policy.param_dtype == MT_DTYPE_BFLOAT16;
     return MT_OK;
 #else
     if (want == MT_COLL_NCCL)
@@ -99,6 +100,11 @@ mt_status_t mt_train_device_init(mt_train_device_t *d, const mt_config_t *cfg,
 void mt_train_device_free(mt_train_device_t *d)
 {
 #ifdef MT_HAVE_NCCL
+    if (d->tp_pad) {
+        cudaDeviceSynchronize(); /* the TP group's stream may still read it */
+        d->be->device_free(d->tp_pad);
+    }
+    free(d->tp_counts);
     if (d->nccl_state) {
         mt_nccl_deactivate();
         mt_nccl_free(d->nccl_state);
@@ -108,8 +114,39 @@ void mt_train_device_free(mt_train_device_t *d)
     memset(d, 0, sizeof *d);
 }
 
-bool mt_train_device_tp(const mt_train_device_t *d, MPI_Comm tp, const void *in, void *out,
-                        int64_t n, mt_tp_op_t op)
+#ifdef MT_HAVE_NCCL
+/* bf16 on the wire (mt_tp_comm.h): the float sums, gathers and
+ * reduce-scatters through the padded bf16 collectives of mt_nccl.h, their
+ * wire buffer d->tp_pad (tp x n bf16 elements; grown in the first step,
+ * after the group's collectives that may still read it) */
+static mt_status_t tp_bf16(mt_train_device_t *d, mt_nccl_group_t *g, const void *in, void *out,
+                           int64_t n, mt_tp_op_t op, cudaStream_t cs)
+{
+    size_t need = 2 * (size_t)n * (size_t)g->size;
+    if (need > d->tp_pad_bytes || !d->tp_counts) {
+        MT_TRY(mt_nccl_wait(g, "tensor-parallel wire buffer"));
+        d->be->device_free(d->tp_pad);
+        free(d->tp_counts);
+        d->tp_counts = malloc(2 * sizeof(int) * (size_t)g->size);
+        if (!(d->tp_pad = d->be->device_alloc(need)) || !d->tp_counts)
+            MT_FAIL(MT_ERR_NOMEM, "tensor-parallel bf16 wire buffer of %zu bytes", need);
+        d->tp_pad_bytes = need;
+    }
+    int *counts = d->tp_counts, *displs = d->tp_counts + g->size;
+    for (int r = 0; r < g->size; r++)
+        counts[r] = (int)n, displs[r] = (int)(r * n);
+    if (op == MT_TP_GATHER_FLOAT)
+        return mt_nccl_all_gatherv(g, in, out, counts, displs, d->tp_pad, 1, cs);
+    if (op == MT_TP_SCATTER_FLOAT)
+        return mt_nccl_reduce_scatterv(g, in, out, counts, displs, d->tp_pad, 1, cs);
+    if (in != out)
+        d->be->copy(out, in, sizeof(float) * (size_t)n);
+    return mt_nccl_all_reduce_f32(g, out, (size_t)n, d->tp_pad, 1, cs);
+}
+#endif
+
+bool mt_train_device_tp(mt_train_device_t *d, MPI_Comm tp, const void *in, void *out, int64_t n,
+                        mt_tp_op_t op)
 {
 #ifdef MT_HAVE_NCCL
     mt_nccl_group_t *g = d->nccl ? mt_nccl_for(tp) : NULL;
@@ -120,19 +157,24 @@ bool mt_train_device_tp(const mt_train_device_t *d, MPI_Comm tp, const void *in,
     mt_status_t s = MT_OK;
     switch (op) {
     case MT_TP_SUM_FLOAT:
-        s = mt_nccl_all_reduce(g, in, out, c, ncclFloat32, ncclSum, cs);
+    case MT_TP_GATHER_FLOAT:
+    case MT_TP_SCATTER_FLOAT:
+        if (d->tp_bf16) {
+            s = tp_bf16(d, g, in, out, n, op, cs);
+            break;
+        }
+        if (op == MT_TP_GATHER_FLOAT)
+            s = mt_nccl_all_gather(g, in, out, c, ncclFloat32, cs);
+        else if (op == MT_TP_SCATTER_FLOAT)
+            s = mt_nccl_reduce_scatter(g, in, out, c, ncclFloat32, ncclSum, cs);
+        else
+            s = mt_nccl_all_reduce(g, in, out, c, ncclFloat32, ncclSum, cs);
         break;
     case MT_TP_MAX_FLOAT:
         s = mt_nccl_all_reduce(g, in, out, c, ncclFloat32, ncclMax, cs);
         break;
     case MT_TP_SUM_DOUBLE:
         s = mt_nccl_all_reduce(g, in, out, c, ncclFloat64, ncclSum, cs);
-        break;
-    case MT_TP_GATHER_FLOAT:
-        s = mt_nccl_all_gather(g, in, out, c, ncclFloat32, cs);
-        break;
-    case MT_TP_SCATTER_FLOAT:
-        s = mt_nccl_reduce_scatter(g, in, out, c, ncclFloat32, ncclSum, cs);
         break;
     }
     if (s == MT_OK)

@@ -22,6 +22,10 @@ typedef struct {
     bool own_gpu;     /* cuda: every rank of every node has a GPU of its own */
     bool nccl;        /* collectives on device memory go through NCCL */
     void *nccl_state; /* the mt_nccl_t, when nccl */
+    bool tp_bf16;     /* TP collectives in bf16 (bf16 compute, mt_tp_comm.h) */
+    void *tp_pad;     /* their NCCL wire buffer (device), tp_pad_bytes */
+    size_t tp_pad_bytes;
+    int *tp_counts;   /* [2 tp]: counts, displacements */
 } mt_train_device_t;
 
 /* Collective over the mesh: the backend, and with device cuda the GPU
@@ -34,9 +38,11 @@ void mt_train_device_free(mt_train_device_t *d);
 
 /* A tensor-parallel collective (mt_tp_op_t) of device memory through NCCL
  * when the TP group has a communicator: enqueued after the compute so
- * far, the compute stream waiting for it.  false: the caller uses MPI. */
-bool mt_train_device_tp(const mt_train_device_t *d, MPI_Comm tp, const void *in, void *out,
-                        int64_t n, mt_tp_op_t op);
+ * far, the compute stream waiting for it; float sums, gathers and
+ * reduce-scatters in bf16 under bf16 compute, as mt_tp_comm.h's.  false:
+ * the caller uses MPI. */
+bool mt_train_device_tp(mt_train_device_t *d, MPI_Comm tp, const void *in, void *out, int64_t n,
+                        mt_tp_op_t op);
 
 /* The log's line about the device and the collectives (nothing for the
  * plain CPU backend). */

@@ -103,6 +103,7 @@ mt_status_t mt_train_moe_init(mt_train_moe_t *t, mt_model_t *m, const mt_config_
         return MT_OK;
     t->on = true;
     t->world = mesh->comm;
+    t->reduce_bf16 = cfg->distributed.mp_policy.reduce_dtype == MT_DTYPE_BFLOAT16;
     t->ep = (int)cfg->distributed.ep_size;
     int stage = mesh->group_rank[MT_GROUP_PP];
     int ep_idx = t->ep > 1 ? mesh->group_rank[MT_GROUP_EP] : 0;
@@ -348,12 +349,11 @@ mt_status_t mt_train_moe_grad_sumsq(mt_train_moe_t *t, mt_model_t *m, double *su
     int nrep = 1, rep_rank = 0;
     MPI_Comm_size(t->rep, &nrep);
     MPI_Comm_rank(t->rep, &rep_rank);
-    /* one message per step: the expert arena is contiguous (staged
-     * through a host copy off the plain CPU backend) */
-    for (int64_t o = 0; nrep > 1 && o < x->numel; o += 1 << 30) {
-        int n = (int)(x->numel - o < (1 << 30) ? x->numel - o : 1 << 30);
-        MT_TRY(mt_stage_allreduce_sum(m->be, &t->stage, x->grad_mem + o, n, t->rep));
-    }
+    /* one message per step, in the reduce dtype: the expert arena is
+     * contiguous (staged through a host copy off the plain CPU backend) */
+    if (nrep > 1)
+        MT_TRY(mt_stage_allreduce_grad(m->be, &t->stage, x->grad_mem, x->numel, t->rep,
+                                       t->reduce_bf16));
     if (t->post_scale != 1.0f)
         mt_grad_scale(&t->view, t->seg, t->nseg, t->post_scale);
     /* the replicas now agree: the first of them counts */

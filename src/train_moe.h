@@ -34,6 +34,7 @@ typedef struct {
     MPI_Comm ep_comm;         /* the EP group (ep > 1) or MPI_COMM_NULL */
     mt_moe_dispatch_t dispatch;
     mt_stage_buf_t stage;     /* host copy of the replicated experts' gradients */
+    bool reduce_bf16;         /* their sum in bf16 (mp_policy.reduce_dtype) */
     mt_adamw_t opt;           /* expert optimizer state, laid out like seg */
     bool sharded;             /* experts FSDP-sharded over rep (else replicated) */
     mt_model_t view;          /* the experts as a model (mt_moe_param_view) */
