@@ -63,16 +63,21 @@ typedef struct {
     /* run state */
     int *slot_of;             /* [nchunks * m]: slot of (chunk, microbatch), or -1 */
     bool *slot_busy;          /* [nslots] */
-    float **send_buf;         /* [nsend]: outgoing messages, each Ns * H (+ the
-                               * MoE routing totals, mt_model_t.route) */
-    float *recv_buf;          /* incoming message with routing totals */
+    char **send_buf;          /* [nsend]: outgoing messages (host), each the
+                               * activation (Ns * H floats, or bf16 padded to 8
+                               * bytes) then the MoE routing totals
+                               * (mt_model_t.route) */
+    char *recv_buf;           /* an incoming message, unless received in place */
+    float *scratch;           /* Ns * H floats: staging of bf16 messages */
     MPI_Request *send_req;    /* [nsend]: their sends (NULL request: free) */
     int nsend;
     float *handoff;           /* forward-only passes: a message's staging */
     mt_pp_link_t *links;      /* [nlinks] (mt_pp_exec_connect) */
     int nlinks;
     const mt_backend_t *be;   /* owner of the device send buffers */
+    bool bf16;                /* activations and gradients travel as bf16 */
     void **dsend;             /* [ndsend] NCCL sends' device buffers, Ns * H */
+    void *drecv;              /* NCCL bf16 receive buffer (device) */
     void **dsend_done;        /* [ndsend] cudaEvent_t: their sends done */
     int ndsend;
     /* measured over every run: seconds and counts of F, B, W and BW passes
@@ -80,6 +85,8 @@ typedef struct {
     double t_pass[4];
     int64_t n_pass[4];
     double t_run;
+    int64_t runs;
+    double bytes_sent;        /* of the transfers' messages, every run */
 } mt_pp_exec_t;
 
 /* Build the schedule for cfg and this pipeline rank; count its slots.
@@ -88,8 +95,10 @@ mt_status_t mt_pp_exec_init(mt_pp_exec_t *x, const mt_config_t *cfg, MPI_Comm pp
 
 /* Make the channels this rank is an end of, before the first run:
  * collective over pp.  With nccl (device memory, NCCL active: mt_nccl.h)
- * each gets an NCCL communicator too; be is the model's backend. */
-mt_status_t mt_pp_exec_connect(mt_pp_exec_t *x, const mt_backend_t *be, bool nccl);
+ * each gets an NCCL communicator too; be is the model's backend.  bf16:
+ * the activations and gradients are bf16 values (bf16 compute) and travel
+ * as bf16, half the bytes, exactly. */
+mt_status_t mt_pp_exec_connect(mt_pp_exec_t *x, const mt_backend_t *be, bool nccl, bool bf16);
 void mt_pp_exec_free(mt_pp_exec_t *x);
 
 /* The part of the model this rank builds (pointers into x). */
@@ -107,9 +116,11 @@ mt_status_t mt_pp_exec_run(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens
 /* The measured idle share of the pipeline ranks' time in the runs so far
  * (1 - compute / wall time, over every rank of pp), and the simulator's
  * bubble fraction for the same lists with the measured mean F, B and W
- * costs and no transfer time.  Collective over pp. */
+ * costs and no transfer time; *mb_run: the megabytes a pipeline rank sent
+ * in a run (activations, gradients, routing totals), the mean over pp.
+ * Collective over pp. */
 mt_status_t mt_pp_exec_idle(mt_pp_exec_t *x, double *measured, double *simulated,
-                            double cost[3]);
+                            double cost[3], double *mb_run);
 
 /* Forward only (validation) of one microbatch through every stage in
  * order; the loss sum and count come back on every pipeline rank. */

@@ -25,6 +25,7 @@
 #include <time.h>
 
 #include "mt_comm.h"
+#include "mt_comm_bf16.h"
 #include "mt_stage.h"
 #ifdef MT_HAVE_NCCL
 #include "cuda_internal.h"
@@ -106,8 +107,9 @@ mt_status_t mt_pp_exec_init(mt_pp_exec_t *x, const mt_config_t *cfg, MPI_Comm pp
     return MT_OK;
 }
 
-mt_status_t mt_pp_exec_connect(mt_pp_exec_t *x, const mt_backend_t *be, bool nccl)
+mt_status_t mt_pp_exec_connect(mt_pp_exec_t *x, const mt_backend_t *be, bool nccl, bool bf16)
 {
+    x->bf16 = bf16;
     mt_pp_channel_t *ch;
     int n;
     MT_TRY(mt_pp_sched_channels(&x->sched, &ch, &n)); /* the same list on every rank */
@@ -158,6 +160,10 @@ void mt_pp_exec_free(mt_pp_exec_t *x)
         x->be->device_free(x->dsend[i]);
     }
     free(x->dsend), free(x->dsend_done);
+    if (x->drecv) {
+        cudaDeviceSynchronize(); /* a receive may still write it */
+        x->be->device_free(x->drecv);
+    }
 #endif
     for (int i = 0; i < x->nlinks; i++) {
 #ifdef MT_HAVE_NCCL
@@ -169,7 +175,7 @@ void mt_pp_exec_free(mt_pp_exec_t *x)
     free(x->links);
     mt_pp_sched_free(&x->sched);
     free(x->chunk_of_stage), free(x->stage_of_chunk), free(x->layer_lo), free(x->layer_hi);
-    free(x->slot_of), free(x->slot_busy), free(x->handoff), free(x->recv_buf);
+    free(x->slot_of), free(x->slot_busy), free(x->handoff), free(x->recv_buf), free(x->scratch);
     for (int i = 0; i < x->nsend; i++)
         free(x->send_buf[i]);
     free(x->send_buf), free(x->send_req);
@@ -238,8 +244,9 @@ static mt_status_t link_of(const mt_pp_exec_t *x, const mt_pp_action_t *a, mt_pp
 }
 
 #ifdef MT_HAVE_NCCL
-/* A device buffer of n floats whose last send has completed, or a new one. */
-static mt_status_t device_send_buffer(mt_pp_exec_t *x, int64_t n, int *k)
+/* A device buffer of `bytes` whose last send has completed, or a new one
+ * (every message of a run has the same size). */
+static mt_status_t device_send_buffer(mt_pp_exec_t *x, size_t bytes, int *k)
 {
     for (int i = 0; i < x->ndsend; i++)
         if (cudaEventQuery((cudaEvent_t)x->dsend_done[i]) == cudaSuccess) {
@@ -255,11 +262,10 @@ static mt_status_t device_send_buffer(mt_pp_exec_t *x, int64_t n, int *k)
     cudaEvent_t ev = NULL;
     if (!b || !e || cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess)
         MT_FAIL(MT_ERR_NOMEM, "pipeline device send buffer %d", x->ndsend);
-    void *d = x->be->device_alloc(sizeof(float) * (size_t)n);
+    void *d = x->be->device_alloc(bytes);
     if (!d) {
         cudaEventDestroy(ev);
-        MT_FAIL(MT_ERR_NOMEM, "pipeline device send buffer %d of %lld floats", x->ndsend,
-                (long long)n);
+        MT_FAIL(MT_ERR_NOMEM, "pipeline device send buffer %d of %zu bytes", x->ndsend, bytes);
     }
     x->dsend[x->ndsend] = d, x->dsend_done[x->ndsend] = ev;
     *k = x->ndsend++;
@@ -267,9 +273,9 @@ static mt_status_t device_send_buffer(mt_pp_exec_t *x, int64_t n, int *k)
 }
 #endif
 
-/* A send buffer (host) whose last send has completed, or a new one of n
- * floats: every host message of a run has the same size. */
-static mt_status_t send_buffer(mt_pp_exec_t *x, int64_t n, int *k)
+/* A send buffer (host) whose last send has completed, or a new one of
+ * `bytes`: every host message of a run has the same size. */
+static mt_status_t send_buffer(mt_pp_exec_t *x, size_t bytes, int *k)
 {
     for (int i = 0; i < x->nsend; i++) {
         int done = 0;
@@ -279,24 +285,78 @@ static mt_status_t send_buffer(mt_pp_exec_t *x, int64_t n, int *k)
             return MT_OK;
         }
     }
-    float **b = realloc(x->send_buf, sizeof *b * (size_t)(x->nsend + 1));
+    char **b = realloc(x->send_buf, sizeof *b * (size_t)(x->nsend + 1));
     if (b)
         x->send_buf = b;
     MPI_Request *q = realloc(x->send_req, sizeof *q * (size_t)(x->nsend + 1));
     if (q)
         x->send_req = q;
-    if (!b || !q || !(x->send_buf[x->nsend] = malloc(sizeof(float) * (size_t)n)))
+    if (!b || !q || !(x->send_buf[x->nsend] = malloc(bytes)))
         MT_FAIL(MT_ERR_NOMEM, "pipeline send buffer %d", x->nsend);
     x->send_req[x->nsend] = MPI_REQUEST_NULL;
     *k = x->nsend++;
     return MT_OK;
 }
 
+#ifdef MT_HAVE_NCCL
+/* The activation part of a transfer through the channel's NCCL
+ * communicator: a send goes from a device copy (converted to bf16 with
+ * x->bf16), a receive lands in place (float32) or in x->drecv and is
+ * widened into buf on the compute stream. */
+static mt_status_t nccl_transfer(mt_pp_exec_t *x, const mt_pp_link_t *l, bool send, float *buf,
+                                 int64_t n)
+{
+    mt_nccl_group_t *g = l->nccl;
+    cudaStream_t cs = (cudaStream_t)mt_cuda_stream();
+    ncclDataType_t t = x->bf16 ? ncclBfloat16 : ncclFloat32;
+    int k = 0;
+    if (send) { /* the slot may be reused before the send reads it: a copy */
+        MT_TRY(device_send_buffer(x, (x->bf16 ? 2 : 4) * (size_t)n, &k));
+        if (x->bf16)
+            mt_cuda_f32_to_bf16(x->dsend[k], buf, n);
+        else
+            x->be->copy(x->dsend[k], buf, sizeof(float) * (size_t)n);
+        MT_TRY(mt_nccl_send(g, x->dsend[k], (size_t)n, t, l->peer, cs));
+        MT_CUDA_TRY(cudaEventRecord((cudaEvent_t)x->dsend_done[k], g->stream));
+        return MT_OK;
+    }
+    if (x->bf16 && !x->drecv && !(x->drecv = x->be->device_alloc(2 * (size_t)n)))
+        MT_FAIL(MT_ERR_NOMEM, "pipeline device receive buffer of %lld bf16", (long long)n);
+    MT_TRY(mt_nccl_recv(g, x->bf16 ? x->drecv : (void *)buf, (size_t)n, t, l->peer, cs));
+    MT_TRY(mt_nccl_join(g, cs));
+    if (x->bf16)
+        mt_cuda_bf16_to_f32(buf, x->drecv, n);
+    return MT_OK;
+}
+#endif
+
+/* The activation buf [n] of be's memory into a host message h (out), or
+ * back from it. */
+static mt_status_t move_act(mt_pp_exec_t *x, const mt_backend_t *be, char *h, float *buf,
+                            int64_t n, bool out)
+{
+    if (!x->bf16) {
+        if (out)
+            be->copy_to_host(h, buf, sizeof(float) * (size_t)n);
+        else
+            be->copy_to_device(buf, h, sizeof(float) * (size_t)n);
+        return MT_OK;
+    }
+    if (mt_stage_needed(be) && !x->scratch &&
+        !(x->scratch = malloc(sizeof(float) * (size_t)n)))
+        MT_FAIL(MT_ERR_NOMEM, "pipeline bf16 staging buffer");
+    if (out)
+        mt_bf16_pack_from(be, (uint16_t *)h, buf, x->scratch, n);
+    else
+        mt_bf16_unpack_to(be, buf, (const uint16_t *)h, x->scratch, n);
+    return MT_OK;
+}
+
 /* Send a copy of buf [n] (the backend's memory) and route [nr] (host;
  * never waited for here), or receive into them, over the action's
- * channel.  Through MPI the send buffers and the receive staging buffer
- * are host memory: a device's activations are copied out and in
- * (mt_stage.h); the CPU's are received in place.  Through NCCL the
+ * channel.  Through MPI a message is host memory: the activation (float32,
+ * or bf16 padded to 8 bytes) then the routing totals; a float32 activation
+ * alone on the CPU backend is received in place.  Through NCCL the
  * activation stays on the device and the routing totals go by MPI. */
 static mt_status_t transfer(mt_pp_exec_t *x, const mt_backend_t *be, const mt_pp_action_t *a,
                             float *buf, int64_t n, double *route, int64_t nr)
@@ -305,43 +365,34 @@ static mt_status_t transfer(mt_pp_exec_t *x, const mt_backend_t *be, const mt_pp
     MT_TRY(link_of(x, a, &l));
     int rc, k = 0;
     bool send = a->kind == MT_PP_SEND_ACT || a->kind == MT_PP_SEND_GRAD;
-    int64_t nh = n + 2 * nr; /* floats of a host message */
     bool host_act = true;
 #ifdef MT_HAVE_NCCL
     if (l->nccl) {
-        mt_nccl_group_t *g = l->nccl;
-        cudaStream_t cs = (cudaStream_t)mt_cuda_stream();
-        if (send) { /* the slot may be reused before the send reads it: a copy */
-            MT_TRY(device_send_buffer(x, n, &k));
-            be->copy(x->dsend[k], buf, sizeof(float) * (size_t)n);
-            MT_TRY(mt_nccl_send(g, x->dsend[k], (size_t)n, ncclFloat32, l->peer, cs));
-            MT_CUDA_TRY(cudaEventRecord((cudaEvent_t)x->dsend_done[k], g->stream));
-        } else {
-            MT_TRY(mt_nccl_recv(g, buf, (size_t)n, ncclFloat32, l->peer, cs));
-            MT_TRY(mt_nccl_join(g, cs));
-        }
+        MT_TRY(nccl_transfer(x, l, send, buf, n));
+        x->bytes_sent += send ? (x->bf16 ? 2.0 : 4.0) * (double)n : 0.0;
         if (nr == 0)
             return MT_OK;
-        host_act = false, n = 0, nh = 2 * nr;
+        host_act = false;
     }
 #endif
-    /* a receive lands in place unless it carries routing totals or the
-     * backend's memory is not host memory */
-    bool staged = nr > 0 || mt_stage_needed(be);
+    size_t ab = !host_act ? 0 : x->bf16 ? (2 * (size_t)n + 7) & ~(size_t)7 : 4 * (size_t)n;
+    size_t mb = ab + sizeof(double) * (size_t)nr;
+    bool in_place = host_act && !x->bf16 && nr == 0 && !mt_stage_needed(be);
     MPI_Request rq;
     if (send) {
-        MT_TRY(send_buffer(x, nh, &k));
+        MT_TRY(send_buffer(x, mb, &k));
         if (host_act)
-            be->copy_to_host(x->send_buf[k], buf, sizeof(float) * (size_t)n);
+            MT_TRY(move_act(x, be, x->send_buf[k], buf, n, true));
         if (nr > 0)
-            memcpy(x->send_buf[k] + n, route, sizeof(double) * (size_t)nr);
-        rc = MPI_Isend(x->send_buf[k], (int)nh, MPI_FLOAT, l->peer, 0, l->comm, &x->send_req[k]);
-    } else if (!staged) {
-        rc = MPI_Irecv(buf, (int)n, MPI_FLOAT, l->peer, 0, l->comm, &rq);
+            memcpy(x->send_buf[k] + ab, route, sizeof(double) * (size_t)nr);
+        rc = MPI_Isend(x->send_buf[k], (int)mb, MPI_BYTE, l->peer, 0, l->comm, &x->send_req[k]);
+        x->bytes_sent += (double)mb;
+    } else if (in_place) {
+        rc = MPI_Irecv(buf, (int)mb, MPI_BYTE, l->peer, 0, l->comm, &rq);
     } else {
-        if (!x->recv_buf && !(x->recv_buf = malloc(sizeof(float) * (size_t)nh)))
+        if (!x->recv_buf && !(x->recv_buf = malloc(mb)))
             MT_FAIL(MT_ERR_NOMEM, "pipeline receive buffer");
-        rc = MPI_Irecv(x->recv_buf, (int)nh, MPI_FLOAT, l->peer, 0, l->comm, &rq);
+        rc = MPI_Irecv(x->recv_buf, (int)mb, MPI_BYTE, l->peer, 0, l->comm, &rq);
     }
     if (rc != MPI_SUCCESS) {
         char what[96];
@@ -351,11 +402,11 @@ static mt_status_t transfer(mt_pp_exec_t *x, const mt_backend_t *be, const mt_pp
     if (send)
         return MT_OK;
     MT_TRY(mt_wait_all(1, &rq));
-    if (staged) {
+    if (!in_place) {
         if (host_act)
-            be->copy_to_device(buf, x->recv_buf, sizeof(float) * (size_t)n);
+            MT_TRY(move_act(x, be, x->recv_buf, buf, n, false));
         if (nr > 0)
-            memcpy(route, x->recv_buf + n, sizeof(double) * (size_t)nr);
+            memcpy(route, x->recv_buf + ab, sizeof(double) * (size_t)nr);
     }
     return MT_OK;
 }
@@ -374,7 +425,7 @@ mt_status_t mt_pp_exec_run(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens
 {
     int M = x->sched.m, S = x->sched.num_stages, r = x->rank;
     int64_t N = m->N, act = m->Ns * m->H, nr = m->nroute;
-    if (act + 2 * nr > 2147483647LL)
+    if (4 * act + 8 * nr > 2147483647LL)
         MT_FAIL(MT_ERR_UNSUPPORTED, "pipeline messages of %lld elements need 64-bit MPI counts",
                 (long long)act);
     for (int i = 0; i < S * M; i++)
@@ -458,6 +509,7 @@ mt_status_t mt_pp_exec_run(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens
     }
     mt_status_t st = x->nsend > 0 ? mt_wait_all(x->nsend, x->send_req) : MT_OK;
     x->t_run += now_s() - t_start;
+    x->runs++;
     return st;
 }
 
@@ -507,14 +559,16 @@ mt_status_t mt_pp_exec_forward(mt_pp_exec_t *x, mt_model_t *m, const int32_t *to
 }
 
 mt_status_t mt_pp_exec_idle(mt_pp_exec_t *x, double *measured, double *simulated,
-                            double cost[3])
+                            double cost[3], double *mb_run)
 {
-    /* [0..3] pass seconds, [4..7] pass counts, [8] wall time */
-    double mine[9], sum[9];
+    /* [0..3] pass seconds, [4..7] pass counts, [8] wall time, [9] bytes per run */
+    double mine[10], sum[10];
     for (int k = 0; k < 4; k++)
         mine[k] = x->t_pass[k], mine[4 + k] = (double)x->n_pass[k];
     mine[8] = x->t_run;
-    MT_TRY(mt_allreduce(mine, sum, 9, MPI_DOUBLE, MPI_SUM, x->pp));
+    mine[9] = x->runs > 0 ? x->bytes_sent / (double)x->runs : 0.0;
+    MT_TRY(mt_allreduce(mine, sum, 10, MPI_DOUBLE, MPI_SUM, x->pp));
+    *mb_run = sum[9] / (double)x->sched.p / 1e6;
     double busy = sum[0] + sum[1] + sum[2] + sum[3];
     *measured = sum[8] > 0 ? 1.0 - busy / sum[8] : 0.0;
     /* mean costs; without split passes only B + W = BW matters to the

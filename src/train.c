@@ -440,7 +440,9 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
         MT_FAIL(MT_ERR_NOMEM, "run state");
     mt_status_t s = mt_agree(comm, setup(r, cfg, mesh)); /* nobody goes on alone */
     if (s == MT_OK && r->pp) /* the pipeline's channels: collective over pp */
-        s = mt_agree(comm, mt_pp_exec_connect(&r->pipe, r->device.be, r->device.nccl));
+        s = mt_agree(comm, mt_pp_exec_connect(&r->pipe, r->device.be, r->device.nccl,
+                                              cfg->distributed.mp_policy.param_dtype ==
+                                                  MT_DTYPE_BFLOAT16));
     if (s != MT_OK) {
         mt_error_trace(__FILE__, __LINE__);
         run_free(r), free(r);
@@ -697,13 +699,15 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
         }
     }
     if (s == MT_OK && r->pp && res->steps_done > 0) { /* the pipeline's measured bubble */
-        double meas, sim, cost[3];
-        s = mt_pp_exec_idle(&r->pipe, &meas, &sim, cost);
+        double meas, sim, cost[3], mb;
+        s = mt_pp_exec_idle(&r->pipe, &meas, &sim, cost, &mb);
         if (s == MT_OK && rank == 0 && out)
             fprintf(out, "pipeline idle: %.1f%% of the pipeline ranks' time measured; the "
                          "simulator gives %.1f%% for the same lists with the measured mean "
-                         "costs F %.3f ms, B %.3f ms, W %.3f ms and free transfers\n",
-                    100.0 * meas, 100.0 * sim, 1e3 * cost[0], 1e3 * cost[1], 1e3 * cost[2]);
+                         "costs F %.3f ms, B %.3f ms, W %.3f ms and free transfers\n"
+                         "pipeline messages: %.6f MB per rank per micro-step (%s)\n",
+                    100.0 * meas, 100.0 * sim, 1e3 * cost[0], 1e3 * cost[1], 1e3 * cost[2], mb,
+                    r->pipe.bf16 ? "bf16" : "float32");
     }
     if (r->sharded) { /* a parameter all-gather may still be in flight */
         mt_status_t s2 = mt_fsdp_sync(&r->fsdp);

@@ -8,6 +8,8 @@
 #    1-rank bf16 run: the step-1 loss to 1e-6 and grad norm to 1e-5, every
 #    step to 2e-4 (a one-ulp fp32 difference in a sum can move an element
 #    one bf16 step, 2^-8, so later steps drift further apart than in fp32);
+#  - pp 2 sends its activations and gradients as bf16: half the float32
+#    run's bytes per micro-step (the log's "pipeline messages" line);
 #  - tp 2 with sequence parallelism rounds its partial sums (bf16 on the
 #    wire): step-1 loss to 1e-4, every step to 2e-3 (grad norms 10x);
 #  - MoE (2 layers of 4 experts and a shared one): bf16 against fp32, and
@@ -48,6 +50,16 @@ train f2 2 distributed.strategy=fsdp2 $bf
 close r1 f2 "fsdp2 2" 1e-6 2e-4
 train pp2 2 distributed.pp_size=2 distributed.pipeline.pp_microbatch_size=1 $bf
 close r1 pp2 "pp 2" 1e-6 2e-4
+train pp2f 2 distributed.pp_size=2 distributed.pipeline.pp_microbatch_size=1
+mb() { sed -n 's/^pipeline messages: \([0-9.]*\) MB.*(\(.*\))$/\1 \2/p' "$workdir/$1.log"; }
+checks=$((checks + 1))
+python3 - $(mb pp2f) $(mb pp2) <<'PY' || fail "pp 2 bf16 messages"
+import sys
+f, fd, b, bd = float(sys.argv[1]), sys.argv[2], float(sys.argv[3]), sys.argv[4]
+assert (fd, bd) == ("float32", "bf16"), (fd, bd)
+assert f > 0 and b == f / 2, f"pipeline MB per micro-step: float32 {f}, bf16 {b}"
+print(f"pipeline messages: {f} MB float32, {b} MB bf16 per rank per micro-step")
+PY
 train tp2 2 distributed.tp_size=2 distributed.sequence_parallel=true $bf
 close r1 tp2 "tp 2 + SP" 1e-4 2e-3
 
