@@ -28,6 +28,8 @@
 #      2e-2 in bf16); then the throughput of a Llama-3.2-1B-shaped model
 #      (byte vocabulary) at sequence 2048 in bf16: tokens/s and MFU against
 #      MT_PEAK_TFLOPS (the same in fp32 comes last, time permitting);
+#      3b. two ranks sharing the GPU (the MPI-staged multi-rank paths: ddp,
+#      fsdp2, tp 2 + SP, pp 2 in bf16, MoE ep 2) against step 3's CPU runs;
 #   4. runs the GEMM throughput micro-benchmark (bench/cuda_gemm_bench:
 #      bf16 cuBLASLt at Llama-1B shapes, TFLOP/s and MFU against 989) and
 #      the attention one (bench/cuda_attention_bench: fp32 vs bf16
@@ -219,6 +221,17 @@ if [ -n "$mpirun" ] && ! timeout 20 "$mpirun" -n 1 true >/dev/null 2>&1; then
     echo "run.sh: $mpirun -n 1 true fails: launching single ranks as MPI singletons"
     mpirun=
 fi
+# loss_diff REF OTHER TOL: 10 steps each, every loss within TOL relative
+loss_diff() {
+    python3 - "$1" "$2" "$3" <<'PY'
+import json, sys
+a, b = ([json.loads(l)["loss"] for l in open(f)] for f in sys.argv[1:3])
+assert len(a) == len(b) == 10, (len(a), len(b))
+w = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print(f"worst relative loss difference {w:.2e} over 10 steps (bound {sys.argv[3]})")
+assert w <= float(sys.argv[3]), w
+PY
+}
 run1() { # run1 SECONDS APP LOG ARGS...: one rank, at most SECONDS (and the deadline)
     t=$(limit "$1") app=$2 log=$3; shift 3
     if [ -n "$mpirun" ]; then timeout "$t" "$mpirun" -n 1 "$build/apps/$app" "$@" > "$log" 2>&1
@@ -243,15 +256,7 @@ for case in "dense|meshtrain-dense|" "moe|meshtrain-moe|$moe" "dense-bf16|meshtr
             logging.metrics_file="$logs/parity-$name-$dev.jsonl"
         echo "exit $?" >> "$logs/parity-$name-$dev.log"
     done
-    if out=$(python3 - "$logs/parity-$name-cpu.jsonl" "$logs/parity-$name-cuda.jsonl" "$tol" <<'PY'
-import json, sys
-a, b = ([json.loads(l)["loss"] for l in open(f)] for f in sys.argv[1:3])
-assert len(a) == len(b) == 10, (len(a), len(b))
-w = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-print(f"worst relative loss difference {w:.2e} over 10 steps (bound {sys.argv[3]})")
-assert w <= float(sys.argv[3]), w
-PY
-    ); then
+    if out=$(loss_diff "$logs/parity-$name-cpu.jsonl" "$logs/parity-$name-cuda.jsonl" "$tol"); then
         row "$name 1-rank parity vs CPU" "ok" "$out"
     else
         row "$name 1-rank parity vs CPU" "FAIL" "${out:-no metrics}; see $logs/parity-$name-*.log"
@@ -289,6 +294,40 @@ PY
     fi
 }
 llama_run bf16
+
+# ---------------------------------------------------------------- 3b. ranks sharing the GPU
+# The multi-rank code paths on one GPU: two ranks share it, so collectives
+# auto takes the MPI-staged fallback (host copies of device memory; the
+# log says so), and each mesh must train what step 3's 1-rank CPU run
+# trained: ddp, fsdp2, tp 2 with sequence parallelism, pp 2 in bf16 (bf16
+# pipeline messages) and MoE with ep 2.
+if [ -z "$mpirun" ]; then
+    row "2 ranks sharing the GPU" "SKIP" "no MPI launcher that starts here"
+else
+    for case in "ddp|meshtrain-dense|dense|distributed.strategy=ddp" \
+        "fsdp2|meshtrain-dense|dense|distributed.strategy=fsdp2" \
+        "tp2-sp|meshtrain-dense|dense|distributed.tp_size=2 distributed.sequence_parallel=true" \
+        "pp2-bf16|meshtrain-dense|dense-bf16|distributed.pp_size=2 distributed.pipeline.pp_microbatch_size=1 $bf16" \
+        "moe-ep2|meshtrain-moe|moe|$moe distributed.ep_size=2"; do
+        name=${case%%|*}; rest=${case#*|}; app=${rest%%|*}; rest=${rest#*|}
+        ref=${rest%%|*}; extra=${rest#*|}
+        case $ref in *bf16*) tol=2e-2 ;; *) tol=2e-3 ;; esac
+        log=$logs/shared-$name.log
+        # shellcheck disable=SC2086
+        timeout "$(limit 60)" "$mpirun" -n 2 "$build/apps/$app" $small $extra \
+            distributed.device=cuda logging.metrics_file="$logs/shared-$name.jsonl" > "$log" 2>&1
+        echo "exit $?" >> "$log"
+        if ! grep -q "collectives MPI on host copies" "$log"; then
+            row "$name, 2 ranks share the GPU" "FAIL" "not the staged path: see $log"
+            show_fail "$log"; fail=1
+        elif out=$(loss_diff "$logs/parity-$ref-cpu.jsonl" "$logs/shared-$name.jsonl" "$tol"); then
+            row "$name, 2 ranks share the GPU" "ok" "$out"
+        else
+            row "$name, 2 ranks share the GPU" "FAIL" "${out:-no metrics}; see $log"
+            show_fail "$log"; fail=1
+        fi
+    done
+fi
 
 # ---------------------------------------------------------------- 4. benchmark
 # bench LABEL PROGRAM: build bench/PROGRAM, run it (exit 0 ok, 77 no device),
