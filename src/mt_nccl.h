@@ -93,7 +93,9 @@ mt_status_t mt_nccl_adopt(MPI_Comm comm, const char *axis);
 void mt_nccl_release(MPI_Comm comm);
 
 /* Collectives: enqueued on g's stream after the work already on
- * `compute` (a cudaStream_t); they return once enqueued.  Counts are in
+ * `compute` (a cudaStream_t; NULL: after g's own work only, for buffers
+ * known to be free, as the pipeline's early receives); they return once
+ * enqueued.  Counts are in
  * elements of `type`.  all_gather: recv holds size * count; reduce_scatter:
  * send holds size * count; all_to_all: send and recv hold size * count,
  * block r going to / coming from rank r (grouped send/recv). */

@@ -51,6 +51,14 @@ typedef struct {
     char name[48];  /* "pp activations 0->1", for NCCL's messages */
 } mt_pp_link_t;
 
+/* Device buffers of the NCCL transfers, each with the event after which
+ * it is free again (cudaEvent_t). */
+typedef struct {
+    void **buf;
+    void **free_ev;
+    int n;
+} mt_pp_dbufs_t;
+
 typedef struct {
     mt_pp_sched_t sched;
     MPI_Comm pp;
@@ -76,10 +84,9 @@ typedef struct {
     int nlinks;
     const mt_backend_t *be;   /* owner of the device send buffers */
     bool bf16;                /* activations and gradients travel as bf16 */
-    void **dsend;             /* [ndsend] NCCL sends' device buffers, Ns * H */
-    void *drecv;              /* NCCL bf16 receive buffer (device) */
-    void **dsend_done;        /* [ndsend] cudaEvent_t: their sends done */
-    int ndsend;
+    mt_pp_dbufs_t dsend, drecv; /* NCCL sends' and receives' device buffers */
+    void **ev;                /* cuda: timing events of a run's passes, 2 per action */
+    int nev;
     /* measured over every run: seconds and counts of F, B, W and BW passes
      * (the compute), and the runs' wall time */
     double t_pass[4];

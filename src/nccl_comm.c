@@ -169,12 +169,15 @@ void mt_nccl_free(mt_nccl_t *n)
 
 /* ------------------------------------------------------------------ collectives */
 
-/* the group's stream waits for the compute stream's work so far */
+/* the group's stream waits for the compute stream's work so far (none
+ * when compute is NULL) */
 static mt_status_t begin(mt_nccl_group_t *g, cudaStream_t compute, const char *what)
 {
     if (!g->comm)
         MT_FAIL(MT_ERR_INTERNAL, "NCCL %s on axis %s: no communicator (not created or aborted)",
                 what, g->axis ? g->axis : "?");
+    if (!compute)
+        return MT_OK;
     MT_CUDA_TRY(cudaEventRecord(g->ready, compute));
     MT_CUDA_TRY(cudaStreamWaitEvent(g->stream, g->ready, 0));
     return MT_OK;

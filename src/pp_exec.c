@@ -25,11 +25,9 @@
 #include <time.h>
 
 #include "mt_comm.h"
-#include "mt_comm_bf16.h"
-#include "mt_stage.h"
-#ifdef MT_HAVE_NCCL
+#include "pp_link.h"
+#ifdef MT_HAVE_CUDA
 #include "cuda_internal.h"
-#include "mt_nccl.h"
 #endif
 
 static double now_s(void)
@@ -107,78 +105,17 @@ mt_status_t mt_pp_exec_init(mt_pp_exec_t *x, const mt_config_t *cfg, MPI_Comm pp
     return MT_OK;
 }
 
-mt_status_t mt_pp_exec_connect(mt_pp_exec_t *x, const mt_backend_t *be, bool nccl, bool bf16)
-{
-    x->bf16 = bf16;
-    mt_pp_channel_t *ch;
-    int n;
-    MT_TRY(mt_pp_sched_channels(&x->sched, &ch, &n)); /* the same list on every rank */
-    x->be = be;
-    x->links = calloc((size_t)(n > 0 ? n : 1), sizeof *x->links);
-    mt_status_t st = x->links ? MT_OK : MT_ERR_NOMEM;
-    for (int i = 0; i < n; i++) { /* every pp rank takes part in every split */
-        bool sender = ch[i].from == x->rank, member = sender || ch[i].to == x->rank;
-        MPI_Comm c = MPI_COMM_NULL;
-        int rc = MPI_Comm_split(x->pp, member ? 0 : MPI_UNDEFINED, sender ? 0 : 1, &c);
-        if (rc != MPI_SUCCESS && st == MT_OK)
-            st = MT_ERR_MPI;
-        if (!member || c == MPI_COMM_NULL)
-            continue;
-        if (!x->links) {
-            MPI_Comm_free(&c);
-            continue;
-        }
-        mt_pp_link_t *l = &x->links[x->nlinks++];
-        l->ch = ch[i], l->comm = c, l->peer = sender ? 1 : 0;
-        snprintf(l->name, sizeof l->name, "pp %s %d->%d", ch[i].grad ? "gradients" : "activations",
-                 ch[i].from, ch[i].to);
-    }
-    free(ch);
-    if (st == MT_ERR_NOMEM)
-        MT_FAIL(MT_ERR_NOMEM, "pipeline channels");
-    if (st != MT_OK)
-        MT_FAIL(MT_ERR_MPI, "pipeline channels: MPI_Comm_split failed");
-#ifdef MT_HAVE_NCCL
-    /* in the channels' order on every rank, so no two ranks wait at
-     * different communicators' inits */
-    for (int i = 0; nccl && i < x->nlinks; i++) {
-        MT_TRY(mt_nccl_adopt(x->links[i].comm, x->links[i].name));
-        x->links[i].nccl = mt_nccl_for(x->links[i].comm);
-    }
-#else
-    (void)nccl;
-#endif
-    return MT_OK;
-}
-
 void mt_pp_exec_free(mt_pp_exec_t *x)
 {
-#ifdef MT_HAVE_NCCL
-    for (int i = 0; i < x->ndsend; i++) { /* sends still on their way read these */
-        cudaEventSynchronize((cudaEvent_t)x->dsend_done[i]);
-        cudaEventDestroy((cudaEvent_t)x->dsend_done[i]);
-        x->be->device_free(x->dsend[i]);
-    }
-    free(x->dsend), free(x->dsend_done);
-    if (x->drecv) {
-        cudaDeviceSynchronize(); /* a receive may still write it */
-        x->be->device_free(x->drecv);
-    }
+    mt_pp_link_free(x);
+#ifdef MT_HAVE_CUDA
+    for (int i = 0; i < x->nev; i++)
+        cudaEventDestroy((cudaEvent_t)x->ev[i]);
 #endif
-    for (int i = 0; i < x->nlinks; i++) {
-#ifdef MT_HAVE_NCCL
-        if (x->links[i].nccl)
-            mt_nccl_release(x->links[i].comm);
-#endif
-        MPI_Comm_free(&x->links[i].comm);
-    }
-    free(x->links);
+    free(x->ev);
     mt_pp_sched_free(&x->sched);
     free(x->chunk_of_stage), free(x->stage_of_chunk), free(x->layer_lo), free(x->layer_hi);
-    free(x->slot_of), free(x->slot_busy), free(x->handoff), free(x->recv_buf), free(x->scratch);
-    for (int i = 0; i < x->nsend; i++)
-        free(x->send_buf[i]);
-    free(x->send_buf), free(x->send_req);
+    free(x->slot_of), free(x->slot_busy), free(x->handoff);
     memset(x, 0, sizeof *x);
 }
 
@@ -228,195 +165,78 @@ static int use(mt_pp_exec_t *x, mt_model_t *m, int c, int mb)
     return k;
 }
 
-/* The link of a send or receive action. */
-static mt_status_t link_of(const mt_pp_exec_t *x, const mt_pp_action_t *a, mt_pp_link_t **l)
-{
-    mt_pp_channel_t c = mt_pp_action_channel(a, x->rank);
-    for (int i = 0; i < x->nlinks; i++)
-        if (x->links[i].ch.from == c.from && x->links[i].ch.to == c.to &&
-            x->links[i].ch.grad == c.grad) {
-            *l = &x->links[i];
-            return MT_OK;
-        }
-    char what[96];
-    mt_pp_action_format(a, what, sizeof what);
-    MT_FAIL(MT_ERR_INTERNAL, "pipeline %s: no channel (mt_pp_exec_connect not called?)", what);
-}
-
-#ifdef MT_HAVE_NCCL
-/* A device buffer of `bytes` whose last send has completed, or a new one
- * (every message of a run has the same size). */
-static mt_status_t device_send_buffer(mt_pp_exec_t *x, size_t bytes, int *k)
-{
-    for (int i = 0; i < x->ndsend; i++)
-        if (cudaEventQuery((cudaEvent_t)x->dsend_done[i]) == cudaSuccess) {
-            *k = i;
-            return MT_OK;
-        }
-    void **b = realloc(x->dsend, sizeof *b * (size_t)(x->ndsend + 1));
-    if (b)
-        x->dsend = b;
-    void **e = realloc(x->dsend_done, sizeof *e * (size_t)(x->ndsend + 1));
-    if (e)
-        x->dsend_done = e;
-    cudaEvent_t ev = NULL;
-    if (!b || !e || cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess)
-        MT_FAIL(MT_ERR_NOMEM, "pipeline device send buffer %d", x->ndsend);
-    void *d = x->be->device_alloc(bytes);
-    if (!d) {
-        cudaEventDestroy(ev);
-        MT_FAIL(MT_ERR_NOMEM, "pipeline device send buffer %d of %zu bytes", x->ndsend, bytes);
-    }
-    x->dsend[x->ndsend] = d, x->dsend_done[x->ndsend] = ev;
-    *k = x->ndsend++;
-    return MT_OK;
-}
-#endif
-
-/* A send buffer (host) whose last send has completed, or a new one of
- * `bytes`: every host message of a run has the same size. */
-static mt_status_t send_buffer(mt_pp_exec_t *x, size_t bytes, int *k)
-{
-    for (int i = 0; i < x->nsend; i++) {
-        int done = 0;
-        MT_MPI_TRY(MPI_Test(&x->send_req[i], &done, MPI_STATUS_IGNORE));
-        if (done) {
-            *k = i;
-            return MT_OK;
-        }
-    }
-    char **b = realloc(x->send_buf, sizeof *b * (size_t)(x->nsend + 1));
-    if (b)
-        x->send_buf = b;
-    MPI_Request *q = realloc(x->send_req, sizeof *q * (size_t)(x->nsend + 1));
-    if (q)
-        x->send_req = q;
-    if (!b || !q || !(x->send_buf[x->nsend] = malloc(bytes)))
-        MT_FAIL(MT_ERR_NOMEM, "pipeline send buffer %d", x->nsend);
-    x->send_req[x->nsend] = MPI_REQUEST_NULL;
-    *k = x->nsend++;
-    return MT_OK;
-}
-
-#ifdef MT_HAVE_NCCL
-/* The activation part of a transfer through the channel's NCCL
- * communicator: a send goes from a device copy (converted to bf16 with
- * x->bf16), a receive lands in place (float32) or in x->drecv and is
- * widened into buf on the compute stream. */
-static mt_status_t nccl_transfer(mt_pp_exec_t *x, const mt_pp_link_t *l, bool send, float *buf,
-                                 int64_t n)
-{
-    mt_nccl_group_t *g = l->nccl;
-    cudaStream_t cs = (cudaStream_t)mt_cuda_stream();
-    ncclDataType_t t = x->bf16 ? ncclBfloat16 : ncclFloat32;
-    int k = 0;
-    if (send) { /* the slot may be reused before the send reads it: a copy */
-        MT_TRY(device_send_buffer(x, (x->bf16 ? 2 : 4) * (size_t)n, &k));
-        if (x->bf16)
-            mt_cuda_f32_to_bf16(x->dsend[k], buf, n);
-        else
-            x->be->copy(x->dsend[k], buf, sizeof(float) * (size_t)n);
-        MT_TRY(mt_nccl_send(g, x->dsend[k], (size_t)n, t, l->peer, cs));
-        MT_CUDA_TRY(cudaEventRecord((cudaEvent_t)x->dsend_done[k], g->stream));
-        return MT_OK;
-    }
-    if (x->bf16 && !x->drecv && !(x->drecv = x->be->device_alloc(2 * (size_t)n)))
-        MT_FAIL(MT_ERR_NOMEM, "pipeline device receive buffer of %lld bf16", (long long)n);
-    MT_TRY(mt_nccl_recv(g, x->bf16 ? x->drecv : (void *)buf, (size_t)n, t, l->peer, cs));
-    MT_TRY(mt_nccl_join(g, cs));
-    if (x->bf16)
-        mt_cuda_bf16_to_f32(buf, x->drecv, n);
-    return MT_OK;
-}
-#endif
-
-/* The activation buf [n] of be's memory into a host message h (out), or
- * back from it. */
-static mt_status_t move_act(mt_pp_exec_t *x, const mt_backend_t *be, char *h, float *buf,
-                            int64_t n, bool out)
-{
-    if (!x->bf16) {
-        if (out)
-            be->copy_to_host(h, buf, sizeof(float) * (size_t)n);
-        else
-            be->copy_to_device(buf, h, sizeof(float) * (size_t)n);
-        return MT_OK;
-    }
-    if (mt_stage_needed(be) && !x->scratch &&
-        !(x->scratch = malloc(sizeof(float) * (size_t)n)))
-        MT_FAIL(MT_ERR_NOMEM, "pipeline bf16 staging buffer");
-    if (out)
-        mt_bf16_pack_from(be, (uint16_t *)h, buf, x->scratch, n);
-    else
-        mt_bf16_unpack_to(be, buf, (const uint16_t *)h, x->scratch, n);
-    return MT_OK;
-}
-
-/* Send a copy of buf [n] (the backend's memory) and route [nr] (host;
- * never waited for here), or receive into them, over the action's
- * channel.  Through MPI a message is host memory: the activation (float32,
- * or bf16 padded to 8 bytes) then the routing totals; a float32 activation
- * alone on the CPU backend is received in place.  Through NCCL the
- * activation stays on the device and the routing totals go by MPI. */
-static mt_status_t transfer(mt_pp_exec_t *x, const mt_backend_t *be, const mt_pp_action_t *a,
-                            float *buf, int64_t n, double *route, int64_t nr)
-{
-    mt_pp_link_t *l = NULL;
-    MT_TRY(link_of(x, a, &l));
-    int rc, k = 0;
-    bool send = a->kind == MT_PP_SEND_ACT || a->kind == MT_PP_SEND_GRAD;
-    bool host_act = true;
-#ifdef MT_HAVE_NCCL
-    if (l->nccl) {
-        MT_TRY(nccl_transfer(x, l, send, buf, n));
-        x->bytes_sent += send ? (x->bf16 ? 2.0 : 4.0) * (double)n : 0.0;
-        if (nr == 0)
-            return MT_OK;
-        host_act = false;
-    }
-#endif
-    size_t ab = !host_act ? 0 : x->bf16 ? (2 * (size_t)n + 7) & ~(size_t)7 : 4 * (size_t)n;
-    size_t mb = ab + sizeof(double) * (size_t)nr;
-    bool in_place = host_act && !x->bf16 && nr == 0 && !mt_stage_needed(be);
-    MPI_Request rq;
-    if (send) {
-        MT_TRY(send_buffer(x, mb, &k));
-        if (host_act)
-            MT_TRY(move_act(x, be, x->send_buf[k], buf, n, true));
-        if (nr > 0)
-            memcpy(x->send_buf[k] + ab, route, sizeof(double) * (size_t)nr);
-        rc = MPI_Isend(x->send_buf[k], (int)mb, MPI_BYTE, l->peer, 0, l->comm, &x->send_req[k]);
-        x->bytes_sent += (double)mb;
-    } else if (in_place) {
-        rc = MPI_Irecv(buf, (int)mb, MPI_BYTE, l->peer, 0, l->comm, &rq);
-    } else {
-        if (!x->recv_buf && !(x->recv_buf = malloc(mb)))
-            MT_FAIL(MT_ERR_NOMEM, "pipeline receive buffer");
-        rc = MPI_Irecv(x->recv_buf, (int)mb, MPI_BYTE, l->peer, 0, l->comm, &rq);
-    }
-    if (rc != MPI_SUCCESS) {
-        char what[96];
-        mt_pp_action_format(a, what, sizeof what);
-        MT_FAIL(MT_ERR_MPI, "pipeline %s: MPI error %d", what, rc);
-    }
-    if (send)
-        return MT_OK;
-    MT_TRY(mt_wait_all(1, &rq));
-    if (!in_place) {
-        if (host_act)
-            MT_TRY(move_act(x, be, x->recv_buf, buf, n, false));
-        if (nr > 0)
-            memcpy(route, x->recv_buf + ab, sizeof(double) * (size_t)nr);
-    }
-    return MT_OK;
-}
-
 /* The routing totals of the slot in use into the slot of (c, mb), which
  * the caller then lays out. */
 static void pass_route(mt_model_t *m, const void *from)
 {
     if (m->nroute > 0)
         memcpy(m->route, from, sizeof(double) * (size_t)m->nroute);
+}
+
+/* The pass an action is: 0 F, 1 B, 2 W, 3 BW, -1 a transfer. */
+static int pass_of(mt_pp_action_kind_t k)
+{
+    return k == MT_PP_FORWARD ? 0 : k == MT_PP_BACKWARD_INPUT ? 1 : k == MT_PP_BACKWARD_WEIGHT ? 2
+         : k == MT_PP_BACKWARD ? 3 : -1;
+}
+
+/* Pass timing.  On the CPU a pass's host time is its compute.  A CUDA
+ * backend's host only enqueues (with NCCL it never waits), so there each
+ * pass is timed by a pair of events on the compute stream, read when the
+ * run's work is done. */
+static bool device_timed(const mt_backend_t *be)
+{
+#ifdef MT_HAVE_CUDA
+    return be == mt_backend_cuda() || be == mt_backend_cuda_bf16();
+#else
+    (void)be;
+    return false;
+#endif
+}
+
+static mt_status_t timing_events(mt_pp_exec_t *x)
+{
+    int need = 2 * x->sched.num_actions[x->rank];
+    if (x->nev >= need)
+        return MT_OK;
+    void **e = realloc(x->ev, sizeof *e * (size_t)need);
+    if (!e)
+        MT_FAIL(MT_ERR_NOMEM, "pipeline timing events");
+    x->ev = e;
+#ifdef MT_HAVE_CUDA
+    for (; x->nev < need; x->nev++)
+        MT_CUDA_TRY(cudaEventCreate((cudaEvent_t *)&x->ev[x->nev]));
+#endif
+    return MT_OK;
+}
+
+static void time_mark(mt_pp_exec_t *x, int i)
+{
+#ifdef MT_HAVE_CUDA
+    cudaEventRecord((cudaEvent_t)x->ev[i], (cudaStream_t)mt_cuda_stream());
+#else
+    (void)x, (void)i;
+#endif
+}
+
+/* After the run's work: each pass's time from its events. */
+static mt_status_t time_collect(mt_pp_exec_t *x)
+{
+#ifdef MT_HAVE_CUDA
+    MT_TRY(mt_cuda_synchronize());
+    for (int i = 0; i < x->sched.num_actions[x->rank]; i++) {
+        int pass = pass_of(x->sched.actions[x->rank][i].kind);
+        float ms = 0;
+        if (pass < 0)
+            continue;
+        MT_CUDA_TRY(cudaEventElapsedTime(&ms, (cudaEvent_t)x->ev[2 * i],
+                                         (cudaEvent_t)x->ev[2 * i + 1]));
+        x->t_pass[pass] += 1e-3 * ms, x->n_pass[pass]++;
+    }
+#else
+    (void)x;
+#endif
+    return MT_OK;
 }
 
 mt_status_t mt_pp_exec_run(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens,
@@ -432,10 +252,16 @@ mt_status_t mt_pp_exec_run(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens
         x->slot_of[i] = -1;
     for (int k = 0; k < x->nslots; k++)
         x->slot_busy[k] = false;
+    bool dev = device_timed(m->be);
+    if (dev)
+        MT_TRY(timing_events(x));
     double t_start = now_s();
     for (int i = 0; i < x->sched.num_actions[r]; i++) {
         const mt_pp_action_t *a = &x->sched.actions[r][i];
+        int pass = pass_of(a->kind);
         double t0 = now_s();
+        if (dev && pass >= 0)
+            time_mark(x, 2 * i);
         int c = x->chunk_of_stage[a->stage], mb = a->microbatch, k;
         const int32_t *tok = tokens + mb * N, *tgt = targets + mb * N;
         int next = a->stage + 1 < S ? x->chunk_of_stage[a->stage + 1] : -1;
@@ -447,7 +273,7 @@ mt_status_t mt_pp_exec_run(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens
         case MT_PP_RECV_ACT:
             MT_TRY(acquire(x, c, mb, &k));
             use(x, m, c, mb);
-            MT_TRY(transfer(x, m->be, a, mt_model_stage_input(m, c), act, m->route, nr));
+            MT_TRY(mt_pp_link_transfer(x, m->be, a, mt_model_stage_input(m, c), act, m->route, nr));
             break;
         case MT_PP_FORWARD: {
             int64_t cnt = 0;
@@ -467,11 +293,11 @@ mt_status_t mt_pp_exec_run(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens
         }
         case MT_PP_SEND_ACT:
             use(x, m, c, mb);
-            MT_TRY(transfer(x, m->be, a, m->x_final, act, m->route, nr));
+            MT_TRY(mt_pp_link_transfer(x, m->be, a, m->x_final, act, m->route, nr));
             break;
         case MT_PP_RECV_GRAD:
             use(x, m, c, mb);
-            MT_TRY(transfer(x, m->be, a, m->dres, act, m->route, nr));
+            MT_TRY(mt_pp_link_transfer(x, m->be, a, m->dres, act, m->route, nr));
             break;
         case MT_PP_BACKWARD:
         case MT_PP_BACKWARD_INPUT:
@@ -495,12 +321,12 @@ mt_status_t mt_pp_exec_run(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens
         case MT_PP_SEND_GRAD:
             /* right after its B: the slot (even if a BW gave it back) is untouched */
             use(x, m, c, mb);
-            MT_TRY(transfer(x, m->be, a, m->dres, act, m->route, nr));
+            MT_TRY(mt_pp_link_transfer(x, m->be, a, m->dres, act, m->route, nr));
             break;
         }
-        int pass = a->kind == MT_PP_FORWARD ? 0 : a->kind == MT_PP_BACKWARD_INPUT ? 1
-                 : a->kind == MT_PP_BACKWARD_WEIGHT ? 2 : a->kind == MT_PP_BACKWARD ? 3 : -1;
-        if (pass >= 0)
+        if (dev && pass >= 0)
+            time_mark(x, 2 * i + 1);
+        else if (pass >= 0)
             x->t_pass[pass] += now_s() - t0, x->n_pass[pass]++;
         if (x->nsend > 0) { /* move the sends along */
             int flag;
@@ -508,6 +334,8 @@ mt_status_t mt_pp_exec_run(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens
         }
     }
     mt_status_t st = x->nsend > 0 ? mt_wait_all(x->nsend, x->send_req) : MT_OK;
+    if (st == MT_OK && dev)
+        st = time_collect(x);
     x->t_run += now_s() - t_start;
     x->runs++;
     return st;
