@@ -18,10 +18,13 @@
  *
  * Through NCCL (mt_pp_exec_connect with nccl) a send copies the message
  * into a device buffer of its own on the compute stream and is enqueued on
- * the channel's stream; a receive lands in place and the compute stream
- * waits for it on the device: the host waits for neither, and the
- * transfers overlap compute (doc/gpu.md).  A MoE model's routing totals
- * (host doubles) travel beside them over the channel's MPI communicator. */
+ * the channel's stream; a receive is enqueued early into a device buffer
+ * of its own and the compute stream waits for it on the device, then
+ * copies it into the slot: the host waits for neither, and the transfers
+ * overlap compute (pp_link.c, doc/gpu.md).  A MoE model's routing totals
+ * (host doubles) travel beside them over the channel's MPI communicator.
+ * On a CUDA backend the passes are timed with events on the compute
+ * stream (the host only enqueues them). */
 #ifndef MT_PP_EXEC_H
 #define MT_PP_EXEC_H
 
