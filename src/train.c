@@ -325,12 +325,17 @@ static mt_status_t update(run_t *r, const mt_config_t *cfg, int64_t step, double
                           double *lr)
 {
     mt_model_t *m = &r->model;
-    /* [0] tensors split over TP ranks, [1] tensors every TP rank holds whole */
+    /* [0] tensors split over TP ranks, [1] tensors every TP rank holds
+     * whole (one kind without TP).  Neighbouring tensors of a kind are
+     * summed in one call: on a device each call waits for its result. */
     double part[2] = {0, 0}, sum[2];
-    for (int k = 0; k < r->nseg; k++)
+    for (int k = 0; k < r->nseg; k++) {
+        const mt_segment_t *g = &r->seg[k];
+        float *run = NULL;
+        int64_t len = 0;
+        int kind = 0;
         for (int i = 0; i < m->nparams; i++) {
             const mt_param_t *p = &m->params[i];
-            const mt_segment_t *g = &r->seg[k];
             int64_t a, n = mt_param_overlap(p, g->offset, g->offset + g->count, &a);
             if (n == 0)
                 continue;
@@ -339,8 +344,18 @@ static mt_status_t update(run_t *r, const mt_config_t *cfg, int64_t step, double
                 MT_TRY(mt_stage_allreduce_grad(m->be, &r->stage, grad, n, r->tp,
                                                cfg->distributed.mp_policy.reduce_dtype ==
                                                    MT_DTYPE_BFLOAT16));
-            part[p->tp_dim >= 0 ? 0 : 1] += m->be->sum_squares(grad, n);
+            int kd = m->tp > 1 && p->tp_dim < 0 ? 1 : 0;
+            if (run && kd == kind && run + len == grad) {
+                len += n;
+                continue;
+            }
+            if (run)
+                part[kind] += m->be->sum_squares(run, len);
+            run = grad, len = n, kind = kd;
         }
+        if (run)
+            part[kind] += m->be->sum_squares(run, len);
+    }
     if (r->sharded) { /* replicas (HSDP) hold the same shard: sum over the shard group */
         MT_TRY(mt_allreduce(part, sum, 2, MPI_DOUBLE, MPI_SUM, r->fsdp.shard));
         part[0] = sum[0], part[1] = sum[1];
