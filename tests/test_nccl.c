@@ -2,7 +2,12 @@
  * a communicator over MPI_COMM_WORLD made by broadcasting the unique id,
  * all-reduce, all-gather, reduce-scatter and all-to-all of small float
  * buffers on the group's stream ordered after the compute stream, joined
- * back and waited for with the timeout, then the values checked.  Exits
+ * back and waited for with the timeout, then the values checked; the
+ * padded bf16 collectives of the data- and tensor-parallel layers
+ * (all_gatherv, reduce_scatterv with uneven parts, all_reduce_f32) on
+ * values whose sums are exact in bf16; and on two ranks or more a
+ * one-way message with the receive enqueued early (compute NULL), as the
+ * pipeline's channels do.  Exits
  * 77 on every rank when any rank sees no CUDA device (the build machines
  * and CI): there it proves that the NCCL build links.  One rank per GPU:
  * NCCL refuses two ranks on one device, so make check runs it at NP=1
@@ -115,6 +120,68 @@ int main(int argc, char **argv)
         for (int i = 0; i < N; i++)
             bad += r[q * N + i] != (float)(q * 10000 + rank * 1000 + i % 1000);
     CHECK(bad == 0, "all_to_all: %d wrong elements", bad);
+
+    /* bf16, uneven parts: rank q holds cnt[q] = N - 37 q elements of
+     * value q + i % 4 (sums over 8 ranks stay exact in bf16) */
+    int *cnt = malloc(sizeof(int) * (size_t)size), *dsp = malloc(sizeof(int) * (size_t)size);
+    int tot = 0;
+    for (int q = 0; q < size; q++)
+        cnt[q] = N - 37 * q, dsp[q] = tot, tot += cnt[q];
+    void *pad;
+    mt_cuda_arena_alloc(&arena, (size_t)N * size * 2, &pad);
+    for (int i = 0; i < tot; i++)
+        h[i] = (float)(rank + i % 4);
+    be->copy_to_device(send, h, (size_t)tot * sizeof(float));
+    if (mt_nccl_all_gatherv(&g, (float *)send + dsp[rank], recv, cnt, dsp, pad, 1, compute) !=
+            MT_OK || mt_nccl_join(&g, compute) != MT_OK)
+        fail_status("all_gatherv bf16");
+    be->copy_to_host(r, recv, (size_t)tot * sizeof(float));
+    bad = 0;
+    for (int q = 0; q < size; q++)
+        for (int i = 0; i < cnt[q]; i++)
+            bad += r[dsp[q] + i] != (float)(q + (dsp[q] + i) % 4);
+    CHECK(bad == 0, "all_gatherv bf16: %d wrong elements", bad);
+    if (mt_nccl_reduce_scatterv(&g, send, recv, cnt, dsp, pad, 1, compute) != MT_OK ||
+        mt_nccl_join(&g, compute) != MT_OK)
+        fail_status("reduce_scatterv bf16");
+    be->copy_to_host(r, recv, (size_t)cnt[rank] * sizeof(float));
+    bad = 0;
+    for (int i = 0; i < cnt[rank]; i++) {
+        int want = 0;
+        for (int q = 0; q < size; q++)
+            want += q + (dsp[rank] + i) % 4;
+        bad += r[i] != (float)want;
+    }
+    CHECK(bad == 0, "reduce_scatterv bf16: %d wrong elements", bad);
+    if (mt_nccl_all_reduce_f32(&g, send, (size_t)N, pad, 1, compute) != MT_OK ||
+        mt_nccl_join(&g, compute) != MT_OK)
+        fail_status("all_reduce_f32 bf16");
+    be->copy_to_host(r, send, (size_t)N * sizeof(float));
+    bad = 0;
+    for (int i = 0; i < N; i++)
+        bad += r[i] != (float)(size * (size - 1) / 2 + size * (i % 4));
+    CHECK(bad == 0, "all_reduce_f32 bf16: %d wrong elements", bad);
+
+    /* one way, as a pipeline channel: rank 2k sends to 2k + 1, whose
+     * receive is enqueued early (compute NULL) and joined */
+    for (int i = 0; i < N; i++)
+        h[i] = (float)(rank * 10000 + i);
+    be->copy_to_device(send, h, (size_t)N * sizeof(float));
+    int peer = rank ^ 1;
+    if (peer < size) {
+        mt_status_t st = rank % 2 ? mt_nccl_recv(&g, recv, N, ncclFloat32, peer, NULL)
+                                  : mt_nccl_send(&g, send, N, ncclFloat32, peer, compute);
+        if (st != MT_OK || mt_nccl_join(&g, compute) != MT_OK)
+            fail_status("send/recv");
+        if (rank % 2) {
+            be->copy_to_host(r, recv, (size_t)N * sizeof(float));
+            bad = 0;
+            for (int i = 0; i < N; i++)
+                bad += r[i] != (float)(peer * 10000 + i);
+            CHECK(bad == 0, "early receive: %d wrong elements from rank %d", bad, peer);
+        }
+    }
+    free(cnt), free(dsp);
 
     mt_nccl_group_free(&g);
     mt_cuda_backend_free();
