@@ -20,6 +20,7 @@
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <nccl.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "mt_mesh.h"
@@ -89,8 +90,9 @@ mt_nccl_group_t *mt_nccl_for(MPI_Comm comm);
  * mt_nccl_deactivate frees it. */
 mt_status_t mt_nccl_adopt(MPI_Comm comm, const char *axis);
 /* Free the communicator adopted for comm (nothing when none), before
- * comm itself is freed: collective over comm. */
-void mt_nccl_release(MPI_Comm comm);
+ * comm itself is freed: collective over comm; with abort, aborted
+ * instead (work may be pending that will never complete). */
+void mt_nccl_release(MPI_Comm comm, bool abort);
 
 /* Collectives: enqueued on g's stream after the work already on
  * `compute` (a cudaStream_t; NULL: after g's own work only, for buffers

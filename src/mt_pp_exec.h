@@ -87,6 +87,7 @@ typedef struct {
     int nlinks;
     const mt_backend_t *be;   /* owner of the device send buffers */
     bool bf16;                /* activations and gradients travel as bf16 */
+    bool failed;              /* a run failed: transfers may be pending */
     mt_pp_dbufs_t dsend, drecv; /* NCCL sends' and receives' device buffers */
     void **ev;                /* cuda: timing events of a run's passes, 2 per action */
     int nev;
@@ -105,10 +106,13 @@ mt_status_t mt_pp_exec_init(mt_pp_exec_t *x, const mt_config_t *cfg, MPI_Comm pp
 
 /* Make the channels this rank is an end of, before the first run:
  * collective over pp.  With nccl (device memory, NCCL active: mt_nccl.h)
- * each gets an NCCL communicator too; be is the model's backend.  bf16:
- * the activations and gradients are bf16 values (bf16 compute) and travel
- * as bf16, half the bytes, exactly. */
-mt_status_t mt_pp_exec_connect(mt_pp_exec_t *x, const mt_backend_t *be, bool nccl, bool bf16);
+ * each gets an NCCL communicator too, connected, and the device buffers
+ * of a run's messages of act floats (one per send and receive of this
+ * rank's list) are made; be is the model's backend.  bf16: the
+ * activations and gradients are bf16 values (bf16 compute) and travel as
+ * bf16, half the bytes, exactly. */
+mt_status_t mt_pp_exec_connect(mt_pp_exec_t *x, const mt_backend_t *be, bool nccl, bool bf16,
+                               int64_t act);
 void mt_pp_exec_free(mt_pp_exec_t *x);
 
 /* The part of the model this rank builds (pointers into x). */

@@ -312,12 +312,18 @@ mt_status_t mt_nccl_adopt(MPI_Comm comm, const char *axis)
     MT_MPI_TRY(MPI_Comm_size(comm, &size));
     if (size == 1)
         return MT_OK;
-    if (wd.nextra == MT_NCCL_EXTRA)
-        MT_FAIL(MT_ERR_INTERNAL, "NCCL: more than %d communicators outside the mesh",
-                MT_NCCL_EXTRA);
-    mt_nccl_group_t *g = calloc(1, sizeof *g);
-    if (!g)
-        MT_FAIL(MT_ERR_NOMEM, "NCCL group");
+    /* what can fail here alone is agreed on first: no rank is left in the
+     * init's broadcast */
+    mt_nccl_group_t *g = wd.nextra < MT_NCCL_EXTRA ? calloc(1, sizeof *g) : NULL;
+    int ok = g != NULL, all = 0;
+    MT_MPI_TRY(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm));
+    if (!all) {
+        free(g);
+        if (wd.nextra == MT_NCCL_EXTRA)
+            MT_FAIL(MT_ERR_INTERNAL, "NCCL: more than %d communicators outside the mesh",
+                    MT_NCCL_EXTRA);
+        MT_FAIL(MT_ERR_NOMEM, "NCCL group for %s%s", axis, ok ? " (on another rank)" : "");
+    }
     double timeout = wd.n > 0 ? wd.group[0]->timeout_s : 600.0;
     mt_status_t s = mt_nccl_group_init(g, comm, axis, timeout);
     if (s != MT_OK) {
@@ -333,7 +339,7 @@ mt_status_t mt_nccl_adopt(MPI_Comm comm, const char *axis)
     return MT_OK;
 }
 
-void mt_nccl_release(MPI_Comm comm)
+void mt_nccl_release(MPI_Comm comm, bool abort)
 {
     pthread_mutex_lock(&wd_lock); /* the watchdog walks the list */
     mt_nccl_group_t *g = NULL;
@@ -348,6 +354,10 @@ void mt_nccl_release(MPI_Comm comm)
         }
     pthread_mutex_unlock(&wd_lock);
     if (g) {
+        if (abort && g->comm) { /* no finalize that would wait for pending work */
+            ncclCommAbort(g->comm);
+            g->comm = NULL;
+        }
         mt_nccl_group_free(g);
         free(g);
     }

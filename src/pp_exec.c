@@ -239,9 +239,9 @@ static mt_status_t time_collect(mt_pp_exec_t *x)
     return MT_OK;
 }
 
-mt_status_t mt_pp_exec_run(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens,
-                           const int32_t *targets, const int32_t *pos, const int32_t *docs,
-                           float grad_scale, double *loss, int64_t *count)
+static mt_status_t run_list(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens,
+                            const int32_t *targets, const int32_t *pos, const int32_t *docs,
+                            float grad_scale, double *loss, int64_t *count)
 {
     int M = x->sched.m, S = x->sched.num_stages, r = x->rank;
     int64_t N = m->N, act = m->Ns * m->H, nr = m->nroute;
@@ -339,6 +339,16 @@ mt_status_t mt_pp_exec_run(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens
     x->t_run += now_s() - t_start;
     x->runs++;
     return st;
+}
+
+mt_status_t mt_pp_exec_run(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens,
+                           const int32_t *targets, const int32_t *pos, const int32_t *docs,
+                           float grad_scale, double *loss, int64_t *count)
+{
+    mt_status_t s = run_list(x, m, tokens, targets, pos, docs, grad_scale, loss, count);
+    if (s != MT_OK) /* transfers may be left pending: the teardown does not wait for them */
+        x->failed = true;
+    return s;
 }
 
 mt_status_t mt_pp_exec_forward(mt_pp_exec_t *x, mt_model_t *m, const int32_t *tokens,

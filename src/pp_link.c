@@ -13,9 +13,10 @@
  * runs as soon as the peer sends, overlapping this rank's compute; the
  * compute stream waits for it and copies (widens) it into the slot.  A
  * buffer is reused once the event after its last use completed (the send,
- * or the copy out); the pools grow in the first step to what one run
- * keeps in flight, at most one buffer per send and per receive of the
- * list.  The routing totals (host doubles) go by MPI over the channel's
+ * or the copy out); the pools are made at setup with one buffer per send
+ * and per receive of the list (the host may run a whole list ahead of the
+ * device; growing a pool mid-run would wait for the compute stream).  The
+ * routing totals (host doubles) go by MPI over the channel's
  * communicator.  Each channel is connected once in mt_pp_exec_connect:
  * NCCL connects point-to-point peers at their first call, and a
  * non-blocking communicator's first call waits for the peer's, which in a
@@ -40,41 +41,46 @@
 #endif
 
 #ifdef MT_HAVE_NCCL
-/* NCCL's connection of a channel, both ends at once: one float. */
-static mt_status_t warm_up(mt_pp_exec_t *x, const mt_pp_link_t *l)
+static mt_status_t dbuf_add(const mt_backend_t *be, mt_pp_dbufs_t *p, size_t bytes,
+                            const char *what, int *k);
+
+/* Both ends agree: MIN of ok over the channel's two ranks. */
+static int both_ok(const mt_pp_link_t *l, int ok)
+{
+    int both = 0;
+    return MPI_Allreduce(&ok, &both, 1, MPI_INT, MPI_MIN, l->comm) == MPI_SUCCESS && both;
+}
+
+/* NCCL's connection of a channel, both ends at once: one float of d. */
+static mt_status_t warm_up(mt_pp_exec_t *x, const mt_pp_link_t *l, float *d)
 {
     mt_nccl_group_t *g = l->nccl;
-    float *d = x->be->device_alloc(sizeof(float));
-    if (!d)
-        MT_FAIL(MT_ERR_NOMEM, "pipeline channel %s: 4 bytes of device memory", l->name);
     cudaStream_t cs = (cudaStream_t)mt_cuda_stream();
     mt_status_t s = l->ch.from == x->rank ? mt_nccl_send(g, d, 1, ncclFloat32, l->peer, cs)
                                           : mt_nccl_recv(g, d, 1, ncclFloat32, l->peer, cs);
-    if (s == MT_OK)
-        s = mt_nccl_wait(g, "connection");
-    x->be->device_free(d);
-    return s;
+    return s == MT_OK ? mt_nccl_wait(g, "connection") : s;
 }
 
 /* Every channel's NCCL communicator, connected, in the channels' order on
  * every rank (no two ranks wait at different communicators).  The two
- * ends agree before each: after a failure a rank goes on through its
- * channels, so no peer is left waiting in an init, and the others skip
- * theirs with it. */
+ * ends agree before the init and before the connection: after a failure
+ * a rank goes on through its channels, the peers skipping with it, so no
+ * rank is left waiting for another.  The error agreed on over pp is a
+ * first-hand one (a skip only follows another rank's failure). */
 static mt_status_t connect_nccl(mt_pp_exec_t *x)
 {
-    mt_status_t first = MT_OK;
+    mt_status_t own = MT_OK;
+    bool skipped = false;
+    float *d = x->be->device_alloc(sizeof(float)); /* the connections' message */
+    if (!d) {
+        mt_error_set(MT_ERR_NOMEM, __FILE__, __LINE__, "pipeline channels: 4 bytes of device "
+                     "memory");
+        own = MT_ERR_NOMEM;
+    }
     for (int i = 0; i < x->nlinks; i++) {
         mt_pp_link_t *l = &x->links[i];
-        int ok = first == MT_OK, both = 0;
-        if (MPI_Allreduce(&ok, &both, 1, MPI_INT, MPI_MIN, l->comm) != MPI_SUCCESS)
-            both = 0;
-        if (!both) {
-            if (first == MT_OK) {
-                mt_error_set(MT_ERR_MPI, __FILE__, __LINE__, "pipeline channel %s: the other "
-                             "end could not set up NCCL (its rank reports why)", l->name);
-                first = MT_ERR_MPI;
-            }
+        if (!both_ok(l, own == MT_OK)) {
+            skipped = true;
             continue;
         }
         mt_status_t s = mt_nccl_adopt(l->comm, l->name);
@@ -83,18 +89,49 @@ static mt_status_t connect_nccl(mt_pp_exec_t *x)
                          "group after adopting it", l->name);
             s = MT_ERR_INTERNAL;
         }
-        if (s == MT_OK)
-            s = warm_up(x, l);
-        if (s != MT_OK) {
+        if (!both_ok(l, s == MT_OK)) {
+            own = own == MT_OK ? s : own;
+            skipped = skipped || s == MT_OK;
+            continue;
+        }
+        if ((s = warm_up(x, l, d)) != MT_OK) {
             mt_error_trace(__FILE__, __LINE__);
-            first = first == MT_OK ? s : first;
+            own = own == MT_OK ? s : own;
+            d = NULL; /* the failed transfer may still write it: leaked */
         }
     }
-    return first;
+    if (d)
+        x->be->device_free(d);
+    mt_status_t all = mt_agree(x->pp, own);
+    if (all == MT_OK && skipped) /* cannot be: a skip follows a failure */
+        MT_FAIL(MT_ERR_INTERNAL, "pipeline channels: skipped without a failure");
+    return all;
+}
+
+/* A run's message buffers, made at once: the pools' growth mid-run waits
+ * for the compute stream each time.  One for each send and each receive
+ * of this rank's list (at most that many are in flight when the host runs
+ * the whole list ahead of the device); a later run still finding every
+ * buffer in use adds one. */
+static mt_status_t reserve_nccl(mt_pp_exec_t *x, int64_t act)
+{
+    int ns = 0, nr = 0, k;
+    for (int i = 0; i < x->sched.num_actions[x->rank]; i++) {
+        mt_pp_action_kind_t kind = x->sched.actions[x->rank][i].kind;
+        ns += kind == MT_PP_SEND_ACT || kind == MT_PP_SEND_GRAD;
+        nr += kind == MT_PP_RECV_ACT || kind == MT_PP_RECV_GRAD;
+    }
+    size_t bytes = (x->bf16 ? 2 : 4) * (size_t)act;
+    for (int i = 0; i < ns; i++)
+        MT_TRY(dbuf_add(x->be, &x->dsend, bytes, "send", &k));
+    for (int i = 0; i < nr; i++)
+        MT_TRY(dbuf_add(x->be, &x->drecv, bytes, "receive", &k));
+    return MT_OK;
 }
 #endif
 
-mt_status_t mt_pp_exec_connect(mt_pp_exec_t *x, const mt_backend_t *be, bool nccl, bool bf16)
+mt_status_t mt_pp_exec_connect(mt_pp_exec_t *x, const mt_backend_t *be, bool nccl, bool bf16,
+                               int64_t act)
 {
     x->bf16 = bf16;
     x->be = be;
@@ -126,23 +163,27 @@ mt_status_t mt_pp_exec_connect(mt_pp_exec_t *x, const mt_backend_t *be, bool ncc
                  ch[i].from, ch[i].to);
     }
     free(ch);
-    if (st == MT_ERR_NOMEM)
-        MT_FAIL(MT_ERR_NOMEM, "pipeline channels");
     if (st != MT_OK)
-        MT_FAIL(MT_ERR_MPI, "pipeline channels: MPI_Comm_split failed");
+        mt_error_set(st, __FILE__, __LINE__, "pipeline channels: %s",
+                     st == MT_ERR_NOMEM ? "out of memory" : "MPI_Comm_split failed");
+    MT_TRY(mt_agree(x->pp, st)); /* no rank goes on to connect_nccl's exchanges alone */
 #ifdef MT_HAVE_NCCL
-    if (nccl)
-        return connect_nccl(x);
+    if (nccl) {
+        MT_TRY(connect_nccl(x));
+        return reserve_nccl(x, act);
+    }
 #else
-    (void)nccl;
+    (void)nccl, (void)act;
 #endif
     return MT_OK;
 }
 
 #ifdef MT_HAVE_NCCL
-static void dbufs_free(const mt_backend_t *be, mt_pp_dbufs_t *p)
+/* After a failed run a transfer may never complete: then the buffers
+ * are left to the process's end instead of waited for. */
+static void dbufs_free(const mt_backend_t *be, mt_pp_dbufs_t *p, bool failed)
 {
-    for (int i = 0; i < p->n; i++) { /* a transfer may still use it */
+    for (int i = 0; i < p->n && !failed; i++) { /* a transfer may still use it */
         cudaEventSynchronize((cudaEvent_t)p->free_ev[i]);
         cudaEventDestroy((cudaEvent_t)p->free_ev[i]);
         be->device_free(p->buf[i]);
@@ -155,20 +196,20 @@ static void dbufs_free(const mt_backend_t *be, mt_pp_dbufs_t *p)
 void mt_pp_link_free(mt_pp_exec_t *x)
 {
 #ifdef MT_HAVE_NCCL
-    dbufs_free(x->be, &x->dsend);
-    dbufs_free(x->be, &x->drecv);
+    dbufs_free(x->be, &x->dsend, x->failed);
+    dbufs_free(x->be, &x->drecv, x->failed);
 #endif
     for (int i = 0; i < x->nlinks; i++) {
 #ifdef MT_HAVE_NCCL
-        if (x->links[i].nccl)
-            mt_nccl_release(x->links[i].comm);
+        if (x->links[i].nccl) /* aborted after a failed run: nothing waits on a peer */
+            mt_nccl_release(x->links[i].comm, x->failed);
 #endif
         MPI_Comm_free(&x->links[i].comm);
     }
     free(x->links);
     x->links = NULL, x->nlinks = 0;
     free(x->recv_buf), free(x->scratch);
-    for (int i = 0; i < x->nsend; i++)
+    for (int i = 0; i < x->nsend && !x->failed; i++) /* else an MPI send may still read it */
         free(x->send_buf[i]);
     free(x->send_buf), free(x->send_req);
     x->recv_buf = NULL, x->scratch = NULL, x->send_buf = NULL, x->send_req = NULL, x->nsend = 0;
@@ -200,6 +241,13 @@ static mt_status_t dbuf(const mt_backend_t *be, mt_pp_dbufs_t *p, size_t bytes, 
             *k = i;
             return MT_OK;
         }
+    return dbuf_add(be, p, bytes, what, k);
+}
+
+/* A new buffer of pool p, the k-th. */
+static mt_status_t dbuf_add(const mt_backend_t *be, mt_pp_dbufs_t *p, size_t bytes,
+                            const char *what, int *k)
+{
     void **b = realloc(p->buf, sizeof *b * (size_t)(p->n + 1));
     if (b)
         p->buf = b;

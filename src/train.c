@@ -457,7 +457,8 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
     if (s == MT_OK && r->pp) /* the pipeline's channels: collective over pp */
         s = mt_agree(comm, mt_pp_exec_connect(&r->pipe, r->device.be, r->device.nccl,
                                               cfg->distributed.mp_policy.param_dtype ==
-                                                  MT_DTYPE_BFLOAT16));
+                                                  MT_DTYPE_BFLOAT16,
+                                              r->model.Ns * r->model.H));
     if (s != MT_OK) {
         mt_error_trace(__FILE__, __LINE__);
         run_free(r), free(r);
