@@ -3,10 +3,13 @@
  * training step of a Llama-3.2-1B-sized model (d 2048, ffn 8192, 32 heads
  * of 64, 8 kv heads, vocabulary 128256, 16 layers), and what that
  * implies: TFLOP/s per GEMM, the step's GEMM time, and the MFU of the
- * GEMM path against 989 TFLOP/s (H100/H200 dense bf16).  It measures
- * GEMMs only: attention, norms and the optimizer are not in it, so the
- * MFU of a real step is lower; tests/gpu/run.sh prints this as the
- * micro-benchmark until the model runs on the device.
+ * GEMM path against 989 TFLOP/s (H100/H200 dense bf16).  Then the same
+ * step through the GEMM the trainer's bf16 table uses today: float32
+ * storage holding bf16 values, CUBLAS_COMPUTE_32F_FAST_16BF
+ * (mt_backend_cuda_bf16()->matmul): the gap between the two is what bf16
+ * storage would win on the GEMMs (doc/gpu.md).  It measures GEMMs only:
+ * attention, norms and the optimizer are not in it, so the MFU of a real
+ * step is lower.
  *
  *   bench/cuda_gemm_bench [--tokens N] [--iters N] [--peak TFLOPS]
  *
@@ -38,17 +41,27 @@ static void die(const char *what)
     exit(1);
 }
 
+/* one GEMM c = op(a) op(b): bf16 operands, or float32 ones (fp32 set) */
+static void gemm(int fp32, void *c, const void *a, const void *b, int64_t m, int64_t n, int64_t k,
+                 int ta, int tb)
+{
+    if (fp32)
+        mt_backend_cuda_bf16()->matmul(c, a, b, m, n, k, ta, tb, 0.0f);
+    else
+        mt_cuda_matmul_bf16(c, a, b, m, n, k, ta, tb, 0.0f);
+}
+
 /* seconds per call of y = op(a) op(b), averaged over iters after a warm-up */
-static double time_gemm(uint16_t *c, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n,
+static double time_gemm(int fp32, void *c, const void *a, const void *b, int64_t m, int64_t n,
                         int64_t k, int ta, int tb, int iters)
 {
     for (int i = 0; i < 3; i++)
-        mt_cuda_matmul_bf16(c, a, b, m, n, k, ta, tb, 0.0f);
+        gemm(fp32, c, a, b, m, n, k, ta, tb);
     if (mt_cuda_synchronize() != MT_OK)
         die("warm-up");
     const double t0 = now_s();
     for (int i = 0; i < iters; i++)
-        mt_cuda_matmul_bf16(c, a, b, m, n, k, ta, tb, 0.0f);
+        gemm(fp32, c, a, b, m, n, k, ta, tb);
     if (mt_cuda_synchronize() != MT_OK)
         die("timing");
     return (now_s() - t0) / iters;
@@ -92,59 +105,74 @@ int main(int argc, char **argv)
         maxy = y > maxy ? y : maxy;
         maxx = x > maxx ? x : maxx;
     }
-    mt_cuda_arena_t arena;
-    const size_t bytes = 2 * (maxw * 2 + maxy + maxx * 2) + ((size_t)256 << 20);
+    mt_cuda_arena_t arena; /* buffers of float32 size; bf16 uses their first halves */
+    const size_t bytes = 4 * (maxw * 2 + maxy + maxx * 2) + ((size_t)256 << 20);
     if (mt_cuda_arena_init(&arena, "bench", bytes) != MT_OK ||
         mt_cuda_backend_init(&arena, (size_t)16 << 20) != MT_OK)
         die("device setup");
-    uint16_t *W, *X, *Y, *dW, *dX;
-    void *p;
-    if (mt_cuda_arena_alloc(&arena, maxw * 2, &p) != MT_OK) die("alloc");
+    void *W, *X, *Y, *dW, *dX, *p;
+    if (mt_cuda_arena_alloc(&arena, maxw * 4, &p) != MT_OK) die("alloc");
     W = p;
-    if (mt_cuda_arena_alloc(&arena, maxw * 2, &p) != MT_OK) die("alloc");
+    if (mt_cuda_arena_alloc(&arena, maxw * 4, &p) != MT_OK) die("alloc");
     dW = p;
-    if (mt_cuda_arena_alloc(&arena, maxy * 2, &p) != MT_OK) die("alloc");
+    if (mt_cuda_arena_alloc(&arena, maxy * 4, &p) != MT_OK) die("alloc");
     Y = p;
-    if (mt_cuda_arena_alloc(&arena, maxx * 2, &p) != MT_OK) die("alloc");
+    if (mt_cuda_arena_alloc(&arena, maxx * 4, &p) != MT_OK) die("alloc");
     X = p;
-    if (mt_cuda_arena_alloc(&arena, maxx * 2, &p) != MT_OK) die("alloc");
+    if (mt_cuda_arena_alloc(&arena, maxx * 4, &p) != MT_OK) die("alloc");
     dX = p;
     const mt_backend_t *be = mt_backend_cuda();
-    /* small values (bf16 0x3c00 = 0.0078125) so nothing overflows */
-    uint16_t *fill = malloc(maxy * 2 > maxw * 2 ? maxy * 2 : maxw * 2);
-    for (size_t i = 0; i < (maxy > maxw ? maxy : maxw); i++)
-        fill[i] = 0x3c00;
-    be->copy_to_device(W, fill, maxw * 2);
-    be->copy_to_device(Y, fill, maxy * 2);
-    be->copy_to_device(X, fill, maxx * 2);
-    free(fill);
+    /* small values so nothing overflows: bf16 0x3c00 = 0.0078125, the same
+     * in float32 */
+    size_t most = maxy > maxw ? maxy : maxw;
+    most = maxx > most ? maxx : most;
+    uint16_t *fill = malloc(most * 2);
+    float *fill32 = malloc(most * 4);
+    for (size_t i = 0; i < most; i++)
+        fill[i] = 0x3c00, fill32[i] = 0.0078125f;
 
-    printf("cuda_gemm_bench: bf16 cuBLASLt GEMMs, fp32 accumulation, M = %lld tokens, %d iters\n",
-           (long long)M, iters);
-    printf("%-18s %-9s %8s %8s %8s %10s %9s\n", "gemm", "pass", "M", "N", "K", "ms", "TFLOP/s");
-    double step_flop = 0.0, step_s = 0.0;
-    for (int s = 0; s < nshapes; s++) {
-        const int64_t n = shapes[s].n, k = shapes[s].k;
-        /* forward y = x W^T; backward dx = dy W, dW = dy^T x */
-        const double tf = time_gemm(Y, X, W, M, n, k, 0, 1, iters);
-        const double tdx = time_gemm(dX, Y, W, M, k, n, 0, 0, iters);
-        const double tdw = time_gemm(dW, Y, X, n, k, M, 1, 0, iters);
-        const double flop = 2.0 * (double)M * (double)n * (double)k;
-        const char *pass[3] = {"forward", "dgrad", "wgrad"};
-        const double t[3] = {tf, tdx, tdw};
-        for (int j = 0; j < 3; j++)
-            printf("%-18s %-9s %8lld %8lld %8lld %10.3f %9.1f\n", j ? "" : shapes[s].name, pass[j],
-                   (long long)(j == 2 ? n : M), (long long)(j == 1 ? k : n),
-                   (long long)(j == 2 ? M : (j == 1 ? n : k)), t[j] * 1e3, flop / t[j] / 1e12);
-        step_flop += 3.0 * flop * shapes[s].per_step;
-        step_s += (tf + tdx + tdw) * shapes[s].per_step;
+    double tflops[2] = {0, 0}, step_ms[2] = {0, 0}, tok_s[2] = {0, 0};
+    for (int fp32 = 0; fp32 < 2; fp32++) {
+        size_t el = fp32 ? 4 : 2;
+        const void *src = fp32 ? (const void *)fill32 : (const void *)fill;
+        be->copy_to_device(W, src, maxw * el);
+        be->copy_to_device(Y, src, maxy * el);
+        be->copy_to_device(X, src, maxx * el);
+        printf("cuda_gemm_bench: %s, fp32 accumulation, M = %lld tokens, %d iters\n",
+               fp32 ? "float32 storage, CUBLAS_COMPUTE_32F_FAST_16BF (the trainer's bf16 table)"
+                    : "bf16 cuBLASLt GEMMs",
+               (long long)M, iters);
+        printf("%-18s %-9s %8s %8s %8s %10s %9s\n", "gemm", "pass", "M", "N", "K", "ms",
+               "TFLOP/s");
+        double step_flop = 0.0, step_s = 0.0;
+        for (int s = 0; s < nshapes; s++) {
+            const int64_t n = shapes[s].n, k = shapes[s].k;
+            /* forward y = x W^T; backward dx = dy W, dW = dy^T x */
+            const double tf = time_gemm(fp32, Y, X, W, M, n, k, 0, 1, iters);
+            const double tdx = time_gemm(fp32, dX, Y, W, M, k, n, 0, 0, iters);
+            const double tdw = time_gemm(fp32, dW, Y, X, n, k, M, 1, 0, iters);
+            const double flop = 2.0 * (double)M * (double)n * (double)k;
+            const char *pass[3] = {"forward", "dgrad", "wgrad"};
+            const double t[3] = {tf, tdx, tdw};
+            for (int j = 0; j < 3; j++)
+                printf("%-18s %-9s %8lld %8lld %8lld %10.3f %9.1f\n", j ? "" : shapes[s].name,
+                       pass[j], (long long)(j == 2 ? n : M), (long long)(j == 1 ? k : n),
+                       (long long)(j == 2 ? M : (j == 1 ? n : k)), t[j] * 1e3,
+                       flop / t[j] / 1e12);
+            step_flop += 3.0 * flop * shapes[s].per_step;
+            step_s += (tf + tdx + tdw) * shapes[s].per_step;
+        }
+        tflops[fp32] = step_flop / step_s / 1e12, step_ms[fp32] = step_s * 1e3;
+        tok_s[fp32] = (double)M / step_s;
+        printf("gemm_step: %.1f GFLOP in %.2f ms: %.1f TFLOP/s, MFU %.1f%% of %.0f TFLOP/s, "
+               "%.0f tokens/s (GEMMs only)\n\n",
+               step_flop / 1e9, step_ms[fp32], tflops[fp32], 100.0 * tflops[fp32] / peak, peak,
+               tok_s[fp32]);
     }
-    const double tflops = step_flop / step_s / 1e12;
-    printf("gemm_step: %.1f GFLOP in %.2f ms: %.1f TFLOP/s, MFU %.1f%% of %.0f TFLOP/s, "
-           "%.0f tokens/s (GEMMs only)\n",
-           step_flop / 1e9, step_s * 1e3, tflops, 100.0 * tflops / peak, peak, (double)M / step_s);
-    printf("RESULT gemm_tflops=%.1f gemm_mfu_pct=%.1f gemm_tokens_per_s=%.0f\n", tflops,
-           100.0 * tflops / peak, (double)M / step_s);
+    free(fill), free(fill32);
+    printf("RESULT gemm_tflops=%.1f gemm_mfu_pct=%.1f gemm_tokens_per_s=%.0f "
+           "fp32_storage_tflops=%.1f fp32_storage_mfu_pct=%.1f\n",
+           tflops[0], 100.0 * tflops[0] / peak, tok_s[0], tflops[1], 100.0 * tflops[1] / peak);
     mt_cuda_backend_free();
     mt_cuda_arena_free(&arena);
     return 0;

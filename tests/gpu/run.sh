@@ -31,7 +31,9 @@
 #      3b. two ranks sharing the GPU (the MPI-staged multi-rank paths: ddp,
 #      fsdp2, tp 2 + SP, pp 2 in bf16, MoE ep 2) against step 3's CPU runs;
 #   4. runs the GEMM throughput micro-benchmark (bench/cuda_gemm_bench:
-#      bf16 cuBLASLt at Llama-1B shapes, TFLOP/s and MFU against 989) and
+#      bf16 cuBLASLt at Llama-1B shapes, TFLOP/s and MFU against 989, and
+#      the same through the trainer's float32-storage FAST_16BF GEMM: what
+#      bf16 storage would win) and
 #      the attention one (bench/cuda_attention_bench: fp32 vs bf16
 #      tensor-core kernels, T 2048, 32/8 heads of 64, B 1..4);
 #   5. prints a short table last.
@@ -348,7 +350,7 @@ bench() {
     *) row "$label" "FAIL" "exit $rc, see $log"; fail=1 ;;
     esac
 }
-bench "bf16 GEMM bench (Llama-1B shapes)" cuda_gemm_bench
+bench "GEMM bench (Llama-1B shapes)" cuda_gemm_bench
 # attention: fp32 (CUDA cores) vs bf16 tensor cores at the 1B shape; exit 1
 # when the two tables' outputs differ beyond the bf16 bound
 bench "attention bench (1B shape, B=4)" cuda_attention_bench
