@@ -194,126 +194,24 @@ static void g_device_free(void *p)
         return r_;                                                            \
     }
 
-GUARD_VOID(matmul, (float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k,
-                    bool ta, bool tb, float beta), (c, a, b, m, n, k, ta, tb, beta), c, a, b)
-GUARD_VOID(embedding_forward, (float *out, const int32_t *tok, const float *table, int64_t n,
-                               int64_t dim), (out, tok, table, n, dim), out, tok, table)
-GUARD_VOID(embedding_backward, (float *dtable, const float *dout, const int32_t *tok, int64_t n,
-                                int64_t dim), (dtable, dout, tok, n, dim), dtable, dout, tok)
-GUARD_VOID(rmsnorm_forward, (float *out, float *rstd, const float *x, const float *w, int64_t n,
-                             int64_t dim, float eps), (out, rstd, x, w, n, dim, eps), out, rstd, x, w)
-GUARD_VOID(rmsnorm_backward, (float *dx, float *dw, const float *dout, const float *x,
-                              const float *w, const float *rstd, int64_t n, int64_t dim),
-           (dx, dw, dout, x, w, rstd, n, dim), dx, dw, dout, x, w, rstd)
-GUARD_VOID(rope_forward, (float *x, const int32_t *pos, int64_t n, int64_t nh, int64_t hd,
-                          double theta), (x, pos, n, nh, hd, theta), x, pos)
-GUARD_VOID(rope_backward, (float *dx, const int32_t *pos, int64_t n, int64_t nh, int64_t hd,
-                           double theta), (dx, pos, n, nh, hd, theta), dx, pos)
-GUARD_VOID(attention_forward, (float *out, float *lse, const float *q, const float *k,
-                               const float *v, const int32_t *ds, int64_t B, int64_t T,
-                               int64_t nh, int64_t nkv, int64_t hd),
-           (out, lse, q, k, v, ds, B, T, nh, nkv, hd), out, lse, q, k, v, ds)
-GUARD_VOID(attention_backward, (float *dq, float *dk, float *dv, const float *dout,
-                                const float *out, const float *lse, const float *q,
-                                const float *k, const float *v, const int32_t *ds, int64_t B,
-                                int64_t T, int64_t nh, int64_t nkv, int64_t hd),
-           (dq, dk, dv, dout, out, lse, q, k, v, ds, B, T, nh, nkv, hd), dq, dk, dv, dout, out, lse, q, k, v, ds)
-GUARD_VOID(swiglu_forward, (float *out, const float *g, const float *u, int64_t n),
-           (out, g, u, n), out, g, u)
-GUARD_VOID(swiglu_backward, (float *dg, float *du, const float *dout, const float *g,
-                             const float *u, int64_t n), (dg, du, dout, g, u, n), dg, du, dout, g, u)
-GUARD_DOUBLE(cross_entropy, (float *dl, const float *l, const int32_t *tgt, int64_t n, int64_t V,
-                             int64_t vv, float scale, int64_t *count),
-             (dl, l, tgt, n, V, vv, scale, count), dl, l, tgt)
-GUARD_VOID(ce_shard_max, (float *mx, const float *l, int64_t n, int64_t V, int64_t vv),
-           (mx, l, n, V, vv), mx, l)
-GUARD_VOID(ce_shard_sum, (double *z, double *ly, const float *l, const int32_t *tgt,
-                          const float *mx, int64_t n, int64_t V, int64_t v_lo, int64_t vv),
-           (z, ly, l, tgt, mx, n, V, v_lo, vv), z, ly, l, tgt, mx)
-GUARD_DOUBLE(ce_shard_finish, (float *dl, const float *l, const int32_t *tgt, const float *mx,
-                               const double *z, const double *ly, int64_t n, int64_t V,
-                               int64_t v_lo, int64_t vv, float scale, int64_t *count),
-             (dl, l, tgt, mx, z, ly, n, V, v_lo, vv, scale, count), dl, l, tgt, mx, z, ly)
-GUARD_VOID(add, (float *y, const float *x, int64_t n), (y, x, n), y, x)
-GUARD_DOUBLE(sum_squares, (const float *x, int64_t n), (x, n), x)
-GUARD_VOID(scale, (float *x, float s, int64_t n), (x, s, n), x)
-GUARD_VOID(round_bf16, (float *x, int64_t n), (x, n), x)
-GUARD_VOID(adamw, (float *p, const float *g, float *m, float *v, int64_t n, float lr, float b1,
-                   float b2, float eps, float wd, int64_t t), (p, g, m, v, n, lr, b1, b2, eps, wd, t), p, g, m, v)
-GUARD_VOID(attention_block_forward, (float *out, float *lse, int64_t ls, const float *q,
-                                     const float *k, const float *v, const int32_t *ds,
-                                     int64_t nq, int64_t nk, int64_t q0, int64_t k0, int64_t nh,
-                                     int64_t nkv, int64_t hd),
-           (out, lse, ls, q, k, v, ds, nq, nk, q0, k0, nh, nkv, hd), out, lse, q, k, v, ds)
-GUARD_VOID(attention_block_backward, (float *dq, float *dk, float *dv, const float *dout,
-                                      const float *out, const float *lse, int64_t ls,
-                                      const float *q, const float *k, const float *v,
-                                      const int32_t *ds, int64_t nq, int64_t nk, int64_t q0,
-                                      int64_t k0, int64_t nh, int64_t nkv, int64_t hd),
-           (dq, dk, dv, dout, out, lse, ls, q, k, v, ds, nq, nk, q0, k0, nh, nkv, hd), dq, dk, dv, dout, out, lse, q, k, v, ds)
-GUARD_VOID(copy_to_device, (void *dst, const void *src, size_t bytes), (dst, src, bytes), dst)
-GUARD_VOID(copy_to_host, (void *dst, const void *src, size_t bytes), (dst, src, bytes), src)
-GUARD_VOID(copy, (void *dst, const void *src, size_t bytes), (dst, src, bytes), dst, src)
-GUARD_VOID(zero, (void *dst, size_t bytes), (dst, bytes), dst)
-GUARD_VOID(synchronize, (void), (), NULL)
-GUARD_VOID(matmul_bf16, (uint16_t *c, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n,
-                         int64_t k, bool ta, bool tb, float beta), (c, a, b, m, n, k, ta, tb, beta), c, a, b)
-GUARD_VOID(moe_router_forward, (float *probs, int32_t *idx, float *w, const float *bias,
-                                int64_t n, int64_t E, int64_t k, bool norm),
-           (probs, idx, w, bias, n, E, k, norm), probs, idx, w, bias)
-GUARD_VOID(moe_router_backward, (float *dl, const float *dw, const float *probs,
-                                 const int32_t *idx, const float *w, const float *dp_all,
-                                 int64_t n, int64_t E, int64_t k, bool norm),
-           (dl, dw, probs, idx, w, dp_all, n, E, k, norm), dl, dw, probs, idx, w, dp_all)
-GUARD_VOID(moe_gather_rows, (float *dst, const float *src, const int32_t *rows, int64_t n,
-                             int64_t width), (dst, src, rows, n, width), dst, src, rows)
-GUARD_VOID(moe_combine, (float *out, const float *res, const float *y, const int32_t *slot_row,
-                         const float *w, int64_t n, int64_t k, int64_t width),
-           (out, res, y, slot_row, w, n, k, width), out, res, y, slot_row, w)
-GUARD_VOID(moe_combine_backward, (float *dw, float *dy, const float *dout, const float *y,
-                                  const int32_t *slot_row, const float *w, int64_t n, int64_t k,
-                                  int64_t width), (dw, dy, dout, y, slot_row, w, n, k, width), dw, dy, dout, y, slot_row, w)
+#define MT_BACKEND_VOID GUARD_VOID
+#define MT_BACKEND_DOUBLE GUARD_DOUBLE
+#include "backend_entries.def"
+#undef MT_BACKEND_VOID
+#undef MT_BACKEND_DOUBLE
 
-/* A new table entry must be wrapped here too: a NULL entry would crash
- * the guarded test instead of telling it what went wrong. */
+/* A new table entry must be listed in backend_entries.def: a NULL entry
+ * would crash the guarded test instead of telling it what went wrong. */
 _Static_assert(sizeof(mt_backend_t) == 36 * sizeof(void *),
-               "mt_backend_t changed: wrap the new entry in kernels_cpu_guard.c and count it");
+               "mt_backend_t changed: list the new entry in backend_entries.def and count it");
 
 static const mt_backend_t guarded = {
     .name = "cpu-guarded",
-    .matmul = g_matmul,
-    .embedding_forward = g_embedding_forward,
-    .embedding_backward = g_embedding_backward,
-    .rmsnorm_forward = g_rmsnorm_forward,
-    .rmsnorm_backward = g_rmsnorm_backward,
-    .rope_forward = g_rope_forward,
-    .rope_backward = g_rope_backward,
-    .attention_forward = g_attention_forward,
-    .attention_backward = g_attention_backward,
-    .swiglu_forward = g_swiglu_forward,
-    .swiglu_backward = g_swiglu_backward,
-    .cross_entropy = g_cross_entropy,
-    .ce_shard_max = g_ce_shard_max,
-    .ce_shard_sum = g_ce_shard_sum,
-    .ce_shard_finish = g_ce_shard_finish,
-    .add = g_add,
-    .sum_squares = g_sum_squares,
-    .scale = g_scale,
-    .round_bf16 = g_round_bf16,
-    .adamw = g_adamw,
-    .attention_block_forward = g_attention_block_forward,
-    .attention_block_backward = g_attention_block_backward,
-    .copy_to_device = g_copy_to_device,
-    .copy_to_host = g_copy_to_host,
-    .copy = g_copy,
-    .zero = g_zero,
-    .synchronize = g_synchronize,
-    .matmul_bf16 = g_matmul_bf16,
-    .moe_router_forward = g_moe_router_forward,
-    .moe_router_backward = g_moe_router_backward,
-    .moe_gather_rows = g_moe_gather_rows,
-    .moe_combine = g_moe_combine,
-    .moe_combine_backward = g_moe_combine_backward,
+#define MT_BACKEND_VOID(name, ...) .name = g_##name,
+#define MT_BACKEND_DOUBLE(name, ...) .name = g_##name,
+#include "backend_entries.def"
+#undef MT_BACKEND_VOID
+#undef MT_BACKEND_DOUBLE
     .device_alloc = g_device_alloc,
     .device_free = g_device_free,
 };

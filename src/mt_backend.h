@@ -23,6 +23,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -256,6 +257,18 @@ const mt_backend_t *mt_backend_cpu_guarded(void);
  * MESHTRAIN_GUARD_STRICT to anything but 0 (the trainer's guarded runs in
  * tests/device_guard.sh). */
 void mt_cpu_guard_strict(bool on);
+
+/* A table that times every entry of be (kernels_profile.c): each call
+ * synchronizes be before and after, so its time is the kernel's alone
+ * (on a GPU with its launch); the numbers are be's.  One be per process:
+ * NULL for a second, different one.  The trainer uses it under
+ * MESHTRAIN_PROFILE=1 (doc/performance.md, "Kernel profile").  report
+ * prints entries by total time, then matmul's top_shapes largest shapes
+ * with their TFLOP/s, against wall_s, and returns the seconds spent in
+ * the backend; reset forgets what was counted (the first step's warm-up). */
+const mt_backend_t *mt_backend_profiled(const mt_backend_t *be);
+double mt_backend_profile_report(FILE *out, double wall_s, int top_shapes);
+void mt_backend_profile_reset(void);
 
 #ifdef __cplusplus
 }

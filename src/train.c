@@ -693,6 +693,7 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
             }
         }
         res->steps_done++, res->last_step = step, res->last_loss = loss;
+        mt_train_device_profile_step(&r->device, res->steps_done);
 
         int stop = stop_signal != 0, any_stop = 0;
         MPI_Allreduce(&stop, &any_stop, 1, MPI_INT, MPI_MAX, comm);
@@ -714,6 +715,8 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
             break;
         }
     }
+    if (s == MT_OK && rank == 0)
+        mt_train_device_profile_report(&r->device, out);
     if (s == MT_OK && r->pp && res->steps_done > 0) { /* the pipeline's measured bubble */
         double meas, sim, cost[3], mb;
         s = mt_pp_exec_idle(&r->pipe, &meas, &sim, cost, &mb);

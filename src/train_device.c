@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "mt_comm.h"
 #ifdef MT_HAVE_CUDA
@@ -84,6 +85,19 @@ static mt_status_t bring_up_nccl(mt_train_device_t *d, const mt_config_t *cfg,
 #endif
 }
 
+/* MESHTRAIN_PROFILE=1: the backend timed entry by entry (mt_backend_profiled) */
+static mt_status_t profile(mt_train_device_t *d)
+{
+    const char *e = getenv("MESHTRAIN_PROFILE");
+    if (!e || !*e || !strcmp(e, "0"))
+        return MT_OK;
+    const mt_backend_t *p = mt_backend_profiled(d->be);
+    if (!p)
+        MT_FAIL(MT_ERR_UNSUPPORTED, "MESHTRAIN_PROFILE: one backend per process is profiled");
+    d->be = p, d->profile = true;
+    return MT_OK;
+}
+
 mt_status_t mt_train_device_init(mt_train_device_t *d, const mt_config_t *cfg,
                                  const mt_mesh_t *mesh)
 {
@@ -91,10 +105,32 @@ mt_status_t mt_train_device_init(mt_train_device_t *d, const mt_config_t *cfg,
     d->be = mt_backend_cpu();
     if (cfg->distributed.device == MT_DEVICE_CPU_GUARDED)
         d->be = mt_backend_cpu_guarded();
-    if (cfg->distributed.device != MT_DEVICE_CUDA)
-        return MT_OK;
-    MT_TRY(bring_up_cuda(d, cfg, mesh));
-    return bring_up_nccl(d, cfg, mesh);
+    if (cfg->distributed.device == MT_DEVICE_CUDA) {
+        MT_TRY(bring_up_cuda(d, cfg, mesh));
+        MT_TRY(bring_up_nccl(d, cfg, mesh));
+    }
+    return profile(d);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void mt_train_device_profile_step(mt_train_device_t *d, int64_t steps_done)
+{
+    if (d->profile && steps_done <= 1) { /* the first step (warm-up) is left out */
+        mt_backend_profile_reset();
+        d->profile_t0 = now_s();
+    }
+}
+
+void mt_train_device_profile_report(const mt_train_device_t *d, FILE *out)
+{
+    if (d->profile && out)
+        mt_backend_profile_report(out, now_s() - d->profile_t0, 8);
 }
 
 void mt_train_device_free(mt_train_device_t *d)

@@ -26,6 +26,8 @@ typedef struct {
     void *tp_pad;     /* their NCCL wire buffer (device), tp_pad_bytes */
     size_t tp_pad_bytes;
     int *tp_counts;   /* [2 tp]: counts, displacements */
+    bool profile;     /* MESHTRAIN_PROFILE: be is mt_backend_profiled's */
+    double profile_t0;
 } mt_train_device_t;
 
 /* Collective over the mesh: the backend, and with device cuda the GPU
@@ -43,6 +45,12 @@ void mt_train_device_free(mt_train_device_t *d);
  * the caller uses MPI. */
 bool mt_train_device_tp(mt_train_device_t *d, MPI_Comm tp, const void *in, void *out, int64_t n,
                         mt_tp_op_t op);
+
+/* Under MESHTRAIN_PROFILE: after each step (steps_done so far), the
+ * first one's counts are dropped; the report of this rank's kernels since
+ * then (mt_backend_profile_report). */
+void mt_train_device_profile_step(mt_train_device_t *d, int64_t steps_done);
+void mt_train_device_profile_report(const mt_train_device_t *d, FILE *out);
 
 /* The log's line about the device and the collectives (nothing for the
  * plain CPU backend). */

@@ -29,7 +29,11 @@
 #    2 ranks (the replicated experts' gradient all-reduce), and cp 2 x ep 2
 #    on 4 ranks (ring attention in the MoE model, the experts sharded over
 #    their 2 replicas, the routing totals summed over cp), bit for bit
-#    with the aux loss.
+#    with the aux loss;
+#  - the kernel profiler (MESHTRAIN_PROFILE=1, kernels_profile.c), which
+#    wraps the backend too: ddp 2 profiled is bit for bit the plain run,
+#    and it counts whole steps past the first: 3 steps count twice the
+#    matmuls of 2, and one gradient-norm sum_squares a step.
 . "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
 cfg="$small_cfg"
 val="dataset.validation_path=$data step_scheduler.val_every_steps=10"
@@ -108,4 +112,23 @@ common="$common step_scheduler.max_steps=3 step_scheduler.ckpt_every_steps=3"
 moe_mesh mep 2 distributed.ep_size=2
 moe_mesh mddp 2 distributed.strategy=ddp
 moe_mesh mcpep 4 distributed.cp_size=2 distributed.ep_size=2
+
+common="$parity_common checkpoint.enabled=false"
+app= # meshtrain-dense again
+train p3 2 distributed.strategy=ddp step_scheduler.max_steps=3
+export MESHTRAIN_PROFILE=1
+train p3p 2 distributed.strategy=ddp step_scheduler.max_steps=3
+train p2p 2 distributed.strategy=ddp step_scheduler.max_steps=2
+unset MESHTRAIN_PROFILE
+compare_losses "$workdir/p3.jsonl" "$workdir/p3p.jsonl" "ddp 2, profiled" 0 0
+calls() { awk -v e="$1" '$1 == e && NF == 5 { print $2 }' "$workdir/$2.log"; }
+checks=$((checks + 1))
+python3 - "$(calls matmul p2p)" "$(calls matmul p3p)" "$(calls sum_squares p3p)" <<'PY' || fail "kernel profile counts"
+import sys
+m2, m3, ss = (int(x) for x in sys.argv[1:])
+assert m2 > 0 and m3 == 2 * m2, f"matmul calls: {m2} for 1 counted step, {m3} for 2"
+assert ss == 2, f"{ss} sum_squares calls in 2 steps (one gradient-norm sum a step)"
+print(f"profile: {m2} matmuls a step, one gradient-norm sum a step")
+PY
+expect_in "$(cat "$workdir/p3p.log")" "kernel profile (cpu" "the profile table"
 finish
