@@ -31,7 +31,8 @@
 #      then the same bf16 run profiled (MESHTRAIN_PROFILE=1: each kernel's
 #      share of the step);
 #      3b. two ranks sharing the GPU (the MPI-staged multi-rank paths: ddp,
-#      fsdp2, tp 2 + SP, pp 2 in bf16, MoE ep 2) against step 3's CPU runs;
+#      fsdp2, tp 2 + SP, pp 2 in bf16, MoE ep 2) against step 3's CPU runs,
+#      run after the GEMM bench so that the figures come first;
 #   4. runs the GEMM throughput micro-benchmark (bench/cuda_gemm_bench:
 #      bf16 cuBLASLt at Llama-1B shapes, TFLOP/s and MFU against 989, and
 #      the same through the trainer's float32-storage FAST_16BF GEMM: what
@@ -317,7 +318,29 @@ else
     fail=1
 fi
 
+# ---------------------------------------------------------------- 4. benchmark
+# bench LABEL PROGRAM: build bench/PROGRAM, run it (exit 0 ok, 77 no device),
+# the row's detail its RESULT line
+bench() {
+    label=$1 prog=$2 log=$logs/$2.log
+    if ! (cd "$build" && make "bench/$prog" > "$logs/$prog-build.log" 2>&1); then
+        row "$label" "FAIL" "does not build: $logs/$prog-build.log"
+        fail=1
+        return
+    fi
+    timeout "$(limit 90)" "$build/bench/$prog" --peak "$peak" > "$log" 2>&1
+    rc=$?
+    cat "$log"
+    case $rc in
+    0) row "$label" "ok" "$(sed -n 's/^RESULT //p' "$log")" ;;
+    77) row "$label" "SKIP" "no CUDA device" ;;
+    *) row "$label" "FAIL" "exit $rc, see $log"; fail=1 ;;
+    esac
+}
+bench "GEMM bench (Llama-1B shapes)" cuda_gemm_bench
+
 # ---------------------------------------------------------------- 3b. ranks sharing the GPU
+# (after the GEMM bench: if time runs short, the figures come first)
 # The multi-rank code paths on one GPU: two ranks share it, so collectives
 # auto takes the MPI-staged fallback (host copies of device memory; the
 # log says so), and each mesh must train what step 3's 1-rank CPU run
@@ -351,26 +374,6 @@ else
     done
 fi
 
-# ---------------------------------------------------------------- 4. benchmark
-# bench LABEL PROGRAM: build bench/PROGRAM, run it (exit 0 ok, 77 no device),
-# the row's detail its RESULT line
-bench() {
-    label=$1 prog=$2 log=$logs/$2.log
-    if ! (cd "$build" && make "bench/$prog" > "$logs/$prog-build.log" 2>&1); then
-        row "$label" "FAIL" "does not build: $logs/$prog-build.log"
-        fail=1
-        return
-    fi
-    timeout "$(limit 90)" "$build/bench/$prog" --peak "$peak" > "$log" 2>&1
-    rc=$?
-    cat "$log"
-    case $rc in
-    0) row "$label" "ok" "$(sed -n 's/^RESULT //p' "$log")" ;;
-    77) row "$label" "SKIP" "no CUDA device" ;;
-    *) row "$label" "FAIL" "exit $rc, see $log"; fail=1 ;;
-    esac
-}
-bench "GEMM bench (Llama-1B shapes)" cuda_gemm_bench
 # attention: fp32 (CUDA cores) vs bf16 tensor cores at the 1B shape; exit 1
 # when the two tables' outputs differ beyond the bf16 bound
 bench "attention bench (1B shape, B=4)" cuda_attention_bench
