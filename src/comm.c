@@ -5,6 +5,8 @@
 #pragma GCC diagnostic ignored "-Wstringop-overflow"
 #include "mt_comm.h"
 
+#include "mt_clock.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,13 +60,6 @@ mt_wait_mode_t mt_comm_wait_mode(void) { return wait_mode; }
 
 static double wait_seconds;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 double mt_comm_wait_seconds(void) { return wait_seconds; }
 
 static mt_status_t wait_all(int n, MPI_Request *reqs)
@@ -90,9 +85,9 @@ static mt_status_t wait_all(int n, MPI_Request *reqs)
 
 mt_status_t mt_wait_all(int n, MPI_Request *reqs)
 {
-    double t = now_s();
+    double t = mt_now_s();
     mt_status_t s = wait_all(n, reqs);
-    wait_seconds += now_s() - t;
+    wait_seconds += mt_now_s() - t;
     return s;
 }
 

@@ -16,9 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "mt_backend.h"
+#include "mt_clock.h"
 
 static const mt_backend_t *inner;
 
@@ -50,29 +50,19 @@ typedef struct {
 } shape_t;
 static shape_t shape[NSHAPES + 1];
 static int nshape;
-static int depth; /* an entry calling another (none today) is counted once */
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
+/* the inner entries never call the table's: one level */
 static double begin(void)
 {
-    if (depth++ == 0)
-        inner->synchronize();
-    return now_s();
+    inner->synchronize();
+    return mt_now_s();
 }
 
 static void end(int e, double t0)
 {
-    if (--depth == 0) {
-        inner->synchronize();
-        total_s[e] += now_s() - t0;
-        calls[e]++;
-    }
+    inner->synchronize();
+    total_s[e] += mt_now_s() - t0;
+    calls[e]++;
 }
 
 static void count_shape(int64_t m, int64_t n, int64_t k, double s)
@@ -162,6 +152,12 @@ static int by_time(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
+static int shape_by_time(const void *a, const void *b)
+{
+    double x = ((const shape_t *)a)->s, y = ((const shape_t *)b)->s;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
 double mt_backend_profile_report(FILE *out, double wall_s, int top_shapes)
 {
     int order[E_COUNT];
@@ -180,27 +176,21 @@ double mt_backend_profile_report(FILE *out, double wall_s, int top_shapes)
                 total_s[e], sum > 0 ? 100.0 * total_s[e] / sum : 0.0,
                 1e3 * total_s[e] / (double)calls[e]);
     }
-    for (int t = 0; t < top_shapes && t < nshape + 1; t++) { /* the largest matmul shapes */
-        int best = -1;
-        for (int i = 0; i <= NSHAPES; i++)
-            if (shape[i].calls > 0 && (best < 0 || shape[i].s > shape[best].s))
-                best = i;
-        if (best < 0)
-            break;
-        double flop = 2.0 * (double)shape[best].m * (double)shape[best].n * (double)shape[best].k;
-        if (best == NSHAPES)
-            fprintf(out, "  matmul other shapes       %9lld %11.4f\n", (long long)shape[best].calls,
-                    shape[best].s);
+    shape_t top[NSHAPES + 1]; /* the costliest matmul shapes; "other" has m = 0 */
+    int nt = 0;
+    for (int i = 0; i <= NSHAPES; i++)
+        if (shape[i].calls > 0)
+            top[nt++] = shape[i];
+    qsort(top, (size_t)nt, sizeof top[0], shape_by_time);
+    for (int t = 0; t < top_shapes && t < nt; t++) {
+        const shape_t *h = &top[t];
+        double flop = 2.0 * (double)h->m * (double)h->n * (double)h->k * (double)h->calls;
+        if (h->m == 0)
+            fprintf(out, "  matmul other shapes       %9lld %11.4f\n", (long long)h->calls, h->s);
         else
             fprintf(out, "  matmul %6lld x %6lld x %6lld %6lld %11.4f %7.1f TFLOP/s\n",
-                    (long long)shape[best].m, (long long)shape[best].n, (long long)shape[best].k,
-                    (long long)shape[best].calls, shape[best].s,
-                    shape[best].s > 0 ? flop * (double)shape[best].calls / shape[best].s / 1e12
-                                      : 0.0);
-        shape[best].calls = -shape[best].calls; /* taken: restored below */
+                    (long long)h->m, (long long)h->n, (long long)h->k, (long long)h->calls, h->s,
+                    h->s > 0 ? flop / h->s / 1e12 : 0.0);
     }
-    for (int i = 0; i <= NSHAPES; i++)
-        if (shape[i].calls < 0)
-            shape[i].calls = -shape[i].calls;
     return sum;
 }

@@ -13,14 +13,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "mt_clock.h"
 #include "mt_comm.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 mt_status_t mt_moe_dispatch_init(mt_moe_dispatch_t *d, MPI_Comm ep, const mt_backend_t *be)
 {
@@ -60,7 +54,7 @@ void mt_moe_dispatch_hook(void *ctx, mt_ep_op_t op, const void *send, const int6
     MPI_Request rq;
     int rc = MPI_SUCCESS;
     bool ok;
-    double t0 = now_s();
+    double t0 = mt_now_s();
     if (op == MT_EP_COUNTS) {
         rc = MPI_Ialltoall(send, (int)width, MPI_INT64_T, recv, (int)width, MPI_INT64_T, d->comm,
                            &rq);
@@ -87,5 +81,5 @@ void mt_moe_dispatch_hook(void *ctx, mt_ep_op_t op, const void *send, const int6
     if (!ok)
         mt_comm_fatal(d->comm, rc != MPI_SUCCESS ? rc : MPI_ERR_OTHER, "expert-parallel all-to-all");
     d->calls++;
-    d->seconds += now_s() - t0;
+    d->seconds += mt_now_s() - t0;
 }

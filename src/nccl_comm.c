@@ -20,14 +20,8 @@
 #include <unistd.h>
 
 #include "cuda_internal.h"
+#include "mt_clock.h"
 #include "mt_nccl.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void nap(void)
 {
@@ -61,7 +55,7 @@ static mt_status_t nccl_poll(mt_nccl_group_t *g, ncclResult_t rc, const char *wh
 {
     if (rc != ncclSuccess && rc != ncclInProgress)
         return fail_abort(g, what, ncclGetErrorString(rc));
-    const double t0 = now_s();
+    const double t0 = mt_now_s();
     for (;;) {
         ncclResult_t st = ncclSuccess;
         const ncclResult_t q = ncclCommGetAsyncError(g->comm, &st);
@@ -71,7 +65,7 @@ static mt_status_t nccl_poll(mt_nccl_group_t *g, ncclResult_t rc, const char *wh
             return MT_OK;
         if (st != ncclInProgress)
             return fail_abort(g, what, ncclGetErrorString(st));
-        if (now_s() - t0 > g->timeout_s) {
+        if (mt_now_s() - t0 > g->timeout_s) {
             char why[96];
             snprintf(why, sizeof why, "still in progress after %.0f s", g->timeout_s);
             return fail_abort(g, what, why);
@@ -189,7 +183,7 @@ static mt_status_t end(mt_nccl_group_t *g, ncclResult_t rc, const char *what)
     pthread_mutex_lock(&wd_lock);
     const cudaError_t e = cudaEventRecord(g->ev[g->ev_next], g->stream);
     g->ev_next = (g->ev_next + 1) % 64;
-    g->last = what, g->last_t = now_s(), g->pending = 1;
+    g->last = what, g->last_t = mt_now_s(), g->pending = 1;
     pthread_mutex_unlock(&wd_lock);
     if (e != cudaSuccess)
         return mt_error_cuda((int)e, "cudaEventRecord", __FILE__, __LINE__);
@@ -258,7 +252,7 @@ static void *watchdog(void *arg)
                 fire(g, ncclGetErrorString(st));
             if (e != cudaErrorNotReady)
                 fire(g, cudaGetErrorString(e));
-            if (now_s() - g->last_t > g->timeout_s) {
+            if (mt_now_s() - g->last_t > g->timeout_s) {
                 char why[96];
                 snprintf(why, sizeof why, "did not complete in %.0f s (distributed.timeout_s)",
                          g->timeout_s);
@@ -479,20 +473,26 @@ static mt_status_t move(mt_nccl_group_t *g, void *dst, const void *src, int64_t 
     return MT_OK;
 }
 
+/* Rank r's padded slot of mc wire elements in pad, and the wire type. */
+static char *slot(void *pad, int r, size_t mc, int bf16)
+{
+    return (char *)pad + (size_t)r * mc * (bf16 ? 2 : 4);
+}
+
+static ncclDataType_t wire_type(int bf16) { return bf16 ? ncclBfloat16 : ncclFloat32; }
+
 mt_status_t mt_nccl_all_gatherv(mt_nccl_group_t *g, const float *mine, float *unit,
                                 const int *counts, const int *displs, void *pad, int bf16,
                                 cudaStream_t compute)
 {
     const char *what = bf16 ? "all_gather (bf16)" : "all_gather";
-    const size_t el = bf16 ? 2 : 4, mc = (size_t)max_count(counts, g->size);
-    char *p = pad;
+    const size_t mc = (size_t)max_count(counts, g->size);
+    char *own = slot(pad, g->rank, mc, bf16);
     MT_TRY(begin(g, compute, what));
-    MT_TRY(move(g, p + (size_t)g->rank * mc * el, mine, counts[g->rank], 1, bf16));
-    MT_TRY(nccl_poll(g, ncclAllGather(p + (size_t)g->rank * mc * el, p, mc,
-                                      bf16 ? ncclBfloat16 : ncclFloat32, g->comm, g->stream),
-                     what));
+    MT_TRY(move(g, own, mine, counts[g->rank], 1, bf16));
+    MT_TRY(nccl_poll(g, ncclAllGather(own, pad, mc, wire_type(bf16), g->comm, g->stream), what));
     for (int r = 0; r < g->size; r++)
-        MT_TRY(move(g, unit + displs[r], p + (size_t)r * mc * el, counts[r], 0, bf16));
+        MT_TRY(move(g, unit + displs[r], slot(pad, r, mc, bf16), counts[r], 0, bf16));
     return end(g, ncclSuccess, what);
 }
 
@@ -501,16 +501,15 @@ mt_status_t mt_nccl_reduce_scatterv(mt_nccl_group_t *g, const float *unit, float
                                     cudaStream_t compute)
 {
     const char *what = bf16 ? "reduce_scatter (bf16)" : "reduce_scatter";
-    const size_t el = bf16 ? 2 : 4, mc = (size_t)max_count(counts, g->size);
-    char *p = pad;
+    const size_t mc = (size_t)max_count(counts, g->size);
+    char *own = slot(pad, g->rank, mc, bf16);
     MT_TRY(begin(g, compute, what));
     /* each part at the start of its padded slot; the slots' tails sum into
      * the tails, which nobody reads */
     for (int r = 0; r < g->size; r++)
-        MT_TRY(move(g, p + (size_t)r * mc * el, unit + displs[r], counts[r], 1, bf16));
-    char *own = p + (size_t)g->rank * mc * el;
-    MT_TRY(nccl_poll(g, ncclReduceScatter(p, own, mc, bf16 ? ncclBfloat16 : ncclFloat32, ncclSum,
-                                          g->comm, g->stream),
+        MT_TRY(move(g, slot(pad, r, mc, bf16), unit + displs[r], counts[r], 1, bf16));
+    MT_TRY(nccl_poll(g, ncclReduceScatter(pad, own, mc, wire_type(bf16), ncclSum, g->comm,
+                                          g->stream),
                      what));
     MT_TRY(move(g, mine, own, counts[g->rank], 0, bf16));
     return end(g, ncclSuccess, what);
@@ -586,7 +585,7 @@ mt_status_t mt_nccl_wait(mt_nccl_group_t *g, const char *collective)
     if (!g->comm)
         MT_FAIL(MT_ERR_INTERNAL, "NCCL %s on axis %s: no communicator", collective,
                 g->axis ? g->axis : "?");
-    const double t0 = now_s();
+    const double t0 = mt_now_s();
     for (;;) {
         const cudaError_t e = cudaEventQuery((cudaEvent_t)mt_nccl_last_event(g));
         if (e == cudaSuccess)
@@ -599,7 +598,7 @@ mt_status_t mt_nccl_wait(mt_nccl_group_t *g, const char *collective)
             return fail_abort(g, collective, ncclGetErrorString(q));
         if (st != ncclSuccess && st != ncclInProgress)
             return fail_abort(g, collective, ncclGetErrorString(st));
-        if (now_s() - t0 > g->timeout_s) {
+        if (mt_now_s() - t0 > g->timeout_s) {
             char why[96];
             snprintf(why, sizeof why, "did not complete in %.0f s (distributed.timeout_s)",
                      g->timeout_s);

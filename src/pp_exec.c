@@ -24,18 +24,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "mt_clock.h"
 #include "mt_comm.h"
 #include "pp_link.h"
 #ifdef MT_HAVE_CUDA
 #include "cuda_internal.h"
 #endif
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 void mt_pp_stage_layers(const mt_config_t *cfg, int s, int *lo, int *hi)
 {
@@ -255,11 +249,11 @@ static mt_status_t run_list(mt_pp_exec_t *x, mt_model_t *m, const int32_t *token
     bool dev = device_timed(m->be);
     if (dev)
         MT_TRY(timing_events(x));
-    double t_start = now_s();
+    double t_start = mt_now_s();
     for (int i = 0; i < x->sched.num_actions[r]; i++) {
         const mt_pp_action_t *a = &x->sched.actions[r][i];
         int pass = pass_of(a->kind);
-        double t0 = now_s();
+        double t0 = mt_now_s();
         if (dev && pass >= 0)
             time_mark(x, 2 * i);
         int c = x->chunk_of_stage[a->stage], mb = a->microbatch, k;
@@ -327,7 +321,7 @@ static mt_status_t run_list(mt_pp_exec_t *x, mt_model_t *m, const int32_t *token
         if (dev && pass >= 0)
             time_mark(x, 2 * i + 1);
         else if (pass >= 0)
-            x->t_pass[pass] += now_s() - t0, x->n_pass[pass]++;
+            x->t_pass[pass] += mt_now_s() - t0, x->n_pass[pass]++;
         if (x->nsend > 0) { /* move the sends along */
             int flag;
             MPI_Testall(x->nsend, x->send_req, &flag, MPI_STATUSES_IGNORE);
@@ -336,7 +330,7 @@ static mt_status_t run_list(mt_pp_exec_t *x, mt_model_t *m, const int32_t *token
     mt_status_t st = x->nsend > 0 ? mt_wait_all(x->nsend, x->send_req) : MT_OK;
     if (st == MT_OK && dev)
         st = time_collect(x);
-    x->t_run += now_s() - t_start;
+    x->t_run += mt_now_s() - t_start;
     x->runs++;
     return st;
 }

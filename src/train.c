@@ -34,17 +34,11 @@
 #include "mt_tp_comm.h"
 #include "train_device.h"
 #include "train_mp.h"
+#include "mt_clock.h"
 
 static volatile sig_atomic_t stop_signal;
 
 static void on_signal(int sig) { stop_signal = sig; }
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 double mt_measure_sgemm_gflops(int64_t n, int reps)
 {
@@ -57,9 +51,9 @@ double mt_measure_sgemm_gflops(int64_t n, int reps)
             a[i] = (float)(i % 7) * 0.1f, b[i] = (float)(i % 5) * 0.1f;
         be->matmul(c, a, b, n, n, n, false, false, 0.0f); /* warm-up */
         for (int r = 0; r < reps; r++) {
-            double t = now_s();
+            double t = mt_now_s();
             be->matmul(c, a, b, n, n, n, false, false, 0.0f);
-            double g = 2.0 * (double)n * (double)n * (double)n / (now_s() - t) / 1e9;
+            double g = 2.0 * (double)n * (double)n * (double)n / (mt_now_s() - t) / 1e9;
             if (g > best)
                 best = g;
         }
@@ -576,10 +570,10 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
 
-    double t_run = now_s(), loss = NAN;
+    double t_run = mt_now_s(), loss = NAN;
     int64_t max_steps = cfg->step_scheduler.max_steps, step;
     for (step = start + 1; step <= max_steps; step++) {
-        double t0 = now_s(), w0 = mt_comm_wait_seconds();
+        double t0 = mt_now_s(), w0 = mt_comm_wait_seconds();
         int64_t count = 0, local_count = 0;
         for (int64_t u = 0; u < accum; u++) {
             if (r->cp.size > 1)
@@ -653,7 +647,7 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
             break;
         /* the objective: token-mean cross-entropy + coef x mean aux loss */
         loss = count ? sum / (double)count + r->moe.coef * r->moe.aux : NAN;
-        double dt = now_s() - t0, wait = mt_comm_wait_seconds() - w0;
+        double dt = mt_now_s() - t0, wait = mt_comm_wait_seconds() - w0;
 
         double val = NAN;
         if (r->have_val && cfg->step_scheduler.val_every_steps > 0 &&
@@ -677,7 +671,7 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
             if (out && (step % cfg->logging.log_every_steps == 0 || step == max_steps ||
                         step == start + 1)) {
                 char el[32], eta[32];
-                double elapsed = now_s() - t_run;
+                double elapsed = mt_now_s() - t_run;
                 fmt_hms(elapsed, el, sizeof el);
                 fmt_hms(elapsed / (double)(step - start) * (double)(max_steps - step), eta,
                         sizeof eta);

@@ -6,8 +6,8 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "mt_clock.h"
 #include "mt_comm.h"
 #ifdef MT_HAVE_CUDA
 #include "mt_cuda.h"
@@ -112,25 +112,18 @@ mt_status_t mt_train_device_init(mt_train_device_t *d, const mt_config_t *cfg,
     return profile(d);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 void mt_train_device_profile_step(mt_train_device_t *d, int64_t steps_done)
 {
     if (d->profile && steps_done <= 1) { /* the first step (warm-up) is left out */
         mt_backend_profile_reset();
-        d->profile_t0 = now_s();
+        d->profile_t0 = mt_now_s();
     }
 }
 
 void mt_train_device_profile_report(const mt_train_device_t *d, FILE *out)
 {
     if (d->profile && out)
-        mt_backend_profile_report(out, now_s() - d->profile_t0, 8);
+        mt_backend_profile_report(out, mt_now_s() - d->profile_t0, 8);
 }
 
 void mt_train_device_free(mt_train_device_t *d)
