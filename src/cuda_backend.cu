@@ -18,8 +18,6 @@
 
 #include "cuda_common.cuh"
 
-#define LT_WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt's recommendation for Hopper */
-
 static mt_cuda_ctx_t ctx;
 
 /* ------------------------------------------------------------------ context */
@@ -74,8 +72,9 @@ extern "C" mt_status_t mt_cuda_backend_init(mt_cuda_arena_t *arena, size_t scrat
     ctx.cublaslt = lt;
     /* fp32 GEMMs stay fp32: no TF32 unless asked for (NVIDIA_TF32_OVERRIDE) */
     cublasSetMathMode(h, CUBLAS_DEFAULT_MATH);
-    MT_TRY(mt_cuda_arena_alloc(arena, LT_WORKSPACE_BYTES, &ctx.lt_workspace));
-    ctx.lt_workspace_bytes = LT_WORKSPACE_BYTES;
+    /* cuBLASLt's recommendation for Hopper */
+    MT_TRY(mt_cuda_arena_alloc(arena, MT_CUDA_LT_WORKSPACE_BYTES, &ctx.lt_workspace));
+    ctx.lt_workspace_bytes = MT_CUDA_LT_WORKSPACE_BYTES;
     void *scratch = NULL;
     MT_TRY(mt_cuda_arena_alloc(arena, scratch_bytes, &scratch));
     ctx.scratch = (char *)scratch;

@@ -214,7 +214,7 @@ mt_status_t mt_cuda_setup(MPI_Comm node_comm, size_t scratch_bytes, mt_cuda_devi
     MT_MPI_TRY(rc);
     dev->sharing = share;
     const char *e = getenv("MT_CUDA_MEMORY_FRACTION");
-    double fraction = e && atof(e) > 0 && atof(e) <= 1 ? atof(e) : 0.9;
+    double fraction = e && atof(e) > 0 && atof(e) <= 1 ? atof(e) : MT_CUDA_MEMORY_SHARE;
     size_t free_b = 0, total_b = 0;
     MT_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
     size_t want = (size_t)((double)total_b * fraction / (share > 0 ? share : 1));

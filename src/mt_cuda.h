@@ -34,6 +34,16 @@ extern "C" {
 
 /* ------------------------------------------------------------------ device */
 
+/* The trainer's reservation (mt_cuda_setup, src/train_device.c), which
+ * meshtrain-plan counts: this share of the GPU's memory
+ * (MT_CUDA_MEMORY_FRACTION in the environment overrides it), the backend's
+ * cuBLASLt workspace and kernel scratch taken from it, the rest the pool. */
+#define MT_CUDA_MEMORY_SHARE 0.9
+#define MT_CUDA_LT_WORKSPACE_BYTES ((size_t)32 << 20)
+/* per-call reduction space of the kernels (doc/gpu.md: 64 MiB covers 64k
+ * tokens a micro-batch at dim 8192) */
+#define MT_CUDA_SCRATCH_BYTES ((size_t)64 << 20)
+
 typedef struct {
     int device;         /* CUDA ordinal this rank uses */
     int local_rank;     /* rank within its node */

@@ -40,6 +40,14 @@ typedef struct {
     double bytes_params, bytes_grads, bytes_optim, bytes_activations, bytes_total;
     double inflight_microbatches; /* stage-microbatches alive on the worst rank */
 
+    /* distributed.device cuda (doc/plan.md): device memory beside the
+     * arenas above, on the same worst rank, included in bytes_total: the
+     * backend's workspace (cuBLASLt workspace and kernel scratch) and, when
+     * NCCL may carry the collectives (collectives auto or nccl, one GPU per
+     * rank), its wire buffers: the pipeline's message buffers and the fsdp,
+     * ddp and tensor-parallel pads.  0 on the CPU. */
+    double bytes_device_workspace, bytes_device_nccl;
+
     double bubble_fraction;     /* idle share of the pipeline schedule, 0..1 */
     double bubble_ratio;        /* idle over compute: the (p-1)/m convention */
     const char *bubble_formula; /* how it was obtained, for the report */
@@ -54,6 +62,11 @@ typedef struct {
 
 /* Estimate for a validated config. */
 mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan);
+
+/* The smallest GPU (bytes) whose training reservation holds a rank of
+ * this plan, one rank per GPU: the reservation (workspace and pool) is
+ * MT_CUDA_MEMORY_SHARE of the GPU's memory (mt_cuda_setup). */
+double mt_plan_gpu_bytes_needed(const mt_plan_t *plan);
 
 /* Decoder layers held by pipeline rank r (all stages of that rank). */
 int64_t mt_plan_layers_on_rank(const mt_config_t *cfg, int64_t pp_rank);

@@ -105,6 +105,11 @@ mt_pp_channel_t mt_pp_action_channel(const mt_pp_action_t *a, int r);
  * them. */
 mt_status_t mt_pp_sched_channels(const mt_pp_sched_t *sched, mt_pp_channel_t **out, int *n);
 
+/* Rank r's sends (*sends) and receives (*recvs) in its list: the
+ * executor's NCCL message buffers, one each (pp_link.c), which
+ * meshtrain-plan counts. */
+void mt_pp_sched_transfers(const mt_pp_sched_t *sched, int r, int *sends, int *recvs);
+
 /* Every rank's list, one action per line (for tests and doc/pipeline.md). */
 void mt_pp_sched_write(const mt_pp_sched_t *sched, FILE *out);
 

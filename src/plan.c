@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "model_moe.h"
+#include "mt_cuda.h"
 #include "mt_fsdp.h"
 #include "mt_pp_exec.h"
 #include "train_moe.h"
@@ -141,6 +142,44 @@ static mt_status_t bubble(const mt_config_t *cfg, mt_plan_t *plan, mt_pp_sim_res
     return MT_OK;
 }
 
+/* NCCL's wire buffers on pipeline rank r (the trainer's rules: pp_link.c,
+ * fsdp.c, ddp.c, train_device.c): a device buffer per send and receive of
+ * the rank's list, each one micro-batch's activation [tokens / sp, H] in
+ * the wire dtype; fsdp's pad (the largest unit, in bf16 when both
+ * directions are) and, for HSDP with bf16 reductions, a shard-sized bf16
+ * one; ddp's bf16 bucket (the cap plus the largest parameter, which a
+ * bucket may overrun by); the tensor-parallel bf16 pad, a whole
+ * micro-batch of the residual stream [tokens, H]. */
+static double nccl_wire_bytes(const mt_config_t *cfg, int64_t r, const mt_pp_sched_t *lists,
+                              const mt_fsdp_options_t *fso, double unit_max, double tokens,
+                              double p_rank)
+{
+    const mt_distributed_config_t *d = &cfg->distributed;
+    double H = (double)cfg->model.hidden_size, tp = (double)d->tp_size;
+    bool bf16 = d->mp_policy.param_dtype != MT_DTYPE_FLOAT32;
+    bool rbf16 = d->mp_policy.reduce_dtype == MT_DTYPE_BFLOAT16;
+    double wire = 0;
+    if (lists->actions) {
+        int ns, nr;
+        mt_pp_sched_transfers(lists, (int)r, &ns, &nr);
+        wire += (double)(ns + nr) * tokens / (d->sequence_parallel ? tp : 1) * H * (bf16 ? 2 : 4);
+    }
+    double shard = (double)(cfg->derived.dp_shard * d->cp_size);
+    if (fso && shard > 1) {
+        bool two = fso->gather_bf16 && (fso->reduce_bf16 || !fso->shard_grads);
+        wire += unit_max * (two ? 2 : 4);
+        if (cfg->derived.dp_replicate > 1 && fso->reduce_bf16)
+            wire += 2 * unit_max / shard;
+    } else if (!fso && d->strategy == MT_STRATEGY_DDP && cfg->derived.dp_size > 1 && rbf16) {
+        double V = (double)cfg->derived.padded_vocab, I = (double)cfg->model.intermediate_size;
+        double largest = fmax(V * H, I * H) / tp;
+        wire += 2 * fmin(p_rank, d->ddp_bucket_cap_mb * 1048576.0 / 4 + largest);
+    }
+    if (d->tp_size > 1 && bf16)
+        wire += 2 * tokens * H;
+    return wire;
+}
+
 mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
 {
     memset(plan, 0, sizeof *plan);
@@ -195,8 +234,19 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
     bool exp_sharded = mt_train_moe_sharded(cfg);
     double e_shard = exp_sharded ? (double)mt_train_moe_replicas(cfg) : 1;
 
+    /* On a GPU: NCCL (and its wire buffers) unless collectives is mpi; the
+     * pipeline's message buffers follow each rank's list */
+    bool gpu = d->device == MT_DEVICE_CUDA, nccl = gpu && d->collectives != MT_COLL_MPI;
+    mt_pp_sched_t lists = {0};
+    if (nccl && d->pp_size > 1)
+        MT_TRY(mt_pp_schedule_build(d->pipeline.pp_schedule, (int)d->pp_size,
+                                    (int)dv->stages_per_rank, (int)dv->num_microbatches, &lists));
+
     mt_pp_sim_result_t sim;
-    MT_TRY(bubble(cfg, plan, &sim));
+    mt_status_t bs = bubble(cfg, plan, &sim);
+    if (bs != MT_OK)
+        mt_pp_sched_free(&lists);
+    MT_TRY(bs);
     plan->bytes_total = -1;
     /* the embedding sits with the first stage; norm, lm_head and loss with the last */
     int64_t first_rank = stage_rank(cfg, 0), last_rank = stage_rank(cfg, dv->num_stages - 1);
@@ -215,7 +265,7 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
         /* FSDP working buffers (gathered units, unsharded unit gradients),
          * sized by the trainer's own rule over this rank's units: the
          * embedding, its layers (with EP only its own experts), the head. */
-        double pw = 0, gw = 0;
+        double pw = 0, gw = 0, unit_max = 0; /* the largest fsdp unit (NCCL's pad) */
         if (fsdp) {
             /* a layer's unit; sharded experts gather with it (their own
              * fsdp, driven by the same unit events) */
@@ -224,6 +274,7 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
             int64_t *lo = malloc(sizeof *lo * (size_t)(nl + 3));
             if (!lo) {
                 mt_pp_sim_result_free(&sim);
+                mt_pp_sched_free(&lists);
                 MT_FAIL(MT_ERR_NOMEM, "plan units");
             }
             lo[0] = 0;
@@ -234,6 +285,8 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
                 lo[nu + 1] = lo[nu] + (int64_t)layer, nu++;
             if (last)
                 lo[nu + 1] = lo[nu] + (int64_t)((double)(plan->params_head - H) / tp) + H, nu++;
+            for (int64_t u = 0; u < nu; u++)
+                unit_max = fmax(unit_max, (double)(lo[u + 1] - lo[u]));
             int64_t p_work, g_work, rs_tmp;
             mt_fsdp_work_numel(lo, (int)nu, m->tie_word_embeddings && has_embed && last, &fso,
                                (int64_t)(p_rank / fo), &p_work, &g_work, &rs_tmp);
@@ -245,6 +298,7 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
                 int64_t *xl = malloc(sizeof *xl * (size_t)(nl + 1));
                 if (!xl) {
                     mt_pp_sim_result_free(&sim);
+                    mt_pp_sched_free(&lists);
                     MT_FAIL(MT_ERR_NOMEM, "plan units");
                 }
                 for (int64_t l = 0; l <= nl; l++)
@@ -253,6 +307,7 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
                                    &g_work, &rs_tmp);
                 free(xl);
                 pw += (double)p_work, gw += (double)(g_work + rs_tmp);
+                unit_max = fmax(unit_max, lexp / (double)d->ep_size);
             }
         }
         double params = (p_rank / fp + expert / e_shard) * pbytes + pw * pbytes;
@@ -305,15 +360,28 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
                 acts += tokens * (double)m->num_experts_per_tok *
                         (3.0 * (double)H + (double)m->moe_intermediate_size) / tp * act_bytes;
         }
-        double total = params + grads + optim + acts;
+        double ws = 0, wire = 0;
+        if (gpu)
+            ws = (double)(MT_CUDA_LT_WORKSPACE_BYTES + MT_CUDA_SCRATCH_BYTES);
+        if (nccl)
+            wire = nccl_wire_bytes(cfg, r, &lists, fsdp ? &fso : NULL, unit_max, tokens,
+                                   p_rank + expert);
+        double total = params + grads + optim + acts + ws + wire;
         if (total > plan->bytes_total) {
             plan->worst_pp_rank = (int)r;
             plan->layers_on_worst = (int64_t)layers;
             plan->bytes_params = params, plan->bytes_grads = grads, plan->bytes_optim = optim;
             plan->bytes_activations = acts, plan->bytes_total = total;
             plan->inflight_microbatches = nflight;
+            plan->bytes_device_workspace = ws, plan->bytes_device_nccl = wire;
         }
     }
     mt_pp_sim_result_free(&sim);
+    mt_pp_sched_free(&lists);
     return MT_OK;
+}
+
+double mt_plan_gpu_bytes_needed(const mt_plan_t *plan)
+{
+    return plan->bytes_total / MT_CUDA_MEMORY_SHARE;
 }

@@ -16,11 +16,13 @@ static void plan_usage(FILE *out)
     fprintf(out,
             "usage: meshtrain-plan --config FILE --world-size N [--ranks-per-node G] [--json]\n"
             "                      [--app auto|dense|moe|cp] [--all-groups] [--print-config]\n"
-            "                      [section.key=value ...]\n"
+            "                      [--gpu-memory GIB] [section.key=value ...]\n"
             "       meshtrain-plan --config-reference\n"
             "Validates FILE for N ranks (G per node, default all on one node) exactly as the\n"
             "apps do, then prints the resolved sizes, every axis's groups, a per-rank memory\n"
-            "estimate and the pipeline bubble. Exit status: 0 valid, 1 invalid config, 2 usage.\n");
+            "estimate and the pipeline bubble. --gpu-memory: whether a rank fits a GPU of GIB\n"
+            "GiB (distributed.device cuda). Exit status: 0 valid (and fits), 1 invalid config,\n"
+            "2 usage, 3 valid but does not fit the --gpu-memory GPU.\n");
 }
 
 static int parse_count(const char *s, long long *out)
@@ -40,6 +42,7 @@ int mt_plan_main(int argc, char **argv, FILE *out, FILE *err)
     const char *overrides[MT_MAX_OVERRIDES];
     int nover = 0, json = 0, all_groups = 0, print_config = 0;
     long long world = 0, per_node = 0;
+    double gpu_gib = 0;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -63,6 +66,14 @@ int mt_plan_main(int argc, char **argv, FILE *out, FILE *err)
         } else if (strcmp(a, "--ranks-per-node") == 0 && next) {
             if (!parse_count(argv[++i], &per_node)) {
                 fprintf(err, "meshtrain-plan: --ranks-per-node needs a positive integer, got '%s'\n",
+                        argv[i]);
+                return 2;
+            }
+        } else if (strcmp(a, "--gpu-memory") == 0 && next) {
+            char *end;
+            gpu_gib = strtod(argv[++i], &end);
+            if (end == argv[i] || *end || !(gpu_gib > 0)) {
+                fprintf(err, "meshtrain-plan: --gpu-memory needs a size in GiB, got '%s'\n",
                         argv[i]);
                 return 2;
             }
@@ -151,6 +162,22 @@ int mt_plan_main(int argc, char **argv, FILE *out, FILE *err)
         mt_plan_write_text(cfg, &plan, out, all_groups ? 0 : 8);
     }
     code = 0;
+    if (gpu_gib > 0) { /* the verdict goes to err: --json keeps out one object */
+        double need = mt_plan_gpu_bytes_needed(&plan) / (1024.0 * 1024.0 * 1024.0);
+        if (cfg->distributed.device != MT_DEVICE_CUDA) {
+            fprintf(err, "meshtrain-plan: --gpu-memory needs distributed.device: cuda\n");
+            code = 2;
+        } else if (need > gpu_gib) {
+            fprintf(err, "meshtrain-plan: does not fit: a rank needs a GPU of %.2f GiB, this one "
+                         "has %.2f GiB (pp rank %d; lower the micro-batch, turn on "
+                         "distributed.activation_checkpointing, or shard more: tp, pp, "
+                         "fsdp2)\n", need, gpu_gib, plan.worst_pp_rank);
+            code = 3;
+        } else {
+            fprintf(err, "meshtrain-plan: fits: a rank needs a GPU of %.2f GiB of the %.2f GiB\n",
+                    need, gpu_gib);
+        }
+    }
 done:
     free(nodes);
     free(cfg);

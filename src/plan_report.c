@@ -3,6 +3,8 @@
 #include "mt_mesh.h"
 #include "mt_plan.h"
 
+#include "mt_cuda.h"
+
 #include <stdlib.h>
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
@@ -90,7 +92,19 @@ void mt_plan_write_text(const mt_config_t *cfg, const mt_plan_t *plan, FILE *out
     fprintf(out, "  activations         %s (%.0f stage-microbatch%s in flight)\n",
             human_bytes(plan->bytes_activations, hb, sizeof hb), plan->inflight_microbatches,
             plan->inflight_microbatches == 1 ? "" : "es");
+    if (d->device == MT_DEVICE_CUDA) {
+        fprintf(out, "  device workspace    %s (cuBLASLt workspace, kernel scratch)\n",
+                human_bytes(plan->bytes_device_workspace, hb, sizeof hb));
+        if (plan->bytes_device_nccl > 0)
+            fprintf(out, "  NCCL wire buffers   %s (pipeline messages, fsdp, ddp and TP pads)\n",
+                    human_bytes(plan->bytes_device_nccl, hb, sizeof hb));
+    }
     fprintf(out, "  total               %s\n", human_bytes(plan->bytes_total, hb, sizeof hb));
+    if (d->device == MT_DEVICE_CUDA)
+        fprintf(out, "  GPU memory needed   %s per GPU (the trainer reserves %.0f%% of it; "
+                     "--gpu-memory checks a size)\n",
+                human_bytes(mt_plan_gpu_bytes_needed(plan), hb, sizeof hb),
+                100.0 * MT_CUDA_MEMORY_SHARE);
 
     fprintf(out, "\npipeline bubble        %.1f%% (%s", 100.0 * plan->bubble_fraction,
             plan->bubble_formula);
@@ -167,9 +181,12 @@ void mt_plan_write_json(const mt_config_t *cfg, const mt_plan_t *plan, FILE *out
             (long long)plan->params_layer_max, (long long)plan->params_head);
     fprintf(out, "  \"memory_per_rank_bytes\": {\"worst_pp_rank\": %d, \"parameters\": %.0f, "
                  "\"gradients\": %.0f, \"optimizer\": %.0f, \"activations\": %.0f, "
-                 "\"total\": %.0f},\n",
+                 "\"device_workspace\": %.0f, \"nccl_wire\": %.0f, \"total\": %.0f, "
+                 "\"gpu_needed\": %.0f},\n",
             plan->worst_pp_rank, plan->bytes_params, plan->bytes_grads, plan->bytes_optim,
-            plan->bytes_activations, plan->bytes_total);
+            plan->bytes_activations, plan->bytes_device_workspace, plan->bytes_device_nccl,
+            plan->bytes_total,
+            cfg->distributed.device == MT_DEVICE_CUDA ? mt_plan_gpu_bytes_needed(plan) : 0.0);
     fprintf(out, "  \"pipeline\": {\"schedule\": \"%s\", \"bubble_fraction\": %.6f, "
                  "\"bubble_ratio\": %.6f, \"formula\": \"%s\", \"schedules\": [",
             d->pp_size > 1 ? mt_pp_schedule_name(d->pipeline.pp_schedule) : "none",

@@ -108,12 +108,8 @@ static mt_status_t connect_nccl(mt_pp_exec_t *x)
  * buffer in use adds one. */
 static mt_status_t reserve_nccl(mt_pp_exec_t *x, int64_t act)
 {
-    int ns = 0, nr = 0, k;
-    for (int i = 0; i < x->sched.num_actions[x->rank]; i++) {
-        mt_pp_action_kind_t kind = x->sched.actions[x->rank][i].kind;
-        ns += kind == MT_PP_SEND_ACT || kind == MT_PP_SEND_GRAD;
-        nr += kind == MT_PP_RECV_ACT || kind == MT_PP_RECV_GRAD;
-    }
+    int ns, nr, k;
+    mt_pp_sched_transfers(&x->sched, x->rank, &ns, &nr);
     size_t bytes = (x->bf16 ? 2 : 4) * (size_t)act;
     for (int i = 0; i < ns; i++)
         MT_TRY(dbuf_add(x->be, &x->dsend, bytes, "send", &k));

@@ -456,6 +456,16 @@ static int nth_message(const mt_pp_sched_t *sc, mt_pp_channel_t c, int r, int *a
     return -1;
 }
 
+void mt_pp_sched_transfers(const mt_pp_sched_t *sc, int r, int *sends, int *recvs)
+{
+    *sends = *recvs = 0;
+    for (int i = 0; i < sc->num_actions[r]; i++) {
+        mt_pp_action_kind_t k = sc->actions[r][i].kind;
+        *sends += k == MT_PP_SEND_ACT || k == MT_PP_SEND_GRAD;
+        *recvs += k == MT_PP_RECV_ACT || k == MT_PP_RECV_GRAD;
+    }
+}
+
 mt_status_t mt_pp_sched_channels(const mt_pp_sched_t *sc, mt_pp_channel_t **out, int *n)
 {
     *out = NULL, *n = 0;

@@ -402,8 +402,9 @@ static void print_memory(const run_t *r, const mt_config_t *cfg, FILE *out)
         size_t size, used, peak;
         mt_cuda_pool_stats(&size, &used, &peak);
         fprintf(out, "device memory (MiB): pool %.1f (one cudaMalloc less the backend's "
-                     "workspace), %.1f in use, peak %.1f\n", (double)size / mib,
-                (double)used / mib, (double)peak / mib);
+                     "workspace), %.1f in use, peak %.1f, plan estimate %.1f\n",
+                (double)size / mib, (double)used / mib, (double)peak / mib,
+                (plan.bytes_total - plan.bytes_device_workspace) / mib);
     }
 #endif
     if (r->sharded)

@@ -16,10 +16,6 @@
 #include "mt_nccl.h"
 #endif
 
-/* The CUDA backend's scratch: per-call reduction space of the kernels
- * (doc/gpu.md: 64 MiB covers 64k tokens a micro-batch at dim 8192). */
-#define CUDA_SCRATCH_BYTES ((size_t)64 << 20)
-
 static mt_status_t bring_up_cuda(mt_train_device_t *d, const mt_config_t *cfg,
                                  const mt_mesh_t *mesh)
 {
@@ -30,7 +26,7 @@ static mt_status_t bring_up_cuda(mt_train_device_t *d, const mt_config_t *cfg,
     MT_MPI_TRY(MPI_Comm_split_type(mesh->comm, MPI_COMM_TYPE_SHARED, mesh->rank, MPI_INFO_NULL,
                                    &node));
     /* the GPU of the node-local rank, one reservation for everything */
-    mt_status_t s = mt_cuda_setup(node, CUDA_SCRATCH_BYTES, &dev, &reserved);
+    mt_status_t s = mt_cuda_setup(node, MT_CUDA_SCRATCH_BYTES, &dev, &reserved);
     MPI_Comm_free(&node);
     MT_TRY(mt_agree(mesh->comm, s)); /* no rank goes on to the collectives below alone */
     /* bf16 compute: GEMMs and attention on tensor cores (doc/mixed-precision.md) */
@@ -146,12 +142,14 @@ void mt_train_device_free(mt_train_device_t *d)
 #ifdef MT_HAVE_NCCL
 /* bf16 on the wire (mt_tp_comm.h): the float sums, gathers and
  * reduce-scatters through the padded bf16 collectives of mt_nccl.h, their
- * wire buffer d->tp_pad (tp x n bf16 elements; grown in the first step,
+ * wire buffer d->tp_pad (n bf16 elements for a sum, tp x n for a gather or
+ * reduce-scatter; grown in the first step,
  * after the group's collectives that may still read it) */
 static mt_status_t tp_bf16(mt_train_device_t *d, mt_nccl_group_t *g, const void *in, void *out,
                            int64_t n, mt_tp_op_t op, cudaStream_t cs)
 {
-    size_t need = 2 * (size_t)n * (size_t)g->size;
+    bool parts = op == MT_TP_GATHER_FLOAT || op == MT_TP_SCATTER_FLOAT; /* a slot per rank */
+    size_t need = 2 * (size_t)n * (parts ? (size_t)g->size : 1);
     if (need > d->tp_pad_bytes || !d->tp_counts) {
         MT_TRY(mt_nccl_wait(g, "tensor-parallel wire buffer"));
         d->be->device_free(d->tp_pad);

@@ -1,8 +1,8 @@
 /* test_plan: meshtrain-plan's numbers and output.  Parameter counts against
  * a hand count of the tiny model, the memory formulas of doc/plan.md on
  * layouts where they reduce to simple products, stage placement, the
- * simulated bubbles against the closed forms and the schedule table, and
- * the text and JSON reports (driven in-process through
+ * simulated bubbles against the closed forms and the schedule table, the
+ * device's workspace and NCCL buffers, and the text and JSON reports (driven in-process through
  * mt_plan_main with temporary files). */
 #include <math.h>
 #include <stdlib.h>
@@ -198,6 +198,78 @@ static void test_pipeline(void)
     }
 }
 
+/* distributed.device cuda: the backend workspace, and NCCL's wire buffers
+ * by the trainer's rules (doc/plan.md), in the total; none on the CPU or
+ * with collectives mpi. */
+static void test_device(void)
+{
+    mt_plan_t cpu, p;
+    const double ws = 96.0 * 1024 * 1024;
+    if (setup(1, NULL)) {
+        mt_plan_compute(&cfg, &cpu);
+        CHECK(cpu.bytes_device_workspace == 0 && cpu.bytes_device_nccl == 0, "cpu: no device");
+    }
+    if (setup(1, "distributed.device=cuda")) {
+        mt_plan_compute(&cfg, &p);
+        CHECK(p.bytes_device_workspace == ws && p.bytes_device_nccl == 0, "1 rank: workspace only");
+        CHECK(near(p.bytes_total, cpu.bytes_total + ws), "1 rank total %.0f", p.bytes_total);
+        CHECK(near(mt_plan_gpu_bytes_needed(&p), p.bytes_total / 0.9), "gpu needed");
+    }
+    /* pp 2, 1f1b, 4 microbatches of 2 x 128 tokens, H 128: each rank sends
+     * and receives 4 messages; bf16 messages are half */
+    const char *pp = "distributed.device=cuda;distributed.pp_size=2;"
+                     "distributed.pipeline.pp_schedule=1f1b;distributed.pipeline.pp_microbatch_size=2;"
+                     "step_scheduler.local_batch_size=8;step_scheduler.global_batch_size=8";
+    double msg = 2.0 * 128 * 128 * 4;
+    if (setup(2, pp)) {
+        mt_plan_compute(&cfg, &p);
+        CHECK(near(p.bytes_device_nccl, 8 * msg), "pp 2 fp32 wire %.0f", p.bytes_device_nccl);
+    }
+    char ov[1024];
+    snprintf(ov, sizeof ov, "%s;distributed.mp_policy.param_dtype=bfloat16", pp);
+    if (setup(2, ov)) {
+        mt_plan_compute(&cfg, &p);
+        CHECK(near(p.bytes_device_nccl, 4 * msg), "pp 2 bf16 wire %.0f", p.bytes_device_nccl);
+    }
+    snprintf(ov, sizeof ov, "%s;distributed.collectives=mpi", pp);
+    if (setup(2, ov)) {
+        mt_plan_compute(&cfg, &p);
+        CHECK(p.bytes_device_nccl == 0 && p.bytes_device_workspace == ws, "collectives mpi");
+    }
+    /* tp 2 in bf16: a micro-batch of the residual stream in bf16 (2 x 128
+     * tokens x 128 x 2 bytes); in fp32 no pad */
+    if (setup(2, "distributed.device=cuda;distributed.tp_size=2;"
+                 "distributed.mp_policy.param_dtype=bfloat16")) {
+        mt_plan_compute(&cfg, &p);
+        CHECK(near(p.bytes_device_nccl, 2.0 * 256 * 128), "tp 2 bf16 pad %.0f",
+              p.bytes_device_nccl);
+    }
+    if (setup(2, "distributed.device=cuda;distributed.tp_size=2")) {
+        mt_plan_compute(&cfg, &p);
+        CHECK(p.bytes_device_nccl == 0, "tp 2 fp32: no pad");
+    }
+    /* fsdp2 over 2: a pad of the largest unit, a decoder layer (q, o; k, v;
+     * the MLP; two norms), in fp32, in bf16 when both directions are */
+    double layer = 2 * 128 * 128 + 2 * 64 * 128 + 3 * 128 * 352 + 2 * 128;
+    if (setup(2, "distributed.device=cuda")) {
+        mt_plan_compute(&cfg, &p);
+        CHECK(near(p.bytes_device_nccl, 4.0 * layer), "fsdp2 pad %.0f", p.bytes_device_nccl);
+    }
+    if (setup(2, "distributed.device=cuda;distributed.mp_policy.param_dtype=bfloat16;"
+                 "distributed.mp_policy.reduce_dtype=bfloat16")) {
+        mt_plan_compute(&cfg, &p);
+        CHECK(near(p.bytes_device_nccl, 2.0 * layer), "fsdp2 bf16 pad %.0f", p.bytes_device_nccl);
+    }
+    /* ddp over 2 with bf16 reductions: a bucket's bf16 pad, here the whole
+     * model (smaller than the 25 MB cap) */
+    if (setup(2, "distributed.device=cuda;distributed.strategy=ddp;"
+                 "distributed.mp_policy.param_dtype=bfloat16;distributed.mp_policy.reduce_dtype=bfloat16")) {
+        mt_plan_compute(&cfg, &p);
+        CHECK(near(p.bytes_device_nccl, 2.0 * (double)p.params_total), "ddp bf16 pad %.0f",
+              p.bytes_device_nccl);
+    }
+}
+
 /* Run mt_plan_main, capture stdout and stderr. */
 static int run_plan(char *out, size_t ocap, char *err, size_t ecap, int argc, char **argv)
 {
@@ -270,12 +342,33 @@ static void test_cli(void)
     rc = run_plan(out, sizeof out, err, sizeof err, 2, a7);
     CHECK(rc == 0, "reference rc %d", rc);
     CHECK_CONTAINS(out, "| `tp_size` | integer >= 1 | `1` |");
+
+    /* --gpu-memory: the verdict on stderr, exit 3 when a rank does not fit */
+    char *a8[] = {"meshtrain-plan", "--config", path, "--world-size", "64", "--ranks-per-node",
+                  "8", "distributed.device=cuda", "--gpu-memory", "141"};
+    rc = run_plan(out, sizeof out, err, sizeof err, 10, a8);
+    CHECK(rc == 0, "fits rc %d: %s", rc, err);
+    CHECK_CONTAINS(err, "fits: a rank needs a GPU of");
+    CHECK_CONTAINS(out, "device workspace       96.000 MiB");
+    CHECK_CONTAINS(out, "NCCL wire buffers");
+    CHECK_CONTAINS(out, "GPU memory needed");
+    a8[9] = "8";
+    rc = run_plan(out, sizeof out, err, sizeof err, 10, a8);
+    CHECK(rc == 3, "does not fit rc %d", rc);
+    CHECK_CONTAINS(err, "does not fit: a rank needs a GPU of");
+    a8[7] = "distributed.device=cpu";
+    rc = run_plan(out, sizeof out, err, sizeof err, 10, a8);
+    CHECK(rc == 2 && strstr(err, "needs distributed.device: cuda"), "cpu --gpu-memory rc %d", rc);
+    a8[7] = "distributed.device=cuda", a8[9] = "lots";
+    rc = run_plan(out, sizeof out, err, sizeof err, 10, a8);
+    CHECK(rc == 2 && strstr(err, "size in GiB"), "bad --gpu-memory rc %d", rc);
 }
 
 int main(void)
 {
     test_params();
     test_pipeline();
+    test_device();
     test_cli();
     return mt_test_exit("test_plan");
 }
