@@ -1,0 +1,74 @@
+#!/bin/sh
+# nccl_emulation.sh: the trainer's NCCL paths, run on the host.
+#
+# tests/emu/nccl/build/bin holds the apps built against the host emulation
+# of the CUDA runtime and NCCL (tests/emu/nccl, doc/gpu.md "Host emulation
+# of the NCCL paths"): distributed.device cuda then binds an emulated GPU
+# per rank, the trainer takes NCCL (collectives nccl), and every
+# collective goes through src/nccl_comm.c on emulated streams, with the
+# CPU backend's kernels.  Each mesh must log that it ran on NCCL and
+# reproduce the CPU run of the same mesh, built the same way:
+#  - ddp (buckets on the group stream; bf16 buckets through the pad);
+#  - fsdp2 with and without resharding, HSDP on 4 ranks, megatron_fsdp
+#    zero 1 and 3 (the padded all-gathers and reduce-scatters of uneven
+#    shards, prefetch joined per unit), fsdp2 in bf16 (bf16 pads);
+#  - tp 2 with sequence parallelism, in fp32 and in bf16 (the TP hook's
+#    bf16 wire buffer);
+#  - pp 2 under 1f1b, zero_bubble and interleaved with fsdp2 over dp 2
+#    (the pipeline channels: a two-rank NCCL communicator each, early
+#    receives into their own buffers), and pp 2 in bf16;
+#  - cp 2 on packed rows (the ring's grouped K/V and dK/dV steps);
+#  - a MoE under ep 2 (the token all-to-all-v), under ddp 2 (the adopted
+#    replicas' communicator) and cp 2 x ep 2 on 4 ranks;
+# all bit for bit (losses and gradient norms, tolerance 0), and a
+# checkpoint written by an emulated fsdp2 run resumes there bit for bit.
+. "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
+emu="$abs_top_builddir/tests/emu/nccl/build/bin"
+[ -x "$emu/meshtrain-dense" ] || { echo "no $emu/meshtrain-dense: make check builds it"; exit 99; }
+gpu_args= # the host emulation, never the GPUs
+common="$parity_common step_scheduler.max_steps=4 step_scheduler.ckpt_every_steps=2"
+nccl="distributed.device=cuda distributed.collectives=nccl"
+
+mesh() { # mesh NAME NP [key=value ...]: the CPU run and the emulated NCCL run
+    mesh_name=$1 mesh_np=$2; shift 2
+    app="$emu/${mesh_app:-meshtrain-dense}"
+    train "$mesh_name" "$mesh_np" "$@"
+    train "${mesh_name}n" "$mesh_np" "$@" $nccl
+    expect_in "$(cat "$workdir/${mesh_name}n.log")" "collectives NCCL" "$mesh_name: on NCCL"
+    compare_losses "$workdir/$mesh_name.jsonl" "$workdir/${mesh_name}n.jsonl" \
+        "$mesh_name, $mesh_np ranks, emulated NCCL" 0 0
+}
+bf="distributed.mp_policy.param_dtype=bfloat16 distributed.mp_policy.reduce_dtype=bfloat16"
+mesh ddp 2 distributed.strategy=ddp
+mesh ddpbf 2 distributed.strategy=ddp $bf
+mesh fsdp2 2
+mesh fsdp2nr 2 distributed.reshard_after_forward=false
+mesh hsdp 4 distributed.dp_replicate_size=2
+mesh mz1 2 distributed.strategy=megatron_fsdp distributed.zero_dp_strategy=1
+mesh mz3 2 distributed.strategy=megatron_fsdp distributed.zero_dp_strategy=3
+mesh fsdp2bf 2 $bf
+mesh tpsp 2 distributed.tp_size=2 distributed.sequence_parallel=true
+mesh tpspbf 2 distributed.tp_size=2 distributed.sequence_parallel=true $bf
+pipe="distributed.pp_size=2 step_scheduler.local_batch_size=4 distributed.pipeline.pp_schedule"
+mesh pp 2 $pipe=1f1b
+mesh ppzb 2 $pipe=zero_bubble
+mesh ppdp 4 $pipe=interleaved_1f1b model.num_hidden_layers=4
+mesh ppbf 2 $pipe=1f1b $bf
+
+# resume from the emulated fsdp2 run's step-2 checkpoint
+app="$emu/meshtrain-dense"
+train fsdp2r 2 $nccl checkpoint.resume="$workdir/fsdp2n/step_00000002"
+compare_losses "$workdir/fsdp2.jsonl" "$workdir/fsdp2r.jsonl" "fsdp2, emulated NCCL resume" 3 0
+
+mesh_app=meshtrain-cp
+common="$parity_common step_scheduler.max_steps=3 step_scheduler.ckpt_every_steps=3"
+mesh cp 2 distributed.cp_size=2 packed_sequence.packed_sequence_size=64
+
+mesh_app=meshtrain-moe
+common="$common model.num_experts=4 model.num_experts_per_tok=2 model.moe_intermediate_size=32
+ model.norm_topk_prob=true model.router_aux_loss_coef=0.01 model.num_shared_experts=1
+ model.moe_router_bias_update_rate=0.001"
+mesh mep 2 distributed.ep_size=2
+mesh mddp 2 distributed.strategy=ddp
+mesh mcpep 4 distributed.cp_size=2 distributed.ep_size=2
+finish
