@@ -53,6 +53,8 @@ typedef struct {
     mt_nccl_group_t group[MT_NGROUPS];
     int alias[MT_NGROUPS]; /* g + 1 when the group has the members of group g
                             * before it (one communicator for both), else 0 */
+    double timeout_s;      /* distributed.timeout_s, also for the groups
+                            * adopted later (mt_nccl_adopt) */
 } mt_nccl_t;
 
 /* One communicator over the MPI communicator comm (collective over it),

@@ -128,6 +128,7 @@ void mt_nccl_group_free(mt_nccl_group_t *g)
 mt_status_t mt_nccl_init(mt_nccl_t *n, const mt_mesh_t *mesh, double timeout_s)
 {
     memset(n, 0, sizeof *n);
+    n->timeout_s = timeout_s > 0 ? timeout_s : 600.0;
     for (int gi = 0; gi < MT_NGROUPS; gi++) {
         if (mesh->group[gi] == MPI_COMM_NULL || gi == MT_GROUP_PP)
             continue;
@@ -202,6 +203,7 @@ static struct {
     mt_nccl_group_t *group[MT_NGROUPS + MT_NCCL_EXTRA];
     mt_nccl_group_t *extra[MT_NCCL_EXTRA]; /* owned here */
     int n, nextra, device, world_rank;
+    double timeout_s; /* for adopted groups */
     volatile int stop;
     pthread_t thread;
     int running;
@@ -277,6 +279,7 @@ mt_status_t mt_nccl_activate(mt_nccl_t *n, const mt_mesh_t *mesh)
     }
     MT_CUDA_TRY(cudaGetDevice(&wd.device));
     wd.world_rank = mesh->rank;
+    wd.timeout_s = n->timeout_s;
     wd.stop = 0;
     if (pthread_create(&wd.thread, NULL, watchdog, NULL) != 0)
         MT_FAIL(MT_ERR_INTERNAL, "cannot start the NCCL watchdog thread");
@@ -318,8 +321,7 @@ mt_status_t mt_nccl_adopt(MPI_Comm comm, const char *axis)
                     MT_NCCL_EXTRA);
         MT_FAIL(MT_ERR_NOMEM, "NCCL group for %s%s", axis, ok ? " (on another rank)" : "");
     }
-    double timeout = wd.n > 0 ? wd.group[0]->timeout_s : 600.0;
-    mt_status_t s = mt_nccl_group_init(g, comm, axis, timeout);
+    mt_status_t s = mt_nccl_group_init(g, comm, axis, wd.timeout_s);
     if (s != MT_OK) {
         mt_nccl_group_free(g);
         free(g);

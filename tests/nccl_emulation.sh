@@ -11,17 +11,21 @@
 #  - ddp (buckets on the group stream; bf16 buckets through the pad);
 #  - fsdp2 with and without resharding, HSDP on 4 ranks, megatron_fsdp
 #    zero 1 and 3 (the padded all-gathers and reduce-scatters of uneven
-#    shards, prefetch joined per unit), fsdp2 in bf16 (bf16 pads);
-#  - tp 2 with sequence parallelism, in fp32 and in bf16 (the TP hook's
-#    bf16 wire buffer);
+#    shards, prefetch joined per unit), and in bf16 fsdp2, HSDP (the
+#    replicas' bf16 all-reduce) and zero 2 (bf16 pads);
+#  - tp 2 with sequence parallelism in fp32 and bf16, and without it in
+#    bf16 (the TP hook's bf16 wire buffer: gathers, reduce-scatters,
+#    all-reduces);
 #  - pp 2 under 1f1b, zero_bubble and interleaved with fsdp2 over dp 2
 #    (the pipeline channels: a two-rank NCCL communicator each, early
 #    receives into their own buffers), and pp 2 in bf16;
 #  - cp 2 on packed rows (the ring's grouped K/V and dK/dV steps);
 #  - a MoE under ep 2 (the token all-to-all-v), under ddp 2 (the adopted
-#    replicas' communicator) and cp 2 x ep 2 on 4 ranks;
-# all bit for bit (losses and gradient norms, tolerance 0), and a
-# checkpoint written by an emulated fsdp2 run resumes there bit for bit.
+#    replicas' communicator), under tp 2 and cp 2 x ep 2 on 4 ranks;
+# all bit for bit (losses and gradient norms, tolerance 0); a checkpoint
+# written by an emulated fsdp2 run resumes there bit for bit; and a hung
+# collective (a data-parallel all-reduce, a pipeline channel's receive)
+# ends the run through the watchdog after distributed.timeout_s.
 . "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
 emu="$abs_top_builddir/tests/emu/nccl/build/bin"
 [ -x "$emu/meshtrain-dense" ] || { echo "no $emu/meshtrain-dense: make check builds it"; exit 99; }
@@ -47,8 +51,11 @@ mesh hsdp 4 distributed.dp_replicate_size=2
 mesh mz1 2 distributed.strategy=megatron_fsdp distributed.zero_dp_strategy=1
 mesh mz3 2 distributed.strategy=megatron_fsdp distributed.zero_dp_strategy=3
 mesh fsdp2bf 2 $bf
+mesh hsdpbf 4 distributed.dp_replicate_size=2 $bf
+mesh mz2bf 2 distributed.strategy=megatron_fsdp distributed.zero_dp_strategy=2 $bf
 mesh tpsp 2 distributed.tp_size=2 distributed.sequence_parallel=true
 mesh tpspbf 2 distributed.tp_size=2 distributed.sequence_parallel=true $bf
+mesh tpbf 2 distributed.tp_size=2 $bf
 pipe="distributed.pp_size=2 step_scheduler.local_batch_size=4 distributed.pipeline.pp_schedule"
 mesh pp 2 $pipe=1f1b
 mesh ppzb 2 $pipe=zero_bubble
@@ -60,6 +67,19 @@ app="$emu/meshtrain-dense"
 train fsdp2r 2 $nccl checkpoint.resume="$workdir/fsdp2n/step_00000002"
 compare_losses "$workdir/fsdp2.jsonl" "$workdir/fsdp2r.jsonl" "fsdp2, emulated NCCL resume" 3 0
 
+# the watchdog: a rank whose K-th NCCL operation never completes
+# (MT_EMU_HANG=rank:K) leaves its peers waiting; after distributed.timeout_s
+# a rank names the collective and the axis, aborts and exits with 3
+hang() { # hang RANK:K NEEDLE [key=value ...]
+    h=$1 needle=$2; shift 2
+    MT_EMU_HANG=$h expect_rc 3 np 2 "$emu/meshtrain-dense" --config "$small_cfg" $common \
+        checkpoint.enabled=false $nccl distributed.timeout_s=2 "$@"
+    expect_in "$err" "$needle" "hang $h: the watchdog's report"
+    expect_in "$err" "did not complete in 2 s (distributed.timeout_s)" "hang $h: the timeout"
+}
+hang 1:2 "NCCL all_reduce on axis dp_shard" distributed.strategy=ddp
+hang 0:4 "on axis pp activations 0->1" $pipe=1f1b
+
 mesh_app=meshtrain-cp
 common="$parity_common step_scheduler.max_steps=3 step_scheduler.ckpt_every_steps=3"
 mesh cp 2 distributed.cp_size=2 packed_sequence.packed_sequence_size=64
@@ -70,5 +90,6 @@ common="$common model.num_experts=4 model.num_experts_per_tok=2 model.moe_interm
  model.moe_router_bias_update_rate=0.001"
 mesh mep 2 distributed.ep_size=2
 mesh mddp 2 distributed.strategy=ddp
+mesh mtp 2 distributed.tp_size=2
 mesh mcpep 4 distributed.cp_size=2 distributed.ep_size=2
 finish

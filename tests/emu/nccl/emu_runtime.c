@@ -594,6 +594,22 @@ static MPI_Op mpi_op(ncclRedOp_t op, ncclDataType_t t)
     return MPI_OP_NULL;
 }
 
+/* MT_EMU_HANG=R:K: world rank R's K-th NCCL operation (from 1) never
+ * completes, as a rank that died or hangs inside a collective (the
+ * watchdog's test) */
+static int hang_now(void)
+{
+    static long ops;
+    const char *e = getenv("MT_EMU_HANG");
+    int r, me;
+    long k;
+    ops++;
+    if (!e || sscanf(e, "%d:%ld", &r, &k) != 2)
+        return 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    return me == r && ops == k;
+}
+
 /* a queued operation of n requests on s, after what s waits on */
 static item_t *begin_op(cudaStream_t s, int nreq)
 {
@@ -604,6 +620,12 @@ static item_t *begin_op(cudaStream_t s, int nreq)
     it->req = calloc((size_t)(nreq > 0 ? nreq : 1), sizeof *it->req);
     if (!it->req)
         fatal("out of memory");
+    if (hang_now()) { /* a receive nobody sends, in place of the operation */
+        static int sink;
+        it->nreq = 1;
+        MPI_Irecv(&sink, 1, MPI_INT, MPI_ANY_SOURCE, 31999, MPI_COMM_SELF, &it->req[0]);
+        return NULL;
+    }
     return it;
 }
 
@@ -611,6 +633,8 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t s)
 {
     item_t *it = begin_op(s, 1);
+    if (!it)
+        return ncclSuccess;
     if (MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, mpi_type(type),
                        mpi_op(op, type), comm->comm, &it->req[0]) != MPI_SUCCESS)
         return ncclSystemError;
@@ -621,6 +645,8 @@ ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataT
                            ncclComm_t comm, cudaStream_t s)
 {
     item_t *it = begin_op(s, 1);
+    if (!it)
+        return ncclSuccess;
     const size_t b = count * type_bytes(type);
     const void *in = send;
     if ((const char *)send == (const char *)recv + (size_t)comm->rank * b)
@@ -638,6 +664,8 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclD
                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t s)
 {
     item_t *it = begin_op(s, 1);
+    if (!it)
+        return ncclSuccess;
     const size_t b = count * type_bytes(type), all = b * (size_t)comm->size;
     if ((const char *)recv < (const char *)send + all && (const char *)recv + b > (const char *)send) {
         /* NCCL's in-place (recv is the rank's slot of send): from a copy */
@@ -709,6 +737,14 @@ static ncclResult_t group_post(void)
             n += pend[i].s == s;
         item_t *it = begin_op(s, n);
         int k = 0;
+        if (!it) { /* hangs: nothing posted */
+            int m = 0;
+            for (int i = 0; i < npend; i++)
+                if (pend[i].s != s)
+                    pend[m++] = pend[i];
+            npend = m;
+            continue;
+        }
         for (int pass = 0; pass < 2; pass++)
             for (int i = 0; i < npend; i++) {
                 p2p_t *p = &pend[i];
