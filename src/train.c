@@ -723,6 +723,20 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
                     100.0 * meas, 100.0 * sim, 1e3 * cost[0], 1e3 * cost[1], 1e3 * cost[2], mb,
                     r->pipe.bf16 ? "bf16" : "float32");
     }
+#ifdef MT_HAVE_CUDA
+    if (s == MT_OK && cfg->distributed.device == MT_DEVICE_CUDA) { /* the plan, checked */
+        size_t size, used, peak;
+        mt_cuda_pool_stats(&size, &used, &peak);
+        double mine = (double)peak, most = 0;
+        mt_plan_t plan;
+        s = mt_allreduce(&mine, &most, 1, MPI_DOUBLE, MPI_MAX, comm);
+        if (s == MT_OK && rank == 0 && out && mt_plan_compute(cfg, &plan) == MT_OK)
+            fprintf(out, "device memory peak (MiB, the largest of the ranks): %.3f, plan "
+                         "estimate %.3f, pool %.1f\n", most / 1048576.0,
+                    (plan.bytes_total - plan.bytes_device_workspace) / 1048576.0,
+                    (double)size / 1048576.0);
+    }
+#endif
     if (r->sharded) { /* a parameter all-gather may still be in flight */
         mt_status_t s2 = mt_fsdp_sync(&r->fsdp);
         if (s == MT_OK)

@@ -22,7 +22,9 @@
 #  - cp 2 on packed rows (the ring's grouped K/V and dK/dV steps);
 #  - a MoE under ep 2 (the token all-to-all-v), under ddp 2 (the adopted
 #    replicas' communicator), under tp 2 and cp 2 x ep 2 on 4 ranks;
-# all bit for bit (losses and gradient norms, tolerance 0); a checkpoint
+# all bit for bit (losses and gradient norms, tolerance 0), and the dense
+# and cp meshes' device pool peaks within 5% of meshtrain-plan's device
+# estimate (NCCL's wire buffers included); a checkpoint
 # written by an emulated fsdp2 run resumes there bit for bit; and a hung
 # collective (a data-parallel all-reduce, a pipeline channel's receive)
 # ends the run through the watchdog after distributed.timeout_s.
@@ -41,6 +43,21 @@ mesh() { # mesh NAME NP [key=value ...]: the CPU run and the emulated NCCL run
     expect_in "$(cat "$workdir/${mesh_name}n.log")" "collectives NCCL" "$mesh_name: on NCCL"
     compare_losses "$workdir/$mesh_name.jsonl" "$workdir/${mesh_name}n.jsonl" \
         "$mesh_name, $mesh_np ranks, emulated NCCL" 0 0
+    [ "$plan_tol" = none ] || plan_checked "$workdir/${mesh_name}n.log" "$mesh_name" "$plan_tol"
+}
+plan_tol=0.05
+# plan_checked LOG NAME TOL: the device pool's peak (the largest rank's)
+# within TOL of meshtrain-plan's device estimate (NCCL's buffers included)
+plan_checked() {
+    checks=$((checks + 1))
+    python3 - "$1" "$3" <<'PY' || fail "$2: device memory peak against the plan"
+import re, sys
+m = re.search(r"device memory peak \(MiB, the largest of the ranks\): ([0-9.]+), plan estimate ([0-9.]+)",
+              open(sys.argv[1]).read())
+assert m, "no device memory peak line"
+peak, plan = float(m.group(1)), float(m.group(2))
+assert abs(peak - plan) <= float(sys.argv[2]) * plan, f"peak {peak} MiB, plan {plan} MiB"
+PY
 }
 bf="distributed.mp_policy.param_dtype=bfloat16 distributed.mp_policy.reduce_dtype=bfloat16"
 mesh ddp 2 distributed.strategy=ddp
@@ -85,6 +102,7 @@ common="$parity_common step_scheduler.max_steps=3 step_scheduler.ckpt_every_step
 mesh cp 2 distributed.cp_size=2 packed_sequence.packed_sequence_size=64
 
 mesh_app=meshtrain-moe
+plan_tol=none # dropless routing grows its row buffers past the plan (doc/plan.md)
 common="$common model.num_experts=4 model.num_experts_per_tok=2 model.moe_intermediate_size=32
  model.norm_topk_prob=true model.router_aux_loss_coef=0.01 model.num_shared_experts=1
  model.moe_router_bias_update_rate=0.001"
