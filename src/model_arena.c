@@ -391,7 +391,8 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
     if (mc->num_experts > 0) {
         mt_status_t s = mt_moe_init(m, cfg, ep_rank < 0 ? 0 : ep_rank,
                                     ep_rank < 0 ? 1 : (int)cfg->distributed.ep_size,
-                                    (flags & MT_MODEL_NO_EXPERT_ARENAS) != 0);
+                                    (flags & MT_MODEL_NO_EXPERT_ARENAS) != 0,
+                                    (flags & MT_MODEL_NO_ACT_ARENA) != 0);
         if (s != MT_OK) {
             mt_model_free(m);
             return s;

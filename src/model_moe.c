@@ -216,7 +216,7 @@ static bool acts_alloc(mt_moe_t *x, moe_acts_t *a, int64_t H)
 }
 
 mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int ep_size,
-                        bool no_arenas)
+                        bool no_arenas, bool no_acts)
 {
     const mt_model_config_t *mc = &cfg->model;
     if (ep_size < 1 || mc->num_experts % ep_size)
@@ -261,16 +261,18 @@ mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int 
     ALLOC(x->rt, m->nslots * L);
     ALLOC(x->route_mem, m->nslots * m->nroute);
     ALLOC(x->off, x->E);
-    DALLOC(x->src_tok, N * x->K);
-    DALLOC(x->sendbuf, N * x->K * H);
-    DALLOC(x->dw, N * x->K);
-    DALLOC(x->dlogits, N * x->E);
-    DALLOC(x->aux_dp, x->E);
-    ALLOC(x->h_idx, N * x->K);
-    ALLOC(x->h_slot_row, N * x->K);
-    ALLOC(x->h_src_tok, N * x->K);
-    ALLOC(x->h_probs, N * x->E);
-    ALLOC(x->h_aux_dp, x->E);
+    if (!no_acts) {
+        DALLOC(x->src_tok, N * x->K);
+        DALLOC(x->sendbuf, N * x->K * H);
+        DALLOC(x->dw, N * x->K);
+        DALLOC(x->dlogits, N * x->E);
+        DALLOC(x->aux_dp, x->E);
+        ALLOC(x->h_idx, N * x->K);
+        ALLOC(x->h_slot_row, N * x->K);
+        ALLOC(x->h_src_tok, N * x->K);
+        ALLOC(x->h_probs, N * x->E);
+        ALLOC(x->h_aux_dp, x->E);
+    }
     if (!ok)
         MT_FAIL(MT_ERR_NOMEM, "MoE buffers for %lld tokens", (long long)N);
     for (int l = 0; l < L; l++) {
@@ -316,6 +318,8 @@ mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int 
      * serves every layer and slot; with moe.ignore_router_for_ac the
      * router's outputs stay per layer and slot all the same. */
     x->keep_router = m->checkpointing && cfg->distributed.moe.ignore_router_for_ac;
+    if (no_acts) /* a table of names and shapes */
+        return MT_OK;
     moe_acts_t *one = NULL;
     moe_route_t *one_rt = NULL;
     for (int s = 0; s < m->nslots; s++)

@@ -106,9 +106,11 @@ bool mt_moe_is_sparse(const mt_config_t *cfg, int l);
  * gathers), so the experts and the router are whole on every TP rank and
  * their gradients partial.  no_arenas: leave out the expert parameter and
  * gradient arenas; whoever shards the experts points their data and grad
- * at its own buffers before use. */
+ * at its own buffers before use.  no_acts: no activations, routing state
+ * or dispatch buffers either (a table of names and shapes, as
+ * MT_MODEL_NO_ACT_ARENA leaves the dense model: the checkpoint's). */
 mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int ep_size,
-                        bool no_arenas);
+                        bool no_arenas, bool no_acts);
 void mt_moe_free(mt_model_t *m);
 
 /* Initial expert weights: normal(seed, name, element), as for every other

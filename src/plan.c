@@ -148,11 +148,12 @@ static mt_status_t bubble(const mt_config_t *cfg, mt_plan_t *plan, mt_pp_sim_res
  * the wire dtype; fsdp's pad (the largest unit, in bf16 when both
  * directions are) and, for HSDP with bf16 reductions, a shard-sized bf16
  * one; ddp's bf16 bucket (the cap plus the largest parameter, which a
- * bucket may overrun by); the tensor-parallel bf16 pad, a whole
- * micro-batch of the residual stream [tokens, H]. */
+ * bucket may overrun by); the sharded experts' fsdp pad (a layer's
+ * experts, xunit); the tensor-parallel bf16 pad, a whole micro-batch of
+ * the residual stream [tokens, H]. */
 static double nccl_wire_bytes(const mt_config_t *cfg, int64_t r, const mt_pp_sched_t *lists,
-                              const mt_fsdp_options_t *fso, double unit_max, double tokens,
-                              double p_rank)
+                              const mt_fsdp_options_t *fso, double unit_max, double xunit,
+                              double tokens, double p_rank)
 {
     const mt_distributed_config_t *d = &cfg->distributed;
     double H = (double)cfg->model.hidden_size, tp = (double)d->tp_size;
@@ -174,6 +175,11 @@ static double nccl_wire_bytes(const mt_config_t *cfg, int64_t r, const mt_pp_sch
         double V = (double)cfg->derived.padded_vocab, I = (double)cfg->model.intermediate_size;
         double largest = fmax(V * H, I * H) / tp;
         wire += 2 * fmin(p_rank, d->ddp_bucket_cap_mb * 1048576.0 / 4 + largest);
+    }
+    if (xunit > 0) { /* the sharded experts' own fsdp: a pad of a layer's experts */
+        mt_fsdp_options_t xo;
+        mt_fsdp_options_from_config(cfg, &xo);
+        wire += xunit * (xo.gather_bf16 && xo.reduce_bf16 ? 2 : 4);
     }
     if (d->tp_size > 1 && bf16)
         wire += 2 * tokens * H;
@@ -265,7 +271,8 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
         /* FSDP working buffers (gathered units, unsharded unit gradients),
          * sized by the trainer's own rule over this rank's units: the
          * embedding, its layers (with EP only its own experts), the head. */
-        double pw = 0, gw = 0, unit_max = 0; /* the largest fsdp unit (NCCL's pad) */
+        /* the largest fsdp unit, and the experts' (their fsdp's NCCL pads) */
+        double pw = 0, gw = 0, unit_max = 0, xunit = 0;
         if (fsdp) {
             /* a layer's unit; sharded experts gather with it (their own
              * fsdp, driven by the same unit events) */
@@ -292,7 +299,11 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
                                (int64_t)(p_rank / fo), &p_work, &g_work, &rs_tmp);
             free(lo);
             pw = (double)p_work, gw = (double)(g_work + rs_tmp);
-            if (exp_sharded && nl > 0) { /* the experts' own fsdp: a unit per layer */
+        }
+        {
+            int64_t nl = (int64_t)layers, p_work, g_work, rs_tmp;
+            if (exp_sharded && nl > 0) { /* the experts' own fsdp (also when the rest is
+                                          * not sharded, as under tp alone): a unit per layer */
                 mt_fsdp_options_t xo = fso;
                 xo.reshard_after_forward = d->moe.reshard_after_forward;
                 int64_t *xl = malloc(sizeof *xl * (size_t)(nl + 1));
@@ -307,7 +318,7 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
                                    &g_work, &rs_tmp);
                 free(xl);
                 pw += (double)p_work, gw += (double)(g_work + rs_tmp);
-                unit_max = fmax(unit_max, lexp / (double)d->ep_size);
+                xunit = lexp / (double)d->ep_size;
             }
         }
         double params = (p_rank / fp + expert / e_shard) * pbytes + pw * pbytes;
@@ -364,7 +375,7 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
         if (gpu)
             ws = (double)(MT_CUDA_LT_WORKSPACE_BYTES + MT_CUDA_SCRATCH_BYTES);
         if (nccl)
-            wire = nccl_wire_bytes(cfg, r, &lists, fsdp ? &fso : NULL, unit_max, tokens,
+            wire = nccl_wire_bytes(cfg, r, &lists, fsdp ? &fso : NULL, unit_max, xunit, tokens,
                                    p_rank + expert);
         double total = params + grads + optim + acts + ws + wire;
         if (total > plan->bytes_total) {

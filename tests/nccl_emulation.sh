@@ -57,6 +57,7 @@ m = re.search(r"device memory peak \(MiB, the largest of the ranks\): ([0-9.]+),
 assert m, "no device memory peak line"
 peak, plan = float(m.group(1)), float(m.group(2))
 assert abs(peak - plan) <= float(sys.argv[2]) * plan, f"peak {peak} MiB, plan {plan} MiB"
+print(f"device memory peak {peak} MiB, plan {plan} MiB ({100 * (peak / plan - 1):+.1f}%)")
 PY
 }
 bf="distributed.mp_policy.param_dtype=bfloat16 distributed.mp_policy.reduce_dtype=bfloat16"
@@ -102,7 +103,7 @@ common="$parity_common step_scheduler.max_steps=3 step_scheduler.ckpt_every_step
 mesh cp 2 distributed.cp_size=2 packed_sequence.packed_sequence_size=64
 
 mesh_app=meshtrain-moe
-plan_tol=none # dropless routing grows its row buffers past the plan (doc/plan.md)
+plan_tol=0.10 # dropless routing grows its row buffers past the plan (doc/plan.md)
 common="$common model.num_experts=4 model.num_experts_per_tok=2 model.moe_intermediate_size=32
  model.norm_topk_prob=true model.router_aux_loss_coef=0.01 model.num_shared_experts=1
  model.moe_router_bias_update_rate=0.001"
