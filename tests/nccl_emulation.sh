@@ -22,6 +22,8 @@
 #  - cp 2 on packed rows (the ring's grouped K/V and dK/dV steps);
 #  - a MoE under ep 2 (the token all-to-all-v), under ddp 2 (the adopted
 #    replicas' communicator), under tp 2 and cp 2 x ep 2 on 4 ranks;
+# one rank on the emulated GPU, and fsdp2 with collectives auto (NCCL) and
+# mpi (staged through host copies);
 # all bit for bit (losses and gradient norms, tolerance 0), and the dense
 # and cp meshes' device pool peaks within 5% of meshtrain-plan's device
 # estimate (NCCL's wire buffers included); a checkpoint
@@ -79,6 +81,19 @@ mesh pp 2 $pipe=1f1b
 mesh ppzb 2 $pipe=zero_bubble
 mesh ppdp 4 $pipe=interleaved_1f1b model.num_hidden_layers=4
 mesh ppbf 2 $pipe=1f1b $bf
+
+# one rank on the emulated GPU (no collectives); two with collectives auto
+# (each rank has its own GPU: NCCL) and mpi (host copies)
+app="$emu/meshtrain-dense"
+train one 1
+train onen 1 distributed.device=cuda
+compare_losses "$workdir/one.jsonl" "$workdir/onen.jsonl" "1 rank, emulated GPU" 0 0
+train auto 2 distributed.device=cuda
+expect_in "$(cat "$workdir/auto.log")" "collectives NCCL" "collectives auto with a GPU per rank"
+compare_losses "$workdir/fsdp2.jsonl" "$workdir/auto.jsonl" "fsdp2, collectives auto" 0 0
+train staged 2 distributed.device=cuda distributed.collectives=mpi
+expect_in "$(cat "$workdir/staged.log")" "collectives MPI on host copies" "collectives mpi"
+compare_losses "$workdir/fsdp2.jsonl" "$workdir/staged.jsonl" "fsdp2, staged on the GPU" 0 0
 
 # resume from the emulated fsdp2 run's step-2 checkpoint
 app="$emu/meshtrain-dense"
