@@ -11,8 +11,9 @@
  * and queues their requests, so the host runs ahead as it does on a GPU.
  * Events are (stream, position) pairs.  Communicators are MPI
  * communicators of the same members, made from the unique id (which
- * names its creator's world rank).  bf16 sums add in fp32 and round each
- * partial, as NCCL's reductions do per step.
+ * names its creator's world rank).  Sends are synchronous (MPI_Issend): a
+ * send completes once its receive is posted, as NCCL's do.  bf16 sums add
+ * in fp32 and round each partial, as NCCL's reductions do per step.
  *
  * What this checks: the layer's buffers, counts, displacements, pads, wire
  * conversions and communicator use, the matching of point-to-point
@@ -752,7 +753,7 @@ static ncclResult_t group_post(void)
                     continue;
                 if (p->bytes > (size_t)INT32_MAX)
                     fatal("message over 2 GiB");
-                int rc = p->send ? MPI_Isend(p->buf, (int)p->bytes, MPI_BYTE, p->peer, 0,
+                int rc = p->send ? MPI_Issend(p->buf, (int)p->bytes, MPI_BYTE, p->peer, 0,
                                              p->comm->comm, &it->req[k++])
                                  : MPI_Irecv(p->buf, (int)p->bytes, MPI_BYTE, p->peer, 0,
                                              p->comm->comm, &it->req[k++]);
