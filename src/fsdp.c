@@ -715,7 +715,9 @@ void mt_fsdp_bytes(const mt_fsdp_t *f, double *params_shard, double *params_work
 {
     double numel = (double)f->model->numel, own = (double)f->owned;
     *params_shard = 4.0 * (f->opt.shard_params ? own : numel);
-    *params_work = 4.0 * (double)f->p_work_numel + (double)f->pad_bytes; /* + NCCL's pad */
+    /* NCCL's pad is not a parameter buffer: meshtrain-plan counts it with
+     * the device's NCCL wire buffers, and the pool's peak has it */
+    *params_work = 4.0 * (double)f->p_work_numel;
     *grads_shard = 4.0 * (f->opt.shard_grads ? own : numel);
     *grads_work = 4.0 * (double)(f->g_work_numel + f->rs_tmp_numel);
 }

@@ -4,7 +4,10 @@
 : "${abs_top_srcdir:=$abs_top_builddir}"
 : "${MPIEXEC:=mpiexec}"
 : "${MPIEXEC_NP:=-n}"
-bindir="$abs_top_builddir/apps"
+# MESHTRAIN_TEST_BINDIR: the trainers to test instead of the build's
+# (tests/emu/nccl/build/bin: the parity tests on the host emulation of
+# the GPUs, with MESHTRAIN_TEST_GPUS; doc/testing.md)
+bindir="${MESHTRAIN_TEST_BINDIR:-$abs_top_builddir/apps}"
 configs="$abs_top_srcdir/share/configs"
 testconfigs="$abs_top_srcdir/tests/configs"
 # the corpus make builds, and the small model most training tests use

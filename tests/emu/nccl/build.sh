@@ -1,10 +1,12 @@
 #!/bin/sh
 # build.sh SRCDIR OUTDIR SOURCE...: libmeshtrain's C sources (and the
 # apps) compiled against the host emulation of the CUDA runtime and NCCL
-# (tests/emu/nccl), into OUTDIR/bin/meshtrain-{dense,moe,cp}.  CC,
+# (tests/emu/nccl), into OUTDIR/bin/meshtrain-*.  CC,
 # CPPFLAGS, CFLAGS and LIBS come from make (`make emulate-nccl`): the
 # library's own flags, with the emulation's headers first on the include
 # path and MT_HAVE_CUDA, MT_HAVE_NCCL defined, whatever configure found.
+# Every app is built, so the parity tests can run on it whole
+# (MESHTRAIN_TEST_BINDIR, doc/testing.md).
 set -e
 src=$1 out=$2
 shift 2
@@ -28,7 +30,8 @@ done
 printf '%s\n' $list | sed '/^$/d' | xargs -P "$jobs" -I{} sh -c '
     f=${1%%:*} o=${1#*:}
     $CC '"$flags"' -c "'"$src"'/$f" -o "$o"' _ {}
-for app in dense moe cp; do
-    $CC $flags -o "$out/bin/meshtrain-$app" "$src/apps/meshtrain-$app.c" $objs $LIBS
+for app in "$src"/apps/meshtrain-*.c; do
+    name=$(basename "$app" .c)
+    $CC $flags -o "$out/bin/$name" "$app" $objs $LIBS
 done
-echo "emulate-nccl: built $out/bin/meshtrain-dense, -moe, -cp"
+echo "emulate-nccl: built the apps in $out/bin"
