@@ -32,6 +32,7 @@
 
 #include "cuda_runtime.h"
 #include "emu.h"
+#include "hf_internal.h" /* mt_f32_to_bf16, mt_bf16_to_f32: the library's rounding */
 #include "nccl.h"
 
 /* MPICH annotates MPI_Testall/Waitall with array sizes that GCC checks
@@ -549,30 +550,13 @@ static size_t type_bytes(ncclDataType_t t)
     return (size_t)n;
 }
 
-static float bf(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static uint16_t to_bf(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
 static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *t)
 {
     (void)t;
     const uint16_t *a = in;
     uint16_t *b = inout;
     for (int i = 0; i < *len; i++)
-        b[i] = to_bf(bf(a[i]) + bf(b[i]));
+        b[i] = mt_f32_to_bf16(mt_bf16_to_f32(a[i]) + mt_bf16_to_f32(b[i]));
 }
 
 static MPI_Op mpi_op(ncclRedOp_t op, ncclDataType_t t)
@@ -727,6 +711,16 @@ ncclResult_t ncclGroupStart(void)
     return ncclSuccess;
 }
 
+/* the pending operations of stream s posted: keep the other streams' */
+static void drop(cudaStream_t s)
+{
+    int m = 0;
+    for (int i = 0; i < npend; i++)
+        if (pend[i].s != s)
+            pend[m++] = pend[i];
+    npend = m;
+}
+
 /* the pending operations, one queued item per stream: receives posted
  * first, then sends (a group is one operation) */
 static ncclResult_t group_post(void)
@@ -739,11 +733,7 @@ static ncclResult_t group_post(void)
         item_t *it = begin_op(s, n);
         int k = 0;
         if (!it) { /* hangs: nothing posted */
-            int m = 0;
-            for (int i = 0; i < npend; i++)
-                if (pend[i].s != s)
-                    pend[m++] = pend[i];
-            npend = m;
+            drop(s);
             continue;
         }
         for (int pass = 0; pass < 2; pass++)
@@ -760,11 +750,7 @@ static ncclResult_t group_post(void)
                 if (rc != MPI_SUCCESS)
                     return ncclSystemError;
             }
-        int m = 0; /* keep the other streams' */
-        for (int i = 0; i < npend; i++)
-            if (pend[i].s != s)
-                pend[m++] = pend[i];
-        npend = m;
+        drop(s);
     }
     return ncclSuccess;
 }
