@@ -8,7 +8,8 @@
 # collective goes through src/nccl_comm.c on emulated streams, with the
 # CPU backend's kernels.  Each mesh must log that it ran on NCCL and
 # reproduce the CPU run of the same mesh, built the same way:
-#  - ddp (buckets on the group stream; bf16 buckets through the pad);
+#  - ddp (buckets on the group stream; bf16 buckets through the pad; small
+#    buckets);
 #  - fsdp2 with and without resharding, HSDP on 4 ranks, megatron_fsdp
 #    zero 1 and 3 (the padded all-gathers and reduce-scatters of uneven
 #    shards, prefetch joined per unit), and in bf16 fsdp2, HSDP (the
@@ -24,7 +25,10 @@
 #    replicas' communicator), under tp 2 and cp 2 x ep 2 on 4 ranks;
 # one rank on the emulated GPU, and fsdp2 with collectives auto (NCCL) and
 # mpi (staged through host copies);
-# all bit for bit (losses and gradient norms, tolerance 0), and the dense
+# all bit for bit (losses and gradient norms, tolerance 0); that most fsdp2
+# gathers and reduce-scatters, ddp buckets and cp ring steps have compute
+# launched between their post and their join (the overlap, in stream
+# order); and the dense
 # and cp meshes' device pool peaks within 5% of meshtrain-plan's device
 # estimate (NCCL's wire buffers included); a checkpoint
 # written by an emulated fsdp2 run resumes there bit for bit; and a hung
@@ -41,7 +45,9 @@ mesh() { # mesh NAME NP [key=value ...]: the CPU run and the emulated NCCL run
     mesh_name=$1 mesh_np=$2; shift 2
     app="$emu/${mesh_app:-meshtrain-dense}"
     train "$mesh_name" "$mesh_np" "$@"
+    MT_EMU_OVERLAP="$workdir/$mesh_name.overlap"; export MT_EMU_OVERLAP
     train "${mesh_name}n" "$mesh_np" "$@" $nccl
+    unset MT_EMU_OVERLAP
     expect_in "$(cat "$workdir/${mesh_name}n.log")" "collectives NCCL" "$mesh_name: on NCCL"
     compare_losses "$workdir/$mesh_name.jsonl" "$workdir/${mesh_name}n.jsonl" \
         "$mesh_name, $mesh_np ranks, emulated NCCL" 0 0
@@ -82,6 +88,26 @@ mesh ppzb 2 $pipe=zero_bubble
 mesh ppdp 4 $pipe=interleaved_1f1b model.num_hidden_layers=4
 mesh ppbf 2 $pipe=1f1b $bf
 
+# Overlap (MT_EMU_OVERLAP: per kind of NCCL operation, how many the
+# compute stream joined with compute kernels launched between the
+# operation's post and its join, the work it can hide behind on a GPU):
+# overlapped KIND MESH MIN: on rank 0 of MESH's NCCL run, at least MIN of
+# the joined operations of KIND had work to hide behind
+overlapped() {
+    checks=$((checks + 1))
+    python3 - "$workdir/$2.overlap.0" "$1" "$3" <<'PY' || fail "$2: $1 overlap"
+import sys
+rows = {l.split()[0]: [int(x) for x in l.split()[2::2]] for l in open(sys.argv[1])}
+posted, joined, hidden, kernels = rows[sys.argv[2]]
+assert joined > 0 and hidden >= float(sys.argv[3]) * joined, rows[sys.argv[2]]
+print(f"{sys.argv[2]}: {hidden} of {joined} joined overlapped ({kernels} kernels behind them)")
+PY
+}
+overlapped all_gather fsdp2 0.75    # prefetch: the next unit's gather behind this one
+overlapped reduce_scatter fsdp2 0.5 # behind the backward of the units before
+mesh ddpb 2 distributed.strategy=ddp distributed.ddp_bucket_cap_mb=0.05
+overlapped all_reduce ddpb 0.5      # buckets behind the rest of backward (several buckets)
+
 # one rank on the emulated GPU (no collectives); two with collectives auto
 # (each rank has its own GPU: NCCL) and mpi (host copies)
 app="$emu/meshtrain-dense"
@@ -116,6 +142,7 @@ hang 0:4 "on axis pp activations 0->1" $pipe=1f1b
 mesh_app=meshtrain-cp
 common="$parity_common step_scheduler.max_steps=3 step_scheduler.ckpt_every_steps=3"
 mesh cp 2 distributed.cp_size=2 packed_sequence.packed_sequence_size=64
+overlapped send_recv cp 0.45        # the next K/V shift behind this block's attention
 
 mesh_app=meshtrain-moe
 plan_tol=0.10 # dropless routing grows its row buffers past the plan (doc/plan.md)

@@ -19,6 +19,8 @@ void mt_emu_progress(void);
 void mt_emu_copy(cudaStream_t s, void *dst, const void *src, int64_t n, int mode);
 /* The conversions (emu_backend.c): to_bf16, else bf16 to float32. */
 void mt_emu_convert(void *dst, const void *src, int64_t n, int to_bf16);
+/* A compute-stream kernel was launched (the overlap report). */
+void mt_emu_kernel(void);
 /* The backend's compute stream (mt_cuda_stream()). */
 cudaStream_t mt_emu_compute_stream(void);
 

@@ -24,6 +24,7 @@ static void enter(void)
     if (!cpu)
         mt_cuda_die("a kernel", "mt_cuda_backend_init was not called", __FILE__, __LINE__);
     mt_emu_drain(mt_emu_compute_stream());
+    mt_emu_kernel();
 }
 
 #define MT_BACKEND_VOID(name, params, args, ...)                              \

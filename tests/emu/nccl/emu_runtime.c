@@ -55,10 +55,27 @@ typedef struct {
     int mode;
 } item_t;
 
+/* The overlap report (MT_EMU_OVERLAP=FILE): per kind of operation, how
+ * many the compute stream joined, and how many compute kernels were
+ * launched between an operation's post and its join: the work it can
+ * overlap on a GPU, in stream order, which the emulation knows exactly. */
+enum { OP_ALL_REDUCE, OP_ALL_GATHER, OP_REDUCE_SCATTER, OP_P2P, OP_KINDS };
+static const char *const op_name[OP_KINDS] = {"all_reduce", "all_gather", "reduce_scatter",
+                                              "send_recv"};
+static long op_posted[OP_KINDS], op_joined[OP_KINDS], op_hidden[OP_KINDS], op_kernels[OP_KINDS];
+static long kernels; /* compute-stream kernels so far */
+
+void mt_emu_kernel(void) { kernels++; }
+
 struct mt_emu_stream {
     item_t *items;              /* items[k] is item number base + k + 1 */
     long base, n, cap;
     long done;                  /* items done (read by the watchdog thread) */
+    /* the overlap report: item q's kind (OP_*, -1 for others) and the
+     * kernels launched before it, kept for every item (the queue forgets
+     * them), and the items the compute stream has joined */
+    int *op_of;
+    long *k_of, ncap, joined;
 };
 
 struct mt_emu_event {
@@ -106,6 +123,15 @@ static item_t *push(struct mt_emu_stream *s)
         if (!s->items)
             fatal("out of memory");
     }
+    long q = pushed(s); /* this item's index in the overlap record */
+    if (q >= s->ncap) {
+        s->ncap = s->ncap ? 2 * s->ncap : 64;
+        s->op_of = realloc(s->op_of, sizeof *s->op_of * (size_t)s->ncap);
+        s->k_of = realloc(s->k_of, sizeof *s->k_of * (size_t)s->ncap);
+        if (!s->op_of || !s->k_of)
+            fatal("out of memory");
+    }
+    s->op_of[q] = -1;
     item_t *it = &s->items[s->n++];
     memset(it, 0, sizeof *it);
     return it;
@@ -340,6 +366,8 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
             break;
         }
     free(s->items);
+    free(s->op_of);
+    free(s->k_of);
     free(s);
     return cudaSuccess;
 }
@@ -348,7 +376,19 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
 {
     (void)flags;
     struct mt_emu_stream *x = S(s);
-    if (!e->s || e->s == x || done_of(e->s) >= e->seq)
+    if (!e->s || e->s == x)
+        return cudaSuccess;
+    if (x == &compute_stream && e->s->op_of) /* a join: what operations up to e overlapped */
+        for (; e->s->joined < e->seq; e->s->joined++) {
+            long q = e->s->joined;
+            int op = e->s->op_of[q];
+            if (op >= 0) {
+                op_joined[op]++;
+                op_kernels[op] += kernels - e->s->k_of[q];
+                op_hidden[op] += kernels > e->s->k_of[q];
+            }
+        }
+    if (done_of(e->s) >= e->seq)
         return cudaSuccess;
     item_t *it = push(x);
     it->kind = ITEM_DEP, it->on = e->s, it->seq = e->seq;
@@ -595,13 +635,38 @@ static int hang_now(void)
     return me == r && ops == k;
 }
 
-/* a queued operation of n requests on s, after what s waits on */
-static item_t *begin_op(cudaStream_t s, int nreq)
+static int report_rank; /* the world rank, known while MPI is up */
+
+static void overlap_report(void)
 {
+    const char *path = getenv("MT_EMU_OVERLAP");
+    int me = report_rank;
+    char file[4096];
+    snprintf(file, sizeof file, "%s.%d", path, me);
+    FILE *f = fopen(file, "w");
+    if (!f)
+        return;
+    for (int k = 0; k < OP_KINDS; k++)
+        fprintf(f, "%s posted %ld joined %ld overlapped %ld kernels %ld\n", op_name[k],
+                op_posted[k], op_joined[k], op_hidden[k], op_kernels[k]);
+    fclose(f);
+}
+
+/* a queued operation (kind op) of n requests on s, after what s waits on */
+static item_t *begin_op(cudaStream_t s, int nreq, int op)
+{
+    static int reporting;
+    if (!reporting && getenv("MT_EMU_OVERLAP")) {
+        reporting = 1;
+        MPI_Comm_rank(MPI_COMM_WORLD, &report_rank);
+        atexit(overlap_report);
+    }
     struct mt_emu_stream *x = S(s);
     stream_ready(x);
+    op_posted[op]++;
     item_t *it = push(x);
     it->kind = ITEM_REQ, it->nreq = nreq;
+    x->op_of[pushed(x) - 1] = op, x->k_of[pushed(x) - 1] = kernels;
     it->req = calloc((size_t)(nreq > 0 ? nreq : 1), sizeof *it->req);
     if (!it->req)
         fatal("out of memory");
@@ -617,7 +682,7 @@ static item_t *begin_op(cudaStream_t s, int nreq)
 ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t type,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t s)
 {
-    item_t *it = begin_op(s, 1);
+    item_t *it = begin_op(s, 1, OP_ALL_REDUCE);
     if (!it)
         return ncclSuccess;
     if (MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, mpi_type(type),
@@ -629,7 +694,7 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
 ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataType_t type,
                            ncclComm_t comm, cudaStream_t s)
 {
-    item_t *it = begin_op(s, 1);
+    item_t *it = begin_op(s, 1, OP_ALL_GATHER);
     if (!it)
         return ncclSuccess;
     const size_t b = count * type_bytes(type);
@@ -648,7 +713,7 @@ ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataT
 ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclDataType_t type,
                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t s)
 {
-    item_t *it = begin_op(s, 1);
+    item_t *it = begin_op(s, 1, OP_REDUCE_SCATTER);
     if (!it)
         return ncclSuccess;
     const size_t b = count * type_bytes(type), all = b * (size_t)comm->size;
@@ -730,7 +795,7 @@ static ncclResult_t group_post(void)
         int n = 0;
         for (int i = 0; i < npend; i++)
             n += pend[i].s == s;
-        item_t *it = begin_op(s, n);
+        item_t *it = begin_op(s, n, OP_P2P);
         int k = 0;
         if (!it) { /* hangs: nothing posted */
             drop(s);
