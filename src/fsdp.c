@@ -250,6 +250,23 @@ static void reduce(mt_fsdp_t *f, int u)
             note_error(f, MPI_ERR_OTHER, "gradient reduction (NCCL)", u);
         f->g_ev[u] = mt_nccl_last_event(f->nccl);
         f->g_pending[u] = true;
+        /* HSDP: when the shard is final (the last micro-step, nothing to add
+         * onto it), its all-reduce over the replicas follows on their stream
+         * right away, behind the rest of backward; the unit's wait joins it */
+        if (st == MT_OK && f->opt.shard_grads && f->nccl_rep && !f->g_into_tmp[u] &&
+            f->micro == f->opt.accum - 1) {
+            mt_nccl_group_t *rep = f->nccl_rep;
+            const mt_segment_t *s = &f->seg[u];
+            st = mt_nccl_join_event(f->g_ev[u], rep->stream);
+            if (st == MT_OK)
+                st = mt_nccl_all_reduce_f32(rep, s->grad, (size_t)s->count, f->rep_pad,
+                                            f->opt.reduce_bf16, NULL);
+            if (st != MT_OK)
+                note_error(f, MPI_ERR_OTHER, "gradient shard all-reduce over dp_replicate (NCCL)",
+                           u);
+            f->g_ev[u] = mt_nccl_last_event(rep);
+            f->rep_early[u] = true;
+        }
         return;
     }
 #endif
@@ -466,8 +483,9 @@ static mt_status_t use_nccl(mt_fsdp_t *f, MPI_Comm shard, MPI_Comm replicate)
         shard_most = (size_t)f->seg[u].count > shard_most ? (size_t)f->seg[u].count : shard_most;
     size_t el = opt->gather_bf16 && (opt->reduce_bf16 || !opt->shard_grads) ? 2 : 4;
     f->p_ev = calloc((size_t)U, sizeof *f->p_ev), f->g_ev = calloc((size_t)U, sizeof *f->g_ev);
+    f->rep_early = calloc((size_t)U, sizeof *f->rep_early);
     f->pad_bytes = el * most;
-    if (!f->p_ev || !f->g_ev || !(f->pad = f->be->device_alloc(f->pad_bytes)) ||
+    if (!f->p_ev || !f->g_ev || !f->rep_early || !(f->pad = f->be->device_alloc(f->pad_bytes)) ||
         (f->nccl_rep && opt->reduce_bf16 &&
          !(f->rep_pad = f->be->device_alloc(sizeof(uint16_t) * shard_most))))
         MT_FAIL(MT_ERR_NOMEM, "device space for the NCCL collectives: %zu bytes", f->pad_bytes);
@@ -592,7 +610,7 @@ void mt_fsdp_free(mt_fsdp_t *f)
         f->be->device_free(f->rs_tmp);
         f->be->device_free(f->pad), f->be->device_free(f->rep_pad);
     }
-    free(f->p_ev), free(f->g_ev);
+    free(f->p_ev), free(f->g_ev), free(f->rep_early);
     free(f->h_param), free(f->h_grad), free(f->h_own);
     free(f->w_param), free(f->w_grad), free(f->w_own);
     mt_bf16_comm_free(&f->bf16);
@@ -639,10 +657,13 @@ mt_status_t mt_fsdp_finish(mt_fsdp_t *f)
         wait_reduced(f, u);
 #ifdef MT_HAVE_NCCL
     if (f->opt.shard_grads && f->nrep > 1 && f->nccl_rep) { /* HSDP over NCCL */
-        for (int u = 0; u < f->nunits; u++)
-            MT_TRY(mt_nccl_all_reduce_f32(f->nccl_rep, f->seg[u].grad, (size_t)f->seg[u].count,
-                                          f->rep_pad, f->opt.reduce_bf16, CS));
+        for (int u = 0; u < f->nunits; u++) /* those not issued with their reduce-scatter */
+            if (!f->rep_early[u])
+                MT_TRY(mt_nccl_all_reduce_f32(f->nccl_rep, f->seg[u].grad,
+                                              (size_t)f->seg[u].count, f->rep_pad,
+                                              f->opt.reduce_bf16, CS));
         MT_TRY(mt_nccl_join(f->nccl_rep, CS));
+        memset(f->rep_early, 0, sizeof *f->rep_early * (size_t)f->nunits);
     } else
 #endif
     if (f->opt.shard_grads && f->nrep > 1) { /* HSDP: sum the shards across replicas */

@@ -109,6 +109,9 @@ typedef struct {
     size_t pad_bytes;           /* of pad (counted with the unit buffers) */
     void **p_ev, **g_ev;        /* [nunits]: each unit's last gather / reduction
                                  * (mt_nccl_last_event), what its wait joins */
+    bool *rep_early;            /* [nunits]: HSDP's replica all-reduce of the unit's
+                                 * final shard already issued, chained to its
+                                 * reduce-scatter (NCCL, overlapping backward) */
     mt_bf16_comm_t bf16;
 } mt_fsdp_t;
 

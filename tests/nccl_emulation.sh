@@ -26,7 +26,8 @@
 # one rank on the emulated GPU, and fsdp2 with collectives auto (NCCL) and
 # mpi (staged through host copies);
 # all bit for bit (losses and gradient norms, tolerance 0); that most fsdp2
-# gathers and reduce-scatters, ddp buckets and cp ring steps have compute
+# gathers and reduce-scatters, ddp buckets, HSDP's replica all-reduces and
+# cp ring steps have compute
 # launched between their post and their join (the overlap, in stream
 # order); and the dense
 # and cp meshes' device pool peaks within 5% of meshtrain-plan's device
@@ -107,6 +108,7 @@ overlapped all_gather fsdp2 0.75    # prefetch: the next unit's gather behind th
 overlapped reduce_scatter fsdp2 0.5 # behind the backward of the units before
 mesh ddpb 2 distributed.strategy=ddp distributed.ddp_bucket_cap_mb=0.05
 overlapped all_reduce ddpb 0.5      # buckets behind the rest of backward (several buckets)
+overlapped all_reduce hsdp 0.5      # the replicas' all-reduce of each final shard
 
 # one rank on the emulated GPU (no collectives); two with collectives auto
 # (each rank has its own GPU: NCCL) and mpi (host copies)
