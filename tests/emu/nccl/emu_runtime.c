@@ -3,12 +3,14 @@
  * "Host emulation of the NCCL paths").
  *
  * "Device" memory is host memory.  A stream is a queue of pending items:
- * an NCCL operation (its MPI requests) or a wait for another stream's
- * event.  Kernels and copies run on the host when they are launched, once
- * everything queued on their stream before them is done (emu_drain); an
- * NCCL operation first waits for what its stream waits on (the data it
- * sends may come from another stream), then posts non-blocking MPI calls
- * and queues their requests, so the host runs ahead as it does on a GPU.
+ * an NCCL operation (its MPI requests), a wait for another stream's event,
+ * or a copy.  Compute-stream kernels and copies run on the host when they
+ * are launched, once everything queued on that stream is done (emu_drain);
+ * a copy on another stream is queued and runs only when something waits
+ * for it (a join, a query, a later operation of its stream).  An NCCL
+ * operation first completes what its stream waits on and the copies
+ * before it (the data it sends), then posts non-blocking MPI calls and
+ * queues their requests, so the host runs ahead as it does on a GPU.
  * Events are (stream, position) pairs.  Communicators are MPI
  * communicators of the same members, made from the unique id (which
  * names its creator's world rank).  Sends are synchronous (MPI_Issend): a
