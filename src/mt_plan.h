@@ -63,6 +63,11 @@ typedef struct {
 /* Estimate for a validated config. */
 mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan);
 
+/* What the plan puts in the trainer's device pool: the total less the
+ * backend's workspace (taken from the reservation before the pool); the
+ * trainer prints it beside the pool's peak. */
+double mt_plan_device_pool_bytes(const mt_plan_t *plan);
+
 /* The smallest GPU (bytes) whose training reservation holds a rank of
  * this plan, one rank per GPU: the reservation (workspace and pool) is
  * MT_CUDA_MEMORY_SHARE of the GPU's memory (mt_cuda_setup). */

@@ -152,8 +152,8 @@ static mt_status_t bubble(const mt_config_t *cfg, mt_plan_t *plan, mt_pp_sim_res
  * experts, xunit); the tensor-parallel bf16 pad, a whole micro-batch of
  * the residual stream [tokens, H]. */
 static double nccl_wire_bytes(const mt_config_t *cfg, int64_t r, const mt_pp_sched_t *lists,
-                              const mt_fsdp_options_t *fso, double unit_max, double xunit,
-                              double tokens, double p_rank)
+                              bool fsdp, const mt_fsdp_options_t *fso, double unit_max,
+                              double xunit, double tokens, double p_rank)
 {
     const mt_distributed_config_t *d = &cfg->distributed;
     double H = (double)cfg->model.hidden_size, tp = (double)d->tp_size;
@@ -166,21 +166,18 @@ static double nccl_wire_bytes(const mt_config_t *cfg, int64_t r, const mt_pp_sch
         wire += (double)(ns + nr) * tokens / (d->sequence_parallel ? tp : 1) * H * (bf16 ? 2 : 4);
     }
     double shard = (double)(cfg->derived.dp_shard * d->cp_size);
-    if (fso && shard > 1) {
+    if (fsdp && shard > 1) {
         bool two = fso->gather_bf16 && (fso->reduce_bf16 || !fso->shard_grads);
         wire += unit_max * (two ? 2 : 4);
         if (cfg->derived.dp_replicate > 1 && fso->reduce_bf16)
             wire += 2 * unit_max / shard;
-    } else if (!fso && d->strategy == MT_STRATEGY_DDP && cfg->derived.dp_size > 1 && rbf16) {
+    } else if (!fsdp && d->strategy == MT_STRATEGY_DDP && cfg->derived.dp_size > 1 && rbf16) {
         double V = (double)cfg->derived.padded_vocab, I = (double)cfg->model.intermediate_size;
         double largest = fmax(V * H, I * H) / tp;
         wire += 2 * fmin(p_rank, d->ddp_bucket_cap_mb * 1048576.0 / 4 + largest);
     }
-    if (xunit > 0) { /* the sharded experts' own fsdp: a pad of a layer's experts */
-        mt_fsdp_options_t xo;
-        mt_fsdp_options_from_config(cfg, &xo);
-        wire += xunit * (xo.gather_bf16 && xo.reduce_bf16 ? 2 : 4);
-    }
+    if (xunit > 0) /* the sharded experts' own fsdp: a pad of a layer's experts */
+        wire += xunit * (fso->gather_bf16 && fso->reduce_bf16 ? 2 : 4);
     if (d->tp_size > 1 && bf16)
         wire += 2 * tokens * H;
     return wire;
@@ -300,26 +297,24 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
             free(lo);
             pw = (double)p_work, gw = (double)(g_work + rs_tmp);
         }
-        {
+        if (exp_sharded && layers > 0) { /* the experts' own fsdp (also when the rest is
+                                           * not sharded, as under tp alone): a unit a layer */
             int64_t nl = (int64_t)layers, p_work, g_work, rs_tmp;
-            if (exp_sharded && nl > 0) { /* the experts' own fsdp (also when the rest is
-                                          * not sharded, as under tp alone): a unit per layer */
-                mt_fsdp_options_t xo = fso;
-                xo.reshard_after_forward = d->moe.reshard_after_forward;
-                int64_t *xl = malloc(sizeof *xl * (size_t)(nl + 1));
-                if (!xl) {
-                    mt_pp_sim_result_free(&sim);
-                    mt_pp_sched_free(&lists);
-                    MT_FAIL(MT_ERR_NOMEM, "plan units");
-                }
-                for (int64_t l = 0; l <= nl; l++)
-                    xl[l] = l * (int64_t)(lexp / (double)d->ep_size);
-                mt_fsdp_work_numel(xl, (int)nl, false, &xo, (int64_t)(expert / e_shard), &p_work,
-                                   &g_work, &rs_tmp);
-                free(xl);
-                pw += (double)p_work, gw += (double)(g_work + rs_tmp);
-                xunit = lexp / (double)d->ep_size;
+            mt_fsdp_options_t xo = fso;
+            xo.reshard_after_forward = d->moe.reshard_after_forward;
+            int64_t *xl = malloc(sizeof *xl * (size_t)(nl + 1));
+            if (!xl) {
+                mt_pp_sim_result_free(&sim);
+                mt_pp_sched_free(&lists);
+                MT_FAIL(MT_ERR_NOMEM, "plan units");
             }
+            for (int64_t l = 0; l <= nl; l++)
+                xl[l] = l * (int64_t)(lexp / (double)d->ep_size);
+            mt_fsdp_work_numel(xl, (int)nl, false, &xo, (int64_t)(expert / e_shard), &p_work,
+                               &g_work, &rs_tmp);
+            free(xl);
+            pw += (double)p_work, gw += (double)(g_work + rs_tmp);
+            xunit = lexp / (double)d->ep_size;
         }
         double params = (p_rank / fp + expert / e_shard) * pbytes + pw * pbytes;
         double grads = (p_rank / fg + expert / e_shard) * gbytes + gw * gbytes;
@@ -375,7 +370,7 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
         if (gpu)
             ws = (double)(MT_CUDA_LT_WORKSPACE_BYTES + MT_CUDA_SCRATCH_BYTES);
         if (nccl)
-            wire = nccl_wire_bytes(cfg, r, &lists, fsdp ? &fso : NULL, unit_max, xunit, tokens,
+            wire = nccl_wire_bytes(cfg, r, &lists, fsdp, &fso, unit_max, xunit, tokens,
                                    p_rank + expert);
         double total = params + grads + optim + acts + ws + wire;
         if (total > plan->bytes_total) {
@@ -390,6 +385,11 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
     mt_pp_sim_result_free(&sim);
     mt_pp_sched_free(&lists);
     return MT_OK;
+}
+
+double mt_plan_device_pool_bytes(const mt_plan_t *plan)
+{
+    return plan->bytes_total - plan->bytes_device_workspace;
 }
 
 double mt_plan_gpu_bytes_needed(const mt_plan_t *plan)

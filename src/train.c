@@ -404,7 +404,7 @@ static void print_memory(const run_t *r, const mt_config_t *cfg, FILE *out)
         fprintf(out, "device memory (MiB): pool %.1f (one cudaMalloc less the backend's "
                      "workspace), %.1f in use, peak %.1f, plan estimate %.1f\n",
                 (double)size / mib, (double)used / mib, (double)peak / mib,
-                (plan.bytes_total - plan.bytes_device_workspace) / mib);
+                mt_plan_device_pool_bytes(&plan) / mib);
     }
 #endif
     if (r->sharded)
@@ -733,8 +733,7 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
         if (s == MT_OK && rank == 0 && out && mt_plan_compute(cfg, &plan) == MT_OK)
             fprintf(out, "device memory peak (MiB, the largest of the ranks): %.3f, plan "
                          "estimate %.3f, pool %.1f\n", most / 1048576.0,
-                    (plan.bytes_total - plan.bytes_device_workspace) / 1048576.0,
-                    (double)size / 1048576.0);
+                    mt_plan_device_pool_bytes(&plan) / 1048576.0, (double)size / 1048576.0);
     }
 #endif
     if (r->sharded) { /* a parameter all-gather may still be in flight */
