@@ -160,6 +160,23 @@ double mt_model_flops_per_token(const mt_model_t *m)
  * gradients of column-parallel layers).  Under mixed precision the caller
  * rounds the partials (bf16 on the wire) and the sum is rounded, as a bf16
  * all-reduce leaves it. */
+/* Start a TP collective, asynchronously where the parallelize layer
+ * offers it (mt_model_t.tp_start); tp_end joins it. */
+static void *tp_begin(const mt_model_t *m, const void *in, void *out, int64_t n, mt_tp_op_t op)
+{
+    if (!m->tp_start) {
+        m->tp_allreduce(m->tp_ctx, in, out, n, op);
+        return NULL;
+    }
+    return m->tp_start(m->tp_ctx, in, out, n, op);
+}
+
+static void tp_end(const mt_model_t *m, void *ticket)
+{
+    if (ticket)
+        m->tp_join(m->tp_ctx, ticket);
+}
+
 static void tp_sum(const mt_model_t *m, float *buf, int64_t n)
 {
     if (m->tp > 1) {
@@ -206,13 +223,24 @@ static const float *norm_in_kept(const mt_model_t *m, float *out, float *rstd, c
     return m->gather;
 }
 
-/* The whole sequence of a kept norm output, for a weight gradient. */
-static const float *regather(const mt_model_t *m, const float *kept)
+/* The whole sequence of a kept norm output, for a weight gradient: kept
+ * itself, or under sequence parallelism its all-gather into m->gather,
+ * started (*ticket; NULL when complete) for tp_end. */
+static const float *regather_start(const mt_model_t *m, const float *kept, void **ticket)
 {
+    *ticket = NULL;
     if (!m->sp)
         return kept;
-    m->tp_allreduce(m->tp_ctx, kept, m->gather, m->Ns * m->H, MT_TP_GATHER_FLOAT);
+    *ticket = tp_begin(m, kept, m->gather, m->Ns * m->H, MT_TP_GATHER_FLOAT);
     return m->gather;
+}
+
+static const float *regather(const mt_model_t *m, const float *kept)
+{
+    void *t;
+    const float *g = regather_start(m, kept, &t);
+    tp_end(m, t);
+    return g;
 }
 
 /* A norm's backward over this rank's Ns tokens from d, the whole
@@ -228,20 +256,64 @@ static void norm_backward(mt_model_t *m, float *dx, bool accumulate, const float
     mt_model_round(m, dx, Ns * H);
 }
 
-/* Backward of norm_in: dfull [N,H] is this rank's (partial under TP)
- * gradient of the norm's output; the result goes into dx [Ns,H] (= or +=). */
+/* Backward of norm_in, in two halves so that work can run between them.
+ * dnorm_start: dfull [N,H] is this rank's (partial under TP) gradient of
+ * the norm's output; it is rounded (complete: this rank's part under TP)
+ * and its TP reduction started (a reduce-scatter into dh_local under
+ * sequence parallelism, else an in-place sum); *d is where this rank's Ns
+ * rows of the whole gradient land.  dnorm_finish joins the reduction and
+ * runs the norm's backward into dx [Ns,H] (= or +=). */
+static void *dnorm_start(mt_model_t *m, float *dfull, float **d)
+{
+    mt_model_round(m, dfull, m->N * m->H);
+    *d = m->sp ? m->dh_local : dfull;
+    if (m->tp == 1)
+        return NULL;
+    return tp_begin(m, dfull, *d, m->Ns * m->H, m->sp ? MT_TP_SCATTER_FLOAT : MT_TP_SUM_FLOAT);
+}
+
+static void dnorm_finish(mt_model_t *m, void *ticket, float *d, float *dx, bool accumulate,
+                         float *dw, const float *x, const float *w, const float *rstd)
+{
+    tp_end(m, ticket);
+    if (m->tp > 1) /* the sum, rounded as a bf16 all-reduce leaves it */
+        mt_model_round(m, d, m->Ns * m->H);
+    norm_backward(m, dx, accumulate, d, dw, x, w, rstd);
+}
+
 static void norm_in_backward(mt_model_t *m, float *dx, bool accumulate, float *dfull,
                              float *dw, const float *x, const float *w, const float *rstd)
 {
-    const float *d = dfull;
-    mt_model_round(m, dfull, m->N * m->H); /* complete (this rank's part under TP) */
-    if (m->sp) {
-        tp_scatter(m, dfull, m->dh_local);
-        d = m->dh_local;
-    } else {
-        tp_sum(m, dfull, m->Ns * m->H);
-    }
-    norm_backward(m, dx, accumulate, d, dw, x, w, rstd);
+    float *d;
+    void *t = dnorm_start(m, dfull, &d);
+    dnorm_finish(m, t, d, dx, accumulate, dw, x, w, rstd);
+}
+
+/* The backward of the column-parallel layers w[0..nw) (q, k, v or gate,
+ * up) that read a norm's output, kept as this rank's rows in `kept`,
+ * from their output gradients dy[i], and then of the norm, whose input
+ * gradient is added into dres:
+ *   dh = sum_i dy_i W_i;  dW_i += dy_i^T (norm output);  the norm.
+ * Under TP in Megatron's order: the gather of the norm output (sequence
+ * parallelism) runs behind the input-gradient GEMMs, and the reduction
+ * of dh behind the weight-gradient GEMMs.  With defer the weight
+ * gradients are left to layer_weights. */
+static void column_backward(mt_model_t *m, int nw, float *const *dy, mt_param_t *const *w,
+                            const float *kept, bool defer, mt_param_t *norm, const float *x,
+                            const float *rstd)
+{
+    void *gathered = NULL;
+    const float *in = defer ? NULL : regather_start(m, kept, &gathered);
+    for (int i = 0; i < nw; i++)
+        m->be->matmul(m->dh, dy[i], w[i]->data, m->N, w[i]->shape[1], w[i]->shape[0], false,
+                      false, i ? 1.0f : 0.0f);
+    float *d;
+    void *reduced = dnorm_start(m, m->dh, &d);
+    tp_end(m, gathered);
+    for (int i = 0; !defer && i < nw; i++)
+        m->be->matmul(w[i]->grad, dy[i], in, w[i]->shape[0], w[i]->shape[1], m->N, true, false,
+                      1.0f);
+    dnorm_finish(m, reduced, d, m->dres, true, norm->grad, x, norm->data, rstd);
 }
 
 /* The whole sequence of the residual gradient: dres itself, or under
@@ -414,15 +486,9 @@ static void layer_backward(mt_model_t *m, int l, mt_layer_acts_t *a, bool defer)
         be->swiglu_backward(a->g, a->u, m->dI, a->g, a->u, N * m->I);  /* g, u <- dg, du */
         mt_model_round(m, a->g, N * m->I);
         mt_model_round(m, a->u, N * m->I);
-        if (!defer) {
-            const float *h2 = regather(m, a->h2);
-            m->be->matmul(p->wgate->grad, a->g, h2, m->I, H, N, true, false, 1.0f);
-            m->be->matmul(p->wup->grad, a->u, h2, m->I, H, N, true, false, 1.0f);
-        }
-        be->matmul(m->dh, a->g, p->wgate->data, N, H, m->I, false, false, 0.0f);
-        be->matmul(m->dh, a->u, p->wup->data, N, H, m->I, false, false, 1.0f);
-        norm_in_backward(m, m->dres, true, m->dh, p->mlp_norm->grad, a->x_mid,
-                         p->mlp_norm->data, a->rstd2);              /* d x_mid */
+        float *dy[2] = {a->g, a->u};
+        mt_param_t *w[2] = {p->wgate, p->wup};
+        column_backward(m, 2, dy, w, a->h2, defer, p->mlp_norm, a->x_mid, a->rstd2); /* d x_mid */
     }
 
     /* attention: x_mid = x + att Wo^T */
@@ -461,17 +527,10 @@ static void layer_backward(mt_model_t *m, int l, mt_layer_acts_t *a, bool defer)
         keep(m, a->w_dq, m->dq, N * Q);
         keep(m, a->w_dk, m->dk, N * KV);
         keep(m, a->w_dv, m->dv, N * KV);
-        be->matmul(m->dh, m->dq, p->wq->data, N, H, Q, false, false, 0.0f);
-        be->matmul(m->dh, m->dk, p->wk->data, N, H, KV, false, false, 1.0f);
-        be->matmul(m->dh, m->dv, p->wv->data, N, H, KV, false, false, 1.0f);
-    } else {
-        const float *h1 = regather(m, a->h1);
-        linear_backward(m, m->dh, 0.0f, m->dq, h1, p->wq);
-        linear_backward(m, m->dh, 1.0f, m->dk, h1, p->wk);
-        linear_backward(m, m->dh, 1.0f, m->dv, h1, p->wv);
     }
-    norm_in_backward(m, m->dres, true, m->dh, p->attn_norm->grad, a->x, p->attn_norm->data,
-                     a->rstd1);                                     /* d x */
+    float *dy[3] = {m->dq, m->dk, m->dv};
+    mt_param_t *w[3] = {p->wq, p->wk, p->wv};
+    column_backward(m, 3, dy, w, a->h1, defer, p->attn_norm, a->x, a->rstd1); /* d x */
 }
 
 /* The weight-gradient pass W of a layer whose backward was deferred: the

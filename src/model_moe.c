@@ -476,6 +476,25 @@ static void exchange(const mt_model_t *m, mt_ep_op_t op, const void *send, const
     m->ep_alltoall(m->ep_ctx, op, send, scnt, recv, rcnt, width);
 }
 
+/* A row exchange (MT_EP_ROWS), started asynchronously where the
+ * parallelize layer offers it (mt_model_t.ep_start); exchange_end joins
+ * it.  In between: only work that touches neither buffer. */
+static void *exchange_start(const mt_model_t *m, const void *send, const int64_t *scnt,
+                            void *recv, const int64_t *rcnt, int64_t width)
+{
+    if (m->moe->ep == 1 || !m->ep_start) {
+        exchange(m, MT_EP_ROWS, send, scnt, recv, rcnt, width);
+        return NULL;
+    }
+    return m->ep_start(m->ep_ctx, send, scnt, recv, rcnt, width);
+}
+
+static void exchange_end(const mt_model_t *m, void *ticket)
+{
+    if (ticket)
+        m->ep_join(m->ep_ctx, ticket);
+}
+
 static const mt_param_t *expert_w(const mt_moe_t *x, int l, int64_t i, int k)
 {
     return &x->xp[x->xfirst[l] + 3 * i + k];
@@ -597,7 +616,17 @@ void mt_moe_forward(mt_model_t *m, int l, const float *h, const float *res, floa
         a->R += a->rcnt[s];
     }
     reserve_rows(x, a, a->R, H);
-    exchange(m, MT_EP_ROWS, x->sendbuf, a->scnt, x->recvbuf, a->rcnt, H);
+    void *sent = exchange_start(m, x->sendbuf, a->scnt, x->recvbuf, a->rcnt, H);
+    const mt_layer_params_t *p = &m->layers[l];
+    if (x->Is > 0) { /* shared experts (every token), behind the dispatch; added at the end */
+        be->matmul(a->sg, h, p->wgate->data, N, x->Is, H, false, true, 0.0f);
+        be->matmul(a->su, h, p->wup->data, N, x->Is, H, false, true, 0.0f);
+        mt_model_round(m, a->sg, N * x->Is);
+        mt_model_round(m, a->su, N * x->Is);
+        be->swiglu_forward(a->sa, a->sg, a->su, N * x->Is);
+        mt_model_round(m, a->sa, N * x->Is);
+    }
+    exchange_end(m, sent);
 
     /* received rows come by source rank, then expert: regroup by expert */
     int64_t i = 0;
@@ -642,16 +671,8 @@ void mt_moe_forward(mt_model_t *m, int l, const float *h, const float *res, floa
     be->moe_gather_rows(x->recvbuf, x->ye, a->iperm, a->R, H);
     exchange(m, MT_EP_ROWS, x->recvbuf, a->rcnt, a->y, a->scnt, H);
     be->moe_combine(out, res, a->y, a->slot_row, rt->w, N, K, H);
-    const mt_layer_params_t *p = &m->layers[l];
-    if (x->Is > 0) { /* shared experts: every token, added after the routed sum */
-        be->matmul(a->sg, h, p->wgate->data, N, x->Is, H, false, true, 0.0f);
-        be->matmul(a->su, h, p->wup->data, N, x->Is, H, false, true, 0.0f);
-        mt_model_round(m, a->sg, N * x->Is);
-        mt_model_round(m, a->su, N * x->Is);
-        be->swiglu_forward(a->sa, a->sg, a->su, N * x->Is);
-        mt_model_round(m, a->sa, N * x->Is);
+    if (x->Is > 0) /* the shared experts' output, after the routed sum */
         be->matmul(out, a->sa, p->wdown->data, N, H, x->Is, false, true, 1.0f);
-    }
 }
 
 void mt_moe_backward(mt_model_t *m, int l, const float *h, const float *dout, float *dh)
@@ -672,7 +693,21 @@ void mt_moe_backward(mt_model_t *m, int l, const float *h, const float *dout, fl
             sent += a->scnt[d];
         mt_model_round(m, x->sendbuf, sent * H);
     }
-    exchange(m, MT_EP_ROWS, x->sendbuf, a->scnt, x->recvbuf, a->rcnt, H);
+    void *moved = exchange_start(m, x->sendbuf, a->scnt, x->recvbuf, a->rcnt, H);
+    const mt_layer_params_t *p = &m->layers[l];
+    int64_t Is = x->Is;
+    if (Is > 0) { /* the shared experts behind it, but for their dh (added at the end);
+                   * x->da ([rows, Im]) is too narrow: sa takes its gradient */
+        be->matmul(p->wdown->grad, dout, a->sa, H, Is, N, true, false, 1.0f);
+        be->matmul(a->sa, dout, p->wdown->data, N, Is, H, false, false, 0.0f);
+        mt_model_round(m, a->sa, N * Is);
+        be->swiglu_backward(a->sg, a->su, a->sa, a->sg, a->su, N * Is); /* sg, su <- d */
+        mt_model_round(m, a->sg, N * Is);
+        mt_model_round(m, a->su, N * Is);
+        be->matmul(p->wgate->grad, a->sg, h, Is, H, N, true, false, 1.0f);
+        be->matmul(p->wup->grad, a->su, h, Is, H, N, true, false, 1.0f);
+    }
+    exchange_end(m, moved);
     be->moe_gather_rows(x->ye, x->recvbuf, a->perm, a->R, H); /* expert-major */
 
     int64_t o = 0;
@@ -699,11 +734,10 @@ void mt_moe_backward(mt_model_t *m, int l, const float *h, const float *dout, fl
     }
     mt_model_round(m, x->ye, o * H);
     be->moe_gather_rows(x->recvbuf, x->ye, a->iperm, a->R, H);
-    exchange(m, MT_EP_ROWS, x->recvbuf, a->rcnt, x->sendbuf, a->scnt, H);
-    be->moe_combine(dh, NULL, x->sendbuf, a->slot_row, NULL, N, K, H);
+    moved = exchange_start(m, x->recvbuf, a->rcnt, x->sendbuf, a->scnt, H);
 
-    /* router: routing weights and the load-balancing loss, from the
-     * micro-batch's totals */
+    /* behind it, the router: routing weights and the load-balancing loss,
+     * from the micro-batch's totals, but for its dh */
     double R = m->route[2 * E];
     for (int64_t e = 0; e < E; e++)
         x->h_aux_dp[e] = R > 0 ? (float)((double)x->aux_scale * (double)E * m->route[e] / (R * R))
@@ -711,21 +745,14 @@ void mt_moe_backward(mt_model_t *m, int l, const float *h, const float *dout, fl
     be->copy_to_device(x->aux_dp, x->h_aux_dp, sizeof(float) * (size_t)E);
     be->moe_router_backward(x->dlogits, x->dw, rt->probs, rt->idx, rt->w, x->aux_dp, N, E, K,
                             x->norm_topk);
-    mt_model_round(m, x->dlogits, N * E); /* an activation gradient: bf16 into the GEMMs below */
+    mt_model_round(m, x->dlogits, N * E); /* an activation gradient: bf16 into the GEMMs */
     be->matmul(router->grad, x->dlogits, h, E, H, N, true, false, 1.0f);
-    be->matmul(dh, x->dlogits, router->data, N, H, E, false, false, 1.0f);
+    exchange_end(m, moved);
 
-    const mt_layer_params_t *p = &m->layers[l];
-    int64_t Is = x->Is;
-    if (Is > 0) { /* shared experts; x->da ([rows, Im]) is too narrow: reuse sa */
-        be->matmul(p->wdown->grad, dout, a->sa, H, Is, N, true, false, 1.0f);
-        be->matmul(a->sa, dout, p->wdown->data, N, Is, H, false, false, 0.0f);
-        mt_model_round(m, a->sa, N * Is);
-        be->swiglu_backward(a->sg, a->su, a->sa, a->sg, a->su, N * Is); /* sg, su <- d */
-        mt_model_round(m, a->sg, N * Is);
-        mt_model_round(m, a->su, N * Is);
-        be->matmul(p->wgate->grad, a->sg, h, Is, H, N, true, false, 1.0f);
-        be->matmul(p->wup->grad, a->su, h, Is, H, N, true, false, 1.0f);
+    /* dh: the routed experts', the router's, the shared experts' */
+    be->moe_combine(dh, NULL, x->sendbuf, a->slot_row, NULL, N, K, H);
+    be->matmul(dh, x->dlogits, router->data, N, H, E, false, false, 1.0f);
+    if (Is > 0) {
         be->matmul(dh, a->sg, p->wgate->data, N, H, Is, false, false, 1.0f);
         be->matmul(dh, a->su, p->wup->data, N, H, Is, false, false, 1.0f);
     }

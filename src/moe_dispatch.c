@@ -44,7 +44,32 @@ void mt_moe_dispatch_free(mt_moe_dispatch_t *d)
 void mt_moe_dispatch_attach(mt_moe_dispatch_t *d, mt_model_t *m)
 {
     m->ep_alltoall = mt_moe_dispatch_hook;
+    m->ep_start = mt_moe_dispatch_start;
+    m->ep_join = mt_moe_dispatch_join;
     m->ep_ctx = d;
+}
+
+/* The rows of one exchange (MT_EP_ROWS), blocking when ticket is NULL. */
+static bool rows(mt_moe_dispatch_t *d, const void *send, const int64_t *scounts, void *recv,
+                 const int64_t *rcounts, int64_t width, void **ticket)
+{
+    if (d->row_width != width) {
+        if (d->row != MPI_DATATYPE_NULL)
+            MPI_Type_free(&d->row);
+        MPI_Type_contiguous((int)width, MPI_FLOAT, &d->row);
+        MPI_Type_commit(&d->row);
+        d->row_width = width;
+    }
+    int so = 0, ro = 0;
+    for (int r = 0; r < d->size; r++) {
+        d->sc[r] = (int)scounts[r], d->sd[r] = so, so += d->sc[r];
+        d->rc[r] = (int)rcounts[r], d->rd[r] = ro, ro += d->rc[r];
+        if (r != d->rank)
+            d->bytes_sent += (int64_t)sizeof(float) * width * scounts[r];
+    }
+    return mt_stage_alltoallv(d->be, &d->h_send, &d->h_recv, send, d->sc, d->sd, recv, d->rc,
+                              d->rd, d->row, sizeof(float) * (size_t)width, d->comm,
+                              ticket) == MT_OK;
 }
 
 void mt_moe_dispatch_hook(void *ctx, mt_ep_op_t op, const void *send, const int64_t *scounts,
@@ -61,25 +86,30 @@ void mt_moe_dispatch_hook(void *ctx, mt_ep_op_t op, const void *send, const int6
         d->bytes_sent += (int64_t)sizeof(int64_t) * width * (d->size - 1);
         ok = rc == MPI_SUCCESS && mt_wait_all(1, &rq) == MT_OK;
     } else {
-        if (d->row_width != width) {
-            if (d->row != MPI_DATATYPE_NULL)
-                MPI_Type_free(&d->row);
-            MPI_Type_contiguous((int)width, MPI_FLOAT, &d->row);
-            MPI_Type_commit(&d->row);
-            d->row_width = width;
-        }
-        int so = 0, ro = 0;
-        for (int r = 0; r < d->size; r++) {
-            d->sc[r] = (int)scounts[r], d->sd[r] = so, so += d->sc[r];
-            d->rc[r] = (int)rcounts[r], d->rd[r] = ro, ro += d->rc[r];
-            if (r != d->rank)
-                d->bytes_sent += (int64_t)sizeof(float) * width * scounts[r];
-        }
-        ok = mt_stage_alltoallv(d->be, &d->h_send, &d->h_recv, send, d->sc, d->sd, recv, d->rc,
-                                d->rd, d->row, sizeof(float) * (size_t)width, d->comm) == MT_OK;
+        ok = rows(d, send, scounts, recv, rcounts, width, NULL);
     }
     if (!ok)
         mt_comm_fatal(d->comm, rc != MPI_SUCCESS ? rc : MPI_ERR_OTHER, "expert-parallel all-to-all");
     d->calls++;
     d->seconds += mt_now_s() - t0;
+}
+
+void *mt_moe_dispatch_start(void *ctx, const void *send, const int64_t *scounts, void *recv,
+                            const int64_t *rcounts, int64_t width)
+{
+    mt_moe_dispatch_t *d = ctx;
+    void *ticket = NULL;
+    double t0 = mt_now_s();
+    if (!rows(d, send, scounts, recv, rcounts, width, &ticket))
+        mt_comm_fatal(d->comm, MPI_ERR_OTHER, "expert-parallel all-to-all");
+    d->calls++;
+    d->seconds += mt_now_s() - t0;
+    return ticket;
+}
+
+void mt_moe_dispatch_join(void *ctx, void *ticket)
+{
+    mt_moe_dispatch_t *d = ctx;
+    if (mt_stage_join(ticket) != MT_OK)
+        mt_comm_fatal(d->comm, MPI_ERR_OTHER, "expert-parallel all-to-all (join)");
 }

@@ -38,7 +38,15 @@ void mt_moe_dispatch_free(mt_moe_dispatch_t *d);
 void mt_moe_dispatch_hook(void *ctx, mt_ep_op_t op, const void *send, const int64_t *scounts,
                           void *recv, const int64_t *rcounts, int64_t width);
 
-/* Point m's hook at d. */
+/* The asynchronous row exchange (mt_model_t.ep_start, ep_join): through
+ * NCCL it returns the all-to-all's event, which the join makes the
+ * compute stream wait for; over MPI it completes before returning NULL.
+ * Its seconds count only the host's time to start it. */
+void *mt_moe_dispatch_start(void *ctx, const void *send, const int64_t *scounts, void *recv,
+                            const int64_t *rcounts, int64_t width);
+void mt_moe_dispatch_join(void *ctx, void *ticket);
+
+/* Point m's hooks at d. */
 void mt_moe_dispatch_attach(mt_moe_dispatch_t *d, mt_model_t *m);
 
 #endif

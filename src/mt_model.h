@@ -190,6 +190,16 @@ typedef struct {
      * all-reduces are in place, in == out).  The parallelize layer sets it
      * before the first step. */
     void (*tp_allreduce)(void *ctx, const void *in, void *out, int64_t n, mt_tp_op_t op);
+    /* Optional asynchronous form (NULL: the model calls tp_allreduce):
+     * tp_start starts the collective and returns a ticket, or NULL when it
+     * has already completed; tp_join(ctx, ticket) orders the kernels
+     * launched after it behind the collective.  Between the two the model
+     * launches only kernels that neither write `in` nor touch `out`, so
+     * the collective runs behind them (Megatron's overlap of a column-
+     * parallel layer's input-gradient reduction with its weight-gradient
+     * GEMMs). */
+    void *(*tp_start)(void *ctx, const void *in, void *out, int64_t n, mt_tp_op_t op);
+    void (*tp_join)(void *ctx, void *ticket);
     /* Sequence parallelism (tp > 1): the residual stream, the norms and
      * their inputs hold this rank's Ns = N / tp tokens (rows
      * [tp_rank * Ns, (tp_rank + 1) * Ns)); the norm outputs are all-gathered
@@ -231,6 +241,13 @@ typedef struct {
      * set by the parallelize layer like tp_allreduce. */
     void (*ep_alltoall)(void *ctx, mt_ep_op_t op, const void *send, const int64_t *scounts,
                         void *recv, const int64_t *rcounts, int64_t width);
+    /* Optional asynchronous MT_EP_ROWS (NULL: ep_alltoall), with the
+     * contract of tp_start and tp_join: the shared experts' and the
+     * router's work runs behind the row all-to-alls (Megatron's
+     * moe_shared_expert_overlap). */
+    void *(*ep_start)(void *ctx, const void *send, const int64_t *scounts, void *recv,
+                      const int64_t *rcounts, int64_t width);
+    void (*ep_join)(void *ctx, void *ticket);
     void *ep_ctx;
     /* The micro-batch's MoE routing totals (model_moe.h, MT_MOE_ROUTE), in
      * host memory, of the pipeline slot in use: a pipeline passes them on

@@ -66,15 +66,24 @@ mt_status_t mt_stage_allreduce_sum(const mt_backend_t *be, mt_stage_buf_t *s, fl
 mt_status_t mt_stage_allreduce_grad(const mt_backend_t *be, mt_stage_buf_t *s, float *x,
                                     int64_t n, MPI_Comm comm, bool bf16);
 
-/* Blocking MPI_Alltoallv (waiting politely, mt_wait_all) of `row`s of
+/* MPI_Alltoallv (waiting politely, mt_wait_all) of `row`s of
  * row_bytes each between send and recv in be's memory; counts and
  * displacements are in rows, the displacements packed in rank order (each
  * block right after the previous one).  Staged: the sent rows are copied
- * out into hs, received into hr and copied in. */
+ * out into hs, received into hr and copied in.  Through NCCL (a GPU per
+ * rank) it is enqueued after the compute so far; with ticket NULL the
+ * compute stream then waits for it, else *ticket is its event for
+ * mt_stage_join (NULL when the exchange has already completed: MPI). */
 mt_status_t mt_stage_alltoallv(const mt_backend_t *be, mt_stage_buf_t *hs, mt_stage_buf_t *hr,
                                const void *send, const int *scounts, const int *sdispls,
                                void *recv, const int *rcounts, const int *rdispls,
-                               MPI_Datatype row, size_t row_bytes, MPI_Comm comm);
+                               MPI_Datatype row, size_t row_bytes, MPI_Comm comm,
+                               void **ticket);
+
+/* The compute stream waits for the collective of ticket (an NCCL
+ * operation's event from mt_stage_alltoallv or the trainer's TP hook);
+ * nothing for NULL. */
+mt_status_t mt_stage_join(void *ticket);
 
 /* Non-blocking point-to-point of n floats of be's memory.  host: NULL
  * when !mt_stage_needed(be) (MPI then works on x itself), else a host

@@ -15,6 +15,16 @@
 
 bool mt_stage_needed(const mt_backend_t *be) { return be != mt_backend_cpu(); }
 
+mt_status_t mt_stage_join(void *ticket)
+{
+#ifdef MT_HAVE_NCCL
+    if (ticket)
+        return mt_nccl_join_event(ticket, CS);
+#endif
+    (void)ticket;
+    return MT_OK;
+}
+
 void *mt_stage_reserve(mt_stage_buf_t *s, size_t bytes)
 {
     if (bytes > s->cap) {
@@ -59,9 +69,12 @@ mt_status_t mt_stage_allreduce_sum(const mt_backend_t *be, mt_stage_buf_t *s, fl
 mt_status_t mt_stage_alltoallv(const mt_backend_t *be, mt_stage_buf_t *hs, mt_stage_buf_t *hr,
                                const void *send, const int *scounts, const int *sdispls,
                                void *recv, const int *rcounts, const int *rdispls,
-                               MPI_Datatype row, size_t row_bytes, MPI_Comm comm)
+                               MPI_Datatype row, size_t row_bytes, MPI_Comm comm,
+                               void **ticket)
 {
     MPI_Request rq;
+    if (ticket)
+        *ticket = NULL;
     if (!mt_stage_needed(be)) {
         MT_MPI_TRY(MPI_Ialltoallv(send, scounts, sdispls, row, recv, rcounts, rdispls, row, comm,
                                   &rq));
@@ -72,6 +85,10 @@ mt_status_t mt_stage_alltoallv(const mt_backend_t *be, mt_stage_buf_t *hs, mt_st
     if (g) { /* device memory through NCCL (grouped sends and receives) */
         MT_TRY(mt_nccl_all_to_allv(g, send, scounts, sdispls, recv, rcounts, rdispls, row_bytes,
                                    CS));
+        if (ticket) { /* the caller joins it (mt_stage_join) */
+            *ticket = mt_nccl_last_event(g);
+            return MT_OK;
+        }
         return mt_nccl_join(g, CS);
     }
 #endif

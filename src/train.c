@@ -180,14 +180,28 @@ static void run_free(run_t *r)
 /* The model's tensor-parallel collectives: NCCL when the TP group has a
  * communicator, else MPI (staged, bf16 on the wire under bf16 compute:
  * mt_tp_comm.h). */
-static void tp_hook(void *ctx, const void *in, void *out, int64_t n, mt_tp_op_t op)
+static void *tp_start(void *ctx, const void *in, void *out, int64_t n, mt_tp_op_t op)
 {
     run_t *r = ctx;
-    if (mt_train_device_tp(&r->device, r->tp, in, out, n, op)) /* NCCL */
-        return;
+    void *ticket = NULL;
+    if (mt_train_device_tp(&r->device, r->tp, in, out, n, op, &ticket)) /* NCCL */
+        return ticket;
     /* mid-forward/backward: the TP peers cannot be told, so a failure aborts */
     if (mt_tp_comm_run(&r->tpc, in, out, n, op) != MT_OK)
         mt_comm_fatal(r->tp, MPI_ERR_OTHER, "tensor-parallel collective");
+    return NULL;
+}
+
+static void tp_join(void *ctx, void *ticket)
+{
+    run_t *r = ctx;
+    if (mt_stage_join(ticket) != MT_OK)
+        mt_comm_fatal(r->tp, MPI_ERR_OTHER, "tensor-parallel collective (join)");
+}
+
+static void tp_hook(void *ctx, const void *in, void *out, int64_t n, mt_tp_op_t op)
+{
+    tp_join(ctx, tp_start(ctx, in, out, n, op));
 }
 
 /* Data, model, the data-parallel layer and the optimizer.  mesh gives the
@@ -253,6 +267,8 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
     MT_TRY(mt_tp_comm_init(&r->tpc, r->tp, be, cfg->distributed.mp_policy.param_dtype ==
                                                    MT_DTYPE_BFLOAT16));
     r->model.tp_allreduce = tp_hook;
+    r->model.tp_start = tp_start;
+    r->model.tp_join = tp_join;
     r->model.tp_ctx = r;
     int64_t owned = r->model.numel;
     if (r->sharded) {

@@ -173,7 +173,7 @@ static mt_status_t tp_bf16(mt_train_device_t *d, mt_nccl_group_t *g, const void 
 #endif
 
 bool mt_train_device_tp(mt_train_device_t *d, MPI_Comm tp, const void *in, void *out, int64_t n,
-                        mt_tp_op_t op)
+                        mt_tp_op_t op, void **ticket)
 {
 #ifdef MT_HAVE_NCCL
     mt_nccl_group_t *g = d->nccl ? mt_nccl_for(tp) : NULL;
@@ -204,13 +204,15 @@ bool mt_train_device_tp(mt_train_device_t *d, MPI_Comm tp, const void *in, void 
         s = mt_nccl_all_reduce(g, in, out, c, ncclFloat64, ncclSum, cs);
         break;
     }
-    if (s == MT_OK)
+    if (s == MT_OK && ticket) /* the caller joins it (mt_stage_join) */
+        *ticket = mt_nccl_last_event(g);
+    else if (s == MT_OK)
         s = mt_nccl_join(g, cs);
     if (s != MT_OK) /* the other TP ranks are inside this collective */
         mt_comm_fatal(tp, MPI_ERR_OTHER, "tensor-parallel collective (NCCL)");
     return true;
 #else
-    (void)d, (void)tp, (void)in, (void)out, (void)n, (void)op;
+    (void)d, (void)tp, (void)in, (void)out, (void)n, (void)op, (void)ticket;
     return false;
 #endif
 }

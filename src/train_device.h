@@ -40,11 +40,12 @@ void mt_train_device_free(mt_train_device_t *d);
 
 /* A tensor-parallel collective (mt_tp_op_t) of device memory through NCCL
  * when the TP group has a communicator: enqueued after the compute so
- * far, the compute stream waiting for it; float sums, gathers and
- * reduce-scatters in bf16 under bf16 compute, as mt_tp_comm.h's.  false:
- * the caller uses MPI. */
+ * far; float sums, gathers and reduce-scatters in bf16 under bf16
+ * compute, as mt_tp_comm.h's.  With ticket NULL the compute stream waits
+ * for it, else *ticket is its event, for mt_stage_join.  false: the
+ * caller uses MPI. */
 bool mt_train_device_tp(mt_train_device_t *d, MPI_Comm tp, const void *in, void *out, int64_t n,
-                        mt_tp_op_t op);
+                        mt_tp_op_t op, void **ticket);
 
 /* Under MESHTRAIN_PROFILE: after each step (steps_done so far), the
  * first one's counts are dropped; the report of this rank's kernels since

@@ -26,8 +26,9 @@
 # one rank on the emulated GPU, and fsdp2 with collectives auto (NCCL) and
 # mpi (staged through host copies);
 # all bit for bit (losses and gradient norms, tolerance 0); that most fsdp2
-# gathers and reduce-scatters, ddp buckets, HSDP's replica all-reduces and
-# cp ring steps have compute
+# gathers and reduce-scatters, ddp buckets, HSDP's replica all-reduces,
+# cp ring steps and MoE token all-to-alls, and the backward's TP re-gathers
+# and input-gradient reductions, have compute
 # launched between their post and their join (the overlap, in stream
 # order); and the dense
 # and cp meshes' device pool peaks within 5% of meshtrain-plan's device
@@ -109,6 +110,9 @@ overlapped reduce_scatter fsdp2 0.5 # behind the backward of the units before
 mesh ddpb 2 distributed.strategy=ddp distributed.ddp_bucket_cap_mb=0.05
 overlapped all_reduce ddpb 0.5      # buckets behind the rest of backward (several buckets)
 overlapped all_reduce hsdp 0.5      # the replicas' all-reduce of each final shard
+overlapped all_gather tpsp 0.25     # a norm output's re-gather behind the input-gradient GEMMs
+overlapped reduce_scatter tpsp 0.35 # dh's reduce-scatter behind the weight-gradient GEMMs
+overlapped all_reduce tpbf 0.25     # dh's all-reduce, likewise
 
 # one rank on the emulated GPU (no collectives); two with collectives auto
 # (each rank has its own GPU: NCCL) and mpi (host copies)
@@ -155,4 +159,5 @@ mesh mep 2 distributed.ep_size=2
 mesh mddp 2 distributed.strategy=ddp
 mesh mtp 2 distributed.tp_size=2
 mesh mcpep 4 distributed.cp_size=2 distributed.ep_size=2
+overlapped send_recv mep 0.7        # the shared experts and the router behind the dispatch
 finish
