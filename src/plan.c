@@ -149,11 +149,13 @@ static mt_status_t bubble(const mt_config_t *cfg, mt_plan_t *plan, mt_pp_sim_res
  * directions are) and, for HSDP with bf16 reductions, a shard-sized bf16
  * one; ddp's bf16 bucket (the cap plus the largest parameter, which a
  * bucket may overrun by); the sharded experts' fsdp pad (a layer's
- * experts, xunit); the tensor-parallel bf16 pad, a whole micro-batch of
- * the residual stream [tokens, H]. */
+ * experts, xunit) or the replicated experts' own ddp bf16 bucket (xrep:
+ * the rank's experts when more than one rank holds them); the
+ * tensor-parallel bf16 pad, a whole micro-batch of the residual stream
+ * [tokens, H]. */
 static double nccl_wire_bytes(const mt_config_t *cfg, int64_t r, const mt_pp_sched_t *lists,
                               bool fsdp, const mt_fsdp_options_t *fso, double unit_max,
-                              double xunit, double tokens, double p_rank)
+                              double xunit, double xrep, double tokens, double p_rank)
 {
     const mt_distributed_config_t *d = &cfg->distributed;
     double H = (double)cfg->model.hidden_size, tp = (double)d->tp_size;
@@ -178,6 +180,9 @@ static double nccl_wire_bytes(const mt_config_t *cfg, int64_t r, const mt_pp_sch
     }
     if (xunit > 0) /* the sharded experts' own fsdp: a pad of a layer's experts */
         wire += xunit * (fso->gather_bf16 && fso->reduce_bf16 ? 2 : 4);
+    if (xrep > 0 && rbf16) /* their ddp's bucket; the largest parameter is an expert's */
+        wire += 2 * fmin(xrep, d->ddp_bucket_cap_mb * 1048576.0 / 4 +
+                                   H * (double)cfg->model.moe_intermediate_size);
     if (d->tp_size > 1 && bf16)
         wire += 2 * tokens * H;
     return wire;
@@ -370,8 +375,9 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
         if (gpu)
             ws = (double)(MT_CUDA_LT_WORKSPACE_BYTES + MT_CUDA_SCRATCH_BYTES);
         if (nccl)
-            wire = nccl_wire_bytes(cfg, r, &lists, fsdp, &fso, unit_max, xunit, tokens,
-                                   p_rank + expert);
+            wire = nccl_wire_bytes(cfg, r, &lists, fsdp, &fso, unit_max, xunit,
+                                   !exp_sharded && mt_train_moe_replicas(cfg) > 1 ? expert : 0,
+                                   tokens, p_rank + expert);
         double total = params + grads + optim + acts + ws + wire;
         if (total > plan->bytes_total) {
             plan->worst_pp_rank = (int)r;

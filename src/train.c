@@ -627,7 +627,7 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
             else
                 mt_ddp_begin(&r->ddp, !r->pp && u == accum - 1);
             if (s == MT_OK)
-                s = mt_train_moe_begin_micro(&r->moe, u);
+                s = mt_train_moe_begin_micro(&r->moe, u, !r->pp && u == accum - 1);
             if (s != MT_OK)
                 break;
             bool with_pos = r->packed || r->cp.size > 1;

@@ -9,7 +9,9 @@
  * ranks holding the same experts (rep: the same pipeline stage and EP
  * index, i.e. ep_shard = dp x cp / ep of them times tp) each route
  * different tokens, so the expert gradients are summed over rep once per
- * step, after backward.  Under fsdp2 with rep larger than one rank the
+ * step, by ddp.c's buckets over a model-like view of the expert arena
+ * (below), each started once backward is done with its layers (the last
+ * micro-step; a pipeline's after the schedule).  Under fsdp2 with rep larger than one rank the
  * experts are instead FSDP-sharded over rep by a second mt_fsdp
  * over a model-like view of the expert arena whose units mirror the
  * model's, driven by the model's own unit events (chain_hook): gathered
@@ -23,7 +25,8 @@
  * that hold the micro-batch's other tokens.
  *
  * Off the plain CPU backend the expert arena is the backend's memory: the
- * replicated experts' all-reduce stages through a host copy (mt_stage.h),
+ * replicated experts' buckets go through NCCL or stage through host
+ * copies (ddp.c),
  * the sharded experts' collectives are fsdp.c's (staged there), the
  * dispatch stages its rows (moe_dispatch.c); the routing totals and the
  * load counters are host memory by design (model_moe.h). */
@@ -158,6 +161,18 @@ mt_status_t mt_train_moe_init(mt_train_moe_t *t, mt_model_t *m, const mt_config_
         mt_moe_init_weights(m, (uint64_t)cfg->rng.seed);
         t->whole = mt_segment_whole(&t->view);
         t->seg = &t->whole, t->nseg = 1;
+        int nrep = 1;
+        MPI_Comm_size(t->rep, &nrep);
+        if (nrep > 1) { /* the dense ddp's buckets and rules (train.c) */
+            MT_TRY(mt_ddp_init(&t->ddp, t->rep, &t->view,
+                               (int64_t)(cfg->distributed.ddp_bucket_cap_mb * 1048576.0),
+                               t->reduce_bf16));
+            if (cfg->distributed.strategy == MT_STRATEGY_MEGATRON_FSDP)
+                t->ddp.overlap = cfg->distributed.overlap_grad_reduce;
+            t->ddp_on = true;
+            t->dense_hook = m->unit_hook, t->dense_ctx = m->hook_ctx;
+            m->unit_hook = chain_hook, m->hook_ctx = t;
+        }
     }
     MT_TRY(mt_train_mp_init(&t->mp, &t->view, t->seg, t->nseg, owned,
                             !(t->sharded && t->fsdp.opt.shard_params), &t->seg));
@@ -185,21 +200,24 @@ void mt_train_moe_free(mt_train_moe_t *t)
         mt_moe_dispatch_free(&t->dispatch);
     if (t->sharded)
         mt_fsdp_free(&t->fsdp);
+    if (t->ddp_on)
+        mt_ddp_free(&t->ddp);
     if (t->rep != MPI_COMM_NULL)
         MPI_Comm_free(&t->rep);
     if (t->tokens != MPI_COMM_NULL)
         MPI_Comm_free(&t->tokens);
     mt_adamw_free(&t->opt);
     mt_train_mp_free(&t->mp);
-    mt_stage_buf_free(&t->stage);
     free(t->load);
     free(t->sparse);
     free(t->unit_lo);
     memset(t, 0, sizeof *t);
 }
 
-mt_status_t mt_train_moe_begin_micro(mt_train_moe_t *t, int64_t micro)
+mt_status_t mt_train_moe_begin_micro(mt_train_moe_t *t, int64_t micro, bool last)
 {
+    if (t->ddp_on)
+        mt_ddp_begin(&t->ddp, last);
     return t->sharded ? mt_fsdp_begin(&t->fsdp, micro) : MT_OK;
 }
 
@@ -346,14 +364,13 @@ mt_status_t mt_train_moe_grad_sumsq(mt_train_moe_t *t, mt_model_t *m, double *su
         MT_TRY(mt_allreduce(&local, sumsq, 1, MPI_DOUBLE, MPI_SUM, t->world));
         return MT_OK;
     }
-    int nrep = 1, rep_rank = 0;
-    MPI_Comm_size(t->rep, &nrep);
+    int rep_rank = 0;
     MPI_Comm_rank(t->rep, &rep_rank);
-    /* one message per step, in the reduce dtype: the expert arena is
-     * contiguous (staged through a host copy off the plain CPU backend) */
-    if (nrep > 1)
-        MT_TRY(mt_stage_allreduce_grad(m->be, &t->stage, x->grad_mem, x->numel, t->rep,
-                                       t->reduce_bf16));
+    if (t->ddp_on) { /* the buckets backward has not started (all, after a pipeline) */
+        if (!t->ddp.sync)
+            mt_ddp_begin(&t->ddp, true);
+        MT_TRY(mt_ddp_finish(&t->ddp));
+    }
     if (t->post_scale != 1.0f)
         mt_grad_scale(&t->view, t->seg, t->nseg, t->post_scale);
     /* the replicas now agree: the first of them counts */

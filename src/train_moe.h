@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "moe_dispatch.h"
+#include "mt_ddp.h"
 #include "mt_fsdp.h"
 #include "mt_config.h"
 #include "mt_mesh.h"
@@ -33,7 +34,9 @@ typedef struct {
     MPI_Comm world;           /* the mesh's communicator */
     MPI_Comm ep_comm;         /* the EP group (ep > 1) or MPI_COMM_NULL */
     mt_moe_dispatch_t dispatch;
-    mt_stage_buf_t stage;     /* host copy of the replicated experts' gradients */
+    mt_ddp_t ddp;             /* replicated over more than one rank: their gradient
+                               * buckets over rep, started as backward goes on */
+    bool ddp_on;
     bool reduce_bf16;         /* their sum in bf16 (mp_policy.reduce_dtype) */
     mt_adamw_t opt;           /* expert optimizer state, laid out like seg */
     bool sharded;             /* experts FSDP-sharded over rep (else replicated) */
@@ -91,8 +94,10 @@ mt_status_t mt_train_moe_after_load(mt_train_moe_t *t);
  * the first of the ranks holding the same experts writes them. */
 mt_status_t mt_train_moe_ckpt(mt_train_moe_t *t, mt_train_ckpt_t *c, const mt_model_t *m);
 
-/* Before micro-step `micro` (the experts' fsdp). */
-mt_status_t mt_train_moe_begin_micro(mt_train_moe_t *t, int64_t micro);
+/* Before micro-step `micro` (the experts' fsdp); last: the replicated
+ * experts' buckets reduce during this backward (the last micro-step,
+ * without a pipeline, as mt_ddp_begin's sync). */
+mt_status_t mt_train_moe_begin_micro(mt_train_moe_t *t, int64_t micro, bool last);
 
 /* Before a step's micro-batches.  in_schedule: each micro-batch's loss
  * gradient is scaled by 1 / tokens inside backward (else the reduced

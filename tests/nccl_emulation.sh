@@ -22,12 +22,14 @@
 #    receives into their own buffers), and pp 2 in bf16;
 #  - cp 2 on packed rows (the ring's grouped K/V and dK/dV steps);
 #  - a MoE under ep 2 (the token all-to-all-v), under ddp 2 (the adopted
-#    replicas' communicator), under tp 2 and cp 2 x ep 2 on 4 ranks;
+#    replicas' communicator: default and small buckets, bf16), under tp 2
+#    and cp 2 x ep 2 on 4 ranks;
 # one rank on the emulated GPU, and fsdp2 with collectives auto (NCCL) and
 # mpi (staged through host copies);
 # all bit for bit (losses and gradient norms, tolerance 0); that most fsdp2
 # gathers and reduce-scatters, ddp buckets, HSDP's replica all-reduces,
-# cp ring steps and MoE token all-to-alls, and the backward's TP re-gathers
+# cp ring steps, MoE token all-to-alls and the replicated experts' buckets,
+# and the backward's TP re-gathers
 # and input-gradient reductions, have compute
 # launched between their post and their join (the overlap, in stream
 # order); and the dense
@@ -160,4 +162,7 @@ mesh mddp 2 distributed.strategy=ddp
 mesh mtp 2 distributed.tp_size=2
 mesh mcpep 4 distributed.cp_size=2 distributed.ep_size=2
 overlapped send_recv mep 0.7        # the shared experts and the router behind the dispatch
+mesh mddpb 2 distributed.strategy=ddp distributed.ddp_bucket_cap_mb=0.01
+overlapped all_reduce mddpb 0.8     # dense and expert buckets behind the rest of backward
+mesh mddpbf 2 distributed.strategy=ddp $bf
 finish
