@@ -372,6 +372,11 @@ static void t_moe_router_backward(float *dlogits, const float *dw, const float *
                                        norm_topk);
 }
 
+static void t_moe_prob_sums(double *sums, const float *probs, int64_t n, int64_t E)
+{
+    mt_cuda_launch_moe_prob_sums(S, sums, probs, n, E);
+}
+
 static void t_moe_gather_rows(float *dst, const float *src, const int32_t *rows, int64_t n,
                               int64_t width)
 {
@@ -427,6 +432,7 @@ static mt_backend_t make_table(void)
     t.attention_block_backward = t_attention_block_backward;
     t.moe_router_forward = t_moe_router_forward;
     t.moe_router_backward = t_moe_router_backward;
+    t.moe_prob_sums = t_moe_prob_sums;
     t.moe_gather_rows = t_moe_gather_rows;
     t.moe_combine = t_moe_combine;
     t.moe_combine_backward = t_moe_combine_backward;

@@ -184,6 +184,8 @@ void mt_cuda_launch_moe_gather_rows(cudaStream_t s, float *dst, const float *src
 void mt_cuda_launch_moe_router_forward(cudaStream_t s, float *probs, int32_t *idx, float *w,
                                        const float *bias, int64_t n, int64_t E, int64_t k,
                                        bool norm_topk);
+void mt_cuda_launch_moe_prob_sums(cudaStream_t s, double *sums, const float *probs, int64_t n,
+                                  int64_t E);
 void mt_cuda_launch_moe_router_backward(cudaStream_t s, float *dlogits, const float *dw,
                                         const float *probs, const int32_t *idx, const float *w,
                                         const float *dp_all, int64_t n, int64_t E, int64_t k,

@@ -225,6 +225,7 @@ static const mt_backend_t mt_cpu_backend = {
 
     .moe_router_forward = mt_cpu_moe_router_forward,
     .moe_router_backward = mt_cpu_moe_router_backward,
+    .moe_prob_sums = mt_cpu_moe_prob_sums,
     .moe_gather_rows = mt_cpu_moe_gather_rows,
     .moe_combine = mt_cpu_moe_combine,
     .moe_combine_backward = mt_cpu_moe_combine_backward,

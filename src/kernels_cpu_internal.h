@@ -223,6 +223,7 @@ MT_CPU_HIDDEN void mt_cpu_attention_block_backward(float *dq, float *dk, float *
 MT_CPU_HIDDEN void mt_cpu_moe_router_forward(float *probs, int32_t *idx, float *w,
                                              const float *bias, int64_t n, int64_t E, int64_t k,
                                              bool norm_topk);
+MT_CPU_HIDDEN void mt_cpu_moe_prob_sums(double *sums, const float *probs, int64_t n, int64_t E);
 MT_CPU_HIDDEN void mt_cpu_moe_router_backward(float *dlogits, const float *dw, const float *probs,
                                               const int32_t *idx, const float *w,
                                               const float *dp_all, int64_t n, int64_t E,

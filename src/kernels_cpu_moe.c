@@ -47,6 +47,19 @@ void mt_cpu_moe_router_forward(float *probs, int32_t *idx, float *w, const float
     }
 }
 
+void mt_cpu_moe_prob_sums(double *sums, const float *probs, int64_t n, int64_t E)
+{
+    MT_CPU_REQUIRE(n >= 0 && E >= 1, "moe_prob_sums", "n=%lld E=%lld", (long long)n,
+                   (long long)E);
+#pragma omp parallel for schedule(static) if (n * E > MT_CPU_PAR_MIN)
+    for (int64_t e = 0; e < E; e++) { /* a column each, its rows in order */
+        double s = 0;
+        for (int64_t t = 0; t < n; t++)
+            s += (double)probs[t * E + e];
+        sums[e] = s;
+    }
+}
+
 void mt_cpu_moe_router_backward(float *dlogits, const float *dw, const float *probs,
                                 const int32_t *idx, const float *w, const float *dp_all,
                                 int64_t n, int64_t E, int64_t k, bool norm_topk)

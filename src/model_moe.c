@@ -267,10 +267,11 @@ mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int 
         DALLOC(x->dw, N * x->K);
         DALLOC(x->dlogits, N * x->E);
         DALLOC(x->aux_dp, x->E);
+        DALLOC(x->psum, x->E);
         ALLOC(x->h_idx, N * x->K);
         ALLOC(x->h_slot_row, N * x->K);
         ALLOC(x->h_src_tok, N * x->K);
-        ALLOC(x->h_probs, N * x->E);
+        ALLOC(x->h_psum, x->E);
         ALLOC(x->h_aux_dp, x->E);
     }
     if (!ok)
@@ -560,13 +561,10 @@ void mt_moe_forward(mt_model_t *m, int l, const float *h, const float *res, floa
         cnt[idx[i]]++;
     if (!m->recomputing) {
         double *C = m->route, *S = m->route + E;
-        const float *probs = x->h_probs;
-        be->copy_to_host(x->h_probs, rt->probs, sizeof(float) * (size_t)(N * E));
+        be->moe_prob_sums(x->psum, rt->probs, N, E); /* E doubles come back, not [N, E] */
+        be->copy_to_host(x->h_psum, x->psum, sizeof(double) * (size_t)E);
         for (int64_t e = 0; e < E; e++)
-            C[e] += (double)cnt[e];
-        for (int64_t t = 0; t < N; t++)
-            for (int64_t e = 0; e < E; e++)
-                S[e] += (double)probs[t * E + e];
+            C[e] += (double)cnt[e], S[e] += x->h_psum[e];
         m->route[2 * E] += (double)N;
     }
     /* a capacity limit keeps each expert's first cap (token, slot) pairs

@@ -9,7 +9,8 @@
  * backward, a residual and none, weights and none, the combine in place
  * on its residual.
  * Bounds: bitwise for the top-k indices, the gathers and the combine
- * backward's dy (copies and one product); 1e-6 normwise for the
+ * backward's dy (copies and one product) and the probability sums (the
+ * same double sums in the same order); 1e-6 normwise for the
  * probabilities, routing weights, router gradient, combine output and
  * dw (the CPU's double sums in another order, or one FMA contraction,
  * before one rounding to float). */
@@ -58,6 +59,17 @@ static void router_case(uint64_t *s, int64_t n, int64_t E, int64_t k, bool norm,
     CHECK_SAME_BYTES(what, g_idx, idx, I(n * k));
     snprintf(what, sizeof what, "moe_router_forward w %s", tag);
     CHECK_CLOSE(what, g_w, w, n * k, MOE_TOL);
+
+    /* the probability sums of the CPU's probabilities: the same order, bitwise */
+    double *sums = malloc((size_t)E * sizeof(double));
+    tc_cpu->moe_prob_sums(sums, probs, n, E);
+    float *c_pr = tc_up(probs, F(n * E));
+    double *d_sums = tc_dev((size_t)E * sizeof(double));
+    tc_gpu->moe_prob_sums(d_sums, c_pr, n, E);
+    double *g_sums = tc_down(d_sums, (size_t)E * sizeof(double));
+    snprintf(what, sizeof what, "moe_prob_sums %s", tag);
+    CHECK_SAME_BYTES(what, g_sums, sums, (size_t)E * sizeof(double));
+    free(sums), free(g_sums);
 
     /* backward from the CPU's forward, so it is checked alone */
     float *dw = tc_rand(s, n * k, 1.0f), *dl = malloc(F(n * E));

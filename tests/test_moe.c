@@ -64,6 +64,18 @@ static void router_ties(void)
     float u[4] = {0, 0, 0, 0}, tie[4] = {0, 0.1f, 0.1f, 0};
     be->moe_router_forward(u, idx, w, tie, 1, 4, 2, false);
     CHECK(idx[0] == 1 && idx[1] == 2 && w[0] == 0.25f, "bias ties: %d %d", idx[0], idx[1]);
+
+    /* the probability sums: each column's rows in order, in double (the
+     * p of the first call: rows 0.25 x 4, then softmaxes of the rest) */
+    double sums[4], want_s[4] = {0, 0, 0, 0};
+    for (int t = 0; t < 4; t++)
+        for (int e = 0; e < 4; e++)
+            want_s[e] += (double)p[t * 4 + e];
+    be->moe_prob_sums(sums, p, 4, 4);
+    for (int e = 0; e < 4; e++)
+        CHECK(sums[e] == want_s[e], "moe_prob_sums[%d] %.17g, want %.17g", e, sums[e], want_s[e]);
+    double total = sums[0] + sums[1] + sums[2] + sums[3];
+    CHECK(fabs(total - 4.0) < 1e-6, "probability sums of 4 rows add to %.9g, not 4", total);
 }
 
 static double objective(mt_model_t *m, const int32_t *tok, const int32_t *tgt, double ce_w,
