@@ -336,15 +336,15 @@ extern "C" void mt_cuda_launch_moe_gather_rows(cudaStream_t s, float *dst, const
     MT_CUDA_LAUNCH_CHECK("moe_gather_rows");
 }
 
-/* a thread per expert, its column's rows in order: the CPU's sum, bit for
- * bit (E threads of n dependent double adds: tens of microseconds at
+/* a thread per expert, its column's rows in order onto its running total:
+ * the CPU's sum, bit for bit (E threads of n dependent double adds: tens of microseconds at
  * 8192 tokens, against copying [n, E] floats to the host) */
 __global__ void mt_k_moe_prob_sums(double *sums, const float *probs, int64_t n, int64_t E)
 {
     int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= E)
         return;
-    double s = 0;
+    double s = sums[e];
     for (int64_t t = 0; t < n; t++)
         s += (double)probs[t * E + e];
     sums[e] = s;

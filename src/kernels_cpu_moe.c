@@ -53,7 +53,7 @@ void mt_cpu_moe_prob_sums(double *sums, const float *probs, int64_t n, int64_t E
                    (long long)E);
 #pragma omp parallel for schedule(static) if (n * E > MT_CPU_PAR_MIN)
     for (int64_t e = 0; e < E; e++) { /* a column each, its rows in order */
-        double s = 0;
+        double s = sums[e];
         for (int64_t t = 0; t < n; t++)
             s += (double)probs[t * E + e];
         sums[e] = s;

@@ -271,7 +271,6 @@ mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int 
         ALLOC(x->h_idx, N * x->K);
         ALLOC(x->h_slot_row, N * x->K);
         ALLOC(x->h_src_tok, N * x->K);
-        ALLOC(x->h_psum, x->E);
         ALLOC(x->h_aux_dp, x->E);
     }
     if (!ok)
@@ -561,10 +560,14 @@ void mt_moe_forward(mt_model_t *m, int l, const float *h, const float *res, floa
         cnt[idx[i]]++;
     if (!m->recomputing) {
         double *C = m->route, *S = m->route + E;
-        be->moe_prob_sums(x->psum, rt->probs, N, E); /* E doubles come back, not [N, E] */
-        be->copy_to_host(x->h_psum, x->psum, sizeof(double) * (size_t)E);
+        /* the running totals S go to the device and back (E doubles, not
+         * the [N, E] probabilities), each probability added onto them in
+         * order */
+        be->copy_to_device(x->psum, S, sizeof(double) * (size_t)E);
+        be->moe_prob_sums(x->psum, rt->probs, N, E);
+        be->copy_to_host(S, x->psum, sizeof(double) * (size_t)E);
         for (int64_t e = 0; e < E; e++)
-            C[e] += (double)cnt[e], S[e] += x->h_psum[e];
+            C[e] += (double)cnt[e];
         m->route[2 * E] += (double)N;
     }
     /* a capacity limit keeps each expert's first cap (token, slot) pairs
@@ -731,16 +734,17 @@ void mt_moe_backward(mt_model_t *m, int l, const float *h, const float *dout, fl
         o += n;
     }
     mt_model_round(m, x->ye, o * H);
-    be->moe_gather_rows(x->recvbuf, x->ye, a->iperm, a->R, H);
-    moved = exchange_start(m, x->recvbuf, a->rcnt, x->sendbuf, a->scnt, H);
-
-    /* behind it, the router: routing weights and the load-balancing loss,
-     * from the micro-batch's totals, but for its dh */
+    /* the load-balancing loss's gradient, from the micro-batch's totals
+     * (a host copy: before the exchange, so as not to wait inside it) */
     double R = m->route[2 * E];
     for (int64_t e = 0; e < E; e++)
         x->h_aux_dp[e] = R > 0 ? (float)((double)x->aux_scale * (double)E * m->route[e] / (R * R))
                                : 0.0f;
     be->copy_to_device(x->aux_dp, x->h_aux_dp, sizeof(float) * (size_t)E);
+    be->moe_gather_rows(x->recvbuf, x->ye, a->iperm, a->R, H);
+    moved = exchange_start(m, x->recvbuf, a->rcnt, x->sendbuf, a->scnt, H);
+
+    /* behind it, the router (routing weights and the loss), but for its dh */
     be->moe_router_backward(x->dlogits, x->dw, rt->probs, rt->idx, rt->w, x->aux_dp, N, E, K,
                             x->norm_topk);
     mt_model_round(m, x->dlogits, N * E); /* an activation gradient: bf16 into the GEMMs */

@@ -86,12 +86,11 @@ typedef struct mt_moe {
     int64_t *off;             /* [E] (host) */
     int32_t *src_tok;         /* [N K] token of each send row */
     float *sendbuf, *recvbuf, *ye, *da, *dw, *dlogits, *aux_dp;
-    double *psum;             /* [E] a layer's probability sums (moe_prob_sums) */
+    double *psum;             /* [E] the probability sums' running totals (moe_prob_sums) */
     /* host copies: the router's choices [N K], the send order and source
-     * tokens [N K], the permutations [scap], the probability sums [E], the
-     * aux-loss gradient [E], the bias [L E] */
+     * tokens [N K], the permutations [scap], the aux-loss gradient [E],
+     * the bias [L E] */
     int32_t *h_idx, *h_slot_row, *h_src_tok, *h_perm, *h_iperm;
-    double *h_psum;
     float *h_aux_dp, *h_bias;
     struct moe_alloc *allocs; /* the fixed-size buffers, for mt_moe_free */
     int nalloc, capalloc;

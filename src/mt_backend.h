@@ -201,9 +201,10 @@ struct mt_backend {
     void (*moe_router_backward)(float *dlogits, const float *dw, const float *probs,
                                 const int32_t *idx, const float *w, const float *dp_all,
                                 int64_t n, int64_t E, int64_t k, bool norm_topk);
-    /* The router's probability sums (the load-balancing loss's P): sums[e]
-     * = sum over t < n of probs[t,e], in double, t in order (the same bits
-     * on every backend), into sums [E] of the backend's memory. */
+    /* The router's probability sums (the load-balancing loss's P): adds
+     * probs[t,e] into sums[e] (double, the backend's memory), one t after
+     * another in order, for every e < E: the same bits on every backend,
+     * and as a host loop adding into a running total. */
     void (*moe_prob_sums)(double *sums, const float *probs, int64_t n, int64_t E);
     /* dst[i,:] = src[rows[i],:] for i < n (rows of `width` floats). */
     void (*moe_gather_rows)(float *dst, const float *src, const int32_t *rows, int64_t n,

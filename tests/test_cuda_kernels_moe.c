@@ -62,9 +62,11 @@ static void router_case(uint64_t *s, int64_t n, int64_t E, int64_t k, bool norm,
 
     /* the probability sums of the CPU's probabilities: the same order, bitwise */
     double *sums = malloc((size_t)E * sizeof(double));
+    for (int64_t e = 0; e < E; e++) /* running totals to add onto */
+        sums[e] = 0.01 * (double)(e + 1);
+    double *d_sums = tc_up(sums, (size_t)E * sizeof(double));
     tc_cpu->moe_prob_sums(sums, probs, n, E);
     float *c_pr = tc_up(probs, F(n * E));
-    double *d_sums = tc_dev((size_t)E * sizeof(double));
     tc_gpu->moe_prob_sums(d_sums, c_pr, n, E);
     double *g_sums = tc_down(d_sums, (size_t)E * sizeof(double));
     snprintf(what, sizeof what, "moe_prob_sums %s", tag);

@@ -65,9 +65,10 @@ static void router_ties(void)
     be->moe_router_forward(u, idx, w, tie, 1, 4, 2, false);
     CHECK(idx[0] == 1 && idx[1] == 2 && w[0] == 0.25f, "bias ties: %d %d", idx[0], idx[1]);
 
-    /* the probability sums: each column's rows in order, in double (the
-     * p of the first call: rows 0.25 x 4, then softmaxes of the rest) */
-    double sums[4], want_s[4] = {0, 0, 0, 0};
+    /* the probability sums: each column's rows added in order onto its
+     * running total, in double (the p of the first call: rows 0.25 x 4,
+     * then softmaxes of the rest) */
+    double sums[4] = {0.1, 0.2, 0.3, 0.4}, want_s[4] = {0.1, 0.2, 0.3, 0.4};
     for (int t = 0; t < 4; t++)
         for (int e = 0; e < 4; e++)
             want_s[e] += (double)p[t * 4 + e];
@@ -75,7 +76,7 @@ static void router_ties(void)
     for (int e = 0; e < 4; e++)
         CHECK(sums[e] == want_s[e], "moe_prob_sums[%d] %.17g, want %.17g", e, sums[e], want_s[e]);
     double total = sums[0] + sums[1] + sums[2] + sums[3];
-    CHECK(fabs(total - 4.0) < 1e-6, "probability sums of 4 rows add to %.9g, not 4", total);
+    CHECK(fabs(total - 5.0) < 1e-6, "probability sums of 4 rows onto 1 add to %.9g, not 5", total);
 }
 
 static double objective(mt_model_t *m, const int32_t *tok, const int32_t *tgt, double ce_w,
