@@ -223,9 +223,9 @@ const mt_cfg_key_t mt_cfg_keys[] = {
     K_BOOL("distributed.overlap_param_gather", distributed.overlap_param_gather, "true",
            "megatron_fsdp only: overlap parameter all-gather with forward."),
     K_FLT("distributed.ddp_bucket_cap_mb", distributed.ddp_bucket_cap_mb, "25.0",
-          "ddp only: gradients are all-reduced in buckets of about this many MiB (whole "
-          "parameters), each started as soon as backward has finished its gradients. Must be "
-          "positive."),
+          "ddp (and the experts of a MoE when ddp or megatron_fsdp replicates them): "
+          "gradients are all-reduced in buckets of about this many MiB (whole parameters), "
+          "each started as soon as backward has finished its gradients. Must be positive."),
     K_INT("distributed.timeout_s", distributed.timeout_s, "600", 1,
           "Collective timeout in seconds: a NCCL collective still pending after it is "
           "aborted with an error naming the collective and the axis (doc/gpu.md)."),
