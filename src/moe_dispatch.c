@@ -49,10 +49,31 @@ void mt_moe_dispatch_attach(mt_moe_dispatch_t *d, mt_model_t *m)
     m->ep_ctx = d;
 }
 
-/* The rows of one exchange (MT_EP_ROWS), blocking when ticket is NULL. */
-static bool rows(mt_moe_dispatch_t *d, const void *send, const int64_t *scounts, void *recv,
-                 const int64_t *rcounts, int64_t width, void **ticket)
+void mt_moe_dispatch_hook(void *ctx, mt_ep_op_t op, const void *send, const int64_t *scounts,
+                          void *recv, const int64_t *rcounts, int64_t width)
 {
+    mt_moe_dispatch_t *d = ctx;
+    if (op == MT_EP_ROWS) {
+        mt_moe_dispatch_join(ctx, mt_moe_dispatch_start(ctx, send, scounts, recv, rcounts, width));
+        return;
+    }
+    MPI_Request rq;
+    double t0 = mt_now_s();
+    int rc = MPI_Ialltoall(send, (int)width, MPI_INT64_T, recv, (int)width, MPI_INT64_T, d->comm,
+                           &rq);
+    d->bytes_sent += (int64_t)sizeof(int64_t) * width * (d->size - 1);
+    if (rc != MPI_SUCCESS || mt_wait_all(1, &rq) != MT_OK)
+        mt_comm_fatal(d->comm, rc != MPI_SUCCESS ? rc : MPI_ERR_OTHER, "expert-parallel all-to-all");
+    d->calls++;
+    d->seconds += mt_now_s() - t0;
+}
+
+void *mt_moe_dispatch_start(void *ctx, const void *send, const int64_t *scounts, void *recv,
+                            const int64_t *rcounts, int64_t width)
+{
+    mt_moe_dispatch_t *d = ctx;
+    void *ticket = NULL;
+    double t0 = mt_now_s();
     if (d->row_width != width) {
         if (d->row != MPI_DATATYPE_NULL)
             MPI_Type_free(&d->row);
@@ -67,40 +88,8 @@ static bool rows(mt_moe_dispatch_t *d, const void *send, const int64_t *scounts,
         if (r != d->rank)
             d->bytes_sent += (int64_t)sizeof(float) * width * scounts[r];
     }
-    return mt_stage_alltoallv(d->be, &d->h_send, &d->h_recv, send, d->sc, d->sd, recv, d->rc,
-                              d->rd, d->row, sizeof(float) * (size_t)width, d->comm,
-                              ticket) == MT_OK;
-}
-
-void mt_moe_dispatch_hook(void *ctx, mt_ep_op_t op, const void *send, const int64_t *scounts,
-                          void *recv, const int64_t *rcounts, int64_t width)
-{
-    mt_moe_dispatch_t *d = ctx;
-    MPI_Request rq;
-    int rc = MPI_SUCCESS;
-    bool ok;
-    double t0 = mt_now_s();
-    if (op == MT_EP_COUNTS) {
-        rc = MPI_Ialltoall(send, (int)width, MPI_INT64_T, recv, (int)width, MPI_INT64_T, d->comm,
-                           &rq);
-        d->bytes_sent += (int64_t)sizeof(int64_t) * width * (d->size - 1);
-        ok = rc == MPI_SUCCESS && mt_wait_all(1, &rq) == MT_OK;
-    } else {
-        ok = rows(d, send, scounts, recv, rcounts, width, NULL);
-    }
-    if (!ok)
-        mt_comm_fatal(d->comm, rc != MPI_SUCCESS ? rc : MPI_ERR_OTHER, "expert-parallel all-to-all");
-    d->calls++;
-    d->seconds += mt_now_s() - t0;
-}
-
-void *mt_moe_dispatch_start(void *ctx, const void *send, const int64_t *scounts, void *recv,
-                            const int64_t *rcounts, int64_t width)
-{
-    mt_moe_dispatch_t *d = ctx;
-    void *ticket = NULL;
-    double t0 = mt_now_s();
-    if (!rows(d, send, scounts, recv, rcounts, width, &ticket))
+    if (mt_stage_alltoallv(d->be, &d->h_send, &d->h_recv, send, d->sc, d->sd, recv, d->rc, d->rd,
+                           d->row, sizeof(float) * (size_t)width, d->comm, &ticket) != MT_OK)
         mt_comm_fatal(d->comm, MPI_ERR_OTHER, "expert-parallel all-to-all");
     d->calls++;
     d->seconds += mt_now_s() - t0;

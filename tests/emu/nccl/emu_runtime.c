@@ -34,7 +34,7 @@
 
 #include "cuda_runtime.h"
 #include "emu.h"
-#include "hf_internal.h" /* mt_f32_to_bf16, mt_bf16_to_f32: the library's rounding */
+#include "mt_comm_bf16.h" /* the library's bf16 type and sum: NCCL's bf16 sum */
 #include "nccl.h"
 
 /* MPICH annotates MPI_Testall/Waitall with array sizes that GCC checks
@@ -567,6 +567,16 @@ const char *ncclGetErrorString(ncclResult_t r)
     return r == ncclSuccess ? "no error" : r == ncclInProgress ? "in progress" : "emulated error";
 }
 
+/* The library's bf16 wire type and sum (mt_comm_bf16.h: float32 adds, each
+ * partial rounded, as NCCL's), made at first use. */
+static const mt_bf16_comm_t *bf16_wire(void)
+{
+    static mt_bf16_comm_t w;
+    if (!w.ready && mt_bf16_comm_init(&w) != MT_OK)
+        fatal("bf16 wire type and sum");
+    return &w;
+}
+
 static MPI_Datatype mpi_type(ncclDataType_t t)
 {
     switch (t) {
@@ -578,8 +588,8 @@ static MPI_Datatype mpi_type(ncclDataType_t t)
     case ncclUint64: return MPI_UINT64_T;
     case ncclFloat32: return MPI_FLOAT;
     case ncclFloat64: return MPI_DOUBLE;
-    case ncclFloat16:
-    case ncclBfloat16: return MPI_UINT16_T;
+    case ncclFloat16: return MPI_UINT16_T;
+    case ncclBfloat16: return bf16_wire()->type;
     default: fatal("data type not emulated");
     }
     return MPI_DATATYPE_NULL;
@@ -592,24 +602,12 @@ static size_t type_bytes(ncclDataType_t t)
     return (size_t)n;
 }
 
-static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *t)
-{
-    (void)t;
-    const uint16_t *a = in;
-    uint16_t *b = inout;
-    for (int i = 0; i < *len; i++)
-        b[i] = mt_f32_to_bf16(mt_bf16_to_f32(a[i]) + mt_bf16_to_f32(b[i]));
-}
-
 static MPI_Op mpi_op(ncclRedOp_t op, ncclDataType_t t)
 {
-    static MPI_Op bf16 = MPI_OP_NULL;
     if (t == ncclBfloat16) {
         if (op != ncclSum)
             fatal("bf16 reductions other than sum are not emulated");
-        if (bf16 == MPI_OP_NULL)
-            MPI_Op_create(bf16_sum, 1, &bf16);
-        return bf16;
+        return bf16_wire()->sum;
     }
     switch (op) {
     case ncclSum: return MPI_SUM;
