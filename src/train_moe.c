@@ -155,8 +155,6 @@ mt_status_t mt_train_moe_init(mt_train_moe_t *t, mt_model_t *m, const mt_config_
         MT_TRY(mt_fsdp_init(&t->fsdp, &t->view, t->rep, MPI_COMM_NULL, &fo));
         mt_fsdp_init_weights(&t->fsdp, (uint64_t)cfg->rng.seed);
         t->seg = t->fsdp.seg, t->nseg = t->fsdp.nunits, owned = t->fsdp.owned;
-        t->dense_hook = m->unit_hook, t->dense_ctx = m->hook_ctx;
-        m->unit_hook = chain_hook, m->hook_ctx = t;
     } else {
         mt_moe_init_weights(m, (uint64_t)cfg->rng.seed);
         t->whole = mt_segment_whole(&t->view);
@@ -170,9 +168,11 @@ mt_status_t mt_train_moe_init(mt_train_moe_t *t, mt_model_t *m, const mt_config_
             if (cfg->distributed.strategy == MT_STRATEGY_MEGATRON_FSDP)
                 t->ddp.overlap = cfg->distributed.overlap_grad_reduce;
             t->ddp_on = true;
-            t->dense_hook = m->unit_hook, t->dense_ctx = m->hook_ctx;
-            m->unit_hook = chain_hook, m->hook_ctx = t;
         }
+    }
+    if (t->sharded || t->ddp_on) { /* the view's hook runs behind the model's own */
+        t->dense_hook = m->unit_hook, t->dense_ctx = m->hook_ctx;
+        m->unit_hook = chain_hook, m->hook_ctx = t;
     }
     MT_TRY(mt_train_mp_init(&t->mp, &t->view, t->seg, t->nseg, owned,
                             !(t->sharded && t->fsdp.opt.shard_params), &t->seg));
