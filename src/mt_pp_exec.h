@@ -55,11 +55,11 @@ typedef struct {
 } mt_pp_link_t;
 
 /* Device buffers of the NCCL transfers, each with the event after which
- * it is free again (cudaEvent_t). */
+ * it is free again (cudaEvent_t), taken in turn from next. */
 typedef struct {
     void **buf;
     void **free_ev;
-    int n;
+    int n, next;
 } mt_pp_dbufs_t;
 
 typedef struct {

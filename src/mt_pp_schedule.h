@@ -105,10 +105,28 @@ mt_pp_channel_t mt_pp_action_channel(const mt_pp_action_t *a, int r);
  * them. */
 mt_status_t mt_pp_sched_channels(const mt_pp_sched_t *sched, mt_pp_channel_t **out, int *n);
 
-/* Rank r's sends (*sends) and receives (*recvs) in its list: the
- * executor's NCCL message buffers, one each (pp_link.c), which
- * meshtrain-plan counts. */
+/* Rank r's sends (*sends) and receives (*recvs) in its list. */
 void mt_pp_sched_transfers(const mt_pp_sched_t *sched, int r, int *sends, int *recvs);
+
+/* The device message buffers of rank r's NCCL transfers (pp_link.c; what
+ * meshtrain-plan counts): *sends for its sends, *recvs for its receives,
+ * each at most the list's count (pp_buffers.c, doc/pipeline.md "Message
+ * buffers").  A buffer is reused in turn (the k-th send of a run takes
+ * buffer k mod *sends), the device waiting for its previous transfer: a
+ * send for the one before to complete, a receive for the one before to be
+ * copied out.  The counts are what the timed simulation (F = B = W = 1)
+ * has in flight at once plus one, raised until mt_pp_sched_check_buffers
+ * finds no deadlock.  Fails (MT_ERR_INTERNAL) only for lists that are not
+ * valid. */
+mt_status_t mt_pp_sched_buffers(const mt_pp_sched_t *sched, int r, int *sends, int *recvs);
+
+/* Whether every list completes when rank q's sends take sends[q] device
+ * buffers in turn, under the strictest timing the executor allows: a rank
+ * posts a receive, and issues a send, only once its compute stream has
+ * finished everything before it in its list; a send completes with its
+ * receive (rendezvous, in channel order) and its buffer is free then.
+ * MT_ERR_INTERNAL naming where each rank waits when they deadlock. */
+mt_status_t mt_pp_sched_check_buffers(const mt_pp_sched_t *sched, const int *sends);
 
 /* Every rank's list, one action per line (for tests and doc/pipeline.md). */
 void mt_pp_sched_write(const mt_pp_sched_t *sched, FILE *out);
@@ -122,6 +140,10 @@ typedef struct {
     double *busy;             /* [p] compute time per rank */
     int *peak_inflight;       /* [p] most stage-microbatches with F done, B not */
     int *peak_held;           /* [p] ... with F done, backward not complete (W) */
+    /* [p] most messages at once, each from its send's issue to its
+     * receive's completion (both ends inclusive): sent by the rank
+     * (peak_msgs_out) and sent to it (peak_msgs_in) */
+    int *peak_msgs_out, *peak_msgs_in;
 } mt_pp_sim_result_t;
 
 /* Run every list in virtual time.  A compute action starts when its rank is

@@ -142,10 +142,10 @@ static mt_status_t bubble(const mt_config_t *cfg, mt_plan_t *plan, mt_pp_sim_res
     return MT_OK;
 }
 
-/* NCCL's wire buffers on pipeline rank r (the trainer's rules: pp_link.c,
- * fsdp.c, ddp.c, train_device.c): a device buffer per send and receive of
- * the rank's list, each one micro-batch's activation [tokens / sp, H] in
- * the wire dtype; fsdp's pad (the largest unit, in bf16 when both
+/* NCCL's wire buffers on a pipeline rank (the trainer's rules: pp_link.c,
+ * fsdp.c, ddp.c, train_device.c): its msg_bufs pipeline message buffers
+ * (mt_pp_sched_buffers), each one micro-batch's activation [tokens / sp,
+ * H] in the wire dtype; fsdp's pad (the largest unit, in bf16 when both
  * directions are) and, for HSDP with bf16 reductions, a shard-sized bf16
  * one; ddp's bf16 bucket (the cap plus the largest parameter, which a
  * bucket may overrun by); the sharded experts' fsdp pad (a layer's
@@ -153,8 +153,8 @@ static mt_status_t bubble(const mt_config_t *cfg, mt_plan_t *plan, mt_pp_sim_res
  * the rank's experts when more than one rank holds them); the
  * tensor-parallel bf16 pad, a whole micro-batch of the residual stream
  * [tokens, H]. */
-static double nccl_wire_bytes(const mt_config_t *cfg, int64_t r, const mt_pp_sched_t *lists,
-                              bool fsdp, const mt_fsdp_options_t *fso, double unit_max,
+static double nccl_wire_bytes(const mt_config_t *cfg, int msg_bufs, bool fsdp,
+                              const mt_fsdp_options_t *fso, double unit_max,
                               double xunit, double xrep, double tokens, double p_rank)
 {
     const mt_distributed_config_t *d = &cfg->distributed;
@@ -162,11 +162,7 @@ static double nccl_wire_bytes(const mt_config_t *cfg, int64_t r, const mt_pp_sch
     bool bf16 = d->mp_policy.param_dtype != MT_DTYPE_FLOAT32;
     bool rbf16 = d->mp_policy.reduce_dtype == MT_DTYPE_BFLOAT16;
     double wire = 0;
-    if (lists->actions) {
-        int ns, nr;
-        mt_pp_sched_transfers(lists, (int)r, &ns, &nr);
-        wire += (double)(ns + nr) * tokens / (d->sequence_parallel ? tp : 1) * H * (bf16 ? 2 : 4);
-    }
+    wire += (double)msg_bufs * tokens / (d->sequence_parallel ? tp : 1) * H * (bf16 ? 2 : 4);
     double shard = (double)(cfg->derived.dp_shard * d->cp_size);
     if (fsdp && shard > 1) {
         bool two = fso->gather_bf16 && (fso->reduce_bf16 || !fso->shard_grads);
@@ -249,11 +245,23 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
     if (nccl && d->pp_size > 1)
         MT_TRY(mt_pp_schedule_build(d->pipeline.pp_schedule, (int)d->pp_size,
                                     (int)dv->stages_per_rank, (int)dv->num_microbatches, &lists));
+    /* each pipeline rank's NCCL message buffers, sends and receives together */
+    int *msg_bufs = calloc((size_t)d->pp_size, sizeof *msg_bufs);
+    mt_status_t ms = msg_bufs ? MT_OK : mt_error_set(MT_ERR_NOMEM, __FILE__, __LINE__, "plan");
+    for (int r = 0; lists.actions && ms == MT_OK && r < (int)d->pp_size; r++) {
+        int ns, nr;
+        if ((ms = mt_pp_sched_buffers(&lists, r, &ns, &nr)) == MT_OK)
+            msg_bufs[r] = ns + nr;
+    }
+    mt_pp_sched_free(&lists);
+    if (ms != MT_OK)
+        free(msg_bufs);
+    MT_TRY(ms);
 
     mt_pp_sim_result_t sim;
     mt_status_t bs = bubble(cfg, plan, &sim);
     if (bs != MT_OK)
-        mt_pp_sched_free(&lists);
+        free(msg_bufs);
     MT_TRY(bs);
     plan->bytes_total = -1;
     /* the embedding sits with the first stage; norm, lm_head and loss with the last */
@@ -283,7 +291,7 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
             int64_t *lo = malloc(sizeof *lo * (size_t)(nl + 3));
             if (!lo) {
                 mt_pp_sim_result_free(&sim);
-                mt_pp_sched_free(&lists);
+                free(msg_bufs);
                 MT_FAIL(MT_ERR_NOMEM, "plan units");
             }
             lo[0] = 0;
@@ -310,7 +318,7 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
             int64_t *xl = malloc(sizeof *xl * (size_t)(nl + 1));
             if (!xl) {
                 mt_pp_sim_result_free(&sim);
-                mt_pp_sched_free(&lists);
+                free(msg_bufs);
                 MT_FAIL(MT_ERR_NOMEM, "plan units");
             }
             for (int64_t l = 0; l <= nl; l++)
@@ -375,7 +383,7 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
         if (gpu)
             ws = (double)(MT_CUDA_LT_WORKSPACE_BYTES + MT_CUDA_SCRATCH_BYTES);
         if (nccl)
-            wire = nccl_wire_bytes(cfg, r, &lists, fsdp, &fso, unit_max, xunit,
+            wire = nccl_wire_bytes(cfg, msg_bufs[r], fsdp, &fso, unit_max, xunit,
                                    !exp_sharded && mt_train_moe_replicas(cfg) > 1 ? expert : 0,
                                    tokens, p_rank + expert);
         double total = params + grads + optim + acts + ws + wire;
@@ -389,7 +397,7 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
         }
     }
     mt_pp_sim_result_free(&sim);
-    mt_pp_sched_free(&lists);
+    free(msg_bufs);
     return MT_OK;
 }
 

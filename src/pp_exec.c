@@ -246,6 +246,7 @@ static mt_status_t run_list(mt_pp_exec_t *x, mt_model_t *m, const int32_t *token
         x->slot_of[i] = -1;
     for (int k = 0; k < x->nslots; k++)
         x->slot_busy[k] = false;
+    mt_pp_link_begin(x);
     bool dev = device_timed(m->be);
     if (dev)
         MT_TRY(timing_events(x));

@@ -9,13 +9,16 @@
  * into a device buffer of its own on the compute stream (the slot may be
  * reused before the send reads it) and is enqueued on the channel's
  * stream after it.  A receive is enqueued on the channel's stream into a
- * device buffer of its own without waiting for the compute stream, so it
- * runs as soon as the peer sends, overlapping this rank's compute; the
- * compute stream waits for it and copies (widens) it into the slot.  A
- * buffer is reused once the event after its last use completed (the send,
- * or the copy out); the pools are made at setup with one buffer per send
- * and per receive of the list (the host may run a whole list ahead of the
- * device; growing a pool mid-run would wait for the compute stream).  The
+ * device buffer of its own without waiting for the compute stream (only
+ * for the copy out of the buffer's previous message), so it runs as soon
+ * as the peer sends, overlapping this rank's compute; the compute stream
+ * waits for it and copies (widens) it into the slot.  The buffers are
+ * made at setup, as many as mt_pp_sched_buffers says (a few, not one per
+ * message: doc/pipeline.md "Message buffers"), and taken in turn: the k-th
+ * send of a run converts into buffer k mod n once the compute stream has
+ * seen the previous send from it complete; a receive's channel stream
+ * waits for the previous copy out of its buffer.  The host never waits
+ * for a buffer.  The
  * routing totals (host doubles) go by MPI over the channel's
  * communicator.  Each channel is connected once in mt_pp_exec_connect:
  * NCCL connects point-to-point peers at their first call, and a
@@ -101,15 +104,12 @@ static mt_status_t connect_nccl(mt_pp_exec_t *x)
     return mt_agree(x->pp, own);
 }
 
-/* A run's message buffers, made at once: the pools' growth mid-run waits
- * for the compute stream each time.  One for each send and each receive
- * of this rank's list (at most that many are in flight when the host runs
- * the whole list ahead of the device); a later run still finding every
- * buffer in use adds one. */
+/* A run's message buffers, made at once (mt_pp_sched_buffers: taken in
+ * turn, never added to mid-run, which would wait for the compute stream). */
 static mt_status_t reserve_nccl(mt_pp_exec_t *x, int64_t act)
 {
     int ns, nr, k;
-    mt_pp_sched_transfers(&x->sched, x->rank, &ns, &nr);
+    MT_TRY(mt_pp_sched_buffers(&x->sched, x->rank, &ns, &nr));
     size_t bytes = (x->bf16 ? 2 : 4) * (size_t)act;
     for (int i = 0; i < ns; i++)
         MT_TRY(dbuf_add(x->be, &x->dsend, bytes, "send", &k));
@@ -204,6 +204,15 @@ void mt_pp_link_free(mt_pp_exec_t *x)
     x->recv_buf = NULL, x->scratch = NULL, x->send_buf = NULL, x->send_req = NULL, x->nsend = 0;
 }
 
+void mt_pp_link_begin(mt_pp_exec_t *x)
+{
+#ifdef MT_HAVE_NCCL
+    x->dsend.next = x->drecv.next = 0;
+#else
+    (void)x;
+#endif
+}
+
 /* The link of a send or receive action. */
 static mt_status_t link_of(const mt_pp_exec_t *x, const mt_pp_action_t *a, mt_pp_link_t **l)
 {
@@ -220,17 +229,18 @@ static mt_status_t link_of(const mt_pp_exec_t *x, const mt_pp_action_t *a, mt_pp
 }
 
 #ifdef MT_HAVE_NCCL
-/* A device buffer of `bytes` of pool p whose last use is over, or a new
- * one (every message of a run has the same size). */
-static mt_status_t dbuf(const mt_backend_t *be, mt_pp_dbufs_t *p, size_t bytes, const char *what,
-                        int *k)
+/* The next buffer of pool p in turn (mt_pp_link_begin restarts the turn,
+ * so a run's k-th transfer takes buffer k mod n, as mt_pp_sched_buffers
+ * checked).  Its free_ev marks the end of its previous use (none yet: a
+ * wait on it returns at once). */
+static mt_status_t dbuf_next(mt_pp_dbufs_t *p, const char *what, int *k)
 {
-    for (int i = 0; i < p->n; i++)
-        if (cudaEventQuery((cudaEvent_t)p->free_ev[i]) == cudaSuccess) {
-            *k = i;
-            return MT_OK;
-        }
-    return dbuf_add(be, p, bytes, what, k);
+    if (p->n < 1)
+        MT_FAIL(MT_ERR_INTERNAL, "pipeline: no device %s buffers (the lists' counts disagree "
+                "with the executor's)", what);
+    *k = p->next;
+    p->next = (p->next + 1) % p->n;
+    return MT_OK;
 }
 
 /* A new buffer of pool p, the k-th. */
@@ -267,7 +277,9 @@ static mt_status_t nccl_transfer(mt_pp_exec_t *x, const mt_pp_link_t *l, bool se
     size_t bytes = (x->bf16 ? 2 : 4) * (size_t)n;
     int k = 0;
     if (send) {
-        MT_TRY(dbuf(x->be, &x->dsend, bytes, "send", &k));
+        MT_TRY(dbuf_next(&x->dsend, "send", &k));
+        /* the buffer's previous send has read it */
+        MT_CUDA_TRY(cudaStreamWaitEvent(cs, (cudaEvent_t)x->dsend.free_ev[k], 0));
         if (x->bf16)
             mt_cuda_f32_to_bf16(x->dsend.buf[k], buf, n);
         else
@@ -276,8 +288,9 @@ static mt_status_t nccl_transfer(mt_pp_exec_t *x, const mt_pp_link_t *l, bool se
         MT_CUDA_TRY(cudaEventRecord((cudaEvent_t)x->dsend.free_ev[k], g->stream));
         return MT_OK;
     }
-    MT_TRY(dbuf(x->be, &x->drecv, bytes, "receive", &k));
-    /* not after the compute so far: the buffer is free already */
+    MT_TRY(dbuf_next(&x->drecv, "receive", &k));
+    /* not after the compute so far: only after the buffer's previous copy out */
+    MT_CUDA_TRY(cudaStreamWaitEvent(g->stream, (cudaEvent_t)x->drecv.free_ev[k], 0));
     MT_TRY(mt_nccl_recv(g, x->drecv.buf[k], (size_t)n, t, l->peer, NULL));
     MT_TRY(mt_nccl_join(g, cs)); /* the channel's stream holds this rank's receives only */
     if (x->bf16)

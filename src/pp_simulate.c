@@ -175,6 +175,63 @@ static mt_status_t final_checks(const sim_t *z)
     return MT_OK;
 }
 
+/* A message's start (+1) or end (-1) at t, for rank's out or in count. */
+typedef struct {
+    double t;
+    int d, rank, in;
+} msg_event_t;
+
+static int event_order(const void *a, const void *b)
+{
+    const msg_event_t *x = a, *y = b;
+    if (x->t != y->t)
+        return x->t < y->t ? -1 : 1;
+    return y->d - x->d; /* starts first: both ends are inclusive */
+}
+
+/* peak_msgs_out and peak_msgs_in: every message between two ranks, from
+ * its send's issue to its receive's completion, swept in time order. */
+static mt_status_t message_peaks(const sim_t *z)
+{
+    const mt_pp_sched_t *sc = z->sc;
+    int S = z->S, m = z->m;
+    msg_event_t *e = malloc(sizeof *e * (size_t)S * (size_t)m * 8 + 1);
+    int *cur = calloc(2 * (size_t)sc->p, sizeof *cur);
+    if (!e || !cur) {
+        free(e), free(cur);
+        MT_FAIL(MT_ERR_NOMEM, "pipeline simulation: message events");
+    }
+    size_t n = 0;
+    for (int s = 0; s < S; s++)
+        for (int dir = 0; dir < 2; dir++) { /* 0: activation to s+1, 1: gradient to s-1 */
+            int to = dir ? s - 1 : s + 1;
+            if (to < 0 || to >= S)
+                continue;
+            int from_r = mt_pp_stage_rank(sc->schedule, sc->p, s);
+            int to_r = mt_pp_stage_rank(sc->schedule, sc->p, to);
+            if (from_r == to_r)
+                continue;
+            for (int i = 0; i < m; i++) {
+                double t0 = dir ? z->send_grad[s * m + i] : z->send_act[s * m + i];
+                double t1 = dir ? z->recv_grad[to * m + i] : z->recv_act[to * m + i];
+                e[n++] = (msg_event_t){t0, 1, from_r, 0};
+                e[n++] = (msg_event_t){t1, -1, from_r, 0};
+                e[n++] = (msg_event_t){t0, 1, to_r, 1};
+                e[n++] = (msg_event_t){t1, -1, to_r, 1};
+            }
+        }
+    qsort(e, n, sizeof *e, event_order);
+    for (size_t k = 0; k < n; k++) {
+        int *c = &cur[2 * e[k].rank + e[k].in];
+        int *peak = e[k].in ? z->res->peak_msgs_in : z->res->peak_msgs_out;
+        *c += e[k].d;
+        if (*c > peak[e[k].rank])
+            peak[e[k].rank] = *c;
+    }
+    free(e), free(cur);
+    return MT_OK;
+}
+
 static mt_status_t deadlock(const sim_t *z)
 {
     const mt_pp_sched_t *sc = z->sc;
@@ -212,8 +269,11 @@ mt_status_t mt_pp_simulate(const mt_pp_sched_t *sc, double cost_f, double cost_b
     res->busy = calloc((size_t)p, sizeof *res->busy);
     res->peak_inflight = calloc((size_t)p, sizeof *res->peak_inflight);
     res->peak_held = calloc((size_t)p, sizeof *res->peak_held);
+    res->peak_msgs_out = calloc((size_t)p, sizeof *res->peak_msgs_out);
+    res->peak_msgs_in = calloc((size_t)p, sizeof *res->peak_msgs_in);
     mt_status_t st = MT_OK;
-    if (!times || !counts || !z.clock || !res->busy || !res->peak_inflight || !res->peak_held) {
+    if (!times || !counts || !z.clock || !res->busy || !res->peak_inflight || !res->peak_held ||
+        !res->peak_msgs_out || !res->peak_msgs_in) {
         st = mt_error_set(MT_ERR_NOMEM, __FILE__, __LINE__, "pipeline simulation");
         goto out;
     }
@@ -247,7 +307,7 @@ mt_status_t mt_pp_simulate(const mt_pp_sched_t *sc, double cost_f, double cost_b
             st = deadlock(&z);
             goto out;
         }
-    if ((st = final_checks(&z)) != MT_OK)
+    if ((st = final_checks(&z)) != MT_OK || (st = message_peaks(&z)) != MT_OK)
         goto out;
     for (int r = 0; r < p; r++) {
         res->makespan = later(res->makespan, z.clock[r]);
@@ -270,5 +330,6 @@ void mt_pp_sim_result_free(mt_pp_sim_result_t *res)
     if (!res)
         return;
     free(res->busy), free(res->peak_inflight), free(res->peak_held);
+    free(res->peak_msgs_out), free(res->peak_msgs_in);
     memset(res, 0, sizeof *res);
 }

@@ -19,7 +19,9 @@
 #    all-reduces);
 #  - pp 2 under 1f1b, zero_bubble and interleaved with fsdp2 over dp 2
 #    (the pipeline channels: a two-rank NCCL communicator each, early
-#    receives into their own buffers), and pp 2 in bf16;
+#    receives into their own buffers), pp 2 in bf16, and the V schedule
+#    with 8 microbatches (16 sends a rank through 3 buffers taken in turn,
+#    the device waiting for each buffer's previous transfer);
 #  - cp 2 on packed rows (the ring's grouped K/V and dK/dV steps);
 #  - a MoE under ep 2 (the token all-to-all-v), under ddp 2 (the adopted
 #    replicas' communicator: default and small buckets, bf16), under tp 2
@@ -91,6 +93,7 @@ mesh pp 2 $pipe=1f1b
 mesh ppzb 2 $pipe=zero_bubble
 mesh ppdp 4 $pipe=interleaved_1f1b model.num_hidden_layers=4
 mesh ppbf 2 $pipe=1f1b $bf
+mesh ppv 2 $pipe=v_schedule model.num_hidden_layers=4 step_scheduler.local_batch_size=8
 
 # Overlap (MT_EMU_OVERLAP: per kind of NCCL operation, how many the
 # compute stream joined with compute kernels launched between the

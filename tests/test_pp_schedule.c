@@ -2,7 +2,9 @@
  * Every schedule over p in {2, 4, 8}, several m and v, simulated with
  * uniform and uneven costs; the bubbles against the closed forms of the
  * schedules' papers (F = B = W = 1, so a full backward costs 2F); peak
- * activations; and corrupted lists that the simulator must refuse. */
+ * activations; the NCCL message buffers' counts and the check that
+ * reusing them cannot deadlock; and corrupted lists that the simulator
+ * must refuse. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -320,10 +322,106 @@ static void test_corrupted(void)
     expect_refused(&sc, "wrong peer", "peer is not the rank");
 }
 
+/* uniform send-buffer counts (at most each rank's sends) */
+static mt_status_t check_uniform(const mt_pp_sched_t *sc, int n)
+{
+    int caps[8];
+    for (int r = 0; r < sc->p; r++) {
+        int ns, nr;
+        mt_pp_sched_transfers(sc, r, &ns, &nr);
+        caps[r] = n < ns ? n : ns;
+    }
+    return mt_pp_sched_check_buffers(sc, caps);
+}
+
+/* mt_pp_sched_buffers: a few per rank, independent of m (but for
+ * looped_bfs, which holds every microbatch anyway), never more than the
+ * list's transfers, and deadlock-free by mt_pp_sched_check_buffers, which
+ * must refuse counts that do deadlock. */
+static void test_buffers(void)
+{
+    for (int si = 0; si < MT_PP_NUM_SCHEDULES; si++)
+        for (int p = 2; p <= 8; p *= 2) {
+            mt_pp_schedule_t s = all[si];
+            int v = mt_pp_schedule_default_v(s), prev[8][2], ms[2] = {16, 64};
+            const char *sn = mt_pp_schedule_name(s);
+            for (int mi = 0; mi < 2; mi++) {
+                mt_pp_sched_t sc;
+                if (mt_pp_schedule_build(s, p, v, ms[mi], &sc) != MT_OK) {
+                    CHECK(0, "build %s p=%d m=%d: %s", sn, p, ms[mi], mt_error_message());
+                    continue;
+                }
+                int caps[8];
+                for (int r = 0; r < p; r++) {
+                    int ns, nr, bs = -1, br = -1;
+                    mt_pp_sched_transfers(&sc, r, &ns, &nr);
+                    CHECK(mt_pp_sched_buffers(&sc, r, &bs, &br) == MT_OK, "%s p=%d: %s", sn, p,
+                          mt_error_message());
+                    CHECK(bs >= (ns > 0) && bs <= ns && br >= (nr > 0) && br <= nr,
+                          "%s p=%d m=%d rank %d: %d/%d send and %d/%d receive buffers", sn, p,
+                          ms[mi], r, bs, ns, br, nr);
+                    if (s != MT_PP_LOOPED_BFS && mi == 1)
+                        CHECK(bs == prev[r][0] && br == prev[r][1], "%s p=%d rank %d: %d and %d "
+                              "buffers at m=64, %d and %d at m=16", sn, p, r, bs, br, prev[r][0],
+                              prev[r][1]);
+                    if (s == MT_PP_1F1B || s == MT_PP_GPIPE || s == MT_PP_ZERO_BUBBLE)
+                        CHECK(bs <= 2 && br <= 3, "%s p=%d rank %d: %d, %d buffers", sn, p, r, bs,
+                              br);
+                    prev[r][0] = bs, prev[r][1] = br, caps[r] = bs > 0 ? bs : 1;
+                }
+                CHECK(mt_pp_sched_check_buffers(&sc, caps) == MT_OK, "%s p=%d m=%d: %s", sn, p,
+                      ms[mi], mt_error_message());
+                mt_pp_sched_free(&sc);
+            }
+        }
+
+    mt_pp_sched_t sc;
+    /* 1f1b sends nothing its peer does not post a receive for in time: one
+     * buffer each is enough */
+    mt_pp_schedule_build(MT_PP_1F1B, 4, 1, 16, &sc);
+    CHECK(check_uniform(&sc, 1) == MT_OK, "1f1b with 1 send buffer: %s", mt_error_message());
+    mt_pp_sched_free(&sc);
+    /* looped_bfs p=2: rank 1 returns stage 1's outputs before rank 0 posts
+     * their receives (after all of stage 0), so rank 0's stage-0 sends need
+     * buffers to wait in */
+    mt_pp_schedule_build(MT_PP_LOOPED_BFS, 2, 2, 8, &sc);
+    CHECK(check_uniform(&sc, 1) == MT_ERR_INTERNAL, "looped_bfs with 1 send buffer: no deadlock");
+    CHECK_CONTAINS(mt_error_message(), "message buffers deadlock");
+    CHECK_CONTAINS(mt_error_message(), "(1 send buffers) waits at action");
+    mt_error_clear();
+    CHECK(check_uniform(&sc, 4) == MT_OK, "looped_bfs p=2 m=8, 4 buffers: %s", mt_error_message());
+    mt_pp_sched_free(&sc);
+    /* the V: 7 each is the least that works at p=4 m=8 */
+    mt_pp_schedule_build(MT_PP_V_SCHEDULE, 4, 2, 8, &sc);
+    CHECK(check_uniform(&sc, 6) == MT_ERR_INTERNAL, "v_schedule with 6 send buffers: no deadlock");
+    mt_error_clear();
+    CHECK(check_uniform(&sc, 7) == MT_OK, "v_schedule with 7: %s", mt_error_message());
+    int zero[4] = {0, 1, 1, 1};
+    CHECK(mt_pp_sched_check_buffers(&sc, zero) == MT_ERR_RANGE, "0 send buffers accepted");
+    mt_error_clear();
+    mt_pp_sched_free(&sc);
+
+    /* gpipe p=2, F = B = W = 1: each message is received when it is sent */
+    mt_pp_sim_result_t r;
+    mt_pp_schedule_build(MT_PP_GPIPE, 2, 1, 4, &sc);
+    CHECK(mt_pp_simulate(&sc, 1, 1, 1, 0, &r) == MT_OK, "gpipe: %s", mt_error_message());
+    CHECK(r.peak_msgs_out[0] == 1 && r.peak_msgs_in[1] == 1 && r.peak_msgs_out[1] == 1 &&
+          r.peak_msgs_in[0] == 1, "gpipe p=2 messages at once: out %d %d, in %d %d",
+          r.peak_msgs_out[0], r.peak_msgs_out[1], r.peak_msgs_in[0], r.peak_msgs_in[1]);
+    mt_pp_sim_result_free(&r);
+    /* ... and with a delay of 2.5 forwards, three are on their way at once */
+    CHECK(mt_pp_simulate(&sc, 1, 1, 1, 2.5, &r) == MT_OK, "gpipe: %s", mt_error_message());
+    CHECK(r.peak_msgs_out[0] == 3 && r.peak_msgs_in[1] == 3, "gpipe p=2 delayed: out %d, in %d",
+          r.peak_msgs_out[0], r.peak_msgs_in[1]);
+    mt_pp_sim_result_free(&r);
+    mt_pp_sched_free(&sc);
+}
+
 int main(void)
 {
     test_layout();
     test_closed_forms();
+    test_buffers();
     test_corrupted();
     return mt_test_exit("test_pp_schedule");
 }
