@@ -17,6 +17,7 @@
  * a receive's buffer wait is always met already (the copy out it waits
  * for came earlier in the same list), so only the send counts matter. */
 #include "mt_pp_schedule.h"
+#include "pp_sched_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -71,27 +72,6 @@ static bool advance(bufsim_t *z, int r)
     return true; /* compute: its inputs are messages received before it */
 }
 
-static mt_status_t stuck(const bufsim_t *z)
-{
-    const mt_pp_sched_t *sc = z->sc;
-    mt_error_set(MT_ERR_INTERNAL, __FILE__, __LINE__, "%s p=%d v=%d m=%d: the pipeline's NCCL "
-                 "message buffers deadlock; no rank can go on:",
-                 mt_pp_schedule_name(sc->schedule), sc->p, sc->v, sc->m);
-    for (int r = 0, shown = 0; r < sc->p; r++) {
-        if (z->pc[r] >= sc->num_actions[r])
-            continue;
-        if (shown++ == 16) {
-            mt_error_append(" ...");
-            break;
-        }
-        char buf[96];
-        mt_pp_action_format(&sc->actions[r][z->pc[r]], buf, sizeof buf);
-        mt_error_append(" rank %d (%d send buffers) waits at action %d (%s);", r, z->cap[r],
-                        z->pc[r], buf);
-    }
-    return MT_ERR_INTERNAL;
-}
-
 mt_status_t mt_pp_sched_check_buffers(const mt_pp_sched_t *sc, const int *sends)
 {
     int p = sc->p, total = 0;
@@ -139,7 +119,8 @@ mt_status_t mt_pp_sched_check_buffers(const mt_pp_sched_t *sc, const int *sends)
     }
     for (int r = 0; r < p; r++)
         if (z.pc[r] < sc->num_actions[r]) {
-            st = stuck(&z);
+            st = mt_pp_sched_stuck(sc, z.pc, sends, "the pipeline's NCCL message buffers "
+                                   "deadlock", __FILE__, __LINE__);
             break;
         }
 out:

@@ -9,7 +9,9 @@
  * It checks lists, it does not repair them: anything stuck or unmatched is
  * an error that names the ranks and actions. */
 #include "mt_pp_schedule.h"
+#include "pp_sched_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -232,22 +234,23 @@ static mt_status_t message_peaks(const sim_t *z)
     return MT_OK;
 }
 
-static mt_status_t deadlock(const sim_t *z)
+mt_status_t mt_pp_sched_stuck(const mt_pp_sched_t *sc, const int *pc, const int *caps,
+                              const char *what, const char *file, int line)
 {
-    const mt_pp_sched_t *sc = z->sc;
-    mt_error_set(MT_ERR_INTERNAL, __FILE__, __LINE__,
-                 "%s p=%d v=%d m=%d: deadlock; no rank can go on:", mt_pp_schedule_name(sc->schedule),
-                 sc->p, sc->v, sc->m);
+    mt_error_set(MT_ERR_INTERNAL, file, line, "%s p=%d v=%d m=%d: %s; no rank can go on:",
+                 mt_pp_schedule_name(sc->schedule), sc->p, sc->v, sc->m, what);
     for (int r = 0, shown = 0; r < sc->p; r++) {
-        if (z->pc[r] >= sc->num_actions[r])
+        if (pc[r] >= sc->num_actions[r])
             continue;
         if (shown++ == 16) {
             mt_error_append(" ...");
             break;
         }
-        char buf[96];
-        mt_pp_action_format(&sc->actions[r][z->pc[r]], buf, sizeof buf);
-        mt_error_append(" rank %d waits at action %d (%s);", r, z->pc[r], buf);
+        char buf[96], bufs[32] = "";
+        mt_pp_action_format(&sc->actions[r][pc[r]], buf, sizeof buf);
+        if (caps)
+            snprintf(bufs, sizeof bufs, " (%d send buffers)", caps[r]);
+        mt_error_append(" rank %d%s waits at action %d (%s);", r, bufs, pc[r], buf);
     }
     return MT_ERR_INTERNAL;
 }
@@ -304,7 +307,7 @@ mt_status_t mt_pp_simulate(const mt_pp_sched_t *sc, double cost_f, double cost_b
     }
     for (int r = 0; r < p; r++)
         if (z.pc[r] < sc->num_actions[r]) {
-            st = deadlock(&z);
+            st = mt_pp_sched_stuck(sc, z.pc, NULL, "deadlock", __FILE__, __LINE__);
             goto out;
         }
     if ((st = final_checks(&z)) != MT_OK || (st = message_peaks(&z)) != MT_OK)
