@@ -264,6 +264,14 @@ static double t_sum_squares(const float *x, int64_t n)
 
 static void t_scale(float *x, float s, int64_t n) { mt_cuda_launch_scale(S, x, s, n); }
 static void t_round_bf16(float *x, int64_t n) { mt_cuda_launch_round_bf16(S, x, n); }
+static void t_to_bf16(uint16_t *dst, const float *src, int64_t n)
+{
+    mt_cuda_launch_convert(S, dst, src, n, true);
+}
+static void t_from_bf16(float *dst, const uint16_t *src, int64_t n)
+{
+    mt_cuda_launch_convert(S, dst, src, n, false);
+}
 
 static void t_adamw(float *p, const float *g, float *m, float *v, int64_t n, float lr, float b1,
                     float b2, float eps, float wd, int64_t t)
@@ -421,6 +429,8 @@ static mt_backend_t make_table(void)
     t.sum_squares = t_sum_squares;
     t.scale = t_scale;
     t.round_bf16 = t_round_bf16;
+    t.to_bf16 = t_to_bf16;
+    t.from_bf16 = t_from_bf16;
     t.adamw = t_adamw;
     t.copy_to_device = t_copy_to_device;
     t.copy_to_host = t_copy_to_host;
@@ -498,12 +508,12 @@ extern "C" const mt_backend_t *mt_backend_cuda_bf16(void)
 
 extern "C" void mt_cuda_f32_to_bf16(uint16_t *dst, const float *src, int64_t n)
 {
-    mt_cuda_launch_convert(S, dst, src, n, true);
+    t_to_bf16(dst, src, n);
 }
 
 extern "C" void mt_cuda_bf16_to_f32(float *dst, const uint16_t *src, int64_t n)
 {
-    mt_cuda_launch_convert(S, dst, src, n, false);
+    t_from_bf16(dst, src, n);
 }
 
 extern "C" void mt_cuda_matmul_bf16(uint16_t *c, const uint16_t *a, const uint16_t *b, int64_t m,

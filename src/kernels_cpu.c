@@ -166,6 +166,22 @@ static void mt_cpu_round_bf16(float *x, int64_t n)
         x[i] = bf16_to_f32(f32_to_bf16(x[i]));
 }
 
+static void mt_cpu_to_bf16(uint16_t *dst, const float *src, int64_t n)
+{
+    MT_CPU_REQUIRE(n >= 0, "to_bf16", "n=%lld", (long long)n);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = f32_to_bf16(src[i]);
+}
+
+static void mt_cpu_from_bf16(float *dst, const uint16_t *src, int64_t n)
+{
+    MT_CPU_REQUIRE(n >= 0, "from_bf16", "n=%lld", (long long)n);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = bf16_to_f32(src[i]);
+}
+
 /* Reference bf16 GEMM: fp32 products and sums in k order, one rounding
  * to bf16 at the end.  For tests and small shapes, not for speed. */
 static void mt_cpu_matmul_bf16(uint16_t *c, const uint16_t *a, const uint16_t *b, int64_t m,
@@ -222,6 +238,8 @@ static const mt_backend_t mt_cpu_backend = {
     .synchronize = mt_cpu_synchronize,
     .matmul_bf16 = mt_cpu_matmul_bf16,
     .round_bf16 = mt_cpu_round_bf16,
+    .to_bf16 = mt_cpu_to_bf16,
+    .from_bf16 = mt_cpu_from_bf16,
 
     .moe_router_forward = mt_cpu_moe_router_forward,
     .moe_router_backward = mt_cpu_moe_router_backward,

@@ -111,7 +111,7 @@ static void p_matmul_shaped(float *c, const float *a, const float *b, int64_t m,
 static void *p_device_alloc(size_t bytes) { return inner->device_alloc(bytes); }
 static void p_device_free(void *p) { inner->device_free(p); }
 
-_Static_assert(sizeof(mt_backend_t) == 37 * sizeof(void *),
+_Static_assert(sizeof(mt_backend_t) == 39 * sizeof(void *),
                "mt_backend_t changed: list the new entry in backend_entries.def and count it");
 
 static mt_backend_t profiled = {

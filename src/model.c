@@ -559,6 +559,16 @@ static void hook(const mt_model_t *m, int unit, mt_unit_event_t ev)
         m->unit_hook(m->hook_ctx, unit, ev);
 }
 
+/* Where layer l's input goes: its kept float32 input or, when it is kept
+ * as bf16 bits (x_bf16), x_final (mt_model.h). */
+static float *layer_input(mt_model_t *m, int l)
+{
+    mt_layer_acts_t *a = &m->acts[l];
+    if (a->x16)
+        a->x = m->x_final;
+    return a->x;
+}
+
 float *mt_model_stage_input(mt_model_t *m, int c)
 {
     return m->acts[m->chunk_lo[c]].x;
@@ -650,9 +660,11 @@ double mt_model_forward_chunk(mt_model_t *m, int c, const int32_t *tokens,
         hook(m, 0, MT_UNIT_POST_FORWARD);
     }
     for (int l = lo; l < hi; l++) {
-        float *out = l + 1 < hi ? m->acts[l + 1].x : m->x_final;
+        float *out = l + 1 < hi ? layer_input(m, l + 1) : m->x_final;
         hook(m, l + 1, MT_UNIT_PRE_FORWARD);
         layer_forward(m, l, &m->acts[l], out);
+        if (l + 1 < hi && m->acts[l + 1].x16) /* kept as bf16 bits: exact */
+            be->to_bf16(m->acts[l + 1].x16, out, m->Ns * H);
         hook(m, l + 1, MT_UNIT_POST_FORWARD);
     }
     if (!(m->has_head && c == m->nchunks - 1))
@@ -686,6 +698,8 @@ void mt_model_backward_chunk(mt_model_t *m, int c, const int32_t *tokens, bool d
         mt_layer_acts_t *a = &m->acts[l];
         hook(m, l + 1, MT_UNIT_PRE_BACKWARD);
         if (m->checkpointing) { /* recompute this layer's activations into scratch */
+            if (a->x16) /* its input back from bf16 bits */
+                be->from_bf16(layer_input(m, l), a->x16, m->Ns * m->H);
             m->recomputing = true; /* a MoE layer may keep its routing (model_moe.c) */
             layer_forward(m, l, a, m->datt);
             m->recomputing = false;

@@ -63,6 +63,7 @@ static void layer_acts(const mt_model_t *m, float *base, int64_t *off, mt_layer_
     int64_t N = m->N, Ns = m->Ns, H = m->H, Q = m->nh * m->hd, KV = m->nkv * m->hd;
     if (with_x)
         a->x = carve(base, off, Ns * H);
+    a->x16 = NULL;
     a->h1 = carve(base, off, Ns * H); /* under sp: gathered again for backward */
     a->rstd1 = carve(base, off, Ns);
     if (m->qk_norm) {
@@ -122,16 +123,23 @@ static int64_t layout_acts(mt_model_t *m, float *base, float *shared, int c, int
     int lo = m->chunk_lo[c], hi = m->chunk_lo[c + 1];
     bool head = m->has_head && c == m->nchunks - 1;
     if (m->checkpointing) {
-        for (int l = lo; l < hi; l++)
-            m->acts[l].x = carve(base, &off, Ns * H);
+        /* the layer inputs: float32, or bf16 bits (2 bytes, in whole
+         * floats) but for the stage input */
+        for (int l = lo; l < hi; l++) {
+            bool b = m->x_bf16 && l > lo;
+            float *x = carve(base, &off, b ? (Ns * H + 1) / 2 : Ns * H);
+            m->acts[l].x = b ? NULL : x;
+            m->acts[l].x16 = b ? (uint16_t *)x : NULL;
+        }
         bool mlp = false; /* the shared scratch needs the MLP buffers if any layer is dense */
         for (int l = lo; l < hi; l++)
             mlp |= m->layers[l].router == NULL;
         layer_acts(m, shared, &sh, &m->scratch, false, mlp);
         for (int l = lo; l < hi; l++) {
             float *x = m->acts[l].x;
+            uint16_t *x16 = m->acts[l].x16;
             m->acts[l] = m->scratch;
-            m->acts[l].x = x;
+            m->acts[l].x = x, m->acts[l].x16 = x16;
         }
     } else {
         for (int l = lo; l < hi; l++)
@@ -251,6 +259,7 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
     m->tied = mc->tie_word_embeddings, m->qk_norm = mc->qk_norm;
     m->checkpointing = cfg->distributed.activation_checkpointing;
     m->bf16 = cfg->distributed.mp_policy.param_dtype == MT_DTYPE_BFLOAT16;
+    m->x_bf16 = m->bf16 && m->checkpointing; /* the residual stream holds bf16 values */
     m->B = B, m->T = T, m->N = B * T;
     m->sp = m->tp > 1 && cfg->distributed.sequence_parallel;
     m->Ns = m->sp ? m->N / m->tp : m->N;

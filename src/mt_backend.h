@@ -238,6 +238,14 @@ struct mt_backend {
      * model stores a bf16 tensor as float32 holding bf16 values, so this
      * is the one cast; rounding a bf16 value again leaves it unchanged. */
     void (*round_bf16)(float *x, int64_t n);
+
+    /* ---- appended for bf16 storage (issue 8, doc/mixed-precision.md) ----
+     * to_bf16: dst[i] = the bf16 bits of src[i], rounded as round_bf16
+     * rounds (exact for a bf16 value); from_bf16: dst[i] = the float of
+     * the bf16 bits src[i] (exact).  n elements of the backend's memory
+     * each; activation checkpointing keeps its layer inputs this way. */
+    void (*to_bf16)(uint16_t *dst, const float *src, int64_t n);
+    void (*from_bf16)(float *dst, const uint16_t *src, int64_t n);
 };
 
 /* The CPU reference backend. */

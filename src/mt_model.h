@@ -101,7 +101,12 @@ typedef enum {
 
 /* Saved activations of one layer (pointers into the activation arena). */
 typedef struct {
-    float *x;            /* layer input [N, H] */
+    float *x;            /* layer input [Ns, H] */
+    /* Under activation checkpointing with bf16 values (x_bf16): the kept
+     * input of a layer that is not its stage's first, as bf16 bits [Ns,
+     * H]; x then points at x_final while the layer runs.  NULL
+     * otherwise. */
+    uint16_t *x16;
     float *h1, *rstd1;   /* attention norm */
     float *q_raw, *k_raw, *q_rstd, *k_rstd; /* qk_norm inputs (NULL without) */
     float *q, *k, *v;    /* after RoPE */
@@ -212,6 +217,14 @@ typedef struct {
      * parameter arena holds bf16 values, which the parallelize layer
      * keeps so (fp32 master weights live with the optimizer). */
     bool bf16;
+    /* Activation checkpointing under bf16: the layer inputs kept from
+     * forward to backward are bf16 bits (x16), half the bytes; the stage's
+     * first layer keeps its float32 input (the stage input a pipeline
+     * receives into).  The other layers run on x_final: the forward writes
+     * each output over its input (a layer reads its input only before it
+     * writes its output), the backward unpacks the input there (the
+     * stage's output is sent or used by the head before). */
+    bool x_bf16;
     int64_t Ns;
     float *dh_local;     /* [Ns, H] under sequence parallelism */
     float *gather;       /* [N, H] under sequence parallelism: a gathered norm output */

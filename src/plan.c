@@ -352,9 +352,12 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
         /* stage-microbatches whose activations this rank holds at its peak
          * (F done, backward including W not yet): from the simulation */
         double nflight = d->pp_size > 1 ? (double)sim.peak_held[r] : 1;
-        if (d->activation_checkpointing) /* layer inputs kept, one layer recomputed */
-            acts = nflight * stage_layers_avg * tokens * (double)H /
-                       (d->sequence_parallel ? tp : 1) * act_bytes + per_layer;
+        if (d->activation_checkpointing) { /* layer inputs kept, one layer recomputed; under
+                                             * bf16 all but a stage's first as bf16 bits */
+            double xb = d->mp_policy.param_dtype != MT_DTYPE_FLOAT32 ? 2.0 : act_bytes;
+            acts = nflight * (act_bytes + (stage_layers_avg - 1) * xb) * tokens * (double)H /
+                       (d->sequence_parallel ? tp : 1) + per_layer;
+        }
         else
             acts = nflight * stage_layers_avg * per_layer;
         /* fp32 logits of one microbatch for the loss: the head's backward

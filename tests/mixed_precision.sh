@@ -16,7 +16,11 @@
 #    ep 2 under fsdp2 (sharded experts) and ddp 2 (replicated experts)
 #    against 1 rank, as the dense meshes;
 #  - a bf16 run resumed from its checkpoint continues bit for bit, and the
-#    checkpoint holds the fp32 master weights, not bf16 values.
+#    checkpoint holds the fp32 master weights, not bf16 values;
+#  - activation checkpointing keeps its layer inputs as bf16 bits (but a
+#    stage's first): the run is bit for bit the one without it, and on 4
+#    layers its measured activations are 3 inputs of [128, 64] x 2 bytes
+#    below the fp32 run's with checkpointing.
 # Every rank runs one thread, so the 1-rank reference sums like each rank.
 . "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
@@ -43,6 +47,21 @@ print(f"bf16 vs fp32: step 1 {d[0]:.2e}, worst {max(d):.2e}")
 PY
 
 train ddp2 2 distributed.strategy=ddp $bf
+# activation checkpointing: the inputs kept as bf16 bits change no bit,
+# and take half the bytes
+train r1ac 1 distributed.strategy=ddp $bf distributed.activation_checkpointing=true
+compare_losses "$workdir/r1.jsonl" "$workdir/r1ac.jsonl" "bf16 with activation checkpointing" 0 0
+train f32ac4 1 distributed.activation_checkpointing=true model.num_hidden_layers=4
+train bfac4 1 $bf distributed.activation_checkpointing=true model.num_hidden_layers=4
+checks=$((checks + 1))
+python3 - "$workdir/f32ac4.log" "$workdir/bfac4.log" <<'PY' || fail "bf16 layer inputs' memory"
+import re, sys
+f, b = (float(re.search(r"activations ([0-9.]+) /", open(p).read()).group(1)) for p in sys.argv[1:])
+want = 3 * 128 * 64 * 2 / 2**20  # three layers' inputs, 2 of their 4 bytes
+assert abs((f - b) - want) < 2e-3, f"activations: fp32 {f} MiB, bf16 {b} MiB, want {want:.4f} less"
+print(f"activation checkpointing: {f} MiB fp32, {b} MiB with bf16 layer inputs")
+PY
+
 close r1 ddp2 "ddp 2" 1e-6 2e-4
 train z1 4 distributed.strategy=megatron_fsdp distributed.zero_dp_strategy=1 $bf
 close r1 z1 "megatron_fsdp zero 1, 4 ranks" 1e-6 2e-4

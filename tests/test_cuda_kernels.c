@@ -223,6 +223,33 @@ static void test_elementwise(uint64_t *s)
     }
     CHECK(diff == 0, "round_bf16: %lld of %lld elements differ from the CPU's bits", (long long)diff,
           (long long)n);
+    /* to_bf16 and from_bf16 (activation checkpointing's bf16 storage):
+     * the CPU's bits both ways (NaN: any NaN) */
+    float *cv = tc_rand(s, n, 3.0f);
+    for (int i = 0; i < (int)(sizeof special / sizeof special[0]); i++)
+        memcpy(&cv[i * 1000], &special[i], sizeof(float));
+    uint16_t *hb = malloc(sizeof(uint16_t) * (size_t)n);
+    float *hf = malloc(F(n));
+    tc_cpu->to_bf16(hb, cv, n);
+    tc_cpu->from_bf16(hf, hb, n);
+    float *d_cv = tc_up(cv, F(n)), *d_f = tc_up(cv, F(n));
+    uint16_t *d_b = tc_up(hb, sizeof(uint16_t) * (size_t)n);
+    tc_gpu->zero(d_b, sizeof(uint16_t) * (size_t)n);
+    tc_gpu->to_bf16(d_b, d_cv, n);
+    tc_gpu->from_bf16(d_f, d_b, n);
+    uint16_t *gb = tc_down(d_b, sizeof(uint16_t) * (size_t)n);
+    float *gf = tc_down(d_f, F(n));
+    int64_t dbits = 0, dvals = 0;
+    for (int64_t i = 0; i < n; i++) {
+        bool nan = isnan(hf[i]) && isnan(gf[i]);
+        dbits += gb[i] != hb[i] && !nan;
+        uint32_t a, b;
+        memcpy(&a, &gf[i], 4), memcpy(&b, &hf[i], 4);
+        dvals += a != b && !nan;
+    }
+    CHECK(dbits == 0 && dvals == 0, "to_bf16/from_bf16: %lld and %lld of %lld elements differ "
+          "from the CPU's bits", (long long)dbits, (long long)dvals, (long long)n);
+    free(cv), free(hb), free(hf), free(gb), free(gf);
     free(gate), free(up), free(dout), free(out), free(dg), free(du), free(g), free(gg), free(gu);
     free(ga), free(r), free(gr);
     mt_cuda_arena_reset(&tc_arena);

@@ -352,8 +352,33 @@ static void test_elementwise(void)
         for (int64_t i = 0; i < n; i++)
             bad += y[i] != y0[i] * -0.375f;
         CHECK(bad == 0, "scale n=%lld: %d elements differ from x * s", (long long)n, bad);
+        /* bf16 storage: to_bf16 rounds as round_bf16 does, from_bf16 is
+         * exact, so the round trip is round_bf16 and a bf16 value survives */
+        uint16_t *h = malloc(sizeof *h * (size_t)(n + 1));
+        memcpy(y, x, (size_t)n * sizeof(float));
+        be->round_bf16(y, n);
+        be->to_bf16(h, x, n);
+        be->from_bf16(y0, h, n);
+        bad = 0;
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t u;
+            memcpy(&u, &y[i], 4);
+            bad += memcmp(&y0[i], &y[i], 4) != 0 || (u & 0xffffu) != 0 || h[i] != u >> 16;
+        }
+        CHECK(bad == 0, "to_bf16/from_bf16 n=%lld: %d elements are not round_bf16's", (long long)n,
+              bad);
         omp_set_num_threads(1);
-        free(x), free(y), free(y0);
+        free(x), free(y), free(y0), free(h);
+    }
+    { /* ties to even, a carry into the exponent, and a value of 1 + 2^-9 */
+        const uint32_t in[4] = {0x3f808000u, 0x3f818000u, 0x3f7fffffu, 0x3f804000u};
+        const uint16_t want[4] = {0x3f80, 0x3f82, 0x3f80, 0x3f80};
+        float f[4];
+        uint16_t h[4];
+        memcpy(f, in, sizeof f);
+        be->to_bf16(h, f, 4);
+        for (int i = 0; i < 4; i++)
+            CHECK(h[i] == want[i], "to_bf16(0x%08x) = 0x%04x, want 0x%04x", in[i], h[i], want[i]);
     }
 
     const int64_t ss_sizes[] = {0, 1, 5, 16384, 16385, 300007, 5000000};
