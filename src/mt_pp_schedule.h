@@ -108,17 +108,18 @@ mt_status_t mt_pp_sched_channels(const mt_pp_sched_t *sched, mt_pp_channel_t **o
 /* Rank r's sends (*sends) and receives (*recvs) in its list. */
 void mt_pp_sched_transfers(const mt_pp_sched_t *sched, int r, int *sends, int *recvs);
 
-/* The device message buffers of rank r's NCCL transfers (pp_link.c; what
- * meshtrain-plan counts): *sends for its sends, *recvs for its receives,
- * each at most the list's count (pp_buffers.c, doc/pipeline.md "Message
- * buffers").  A buffer is reused in turn (the k-th send of a run takes
- * buffer k mod *sends), the device waiting for its previous transfer: a
- * send for the one before to complete, a receive for the one before to be
- * copied out.  The counts are what the timed simulation (F = B = W = 1)
- * has in flight at once plus one, raised until mt_pp_sched_check_buffers
- * finds no deadlock.  Fails (MT_ERR_INTERNAL) only for lists that are not
- * valid. */
-mt_status_t mt_pp_sched_buffers(const mt_pp_sched_t *sched, int r, int *sends, int *recvs);
+/* The device message buffers of every rank's NCCL transfers (pp_link.c;
+ * what meshtrain-plan counts): sends[r] for rank r's sends, recvs[r] for
+ * its receives ([p] each), each at most the list's count (pp_buffers.c,
+ * doc/pipeline.md "Message buffers").  A buffer is reused in turn (the
+ * k-th send of a run takes buffer k mod sends[r]), the device waiting for
+ * its previous transfer: a send for the one before to complete, a receive
+ * for the one before to be copied out.  The counts are what the timed
+ * simulation (F = B = W = 1) has in flight at once plus one, the sends'
+ * raised to the smallest common floor with which mt_pp_sched_check_buffers
+ * finds no deadlock.  Fails with MT_ERR_INTERNAL for lists that are not
+ * valid, MT_ERR_NOMEM when out of memory. */
+mt_status_t mt_pp_sched_buffers(const mt_pp_sched_t *sched, int *sends, int *recvs);
 
 /* Whether every list completes when rank q's sends take sends[q] device
  * buffers in turn, under the strictest timing the executor allows: a rank

@@ -246,13 +246,12 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
         MT_TRY(mt_pp_schedule_build(d->pipeline.pp_schedule, (int)d->pp_size,
                                     (int)dv->stages_per_rank, (int)dv->num_microbatches, &lists));
     /* each pipeline rank's NCCL message buffers, sends and receives together */
-    int *msg_bufs = calloc((size_t)d->pp_size, sizeof *msg_bufs);
+    int *msg_bufs = calloc(2 * (size_t)d->pp_size, sizeof *msg_bufs);
     mt_status_t ms = msg_bufs ? MT_OK : mt_error_set(MT_ERR_NOMEM, __FILE__, __LINE__, "plan");
-    for (int r = 0; lists.actions && ms == MT_OK && r < (int)d->pp_size; r++) {
-        int ns, nr;
-        if ((ms = mt_pp_sched_buffers(&lists, r, &ns, &nr)) == MT_OK)
-            msg_bufs[r] = ns + nr;
-    }
+    if (lists.actions && ms == MT_OK &&
+        (ms = mt_pp_sched_buffers(&lists, msg_bufs, msg_bufs + d->pp_size)) == MT_OK)
+        for (int64_t r = 0; r < d->pp_size; r++)
+            msg_bufs[r] += msg_bufs[d->pp_size + r];
     mt_pp_sched_free(&lists);
     if (ms != MT_OK)
         free(msg_bufs);

@@ -11,11 +11,16 @@
  * this file answers it for the strictest timing the executor allows: a
  * rank's host posts a receive and issues a send only when its compute
  * stream has finished everything before them in its list (the host never
- * ahead of the device).  Every dependency there is one that any faster
- * host also has (a host ahead of its device only posts receives sooner),
- * so lists that complete here complete under any timing.  In that timing
- * a receive's buffer wait is always met already (the copy out it waits
- * for came earlier in the same list), so only the send counts matter. */
+ * ahead of the device).  Every wait of a real run is one this timing has
+ * too (a host ahead of its device only posts receives sooner; where a host
+ * blocks, on its own compute stream or on an MPI routing message, this
+ * timing has already waited), so lists that complete here complete under
+ * any timing.  In that timing a receive's buffer wait is always met
+ * already (the copy out it waits for came earlier in the same list), so
+ * only the send counts matter.  Across runs the buffers' events carry
+ * over: a run's first use of a buffer waits for the previous run's last,
+ * which completes because that run's lists did, none of its device work
+ * waiting for anything issued later. */
 #include "mt_pp_schedule.h"
 #include "pp_sched_internal.h"
 
@@ -128,38 +133,62 @@ out:
     return st;
 }
 
-mt_status_t mt_pp_sched_buffers(const mt_pp_sched_t *sc, int r, int *sends, int *recvs)
+/* The send counts with every rank's at least `floor` (and at most its
+ * sends): whether they deadlock. */
+static mt_status_t try_floor(const mt_pp_sched_t *sc, const int *want, const int *ns, int floor,
+                             int *cap)
+{
+    for (int q = 0; q < sc->p; q++) {
+        int c = want[q] > floor ? want[q] : floor;
+        cap[q] = c < ns[q] ? c : ns[q] > 0 ? ns[q] : 1;
+    }
+    mt_status_t st = mt_pp_sched_check_buffers(sc, cap);
+    if (st != MT_OK)
+        mt_error_clear();
+    return st;
+}
+
+mt_status_t mt_pp_sched_buffers(const mt_pp_sched_t *sc, int *sends, int *recvs)
 {
     int p = sc->p, most = 1;
     mt_pp_sim_result_t res;
     MT_TRY(mt_pp_simulate(sc, 1.0, 1.0, 1.0, 0.0, &res));
-    int *ns = calloc(4 * (size_t)p, sizeof *ns);
+    int *ns = calloc(3 * (size_t)p, sizeof *ns);
     if (!ns) {
         mt_pp_sim_result_free(&res);
         MT_FAIL(MT_ERR_NOMEM, "pipeline buffer counts");
     }
-    int *nr = ns + p, *want = nr + p, *cap = want + p;
+    int *nr = ns + p, *want = nr + p;
     for (int q = 0; q < p; q++) {
         mt_pp_sched_transfers(sc, q, &ns[q], &nr[q]);
         want[q] = res.peak_msgs_out[q] + 1;
+        recvs[q] = res.peak_msgs_in[q] + 1 < nr[q] ? res.peak_msgs_in[q] + 1 : nr[q];
         most = ns[q] > most ? ns[q] : most;
     }
-    *recvs = res.peak_msgs_in[r] + 1 < nr[r] ? res.peak_msgs_in[r] + 1 : nr[r];
     mt_pp_sim_result_free(&res);
-    /* the smallest floor under every rank's count that does not deadlock;
-     * at `most` no buffer is ever reused, which is the lists' own order */
-    mt_status_t st = MT_OK;
-    for (int floor = 1;; floor = floor < 4 ? floor + 1 : 2 * floor) {
-        for (int q = 0; q < p; q++) {
-            int c = want[q] > floor ? want[q] : floor;
-            cap[q] = c < ns[q] ? c : ns[q] > 0 ? ns[q] : 1;
+    /* The smallest floor under every rank's count that does not deadlock:
+     * 1, 2, 3, 4, 8, ... until one passes, then bisected down (the last
+     * floor tried passes).  At `most` no buffer is ever reused, which is
+     * the lists' own order: that fails only for lists that are not valid. */
+    int fail = 0, pass = 1;
+    while (try_floor(sc, want, ns, pass, sends) != MT_OK) {
+        fail = pass;
+        if (pass >= most) {
+            free(ns);
+            return mt_pp_sched_check_buffers(sc, sends); /* the error again, kept */
         }
-        st = mt_pp_sched_check_buffers(sc, cap);
-        if (st == MT_OK || floor >= most)
-            break;
-        mt_error_clear();
+        pass = pass < 4 ? pass + 1 : 2 * pass < most ? 2 * pass : most;
     }
-    *sends = ns[r] > 0 ? cap[r] : 0;
+    while (pass - fail > 1) {
+        int mid = fail + (pass - fail) / 2;
+        if (try_floor(sc, want, ns, mid, sends) == MT_OK)
+            pass = mid;
+        else
+            fail = mid;
+    }
+    mt_status_t st = try_floor(sc, want, ns, pass, sends);
+    for (int q = 0; q < p; q++)
+        sends[q] = ns[q] > 0 ? sends[q] : 0;
     free(ns);
     return st;
 }

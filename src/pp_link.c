@@ -108,8 +108,14 @@ static mt_status_t connect_nccl(mt_pp_exec_t *x)
  * turn, never added to mid-run, which would wait for the compute stream). */
 static mt_status_t reserve_nccl(mt_pp_exec_t *x, int64_t act)
 {
-    int ns, nr, k;
-    MT_TRY(mt_pp_sched_buffers(&x->sched, x->rank, &ns, &nr));
+    int p = x->sched.p, k;
+    int *n = malloc(2 * sizeof *n * (size_t)p);
+    if (!n)
+        MT_FAIL(MT_ERR_NOMEM, "pipeline buffer counts");
+    mt_status_t st = mt_pp_sched_buffers(&x->sched, n, n + p);
+    int ns = n[x->rank], nr = n[p + x->rank];
+    free(n);
+    MT_TRY(st);
     size_t bytes = (x->bf16 ? 2 : 4) * (size_t)act;
     for (int i = 0; i < ns; i++)
         MT_TRY(dbuf_add(x->be, &x->dsend, bytes, "send", &k));
@@ -230,9 +236,10 @@ static mt_status_t link_of(const mt_pp_exec_t *x, const mt_pp_action_t *a, mt_pp
 
 #ifdef MT_HAVE_NCCL
 /* The next buffer of pool p in turn (mt_pp_link_begin restarts the turn,
- * so a run's k-th transfer takes buffer k mod n, as mt_pp_sched_buffers
- * checked).  Its free_ev marks the end of its previous use (none yet: a
- * wait on it returns at once). */
+ * so a run's k-th transfer takes buffer k mod n, the order
+ * mt_pp_sched_check_buffers plays).  Its free_ev marks the end of its
+ * previous use, maybe in the run before, which completes (pp_buffers.c);
+ * none yet: a wait on it returns at once. */
 static mt_status_t dbuf_next(mt_pp_dbufs_t *p, const char *what, int *k)
 {
     if (p->n < 1)

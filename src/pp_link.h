@@ -13,7 +13,7 @@ mt_status_t mt_pp_link_transfer(mt_pp_exec_t *x, const mt_backend_t *be, const m
                                 float *buf, int64_t n, double *route, int64_t nr);
 
 /* Before a run's first transfer: its k-th send (receive) takes device
- * buffer k mod n again, the order mt_pp_sched_buffers checked. */
+ * buffer k mod n again, the order mt_pp_sched_check_buffers plays. */
 void mt_pp_link_begin(mt_pp_exec_t *x);
 
 /* The channels, their buffers and communicators (collective over each

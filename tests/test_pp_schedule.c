@@ -351,12 +351,12 @@ static void test_buffers(void)
                     CHECK(0, "build %s p=%d m=%d: %s", sn, p, ms[mi], mt_error_message());
                     continue;
                 }
-                int caps[8];
+                int caps[8], sends[8], recvs[8];
+                CHECK(mt_pp_sched_buffers(&sc, sends, recvs) == MT_OK, "%s p=%d: %s", sn, p,
+                      mt_error_message());
                 for (int r = 0; r < p; r++) {
-                    int ns, nr, bs = -1, br = -1;
+                    int ns, nr, bs = sends[r], br = recvs[r];
                     mt_pp_sched_transfers(&sc, r, &ns, &nr);
-                    CHECK(mt_pp_sched_buffers(&sc, r, &bs, &br) == MT_OK, "%s p=%d: %s", sn, p,
-                          mt_error_message());
                     CHECK(bs >= (ns > 0) && bs <= ns && br >= (nr > 0) && br <= nr,
                           "%s p=%d m=%d rank %d: %d/%d send and %d/%d receive buffers", sn, p,
                           ms[mi], r, bs, ns, br, nr);
