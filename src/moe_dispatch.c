@@ -16,10 +16,11 @@
 #include "mt_clock.h"
 #include "mt_comm.h"
 
-mt_status_t mt_moe_dispatch_init(mt_moe_dispatch_t *d, MPI_Comm ep, const mt_backend_t *be)
+mt_status_t mt_moe_dispatch_init(mt_moe_dispatch_t *d, MPI_Comm ep, const mt_backend_t *be,
+                                 bool bf16)
 {
     memset(d, 0, sizeof *d);
-    d->comm = ep, d->be = be;
+    d->comm = ep, d->be = be, d->bf16 = bf16;
     d->row = MPI_DATATYPE_NULL;
     MT_MPI_TRY(MPI_Comm_size(ep, &d->size));
     MT_MPI_TRY(MPI_Comm_rank(ep, &d->rank));
@@ -38,6 +39,8 @@ void mt_moe_dispatch_free(mt_moe_dispatch_t *d)
         MPI_Type_free(&d->row);
     free(d->sc), free(d->sd), free(d->rc), free(d->rd);
     mt_stage_buf_free(&d->h_send), mt_stage_buf_free(&d->h_recv);
+    if (d->be)
+        d->be->device_free(d->s16), d->be->device_free(d->r16);
     memset(d, 0, sizeof *d);
 }
 
@@ -68,16 +71,29 @@ void mt_moe_dispatch_hook(void *ctx, mt_ep_op_t op, const void *send, const int6
     d->seconds += mt_now_s() - t0;
 }
 
+/* A bf16 buffer of at least n elements in *b (be's memory; grown when
+ * short, which happens while dropless routing finds its largest counts). */
+static bool bf16_buffer(const mt_backend_t *be, uint16_t **b, int64_t *cap, int64_t n)
+{
+    if (n <= *cap && *b)
+        return true;
+    be->device_free(*b);
+    *cap = n > 0 ? n : 1;
+    *b = be->device_alloc(sizeof(uint16_t) * (size_t)*cap);
+    return *b != NULL;
+}
+
 void *mt_moe_dispatch_start(void *ctx, const void *send, const int64_t *scounts, void *recv,
                             const int64_t *rcounts, int64_t width)
 {
     mt_moe_dispatch_t *d = ctx;
     void *ticket = NULL;
     double t0 = mt_now_s();
+    size_t elem = d->bf16 ? sizeof(uint16_t) : sizeof(float);
     if (d->row_width != width) {
         if (d->row != MPI_DATATYPE_NULL)
             MPI_Type_free(&d->row);
-        MPI_Type_contiguous((int)width, MPI_FLOAT, &d->row);
+        MPI_Type_contiguous((int)width, d->bf16 ? MPI_UINT16_T : MPI_FLOAT, &d->row);
         MPI_Type_commit(&d->row);
         d->row_width = width;
     }
@@ -86,11 +102,25 @@ void *mt_moe_dispatch_start(void *ctx, const void *send, const int64_t *scounts,
         d->sc[r] = (int)scounts[r], d->sd[r] = so, so += d->sc[r];
         d->rc[r] = (int)rcounts[r], d->rd[r] = ro, ro += d->rc[r];
         if (r != d->rank)
-            d->bytes_sent += (int64_t)sizeof(float) * width * scounts[r];
+            d->bytes_sent += (int64_t)elem * width * scounts[r];
     }
-    if (mt_stage_alltoallv(d->be, &d->h_send, &d->h_recv, send, d->sc, d->sd, recv, d->rc, d->rd,
-                           d->row, sizeof(float) * (size_t)width, d->comm, &ticket) != MT_OK)
+    const void *s = send;
+    void *r = recv;
+    if (d->bf16) { /* bf16 values: packed exactly, widened at the join */
+        if (d->unpack_to || !bf16_buffer(d->be, &d->s16, &d->s16_cap, so * width) ||
+            !bf16_buffer(d->be, &d->r16, &d->r16_cap, ro * width))
+            mt_comm_fatal(d->comm, MPI_ERR_NO_MEM, d->unpack_to
+                          ? "expert-parallel all-to-all: started before the last was joined"
+                          : "expert-parallel all-to-all: bf16 row buffers");
+        d->be->to_bf16(d->s16, send, so * width);
+        s = d->s16, r = d->r16;
+        d->unpack_to = recv, d->unpack_n = ro * width;
+    }
+    if (mt_stage_alltoallv(d->be, &d->h_send, &d->h_recv, s, d->sc, d->sd, r, d->rc, d->rd,
+                           d->row, elem * (size_t)width, d->comm, &ticket) != MT_OK)
         mt_comm_fatal(d->comm, MPI_ERR_OTHER, "expert-parallel all-to-all");
+    if (!ticket) /* complete already (MPI): nothing to join, widen now */
+        mt_moe_dispatch_join(d, NULL);
     d->calls++;
     d->seconds += mt_now_s() - t0;
     return ticket;
@@ -99,6 +129,10 @@ void *mt_moe_dispatch_start(void *ctx, const void *send, const int64_t *scounts,
 void mt_moe_dispatch_join(void *ctx, void *ticket)
 {
     mt_moe_dispatch_t *d = ctx;
-    if (mt_stage_join(ticket) != MT_OK)
+    if (ticket && mt_stage_join(ticket) != MT_OK)
         mt_comm_fatal(d->comm, MPI_ERR_OTHER, "expert-parallel all-to-all (join)");
+    if (d->unpack_to) { /* the bf16 rows received: widened in order on the compute stream */
+        d->be->from_bf16(d->unpack_to, d->r16, d->unpack_n);
+        d->unpack_to = NULL;
+    }
 }

@@ -379,7 +379,10 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
             if (moe_share(cfg) > 0) /* the MoE layers' send, receive, expert-output and
                                      * activation-gradient rows (model_moe.c) */
                 acts += tokens * (double)m->num_experts_per_tok *
-                        (3.0 * (double)H + (double)m->moe_intermediate_size) / tp * act_bytes;
+                        ((3.0 * (double)H + (double)m->moe_intermediate_size) * act_bytes +
+                         (d->ep_size > 1 && d->mp_policy.param_dtype != MT_DTYPE_FLOAT32
+                              ? 4.0 * (double)H : 0.0)) / tp; /* + the bf16 wire rows,
+                                                               * sent and received */
         }
         double ws = 0, wire = 0;
         if (gpu)

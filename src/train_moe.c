@@ -126,7 +126,7 @@ mt_status_t mt_train_moe_init(mt_train_moe_t *t, mt_model_t *m, const mt_config_
     t->counts_aux = tok_rank == 0;
     if (t->ep > 1) {
         t->ep_comm = mesh->group[MT_GROUP_EP];
-        MT_TRY(mt_moe_dispatch_init(&t->dispatch, t->ep_comm, m->be));
+        MT_TRY(mt_moe_dispatch_init(&t->dispatch, t->ep_comm, m->be, m->bf16));
         mt_moe_dispatch_attach(&t->dispatch, m);
     }
     t->coef = cfg->model.router_aux_loss_coef;

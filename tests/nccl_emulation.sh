@@ -23,7 +23,8 @@
 #    with 8 microbatches (16 sends a rank through 3 buffers taken in turn,
 #    the device waiting for each buffer's previous transfer);
 #  - cp 2 on packed rows (the ring's grouped K/V and dK/dV steps);
-#  - a MoE under ep 2 (the token all-to-all-v), under ddp 2 (the adopted
+#  - a MoE under ep 2 (the token all-to-all-v; in bf16, rows of bf16
+#    bits widened at the join), under ddp 2 (the adopted
 #    replicas' communicator: default and small buckets, bf16), under tp 2
 #    and cp 2 x ep 2 on 4 ranks;
 # one rank on the emulated GPU, and fsdp2 with collectives auto (NCCL) and
@@ -168,4 +169,6 @@ overlapped send_recv mep 0.7        # the shared experts and the router behind t
 mesh mddpb 2 distributed.strategy=ddp distributed.ddp_bucket_cap_mb=0.01
 overlapped all_reduce mddpb 0.8     # dense and expert buckets behind the rest of backward
 mesh mddpbf 2 distributed.strategy=ddp $bf
+mesh mepbf 2 distributed.ep_size=2 $bf
+overlapped send_recv mepbf 0.7      # bf16 rows: packed before, widened at the join
 finish
