@@ -56,6 +56,10 @@ typedef struct {
     int nposted;         /* cleared at the start of each pass */
     float *h_lse;
     int64_t h_lse_numel;
+    /* K/V as bf16 bits (mt_ring_attention_bf16): kv16[buffer][k or v] of
+     * kv_numel each, the backend's memory; NULL otherwise. */
+    uint16_t *kv16[2][2];
+    int64_t bytes_sent;  /* K/V and dK/dV bytes this rank sent, since init */
     /* Counters since init (or mt_ring_attention_reset_stats), for the
      * benchmark and the tests: block pairs computed and skipped, visible
      * (query, key) pairs computed per head (forward and backward each
@@ -73,6 +77,10 @@ typedef struct {
 mt_status_t mt_ring_attention_init(mt_ring_attention_t *ra, MPI_Comm comm, const mt_backend_t *be,
                                    int64_t B, int64_t Tl, int64_t nkv, int64_t hd);
 void mt_ring_attention_free(mt_ring_attention_t *ra);
+/* K and V hold bf16 values (mixed precision: q, k after RoPE and v are
+ * rounded): from now on the K/V shifts send them as bf16 bits, half the
+ * bytes, exactly (the dK/dV partial sums stay float32). */
+mt_status_t mt_ring_attention_bf16(mt_ring_attention_t *ra);
 void mt_ring_attention_reset_stats(mt_ring_attention_t *ra);
 
 /* Global row index of local token i (0 <= i < Tl) on CP rank r of cp. */

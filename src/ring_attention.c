@@ -102,12 +102,26 @@ mt_status_t mt_ring_attention_init(mt_ring_attention_t *ra, MPI_Comm comm, const
     return MT_OK;
 }
 
+mt_status_t mt_ring_attention_bf16(mt_ring_attention_t *ra)
+{
+    if (ra->kv_numel % 2) /* sent as kv_numel / 2 floats' worth of bytes */
+        MT_FAIL(MT_ERR_RANGE, "ring attention: bf16 K/V of an odd %lld elements",
+                (long long)ra->kv_numel);
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++)
+            if (!ra->kv16[i][j] &&
+                !(ra->kv16[i][j] = ra->be->device_alloc(sizeof(uint16_t) * (size_t)ra->kv_numel)))
+                MT_FAIL(MT_ERR_NOMEM, "ring attention: bf16 K/V buffers");
+    return MT_OK;
+}
+
 void mt_ring_attention_free(mt_ring_attention_t *ra)
 {
     for (int i = 0; ra->be && i < 2; i++) {
         ra->be->device_free(ra->dkv_in[i]);
         for (int j = 0; j < 2; j++)
-            ra->be->device_free(ra->kv[i][j]), ra->be->device_free(ra->dkv[i][j]);
+            ra->be->device_free(ra->kv[i][j]), ra->be->device_free(ra->dkv[i][j]),
+                ra->be->device_free(ra->kv16[i][j]);
         free(ra->h_kv_out[i]), free(ra->h_kv_in[i]), free(ra->h_dkv_in[i]);
         free(ra->h_dkv_out[i][0]), free(ra->h_dkv_out[i][1]);
     }
@@ -239,14 +253,16 @@ static void compute_shard(mt_ring_attention_t *ra, int src, float *out, float *l
 
 /* Post the shift of a pair of shards one step around the ring: receive
  * into in[0..1] from the left (requests rrq[0..1]), send out[0..1] to the
- * right (srq[0..1]), through the host buffers h_in, h_out when staged
- * (finish_pair completes the receives after their wait). */
+ * right (srq[0..1]), n floats each (or their bytes: bf16 K/V go as
+ * kv_numel / 2 floats; MPI and NCCL only move them), through the host
+ * buffers h_in, h_out when staged (finish_pair completes the receives
+ * after their wait). */
 static mt_status_t post_pair(mt_ring_attention_t *ra, const float *const out[2],
                              float *const h_out[2], float *const in[2], float *const h_in[2],
-                             int tag, MPI_Request *rrq, MPI_Request *srq)
+                             int n, int tag, MPI_Request *rrq, MPI_Request *srq)
 {
     const int P = ra->size, left = (ra->rank + P - 1) % P, right = (ra->rank + 1) % P;
-    const int n = (int)ra->kv_numel;
+    ra->bytes_sent += 2 * (int64_t)sizeof(float) * n;
 #ifdef MT_HAVE_NCCL
     if (ra->nccl) { /* one grouped step on the CP group's stream; requests stay null */
         MT_TRY(mt_nccl_ring_step(ra->nccl, out, in, 2, (size_t)n, left, right, CS));
@@ -273,20 +289,46 @@ static mt_status_t post_pair(mt_ring_attention_t *ra, const float *const out[2],
     return MT_OK;
 }
 
-static void finish_pair(mt_ring_attention_t *ra, float *const h_in[2], float *const in[2])
+static void finish_pair(mt_ring_attention_t *ra, float *const h_in[2], float *const in[2], int n)
 {
     if (ra->nccl) /* received on the device */
         return;
     for (int i = 0; i < 2; i++)
-        mt_stage_recv_finish(ra->be, h_in[i], in[i], (int)ra->kv_numel);
+        mt_stage_recv_finish(ra->be, h_in[i], in[i], n);
 }
 
-/* The K/V shift: (k, v) out, into kv[nb] (rq[0..3]). */
+/* The K/V shift (rq[0..3]): the shard in hand out, the next into buffer
+ * nb.  Float32: (k, v) out, into kv[nb].  bf16: the shard's bits out
+ * (step 0: k and v packed into kv16[nb ^ 1]; later: the bits received),
+ * into kv16[nb]; shift_done widens them into kv[nb]. */
 static mt_status_t post_shift(mt_ring_attention_t *ra, const float *k, const float *v, int nb,
-                              MPI_Request *rq)
+                              int s, MPI_Request *rq)
 {
-    const float *const out[2] = {k, v};
-    return post_pair(ra, out, ra->h_kv_out, ra->kv[nb], ra->h_kv_in, TAG_K, rq, rq + 2);
+    if (!ra->kv16[0][0]) {
+        const float *const out[2] = {k, v};
+        return post_pair(ra, out, ra->h_kv_out, ra->kv[nb], ra->h_kv_in, (int)ra->kv_numel,
+                         TAG_K, rq, rq + 2);
+    }
+    uint16_t *const *cur = ra->kv16[nb ^ 1];
+    if (s == 0)
+        ra->be->to_bf16(cur[0], k, ra->kv_numel), ra->be->to_bf16(cur[1], v, ra->kv_numel);
+    const float *const out[2] = {(const float *)cur[0], (const float *)cur[1]};
+    float *const in[2] = {(float *)ra->kv16[nb][0], (float *)ra->kv16[nb][1]};
+    return post_pair(ra, out, ra->h_kv_out, in, ra->h_kv_in, (int)(ra->kv_numel / 2), TAG_K, rq,
+                     rq + 2);
+}
+
+/* After the K/V shift's wait: the received shard, float32, in kv[nb]. */
+static void shift_done(mt_ring_attention_t *ra, int nb)
+{
+    if (!ra->kv16[0][0]) {
+        finish_pair(ra, ra->h_kv_in, ra->kv[nb], (int)ra->kv_numel);
+        return;
+    }
+    float *const in[2] = {(float *)ra->kv16[nb][0], (float *)ra->kv16[nb][1]};
+    finish_pair(ra, ra->h_kv_in, in, (int)(ra->kv_numel / 2));
+    for (int i = 0; i < 2; i++)
+        ra->be->from_bf16(ra->kv[nb][i], ra->kv16[nb][i], ra->kv_numel);
 }
 
 /* doc_start for the block skipping: itself, or its host copy when staged */
@@ -328,12 +370,12 @@ mt_status_t mt_ring_attention_forward(mt_ring_attention_t *ra, float *out, float
         MPI_Request rq[4] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL,
                              MPI_REQUEST_NULL};
         if (s < P - 1)
-            MT_TRY(post_shift(ra, ck, cv, nb, rq));
+            MT_TRY(post_shift(ra, ck, cv, nb, s, rq));
         compute_shard(ra, (ra->rank - s + P) % P, out, lse, NULL, NULL, NULL, NULL, q, ck, cv,
                       doc_start, h_doc, nh, s < P - 1 ? 4 : 0, rq);
         if (s < P - 1) {
             MT_TRY(wait_timed(ra, 4, rq, 0));
-            finish_pair(ra, ra->h_kv_in, ra->kv[nb]);
+            shift_done(ra, nb);
             ck = ra->kv[nb][0], cv = ra->kv[nb][1];
             nb ^= 1;
         }
@@ -369,7 +411,7 @@ mt_status_t mt_ring_attention_backward(mt_ring_attention_t *ra, float *dq, float
         if (ra->nccl)
             MT_TRY(wait_timed(ra, 2, rq + 6 + 2 * ab, -1));
         if (s < P - 1)
-            MT_TRY(post_shift(ra, ck, cv, nb, rq));
+            MT_TRY(post_shift(ra, ck, cv, nb, s, rq));
         if (!ra->nccl)
             MT_TRY(wait_timed(ra, 2, rq + 6 + 2 * ab, -1));
         be->zero(acc_k, bytes);
@@ -378,23 +420,23 @@ mt_status_t mt_ring_attention_backward(mt_ring_attention_t *ra, float *dq, float
                       dout, q, ck, cv, doc_start, h_doc, nh, 10, rq);
         if (s > 0) { /* the shard's partial sum from the ranks before */
             MT_TRY(wait_timed(ra, 2, rq + 4, 1));
-            finish_pair(ra, ra->h_dkv_in, ra->dkv_in);
+            finish_pair(ra, ra->h_dkv_in, ra->dkv_in, (int)n);
             be->add(acc_k, ra->dkv_in[0], n);
             be->add(acc_v, ra->dkv_in[1], n);
         }
         const float *const acc[2] = {acc_k, acc_v};
-        MT_TRY(post_pair(ra, acc, ra->h_dkv_out[ab], ra->dkv_in, ra->h_dkv_in, TAG_DK, rq + 4,
-                         rq + 6 + 2 * ab));
+        MT_TRY(post_pair(ra, acc, ra->h_dkv_out[ab], ra->dkv_in, ra->h_dkv_in, (int)n, TAG_DK,
+                         rq + 4, rq + 6 + 2 * ab));
         if (s < P - 1) {
             MT_TRY(wait_timed(ra, 4, rq, 0));
-            finish_pair(ra, ra->h_kv_in, ra->kv[nb]);
+            shift_done(ra, nb);
             ck = ra->kv[nb][0], cv = ra->kv[nb][1];
             nb ^= 1;
         }
     }
     /* after P steps this rank's own shard has come home, summed over all */
     MT_TRY(wait_timed(ra, 6, rq + 4, 1));
-    finish_pair(ra, ra->h_dkv_in, ra->dkv_in);
+    finish_pair(ra, ra->h_dkv_in, ra->dkv_in, (int)n);
     be->copy(dk, ra->dkv_in[0], bytes);
     be->copy(dv, ra->dkv_in[1], bytes);
     return MT_OK;

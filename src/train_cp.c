@@ -55,6 +55,8 @@ mt_status_t mt_train_cp_init(mt_train_cp_t *cp, const mt_mesh_t *mesh, mt_model_
                 "not %lld / %d", (long long)m->T, (long long)T, cp->size);
     cp->B = rows, cp->T = T;
     MT_TRY(mt_ring_attention_init(&cp->ring, cp->comm, m->be, m->B, m->T, m->nkv, m->hd));
+    if (m->bf16) /* K and V hold bf16 values: they travel as bf16 */
+        MT_TRY(mt_ring_attention_bf16(&cp->ring));
     size_t n = sizeof(int32_t) * (size_t)(rows * T);
     cp->tokens = malloc(n), cp->targets = malloc(n), cp->pos = malloc(n), cp->docs = malloc(n);
     if (!cp->tokens || !cp->targets || !cp->pos || !cp->docs)

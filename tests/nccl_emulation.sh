@@ -22,7 +22,8 @@
 #    receives into their own buffers), pp 2 in bf16, and the V schedule
 #    with 8 microbatches (16 sends a rank through 3 buffers taken in turn,
 #    the device waiting for each buffer's previous transfer);
-#  - cp 2 on packed rows (the ring's grouped K/V and dK/dV steps);
+#  - cp 2 on packed rows (the ring's grouped K/V and dK/dV steps), and in
+#    bf16 (K/V as bf16 bits, widened after each step's join);
 #  - a MoE under ep 2 (the token all-to-all-v; in bf16, rows of bf16
 #    bits widened at the join), under ddp 2 (the adopted
 #    replicas' communicator: default and small buckets, bf16), under tp 2
@@ -155,6 +156,7 @@ mesh_app=meshtrain-cp
 common="$parity_common step_scheduler.max_steps=3 step_scheduler.ckpt_every_steps=3"
 mesh cp 2 distributed.cp_size=2 packed_sequence.packed_sequence_size=64
 overlapped send_recv cp 0.45        # the next K/V shift behind this block's attention
+mesh cpbf 2 distributed.cp_size=2 packed_sequence.packed_sequence_size=64 $bf
 
 mesh_app=meshtrain-moe
 plan_tol=0.10 # dropless routing grows its row buffers past the plan (doc/plan.md)

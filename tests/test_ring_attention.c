@@ -15,13 +15,20 @@
  * also split into two CP groups of 2, so the ring runs on a communicator
  * other than the world's.  On 1 rank no message moves: the block kernels
  * and their online-softmax merge alone against the dense kernels.
+ * The small cases also run with K/V as bf16 bits (mt_ring_attention_bf16)
+ * on K and V rounded to bf16, on the CPU backend (and, in the first case,
+ * on the guarded one: host staging): out, lse, dq, dk and dv bit for bit the float32 ring's on the
+ * same inputs, with 8 x kv_numel x (P - 1) fewer bytes sent (the K/V
+ * shifts of both passes at half the bytes).
  * Exit 0 pass, 1 fail (agreed over all ranks). */
 #include <config.h>
 
 #include <math.h>
 #include <mpi.h>
 #include <stdint.h>
+#include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "mt_backend.h"
 #include "mt_ring_attention.h"
@@ -50,6 +57,72 @@ static double rel_err(const float *loc, const float *full, int64_t n, int64_t wi
 }
 
 enum { DOCS_NONE, DOCS_RANDOM, DOCS_CHUNKS };
+
+static uint32_t fbits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* The ring's outputs on one rank's slices, float32 K/V shifts or bf16. */
+typedef struct {
+    float *out, *lse, *dq, *dk, *dv;
+    int64_t bytes;
+} ring_out_t;
+
+static void ring_run(MPI_Comm comm, const mt_backend_t *be, bool bf16, int64_t B, int64_t Tl,
+                     int64_t nh, int64_t nkv, int64_t hd, const float *q, const float *k,
+                     const float *v, const float *dout, const int32_t *ds, ring_out_t *o)
+{
+    const int64_t nq = B * Tl * nh * hd, nk = B * Tl * nkv * hd;
+    o->out = calloc((size_t)nq, sizeof(float)), o->dq = calloc((size_t)nq, sizeof(float));
+    o->lse = calloc((size_t)(B * nh * Tl), sizeof(float));
+    o->dk = calloc((size_t)nk, sizeof(float)), o->dv = calloc((size_t)nk, sizeof(float));
+    mt_ring_attention_t ra;
+    CHECK(mt_ring_attention_init(&ra, comm, be, B, Tl, nkv, hd) == MT_OK, "init");
+    if (bf16)
+        CHECK(mt_ring_attention_bf16(&ra) == MT_OK, "bf16: %s", mt_error_message());
+    CHECK(mt_ring_attention_forward(&ra, o->out, o->lse, q, k, v, ds, nh) == MT_OK, "forward");
+    CHECK(mt_ring_attention_backward(&ra, o->dq, o->dk, o->dv, dout, o->out, o->lse, q, k, v, ds,
+                                     nh) == MT_OK, "backward");
+    o->bytes = ra.bytes_sent;
+    mt_ring_attention_free(&ra);
+}
+
+static void ring_out_free(ring_out_t *o)
+{
+    free(o->out), free(o->lse), free(o->dq), free(o->dk), free(o->dv);
+}
+
+/* bf16 K/V shifts against float32 ones on the same bf16-valued K and V */
+static void bf16_check(MPI_Comm comm, const char *name, const mt_backend_t *be, int64_t B,
+                       int64_t Tl, int64_t nh, int64_t nkv, int64_t hd, const float *q,
+                       const float *k, const float *v, const float *dout, const int32_t *ds)
+{
+    const int64_t nq = B * Tl * nh * hd, nk = B * Tl * nkv * hd;
+    float *kb = malloc(sizeof(float) * (size_t)nk), *vb = malloc(sizeof(float) * (size_t)nk);
+    memcpy(kb, k, sizeof(float) * (size_t)nk), memcpy(vb, v, sizeof(float) * (size_t)nk);
+    mt_backend_cpu()->round_bf16(kb, nk), mt_backend_cpu()->round_bf16(vb, nk);
+    ring_out_t f, h;
+    ring_run(comm, be, false, B, Tl, nh, nkv, hd, q, kb, vb, dout, ds, &f);
+    ring_run(comm, be, true, B, Tl, nh, nkv, hd, q, kb, vb, dout, ds, &h);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < nq; i++)
+        bad += (fbits(f.out[i]) != fbits(h.out[i])) + (fbits(f.dq[i]) != fbits(h.dq[i]));
+    for (int64_t i = 0; i < nk; i++)
+        bad += (fbits(f.dk[i]) != fbits(h.dk[i])) + (fbits(f.dv[i]) != fbits(h.dv[i]));
+    for (int64_t i = 0; i < B * nh * Tl; i++)
+        bad += fbits(f.lse[i]) != fbits(h.lse[i]);
+    int P;
+    MPI_Comm_size(comm, &P);
+    CHECK(bad == 0, "%s (%s): bf16 K/V shifts change %lld values", name, be->name,
+          (long long)bad);
+    CHECK(h.bytes == f.bytes - 8 * nk * (P - 1), "%s (%s): %lld bytes with bf16 K/V, %lld "
+          "without", name, be->name, (long long)h.bytes, (long long)f.bytes);
+    ring_out_free(&f), ring_out_free(&h);
+    free(kb), free(vb);
+}
 
 static void run_case(MPI_Comm cp_comm, const char *name, int docs, int64_t B, int64_t C,
                      int64_t nh, int64_t nkv, int64_t hd)
@@ -152,6 +225,11 @@ static void run_case(MPI_Comm cp_comm, const char *name, int docs, int64_t B, in
                    "skipped (all ranks, fwd+bwd)\n", name, P, e_out, e_lse, e_dq, e_dk, e_dv,
                    (long long)tot[0], (long long)tot[1]);
         mt_ring_attention_free(&ra);
+        if (C <= 40) /* the small cases (time); the guard is slow: one case */
+            bf16_check(cp_comm, name, mt_backend_cpu(), B, Tl, nh, nkv, hd, lq, lk, lv, ldo, ldsp);
+        if (strcmp(name, "causal") == 0)
+            bf16_check(cp_comm, name, mt_backend_cpu_guarded(), B, Tl, nh, nkv, hd, lq, lk, lv,
+                       ldo, ldsp);
     }
     free(q), free(dout), free(k), free(v), free(out), free(lse), free(dq), free(dk), free(dv);
     free(ds), free(lds), free(lq), free(ldo), free(lk), free(lv), free(lout), free(llse);
