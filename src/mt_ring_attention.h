@@ -81,6 +81,10 @@ void mt_ring_attention_free(mt_ring_attention_t *ra);
  * rounded): from now on the K/V shifts send them as bf16 bits, half the
  * bytes, exactly (the dK/dV partial sums stay float32). */
 mt_status_t mt_ring_attention_bf16(mt_ring_attention_t *ra);
+/* The backend memory the ring holds: 10 float32 shards of kv_numel (K/V
+ * and dK/dV in flight), and 4 of bf16 bits after mt_ring_attention_bf16
+ * (meshtrain-plan counts the same). */
+double mt_ring_attention_bytes(const mt_ring_attention_t *ra);
 void mt_ring_attention_reset_stats(mt_ring_attention_t *ra);
 
 /* Global row index of local token i (0 <= i < Tl) on CP rank r of cp. */

@@ -359,6 +359,10 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
         }
         else
             acts = nflight * stage_layers_avg * per_layer;
+        if (d->cp_size > 1) /* the ring's K/V and dK/dV shards (10 float32, ring_attention.c)
+                             * and under bf16 4 of bf16 bits */
+            acts += tokens * (double)m->num_key_value_heads.value / tp * (double)dv->head_dim *
+                    (40.0 + (d->mp_policy.param_dtype != MT_DTYPE_FLOAT32 ? 8.0 : 0.0));
         /* fp32 logits of one microbatch for the loss: the head's backward
          * runs right after its forward, so only one is ever alive */
         if (last) /* in row chunks (mt_model_head_chunk) */

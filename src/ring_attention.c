@@ -115,6 +115,11 @@ mt_status_t mt_ring_attention_bf16(mt_ring_attention_t *ra)
     return MT_OK;
 }
 
+double mt_ring_attention_bytes(const mt_ring_attention_t *ra)
+{
+    return (double)ra->kv_numel * (40.0 + (ra->kv16[0][0] ? 8.0 : 0.0));
+}
+
 void mt_ring_attention_free(mt_ring_attention_t *ra)
 {
     for (int i = 0; ra->be && i < 2; i++) {

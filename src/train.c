@@ -404,6 +404,8 @@ static void print_memory(const run_t *r, const mt_config_t *cfg, FILE *out)
     if (r->sharded)
         mt_fsdp_bytes(&r->fsdp, &ps, &pw, &gs, &gw);
     mt_train_moe_bytes(&r->moe, m, &ps, &pw, &gs, &gw, &act);
+    if (r->cp.size > 1) /* the ring's shards */
+        act += mt_ring_attention_bytes(&r->cp.ring);
     if (mt_plan_compute(cfg, &plan) != MT_OK)
         return;
     fprintf(out, "memory per rank (MiB, measured / plan estimate): parameters %.3f / %.3f, "
