@@ -564,8 +564,8 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
         if (m->bf16) {
             const mt_mp_policy_t *mp = &cfg->distributed.mp_policy;
             fprintf(out, "mixed precision: bf16 parameters and activations (bf16 values in "
-                         "float32 storage%s; activations travel as bf16), fp32 master "
-                         "weights%s, gradients reduced in %s\n",
+                         "float32 storage%s; between ranks they travel as bf16), fp32 "
+                         "master weights%s, gradients reduced in %s\n",
                     m->x_bf16 ? ", the checkpointed layer inputs as bf16" : "",
                     r->mp.master ? " (a copy beside the optimizer state)" : " (the fsdp shards)",
                     mp->reduce_dtype == MT_DTYPE_BFLOAT16 ? "bf16" : "fp32");

@@ -23,7 +23,8 @@
 #    with 8 microbatches (16 sends a rank through 3 buffers taken in turn,
 #    the device waiting for each buffer's previous transfer);
 #  - cp 2 on packed rows (the ring's grouped K/V and dK/dV steps), and in
-#    bf16 (K/V as bf16 bits, widened after each step's join);
+#    bf16 on 2 and 4 ranks (K/V as bf16 bits, widened after each step's
+#    join; on 4 the bits received are sent on);
 #  - a MoE under ep 2 (the token all-to-all-v; in bf16, rows of bf16
 #    bits widened at the join), under ddp 2 (the adopted
 #    replicas' communicator: default and small buckets, bf16), under tp 2
@@ -157,6 +158,7 @@ common="$parity_common step_scheduler.max_steps=3 step_scheduler.ckpt_every_step
 mesh cp 2 distributed.cp_size=2 packed_sequence.packed_sequence_size=64
 overlapped send_recv cp 0.45        # the next K/V shift behind this block's attention
 mesh cpbf 2 distributed.cp_size=2 packed_sequence.packed_sequence_size=64 $bf
+mesh cpbf4 4 distributed.cp_size=4 packed_sequence.packed_sequence_size=64 $bf # passes received bits on
 
 mesh_app=meshtrain-moe
 plan_tol=0.10 # dropless routing grows its row buffers past the plan (doc/plan.md)
