@@ -156,10 +156,6 @@ double mt_model_flops_per_token(const mt_model_t *m)
 }
 
 
-/* Sum a partial result over the TP group (row-parallel outputs, the input
- * gradients of column-parallel layers).  Under mixed precision the caller
- * rounds the partials (bf16 on the wire) and the sum is rounded, as a bf16
- * all-reduce leaves it. */
 /* Start a TP collective, asynchronously where the parallelize layer
  * offers it (mt_model_t.tp_start); tp_end joins it. */
 static void *tp_begin(const mt_model_t *m, const void *in, void *out, int64_t n, mt_tp_op_t op)
@@ -177,6 +173,10 @@ static void tp_end(const mt_model_t *m, void *ticket)
         m->tp_join(m->tp_ctx, ticket);
 }
 
+/* Sum a partial result over the TP group (row-parallel outputs, the input
+ * gradients of column-parallel layers).  Under mixed precision the caller
+ * rounds the partials (bf16 on the wire) and the sum is rounded, as a bf16
+ * all-reduce leaves it. */
 static void tp_sum(const mt_model_t *m, float *buf, int64_t n)
 {
     if (m->tp > 1) {

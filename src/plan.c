@@ -225,11 +225,13 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
         fp = d->zero_dp_strategy >= 3 ? all : 1;
     }
     /* Storage is float32 in this release, also under bf16 mixed precision
-     * (bf16 values held in float32: doc/mixed-precision.md); bf16 adds
+     * (bf16 values held in float32: doc/mixed-precision.md), but for the
+     * checkpointed layer inputs and the bf16 wire buffers below; bf16 adds
      * fp32 master weights beside the optimizer state where the parameters
      * the optimizer updates are the model's own (not fsdp shards). */
     double pbytes = 4, gbytes = 4, act_bytes = 4;
-    bool master = d->mp_policy.param_dtype != MT_DTYPE_FLOAT32 && !(fsdp && fso.shard_params);
+    bool bf16 = d->mp_policy.param_dtype != MT_DTYPE_FLOAT32;
+    bool master = bf16 && !(fsdp && fso.shard_params);
     double obytes = 8 + (master ? 4 : 0); /* m, v (+master) */
 
     /* Experts: split over ep, then FSDP-sharded (fsdp2) over the ranks
@@ -331,7 +333,7 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
         double params = (p_rank / fp + expert / e_shard) * pbytes + pw * pbytes;
         double grads = (p_rank / fg + expert / e_shard) * gbytes + gw * gbytes;
         /* experts keep a master copy unless fsdp shards them (train_moe.c) */
-        double obytes_exp = 8 + (d->mp_policy.param_dtype != MT_DTYPE_FLOAT32 && !exp_sharded ? 4 : 0);
+        double obytes_exp = 8 + (bf16 && !exp_sharded ? 4 : 0);
         double optim = p_rank / fo * obytes + expert / e_shard * obytes_exp;
 
         double tokens = (double)(d->pp_size > 1 ? d->pipeline.pp_microbatch_size
@@ -353,7 +355,7 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
         double nflight = d->pp_size > 1 ? (double)sim.peak_held[r] : 1;
         if (d->activation_checkpointing) { /* layer inputs kept, one layer recomputed; under
                                              * bf16 all but a stage's first as bf16 bits */
-            double xb = d->mp_policy.param_dtype != MT_DTYPE_FLOAT32 ? 2.0 : act_bytes;
+            double xb = bf16 ? 2.0 : act_bytes;
             acts = nflight * (act_bytes + (stage_layers_avg - 1) * xb) * tokens * (double)H /
                        (d->sequence_parallel ? tp : 1) + per_layer;
         }
@@ -362,7 +364,7 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
         if (d->cp_size > 1) /* the ring's K/V and dK/dV shards (10 float32, ring_attention.c)
                              * and under bf16 4 of bf16 bits */
             acts += tokens * (double)m->num_key_value_heads.value / tp * (double)dv->head_dim *
-                    (40.0 + (d->mp_policy.param_dtype != MT_DTYPE_FLOAT32 ? 8.0 : 0.0));
+                    (40.0 + (bf16 ? 8.0 : 0.0));
         /* fp32 logits of one microbatch for the loss: the head's backward
          * runs right after its forward, so only one is ever alive */
         if (last) /* in row chunks (mt_model_head_chunk) */
@@ -381,12 +383,11 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
             acts += tokens * (stream_b + (Q + 2.0 * KV + (double)m->intermediate_size) / tp) *
                     act_bytes;
             if (moe_share(cfg) > 0) /* the MoE layers' send, receive, expert-output and
-                                     * activation-gradient rows (model_moe.c) */
+                                     * activation-gradient rows (model_moe.c), and under
+                                     * ep in bf16 the wire's rows both ways */
                 acts += tokens * (double)m->num_experts_per_tok *
                         ((3.0 * (double)H + (double)m->moe_intermediate_size) * act_bytes +
-                         (d->ep_size > 1 && d->mp_policy.param_dtype != MT_DTYPE_FLOAT32
-                              ? 4.0 * (double)H : 0.0)) / tp; /* + the bf16 wire rows,
-                                                               * sent and received */
+                         (d->ep_size > 1 && bf16 ? 4.0 * (double)H : 0.0)) / tp;
         }
         double ws = 0, wire = 0;
         if (gpu)
