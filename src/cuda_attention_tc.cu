@@ -47,18 +47,14 @@
  * pipelines (FlashAttention-3's speed needs wgmma and TMA: this is the
  * portable WMMA version), double-buffered loads.
  *
- * The kernels only use the CUDA subset that tests/emu/tc_emulate.h
- * mimics on the host (MT_TC_EMULATE), so their indexing, masks and
- * barriers can be checked on a machine without a GPU. */
-#ifdef MT_TC_EMULATE
-#include "tc_emulate.h"
-#else
+ * The host emulation of the CUDA kernels (tests/emu/cuda) runs them
+ * with a model of WMMA, so their indexing, masks and barriers are checked
+ * on machines without a GPU. */
 #include <mma.h>
 
 #include "cuda_common.cuh"
 namespace wm = nvcuda::wmma;
 #define TC_DECLARE_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
-#endif
 
 #define TC_BQ 64 /* query rows per block (forward, dq) and per query tile (dk/dv) */
 #define TC_BK 64 /* keys per key tile (forward, dq) and per block (dk/dv) */
@@ -489,7 +485,6 @@ template <int HD> static size_t tc_smem_dkdv(void)
            (size_t)TC_BQ * 12;
 }
 
-#ifndef MT_TC_EMULATE
 /* ------------------------------------------------------------------ launchers */
 
 /* Can this device run the kernels for head dim hd?  Needs compute
@@ -618,4 +613,3 @@ extern "C" void mt_cuda_launch_attention_tc_backward(
     else
         tc_backward<128>(s, dq, dk, dv, dout, lse, D, q, k, v, G);
 }
-#endif /* MT_TC_EMULATE */

@@ -39,6 +39,11 @@ typedef struct mt_emu_event *cudaEvent_t;
 #define cudaEventDefault 0x0
 #define cudaEventDisableTiming 0x2
 
+typedef enum {
+    cudaDevAttrComputeCapabilityMajor = 75,
+    cudaDevAttrMaxSharedMemoryPerBlockOptin = 97
+} cudaDeviceAttr;
+
 struct cudaDeviceProp {
     char name[256];
     size_t totalGlobalMem;
@@ -54,6 +59,10 @@ cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int d);
 cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b);
 cudaError_t cudaMalloc(void **p, size_t bytes);
 cudaError_t cudaFree(void *p);
+cudaError_t cudaMallocHost(void **p, size_t bytes);
+cudaError_t cudaFreeHost(void *p);
+cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s);
+cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int device);
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t s);
 cudaError_t cudaDeviceSynchronize(void);

@@ -5,7 +5,11 @@
 
 #include <stdint.h>
 
-#include "cuda_runtime.h"
+#include <cuda_runtime.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* Everything queued on s done (the host then runs s's next kernel). */
 void mt_emu_drain(cudaStream_t s);
@@ -17,11 +21,14 @@ void mt_emu_progress(void);
  * (1) or back (2).  On the compute stream it runs now; on another it is
  * queued and runs when something waits for it. */
 void mt_emu_copy(cudaStream_t s, void *dst, const void *src, int64_t n, int mode);
-/* The conversions (emu_backend.c): to_bf16, else bf16 to float32. */
+/* The conversions (emu_runtime.c): to_bf16, else bf16 to float32. */
 void mt_emu_convert(void *dst, const void *src, int64_t n, int to_bf16);
 /* A compute-stream kernel was launched (the overlap report). */
 void mt_emu_kernel(void);
 /* The backend's compute stream (mt_cuda_stream()). */
 cudaStream_t mt_emu_compute_stream(void);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

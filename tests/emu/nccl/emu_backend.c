@@ -109,16 +109,6 @@ mt_status_t mt_cuda_synchronize(void)
     return MT_OK;
 }
 
-void mt_emu_convert(void *dst, const void *src, int64_t n, int to_bf16)
-{
-    if (to_bf16)
-        for (int64_t i = 0; i < n; i++)
-            ((uint16_t *)dst)[i] = mt_f32_to_bf16(((const float *)src)[i]);
-    else
-        for (int64_t i = 0; i < n; i++)
-            ((float *)dst)[i] = mt_bf16_to_f32(((const uint16_t *)src)[i]);
-}
-
 void mt_cuda_launch_convert(cudaStream_t s, void *dst, const void *src, int64_t n, bool to_bf16)
 {
     mt_emu_copy(s, dst, src, n, to_bf16 ? 1 : 2);

@@ -34,6 +34,7 @@
 
 #include "cuda_runtime.h"
 #include "emu.h"
+#include "hf_internal.h" /* mt_f32_to_bf16, mt_bf16_to_f32 */
 #include "mt_comm_bf16.h" /* the library's bf16 type and sum: NCCL's bf16 sum */
 #include "nccl.h"
 
@@ -146,6 +147,16 @@ static void finish(struct mt_emu_stream *s)
     free(it->tmp);
     it->req = NULL, it->tmp = NULL;
     __atomic_store_n(&s->done, s->done + 1, __ATOMIC_RELEASE);
+}
+
+void mt_emu_convert(void *dst, const void *src, int64_t n, int to_bf16)
+{
+    if (to_bf16)
+        for (int64_t i = 0; i < n; i++)
+            ((uint16_t *)dst)[i] = mt_f32_to_bf16(((const float *)src)[i]);
+    else
+        for (int64_t i = 0; i < n; i++)
+            ((float *)dst)[i] = mt_bf16_to_f32(((const uint16_t *)src)[i]);
 }
 
 static void run_copy(const item_t *it)
@@ -302,12 +313,48 @@ cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
     return cudaSuccess;
 }
 
+/* MT_EMU_POISON=1 (the kernel emulation, tests/emu/cuda) fills new
+ * device memory with 0xff bytes, NaN as float: a kernel that reads memory
+ * nothing wrote shows it, as cudaMalloc promises nothing either */
 cudaError_t cudaMalloc(void **p, size_t bytes)
 {
     *p = NULL;
     if (posix_memalign(p, 256, bytes ? bytes : 1) != 0)
         return cudaErrorMemoryAllocation;
+    const char *e = getenv("MT_EMU_POISON");
+    if (e && atoi(e))
+        memset(*p, 0xff, bytes);
     return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void **p, size_t bytes)
+{
+    *p = malloc(bytes ? bytes : 1);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t cudaFreeHost(void *p)
+{
+    free(p);
+    return cudaSuccess;
+}
+
+/* like a copy: after the stream's queued work (drained first) */
+cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s)
+{
+    mt_emu_drain(s);
+    memset(p, value, bytes);
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int device)
+{
+    (void)device;
+    switch (attr) {
+    case cudaDevAttrComputeCapabilityMajor: *value = 9; return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = 232448; return cudaSuccess;
+    }
+    return cudaErrorInvalidValue;
 }
 
 cudaError_t cudaFree(void *p)

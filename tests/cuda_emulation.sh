@@ -1,0 +1,65 @@
+#!/bin/sh
+# cuda_emulation.sh: the CUDA backend's own kernels, run on the host.
+#
+# tests/emu/cuda/build/bin holds the CUDA kernel tests and the apps built
+# from the real .cu files against the host emulation of the CUDA kernels
+# (tests/emu/cuda, doc/gpu.md "Host emulation of the CUDA kernels"):
+# threads as fibers under random schedules, barriers and shuffles checked,
+# WMMA, cuBLAS, cuBLASLt and CUB as checked host loops, device memory
+# filled with NaN bytes when allocated (MT_EMU_POISON).  Here:
+#  - tests/test_cuda_kernels and tests/test_cuda_bf16, exactly the
+#    programs tests/gpu/run.sh runs on a GPU, must pass;
+#  - one rank trains 3 steps with distributed.device cuda (every kernel of
+#    the table, the tensor-core attention at head dim 64, cuBLAS through
+#    the emulation) and must reproduce the CPU run: dense fp32 (1e-5),
+#    dense bf16 at head dims 16 and 64 and a MoE in bf16 with activation
+#    checkpointing (2e-3: bf16 values one rounding apart move by 2^-8);
+#  - tp 2 with sequence parallelism on emulated NCCL with these kernels
+#    against the 1-rank CPU run (1e-5).
+# What it cannot check: the hardware (timing, fragment layouts, tensor-core
+# rounding, FMA contraction), and anything the schedules drawn here do not
+# expose.
+. "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
+emu="$abs_top_builddir/tests/emu/cuda/build/bin"
+[ -x "$emu/test_cuda_kernels" ] || { echo "no $emu/test_cuda_kernels: make check builds it"; exit 99; }
+gpu_args= # the host emulation, never the GPUs
+MT_EMU_POISON=1
+export MT_EMU_POISON
+
+for t in test_cuda_kernels test_cuda_bf16; do
+    t0=$(date +%s)
+    expect_rc 0 "$emu/$t"
+    echo "$t: $(printf '%s\n' "$out" | tail -n 1) ($(( $(date +%s) - t0 )) s)"
+done
+
+common="$parity_common step_scheduler.max_steps=3 step_scheduler.global_batch_size=2
+ dataset.seq_length=32 checkpoint.enabled=false"
+bf16=distributed.mp_policy.param_dtype=bfloat16
+hd64="model.hidden_size=128 model.num_attention_heads=2 model.num_key_value_heads=1
+ model.intermediate_size=256"
+moe="model.num_experts=4 model.num_experts_per_tok=2 model.moe_intermediate_size=32
+ model.num_shared_experts=1 model.router_aux_loss_coef=0.01 distributed.activation_checkpointing=true"
+
+# pair NAME APP TOL [key=value ...]: the CPU run and the emulated GPU run
+pair() {
+    pname=$1 app="$emu/$2" tol=$3
+    shift 3
+    train "$pname" 1 "$@"
+    train "${pname}-cuda" 1 "$@" distributed.device=cuda
+    expect_in "$(cat "$workdir/${pname}-cuda.log")" "device: cuda" "$pname: on the CUDA backend"
+    compare_losses "$workdir/$pname.jsonl" "$workdir/${pname}-cuda.jsonl" "$pname" 0 "$tol" "$tol"
+}
+pair dense meshtrain-dense 1e-5
+# shellcheck disable=SC2086
+pair dense-bf16 meshtrain-dense 2e-3 $bf16
+# shellcheck disable=SC2086
+pair dense-bf16-hd64 meshtrain-dense 2e-3 $hd64 $bf16
+# shellcheck disable=SC2086
+pair moe-bf16 meshtrain-moe 2e-3 $moe $bf16
+
+app="$emu/meshtrain-dense"
+train tp2-sp 2 distributed.tp_size=2 distributed.sequence_parallel=true \
+    distributed.device=cuda distributed.collectives=nccl
+expect_in "$(cat "$workdir/tp2-sp.log")" "collectives NCCL" "tp2-sp: on NCCL"
+compare_losses "$workdir/dense.jsonl" "$workdir/tp2-sp.jsonl" "tp 2 + SP on the emulated kernels" 0 1e-5
+finish

@@ -1,0 +1,156 @@
+/* emu_kernel.h: what the .cu kernels use, for the host (tests/emu/cuda;
+ * doc/gpu.md, "Host emulation of the CUDA kernels").  C++ only; the
+ * runtime behind it is emu_kernels.cc.
+ *
+ * A launch runs its grid block after block, on the host, once the work
+ * queued on its stream is done.  A block runs as one fiber per CUDA
+ * thread.  A fiber runs until it reaches a barrier: __syncthreads,
+ * __syncthreads_or, __syncwarp, or a shuffle or ballot (each is two warp
+ * barriers around a mailbox).  At every round the scheduler resumes the
+ * runnable fibers in a random order, so a race between two barriers gives
+ * different bits under different schedules, and every launch draws a new
+ * schedule.  A barrier that can never be released stops the program with
+ * the kernel, the block and the thread:
+ *  - a block barrier some threads exited before;
+ *  - a warp split between a warp barrier and a block barrier;
+ *  - a full-mask shuffle in a warp where some lanes have exited.
+ *
+ * Shared memory:
+ *  - `__shared__` arrays become function statics, one per kernel
+ *    instantiation, shared by the fibers of the running block;
+ *  - the dynamic buffer (`extern __shared__`, which build.sh rewrites to
+ *    a pointer to emu_smem) is fresh for every block and filled with 0xff
+ *    bytes (NaN), so a read of memory no thread wrote shows up.
+ *
+ * A launch is checked as the device checks it:
+ *  - block size at most 1024;
+ *  - grid y and z at most 65535;
+ *  - dynamic shared memory above 48 KiB only after cudaFuncSetAttribute
+ *    raised the kernel's limit, and never above the H100/H200 opt-in
+ *    maximum (227 KiB).
+ *
+ * Not modelled: timing, bank conflicts, the hardware's fragment layouts
+ * and tensor-core rounding (mma.h), misaligned vector loads, and reads
+ * of __shared__ arrays (as opposed to the dynamic buffer) before any
+ * write. */
+#ifndef MT_EMU_KERNEL_H
+#define MT_EMU_KERNEL_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <functional>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
+
+struct dim3 {
+    unsigned x, y, z;
+    dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+extern dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+struct float4 {
+    float x, y, z, w;
+};
+static inline float4 make_float4(float x, float y, float z, float w)
+{
+    float4 r = {x, y, z, w};
+    return r;
+}
+
+/* the running block's dynamic shared memory */
+extern unsigned char *emu_smem;
+extern size_t emu_smem_bytes;
+
+/* stop the program, naming the kernel, block and thread */
+[[noreturn]] void emu_kernel_fail(const char *what);
+
+void __syncthreads(void);
+int __syncthreads_or(int p);
+void __syncwarp(unsigned mask = 0xffffffffu);
+
+/* a shuffle's exchange: every lane of the warp posts `mine`, then reads
+ * lane src's post (two warp barriers); the mask must be the full warp */
+uint64_t emu_exchange(unsigned mask, uint64_t mine, int src);
+int emu_lane(void);
+
+template <typename T> static inline T emu_shfl(unsigned mask, T v, int src)
+{
+    static_assert(sizeof(T) <= 8, "shuffle of more than 8 bytes");
+    uint64_t u = 0;
+    memcpy(&u, &v, sizeof v);
+    u = emu_exchange(mask, u, src);
+    T r;
+    memcpy(&r, &u, sizeof r);
+    return r;
+}
+template <typename T> static inline T __shfl_xor_sync(unsigned mask, T v, int m, int width = 32)
+{
+    (void)width;
+    return emu_shfl(mask, v, emu_lane() ^ m);
+}
+template <typename T> static inline T __shfl_sync(unsigned mask, T v, int src, int width = 32)
+{
+    (void)width;
+    return emu_shfl(mask, v, src & 31);
+}
+template <typename T> static inline T __shfl_down_sync(unsigned mask, T v, unsigned d,
+                                                      int width = 32)
+{
+    (void)width;
+    const int l = emu_lane();
+    return emu_shfl(mask, v, l + (int)d < 32 ? l + (int)d : l);
+}
+unsigned __ballot_sync(unsigned mask, int pred);
+static inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
+/* a device-side assertion: the emulation stops there */
+[[noreturn]] static inline void __trap(void) { emu_kernel_fail("__trap (a device-side check failed)"); }
+static inline int __popc(unsigned x) { return __builtin_popcount(x); }
+
+/* ------------------------------------------------------------------ launch */
+
+/* cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, n) */
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+cudaError_t emu_func_set_smem(const void *kernel, int bytes);
+template <typename F> static inline cudaError_t cudaFuncSetAttribute(F *kernel,
+                                                                     cudaFuncAttribute a, int v)
+{
+    if (a != cudaFuncAttributeMaxDynamicSharedMemorySize)
+        return cudaErrorInvalidValue;
+    return emu_func_set_smem((const void *)kernel, v);
+}
+
+/* run body() for every thread of every block of the grid (emu_kernels.cc) */
+void emu_grid(dim3 grid, dim3 block, size_t smem, cudaStream_t s, const void *kernel,
+              const char *name, const std::function<void()> &body);
+
+/* what build.sh makes of `kernel<<<grid, block, smem, stream>>>(args)` */
+struct emu_launch {
+    dim3 g, b;
+    size_t smem;
+    cudaStream_t s;
+    const char *name;
+    emu_launch(const char *name_, dim3 g_, dim3 b_, size_t smem_ = 0, cudaStream_t s_ = 0)
+        : g(g_), b(b_), smem(smem_), s(s_), name(name_)
+    {
+    }
+    template <typename... P, typename... A> void go(void (*k)(P...), A &&...a)
+    {
+        std::tuple<typename std::decay<P>::type...> args(std::forward<A>(a)...);
+        emu_grid(g, b, smem, s, (const void *)k, name, [&] { std::apply(k, args); });
+    }
+};
+
+#endif

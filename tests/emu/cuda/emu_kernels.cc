@@ -1,0 +1,267 @@
+/* emu_kernels.cc: the runtime of the host emulation of the CUDA kernels
+ * (tests/emu/cuda; what it models and checks is in emu_kernel.h): launch
+ * checks, grids run block after block, and a block's threads as fibers
+ * under a scheduler that releases barriers and resumes the runnable
+ * fibers in a random order each round.
+ *
+ * The fibers are made once (ucontext, each on its own stack) and then
+ * live for the whole program, running one thread of a block after
+ * another; switches between them and the scheduler are _setjmp and
+ * _longjmp, which save no signal mask (swapcontext's system call made
+ * the emulation spend half its time in the kernel). */
+#undef _FORTIFY_SOURCE /* its longjmp check refuses jumps between stacks */
+#include <setjmp.h>
+#include <ucontext.h>
+
+#include <map>
+
+#include <cuda_runtime.h>
+#include "emu.h"
+
+dim3 threadIdx, blockIdx, blockDim, gridDim;
+unsigned char *emu_smem;
+size_t emu_smem_bytes;
+
+enum { EMU_RUN, EMU_WARP, EMU_BLOCK, EMU_DONE };
+struct emu_thread_t {
+    jmp_buf jb;
+    int state, flag, started;
+    char *stack;
+};
+
+static const size_t stack_bytes = (size_t)256 << 10;
+static emu_thread_t th[1024];
+static int nthreads, cur = -1, block_or;
+static uint64_t mail[1024];
+static jmp_buf sched;
+static const std::function<void()> *body;
+static const char *kernel_name = "?";
+static uint64_t seed = 0x2545f4914f6cdd1dull;
+static std::map<const void *, int> smem_limit; /* cudaFuncSetAttribute */
+
+static const int smem_default = 48 << 10, smem_optin = 232448; /* H100 / H200 */
+
+void emu_kernel_fail(const char *what)
+{
+    fprintf(stderr, "CUDA kernel emulation: %s, block (%u,%u,%u) thread %d: %s\n", kernel_name,
+            blockIdx.x, blockIdx.y, blockIdx.z, cur, what);
+    abort();
+}
+
+static void yield(int state)
+{
+    th[cur].state = state;
+    if (!_setjmp(th[cur].jb))
+        _longjmp(sched, 1);
+}
+
+void __syncthreads(void) { th[cur].flag = 0, yield(EMU_BLOCK); }
+
+int __syncthreads_or(int p)
+{
+    th[cur].flag = p != 0;
+    yield(EMU_BLOCK);
+    return block_or;
+}
+
+void __syncwarp(unsigned mask)
+{
+    if (mask != 0xffffffffu)
+        emu_kernel_fail("__syncwarp with a partial mask (not modelled)");
+    yield(EMU_WARP);
+}
+
+int emu_lane(void) { return cur & 31; }
+
+/* the live lanes of cur's warp, all of them waiting at one warp barrier */
+static void full_warp(const char *what)
+{
+    const int w0 = cur & ~31, w1 = w0 + 32 < nthreads ? w0 + 32 : nthreads;
+    for (int i = w0; i < w1; i++)
+        if (th[i].state == EMU_DONE)
+            emu_kernel_fail(what);
+}
+
+uint64_t emu_exchange(unsigned mask, uint64_t mine, int src)
+{
+    if (mask != 0xffffffffu)
+        emu_kernel_fail("shuffle with a partial mask (not modelled)");
+    mail[cur] = mine;
+    yield(EMU_WARP);
+    full_warp("full-mask shuffle in a warp where some lanes have exited");
+    const int from = (cur & ~31) | (src & 31);
+    if (from >= nthreads)
+        emu_kernel_fail("shuffle from a lane past the block's last thread");
+    const uint64_t r = mail[from];
+    yield(EMU_WARP);
+    return r;
+}
+
+unsigned __ballot_sync(unsigned mask, int pred)
+{
+    if (mask != 0xffffffffu)
+        emu_kernel_fail("__ballot_sync with a partial mask (not modelled)");
+    mail[cur] = pred != 0;
+    yield(EMU_WARP);
+    full_warp("full-mask ballot in a warp where some lanes have exited");
+    unsigned r = 0;
+    const int w0 = cur & ~31;
+    for (int l = 0; l < 32 && w0 + l < nthreads; l++)
+        r |= (unsigned)(mail[w0 + l] != 0) << l;
+    yield(EMU_WARP);
+    return r;
+}
+
+cudaError_t emu_func_set_smem(const void *kernel, int bytes)
+{
+    if (bytes < 0 || bytes > smem_optin)
+        return cudaErrorInvalidValue;
+    smem_limit[kernel] = bytes;
+    return cudaSuccess;
+}
+
+static uint64_t rnd(void)
+{
+    seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+    return seed;
+}
+
+/* a fiber: one thread of a block after another, for ever */
+static void entry(void)
+{
+    for (;;) {
+        (*body)();
+        yield(EMU_DONE);
+    }
+}
+
+/* run fiber i until its next barrier or its end */
+static void resume(int i)
+{
+    if (_setjmp(sched))
+        return;
+    if (th[i].started)
+        _longjmp(th[i].jb, 1);
+    th[i].started = 1;
+    if (!th[i].stack && !(th[i].stack = (char *)malloc(stack_bytes)))
+        emu_kernel_fail("out of host memory for the fibers' stacks");
+    static ucontext_t from, to;
+    getcontext(&to);
+    to.uc_stack.ss_sp = th[i].stack;
+    to.uc_stack.ss_size = stack_bytes;
+    to.uc_link = NULL;
+    makecontext(&to, entry, 0);
+    swapcontext(&from, &to); /* the fiber's first start; it comes back by _longjmp */
+}
+
+/* One block.  Two schedules, drawn per block:
+ *  - interleaved: every runnable fiber runs each round, in a random order;
+ *  - warp priority: warps in a random order of priority, and each round
+ *    only the first warp with a runnable lane runs.  A warp then runs
+ *    ahead until a block barrier (or its end) before the next one moves:
+ *    the skew that finds a shared buffer rewritten by one warp while
+ *    another still reads it, with the barrier between them missing. */
+static void run_block(int threads, size_t smem)
+{
+    nthreads = threads;
+    emu_smem_bytes = smem;
+    emu_smem = (unsigned char *)aligned_alloc(128, (smem + 127) / 128 * 128 + 128);
+    memset(emu_smem, 0xff, smem);
+    for (int i = 0; i < threads; i++)
+        th[i].state = EMU_RUN, th[i].flag = 0;
+    const int nwarps = (threads + 31) / 32;
+    int order[1024], prio[32];
+    for (int w = 0; w < nwarps; w++)
+        prio[w] = w;
+    for (int w = nwarps - 1; w > 0; w--) {
+        const int j = (int)(rnd() % (uint64_t)(w + 1)), t = prio[w];
+        prio[w] = prio[j], prio[j] = t;
+    }
+    const bool by_warp = rnd() & 1;
+    for (;;) {
+        int n = 0;
+        if (by_warp) {
+            for (int p = 0; p < nwarps && n == 0; p++) {
+                const int w0 = prio[p] * 32, w1 = w0 + 32 < threads ? w0 + 32 : threads;
+                for (int i = w0; i < w1; i++)
+                    if (th[i].state == EMU_RUN)
+                        order[n++] = i;
+            }
+        } else {
+            for (int i = 0; i < threads; i++)
+                if (th[i].state == EMU_RUN)
+                    order[n++] = i;
+        }
+        for (int i = n - 1; i > 0; i--) { /* a random order each round */
+            const int j = (int)(rnd() % (uint64_t)(i + 1)), t = order[i];
+            order[i] = order[j], order[j] = t;
+        }
+        for (int i = 0; i < n; i++) {
+            cur = order[i];
+            threadIdx.x = (unsigned)cur % blockDim.x;
+            threadIdx.y = (unsigned)cur / blockDim.x % blockDim.y;
+            threadIdx.z = (unsigned)cur / (blockDim.x * blockDim.y);
+            resume(cur);
+        }
+        int done = 0, atblock = 0, running = 0;
+        for (int i = 0; i < threads; i++)
+            done += th[i].state == EMU_DONE, atblock += th[i].state == EMU_BLOCK,
+                running += th[i].state == EMU_RUN;
+        if (done == threads)
+            break;
+        for (int w0 = 0; w0 < threads; w0 += 32) { /* a warp whose live lanes all wait */
+            int wait = 0, live = 0;
+            const int w1 = w0 + 32 < threads ? w0 + 32 : threads;
+            for (int i = w0; i < w1; i++)
+                live += th[i].state != EMU_DONE, wait += th[i].state == EMU_WARP;
+            if (wait && wait == live)
+                for (int i = w0; i < w1; i++)
+                    if (th[i].state == EMU_WARP)
+                        th[i].state = EMU_RUN, running++;
+        }
+        if (running == 0 && atblock == threads) {
+            block_or = 0;
+            for (int i = 0; i < threads; i++)
+                block_or |= th[i].flag, th[i].state = EMU_RUN;
+            running = threads;
+        }
+        if (running == 0) {
+            cur = -1;
+            emu_kernel_fail(atblock && done ? "__syncthreads after some threads exited"
+                                            : "deadlock: a warp waits at two different barriers");
+        }
+    }
+    free(emu_smem);
+    emu_smem = NULL;
+    cur = -1;
+}
+
+void emu_grid(dim3 grid, dim3 block, size_t smem, cudaStream_t s, const void *kernel,
+              const char *name, const std::function<void()> &fn)
+{
+    kernel_name = name;
+    blockIdx = dim3(0, 0, 0);
+    const uint64_t threads = (uint64_t)block.x * block.y * block.z;
+    if (threads == 0 || threads > 1024 || block.z > 64)
+        emu_kernel_fail("launch: block size not in 1..1024 (invalid configuration)");
+    if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 0x7fffffffu || grid.y > 65535 ||
+        grid.z > 65535)
+        emu_kernel_fail("launch: grid dimension out of range (invalid configuration)");
+    auto lim = smem_limit.find(kernel);
+    const size_t allowed = lim == smem_limit.end() ? (size_t)smem_default : (size_t)lim->second;
+    if (smem > allowed)
+        emu_kernel_fail(smem > (size_t)smem_optin
+                            ? "launch: more dynamic shared memory than the device has"
+                            : "launch: dynamic shared memory above 48 KiB without "
+                              "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+    mt_emu_drain(s);
+    body = &fn;
+    gridDim = grid, blockDim = block;
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x = 0; x < grid.x; x++) {
+                blockIdx = dim3(x, y, z);
+                run_block((int)threads, smem);
+            }
+    body = NULL;
+}
