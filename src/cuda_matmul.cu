@@ -111,6 +111,15 @@ extern "C" void mt_cuda_launch_matmul_fast_bf16(cudaStream_t s, float *c, const 
     gemm_f32("matmul_fast_bf16", s, c, a, b, m, n, k, ta, tb, beta, true);
 }
 
+/* the alignment of p in bytes, at most 256 (cuBLASLt's default assumption) */
+static uint32_t lt_align(const void *p)
+{
+    uint32_t a = 256;
+    while (a > 1 && (uintptr_t)p % a)
+        a >>= 1;
+    return a;
+}
+
 /* cuBLASLt: bf16 A and B, C (and D, the same buffer) bf16 or fp32,
  * fp32 accumulation and alpha/beta */
 static void matmul_lt(cudaStream_t s, void *c, bool c_f32, const uint16_t *a, const uint16_t *b,
@@ -154,6 +163,17 @@ static void matmul_lt(cudaStream_t s, void *c, bool c_f32, const uint16_t *a, co
     size_t ws = ctx->lt_workspace_bytes;
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    /* The heuristic assumes 256-byte aligned operands unless told
+     * otherwise, and row slices (the LM head's chunks, a layer's part of
+     * an arena) can be less aligned: tell it what these pointers are
+     * (Lt's A is our b, its B our a, C and D our c). */
+    const uint32_t align[4] = {lt_align(b), lt_align(a), lt_align(c), lt_align(c)};
+    const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++)
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i],
+                                                          sizeof align[i]));
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
     CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &heur, &found));

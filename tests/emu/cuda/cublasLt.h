@@ -2,7 +2,11 @@
  * emulation of the CUDA kernels (tests/emu/cuda, emu_blas.cc).  Layouts
  * are column-major; a matmul takes m and n from D's layout and k from
  * op(A)'s, and refuses (CUBLAS_STATUS_INVALID_VALUE) layouts that do not
- * agree, as cuBLASLt does. */
+ * agree, as cuBLASLt does.  The algorithm the heuristic returns assumes
+ * the operands' alignment the preference promised (256 bytes unless
+ * CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES say less); a matmul on less
+ * aligned pointers is refused with a message (the device would fault or
+ * compute garbage). */
 #ifndef MT_EMU_CUBLASLT_H
 #define MT_EMU_CUBLASLT_H
 
@@ -34,7 +38,13 @@ typedef enum {
     CUBLASLT_MATMUL_DESC_TRANSA = 3,
     CUBLASLT_MATMUL_DESC_TRANSB = 4
 } cublasLtMatmulDescAttributes_t;
-typedef enum { CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1 } cublasLtMatmulPreferenceAttributes_t;
+typedef enum {
+    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8
+} cublasLtMatmulPreferenceAttributes_t;
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *h);
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t h);

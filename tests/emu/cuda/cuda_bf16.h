@@ -11,7 +11,7 @@
 struct __nv_bfloat16 {
     uint16_t u;
 };
-struct __nv_bfloat162 {
+struct alignas(4) __nv_bfloat162 {
     __nv_bfloat16 x, y;
 };
 

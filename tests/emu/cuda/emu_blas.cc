@@ -33,7 +33,9 @@ struct mt_emu_lt_layout {
 };
 struct mt_emu_lt_pref {
     size_t workspace;
+    uint32_t align[4]; /* A, B, C, D; 0: cuBLASLt's default, 256 */
 };
+static const uint64_t algo_magic = 0x6d74656d75616c67ull; /* a heuristic's result */
 
 static float load(const void *p, cudaDataType t, int64_t i)
 {
@@ -54,6 +56,22 @@ static void store(void *p, cudaDataType t, int64_t i, float x)
 
 static float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
+/* device memory (or pinned host memory), as the library needs; NULL only
+ * where nothing is read */
+static bool on_device(const char *call, const char *what, const void *p)
+{
+    if (p && mt_emu_device_ptr(p))
+        return true;
+    fprintf(stderr, "CUDA kernel emulation: %s: %s %p is not device memory\n", call, what, p);
+    return false;
+}
+
+static bool overlap(const void *p, size_t pb, const void *q, size_t qb)
+{
+    const char *a = (const char *)p, *b = (const char *)q;
+    return pb && qb && a < b + qb && b < a + pb;
+}
+
 /* column-major C[m,n] = alpha op(A)[m,k] op(B)[k,n] + beta C; beta 0 never
  * reads C (it may hold NaN) */
 static cublasStatus_t gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n,
@@ -68,6 +86,17 @@ static cublasStatus_t gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m
     if (lda < (arows > 1 ? arows : 1) || ldb < (brows > 1 ? brows : 1) ||
         ldc < (m > 1 ? m : 1) || ldd < (m > 1 ? m : 1))
         return CUBLAS_STATUS_INVALID_VALUE;
+    if (!on_device("gemm", "A", A) || !on_device("gemm", "B", B) || !on_device("gemm", "D", D) ||
+        (beta != 0.0f && !on_device("gemm", "C", C)))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    const size_t es = ct == CUDA_R_32F ? 4 : 2, ea = at == CUDA_R_32F ? 4 : 2,
+                 eb = bt == CUDA_R_32F ? 4 : 2;
+    const size_t dbytes = m && n && k ? (size_t)((n - 1) * ldd + m) * es : 0;
+    if (dbytes && overlap(D, dbytes, A, (size_t)(((ta == CUBLAS_OP_N ? k : m) - 1) * lda + arows) * ea) ||
+        overlap(D, dbytes, B, (size_t)(((tb == CUBLAS_OP_N ? n : k) - 1) * ldb + brows) * eb)) {
+        fprintf(stderr, "CUDA kernel emulation: gemm: the output overlaps an input (undefined)\n");
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
     std::vector<float> out((size_t)(m * n));
     for (int64_t j = 0; j < n; j++)
         for (int64_t i = 0; i < m; i++) {
@@ -147,7 +176,8 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
     /* fp32 compute types take fp32 alpha and beta */
     if (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_FAST_16BF)
         return CUBLAS_STATUS_NOT_SUPPORTED;
-    if (Atype != Btype)
+    if (Atype != Btype || (compute == CUBLAS_COMPUTE_32F_FAST_16BF &&
+                           (Atype != CUDA_R_32F || Ctype != CUDA_R_32F)))
         return CUBLAS_STATUS_NOT_SUPPORTED;
     mt_emu_drain(h->s);
     return gemm(ta, tb, m, n, k, *(const float *)alpha, A, Atype, lda, B, Btype, ldb,
@@ -229,10 +259,16 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
                                                     cublasLtMatmulPreferenceAttributes_t a,
                                                     const void *buf, size_t bytes)
 {
-    if (a != CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES || bytes != sizeof(uint64_t))
-        return CUBLAS_STATUS_INVALID_VALUE;
-    memcpy(&p->workspace, buf, sizeof p->workspace);
-    return CUBLAS_STATUS_SUCCESS;
+    if (a == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES && bytes == sizeof(uint64_t)) {
+        memcpy(&p->workspace, buf, sizeof p->workspace);
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    if (a >= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES &&
+        a <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES && bytes == sizeof(uint32_t)) {
+        memcpy(&p->align[a - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES], buf, sizeof(uint32_t));
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    return CUBLAS_STATUS_INVALID_VALUE;
 }
 
 cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p)
@@ -267,7 +303,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
                                               cublasLtMatmulHeuristicResult_t *results,
                                               int *returned)
 {
-    (void)h, (void)p;
+    (void)h;
     int64_t m, n, k;
     const cublasStatus_t st = lt_shape(d, a, b, c, dd, &m, &n, &k);
     if (st != CUBLAS_STATUS_SUCCESS)
@@ -275,6 +311,9 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     if (requested < 1)
         return CUBLAS_STATUS_INVALID_VALUE;
     memset(results, 0, sizeof *results);
+    for (int i = 0; i < 4; i++) /* what the algorithm may assume */
+        results->algo.data[i] = p->align[i] ? p->align[i] : 256;
+    results->algo.data[4] = algo_magic;
     results->state = CUBLAS_STATUS_SUCCESS;
     *returned = 1;
     return CUBLAS_STATUS_SUCCESS;
@@ -287,15 +326,28 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                               const cublasLtMatmulAlgo_t *algo, void *workspace,
                               size_t workspace_bytes, cudaStream_t s)
 {
-    (void)h, (void)algo;
+    (void)h;
     int64_t m, n, k;
     cublasStatus_t st = lt_shape(d, a, b, c, dd, &m, &n, &k);
     if (st != CUBLAS_STATUS_SUCCESS)
         return st;
-    if (workspace_bytes && !workspace)
+    if (workspace_bytes && !on_device("cublasLtMatmul", "workspace", workspace))
         return CUBLAS_STATUS_INVALID_VALUE;
-    if (C != D && c->ld != dd->ld)
-        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (C == D && (c->ld != dd->ld || c->type != dd->type)) /* in place: one layout */
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (!algo || algo->data[4] != algo_magic) {
+        fprintf(stderr, "CUDA kernel emulation: cublasLtMatmul without a heuristic's algorithm\n");
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    const void *ptr[4] = {A, B, C, D};
+    for (int i = 0; i < 4; i++)
+        if ((uintptr_t)ptr[i] % algo->data[i]) {
+            fprintf(stderr,
+                    "CUDA kernel emulation: cublasLtMatmul: %c = %p is not %llu-byte aligned, "
+                    "as the algorithm assumes (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_%c_BYTES)\n",
+                    "ABCD"[i], ptr[i], (unsigned long long)algo->data[i], "ABCD"[i]);
+            return CUBLAS_STATUS_INVALID_VALUE;
+        }
     mt_emu_drain(s);
     return gemm(d->ta, d->tb, m, n, k, *(const float *)alpha, A, a->type, a->ld, B, b->type,
                 b->ld, *(const float *)beta, C, c->type, c->ld, D, dd->ld, false);

@@ -2,25 +2,33 @@
  * doc/gpu.md, "Host emulation of the CUDA kernels").  C++ only; the
  * runtime behind it is emu_kernels.cc.
  *
- * A launch runs its grid block after block, on the host, once the work
- * queued on its stream is done.  A block runs as one fiber per CUDA
- * thread.  A fiber runs until it reaches a barrier: __syncthreads,
+ * A launch runs its grid once the work queued on its stream is done, one
+ * block after another in a random order.  A block runs as one fiber per
+ * CUDA thread.  A fiber runs until it reaches a barrier: __syncthreads,
  * __syncthreads_or, __syncwarp, or a shuffle or ballot (each is two warp
- * barriers around a mailbox).  At every round the scheduler resumes the
- * runnable fibers in a random order, so a race between two barriers gives
- * different bits under different schedules, and every launch draws a new
- * schedule.  A barrier that can never be released stops the program with
- * the kernel, the block and the thread:
+ * barriers around a mailbox).  The schedule is drawn per block (a new one
+ * every launch; MT_EMU_SEED changes them all):
+ *  - interleaved: each round every runnable fiber runs, in a random order;
+ *  - warp priority: warps in a random order of priority; one warp runs
+ *    ahead to its next block barrier before the next one moves.
+ * A race between two barriers then gives different bits under different
+ * schedules.  These stop the program, naming the kernel, block and thread:
  *  - a block barrier some threads exited before;
  *  - a warp split between a warp barrier and a block barrier;
- *  - a full-mask shuffle in a warp where some lanes have exited.
+ *  - a full-mask shuffle in a warp where some lanes have exited, a
+ *    partial mask, a width other than 32;
+ *  - a pointer argument that is not device memory (cudaMalloc or
+ *    cudaMallocHost), where the device would fault;
+ *  - a fault (SIGSEGV, SIGBUS): an access past the dynamic shared memory
+ *    (a guard page follows it), a misaligned float4, a wild pointer;
+ *  - __trap().
  *
  * Shared memory:
  *  - `__shared__` arrays become function statics, one per kernel
  *    instantiation, shared by the fibers of the running block;
- *  - the dynamic buffer (`extern __shared__`, which build.sh rewrites to
- *    a pointer to emu_smem) is fresh for every block and filled with 0xff
- *    bytes (NaN), so a read of memory no thread wrote shows up.
+ *  - the dynamic buffer (`extern __shared__`, which rewrite.pl turns into
+ *    a pointer to emu_smem) is filled with 0xff bytes (NaN) for every
+ *    block, so a read of memory no thread wrote shows up.
  *
  * A launch is checked as the device checks it:
  *  - block size at most 1024;
@@ -30,9 +38,12 @@
  *    maximum (227 KiB).
  *
  * Not modelled: timing, bank conflicts, the hardware's fragment layouts
- * and tensor-core rounding (mma.h), misaligned vector loads, and reads
- * of __shared__ arrays (as opposed to the dynamic buffer) before any
- * write. */
+ * and tensor-core rounding (mma.h), FMA contraction, memory ordering
+ * (a shuffle orders memory here; on the device only __syncwarp and the
+ * block barriers do), lost updates (a thread runs uninterrupted between
+ * barriers, so two non-atomic += to one word cannot interleave), the
+ * __launch_bounds__ and static shared-memory limits, and reads of
+ * __shared__ arrays (as opposed to the dynamic buffer) before any write. */
 #ifndef MT_EMU_KERNEL_H
 #define MT_EMU_KERNEL_H
 
@@ -61,7 +72,9 @@ struct dim3 {
 };
 extern dim3 threadIdx, blockIdx, blockDim, gridDim;
 
-struct float4 {
+/* 16-byte aligned as on the device: a float4 load from a misaligned
+ * address may fault here too (aligned SSE moves) */
+struct alignas(16) float4 {
     float x, y, z, w;
 };
 static inline float4 make_float4(float x, float y, float z, float w)
@@ -96,20 +109,26 @@ template <typename T> static inline T emu_shfl(unsigned mask, T v, int src)
     memcpy(&r, &u, sizeof r);
     return r;
 }
+/* sub-warp widths are not modelled: they stop the run */
+static inline void emu_width(int width)
+{
+    if (width != 32)
+        emu_kernel_fail("shuffle with a width other than 32 (not modelled)");
+}
 template <typename T> static inline T __shfl_xor_sync(unsigned mask, T v, int m, int width = 32)
 {
-    (void)width;
+    emu_width(width);
     return emu_shfl(mask, v, emu_lane() ^ m);
 }
 template <typename T> static inline T __shfl_sync(unsigned mask, T v, int src, int width = 32)
 {
-    (void)width;
+    emu_width(width);
     return emu_shfl(mask, v, src & 31);
 }
 template <typename T> static inline T __shfl_down_sync(unsigned mask, T v, unsigned d,
                                                       int width = 32)
 {
-    (void)width;
+    emu_width(width);
     const int l = emu_lane();
     return emu_shfl(mask, v, l + (int)d < 32 ? l + (int)d : l);
 }
@@ -132,6 +151,9 @@ template <typename F> static inline cudaError_t cudaFuncSetAttribute(F *kernel,
     return emu_func_set_smem((const void *)kernel, v);
 }
 
+/* stop the run when p is not device memory (emu_kernels.cc) */
+void emu_check_pointer(const char *kernel, int arg, const void *p);
+
 /* run body() for every thread of every block of the grid (emu_kernels.cc) */
 void emu_grid(dim3 grid, dim3 block, size_t smem, cudaStream_t s, const void *kernel,
               const char *name, const std::function<void()> &body);
@@ -149,7 +171,20 @@ struct emu_launch {
     template <typename... P, typename... A> void go(void (*k)(P...), A &&...a)
     {
         std::tuple<typename std::decay<P>::type...> args(std::forward<A>(a)...);
+        check(args, std::index_sequence_for<P...>());
         emu_grid(g, b, smem, s, (const void *)k, name, [&] { std::apply(k, args); });
+    }
+    /* every pointer argument NULL or device memory (a host pointer would
+     * fault on the device) */
+    template <typename T> void check_arg(int i, const T &v)
+    {
+        if constexpr (std::is_pointer<T>::value)
+            if (v)
+                emu_check_pointer(name, i, (const void *)v);
+    }
+    template <typename Tu, size_t... I> void check(const Tu &t, std::index_sequence<I...>)
+    {
+        (check_arg((int)I, std::get<I>(t)), ...);
     }
 };
 

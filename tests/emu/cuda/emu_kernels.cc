@@ -11,9 +11,13 @@
  * the emulation spend half its time in the kernel). */
 #undef _FORTIFY_SOURCE /* its longjmp check refuses jumps between stacks */
 #include <setjmp.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <ucontext.h>
+#include <unistd.h>
 
 #include <map>
+#include <vector>
 
 #include <cuda_runtime.h>
 #include "emu.h"
@@ -36,7 +40,7 @@ static uint64_t mail[1024];
 static jmp_buf sched;
 static const std::function<void()> *body;
 static const char *kernel_name = "?";
-static uint64_t seed = 0x2545f4914f6cdd1dull;
+static uint64_t seed; /* MT_EMU_SEED, else a fixed one */
 static std::map<const void *, int> smem_limit; /* cudaFuncSetAttribute */
 
 static const int smem_default = 48 << 10, smem_optin = 232448; /* H100 / H200 */
@@ -112,6 +116,31 @@ unsigned __ballot_sync(unsigned mask, int pred)
     return r;
 }
 
+void emu_check_pointer(const char *kernel, int arg, const void *p)
+{
+    if (mt_emu_device_ptr(p))
+        return;
+    fprintf(stderr, "CUDA kernel emulation: %s: argument %d (%p) is not device memory\n",
+            kernel, arg, p);
+    abort();
+}
+
+/* a fault inside a kernel (past the dynamic shared memory's guard page, a
+ * misaligned float4, a wild pointer): name the kernel, block and thread */
+static void on_fault(int sig)
+{
+    char msg[256];
+    const int n = snprintf(msg, sizeof msg,
+                           "CUDA kernel emulation: signal %d in %s, block (%u,%u,%u) thread %d "
+                           "(an access out of bounds: past the dynamic shared memory, a "
+                           "misaligned vector, a wild pointer)\n",
+                           sig, kernel_name, blockIdx.x, blockIdx.y, blockIdx.z, cur);
+    if (write(2, msg, n > 0 ? (size_t)n : 0) < 0) {
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 cudaError_t emu_func_set_smem(const void *kernel, int bytes)
 {
     if (bytes < 0 || bytes > smem_optin)
@@ -122,6 +151,10 @@ cudaError_t emu_func_set_smem(const void *kernel, int bytes)
 
 static uint64_t rnd(void)
 {
+    if (!seed) {
+        const char *e = getenv("MT_EMU_SEED");
+        seed = e && strtoull(e, NULL, 0) ? strtoull(e, NULL, 0) : 0x2545f4914f6cdd1dull;
+    }
     seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
     return seed;
 }
@@ -164,8 +197,6 @@ static void resume(int i)
 static void run_block(int threads, size_t smem)
 {
     nthreads = threads;
-    emu_smem_bytes = smem;
-    emu_smem = (unsigned char *)aligned_alloc(128, (smem + 127) / 128 * 128 + 128);
     memset(emu_smem, 0xff, smem);
     for (int i = 0; i < threads; i++)
         th[i].state = EMU_RUN, th[i].flag = 0;
@@ -231,9 +262,23 @@ static void run_block(int threads, size_t smem)
                                             : "deadlock: a warp waits at two different barriers");
         }
     }
-    free(emu_smem);
-    emu_smem = NULL;
     cur = -1;
+}
+
+/* The dynamic shared memory of a launch: smem bytes, 128-byte aligned,
+ * that end at most 127 bytes before a PROT_NONE page (so an access past
+ * them faults, on_fault), also when smem is 0. */
+static unsigned char *smem_map(size_t smem, void **base, size_t *len)
+{
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE), need = (smem + 127) / 128 * 128;
+    const size_t body = (need + page - 1) / page * page;
+    *len = body + page;
+    *base = mmap(NULL, *len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (*base == MAP_FAILED)
+        emu_kernel_fail("mmap of the dynamic shared memory failed");
+    if (mprotect((char *)*base + body, page, PROT_NONE))
+        emu_kernel_fail("mprotect of the shared memory's guard page failed");
+    return (unsigned char *)*base + body - need;
 }
 
 void emu_grid(dim3 grid, dim3 block, size_t smem, cudaStream_t s, const void *kernel,
@@ -255,13 +300,33 @@ void emu_grid(dim3 grid, dim3 block, size_t smem, cudaStream_t s, const void *ke
                             : "launch: dynamic shared memory above 48 KiB without "
                               "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
     mt_emu_drain(s);
+    static bool handler;
+    if (!handler) {
+        signal(SIGSEGV, on_fault);
+        signal(SIGBUS, on_fault);
+        handler = true;
+    }
+    void *base;
+    size_t len;
+    emu_smem = smem_map(smem, &base, &len);
+    emu_smem_bytes = smem;
     body = &fn;
     gridDim = grid, blockDim = block;
-    for (unsigned z = 0; z < grid.z; z++)
-        for (unsigned y = 0; y < grid.y; y++)
-            for (unsigned x = 0; x < grid.x; x++) {
-                blockIdx = dim3(x, y, z);
-                run_block((int)threads, smem);
-            }
+    /* the blocks in a random order: nothing may depend on it */
+    const uint64_t nblocks = (uint64_t)grid.x * grid.y * grid.z;
+    std::vector<uint64_t> order(nblocks);
+    for (uint64_t i = 0; i < nblocks; i++)
+        order[i] = i;
+    for (uint64_t i = nblocks; i > 1; i--) {
+        const uint64_t j = rnd() % i, t = order[i - 1];
+        order[i - 1] = order[j], order[j] = t;
+    }
+    for (uint64_t b : order) {
+        blockIdx = dim3((unsigned)(b % grid.x), (unsigned)(b / grid.x % grid.y),
+                        (unsigned)(b / ((uint64_t)grid.x * grid.y)));
+        run_block((int)threads, smem);
+    }
     body = NULL;
+    munmap(base, len);
+    emu_smem = NULL;
 }

@@ -4,7 +4,8 @@
  *
  * Each lane holds the WHOLE 16x16 fragment (x[r*16 + c]), computed
  * redundantly, so element-wise code that is right for any element mapping
- * is right here too.  Loads and stores check what the device requires:
+ * is right here too; a store writes only the lane's 8 elements, as the
+ * hardware's lanes each write theirs.  Loads and stores check what the device requires:
  * ldm a multiple of 16 bytes, the pointer 32-byte aligned, and (as the
  * kernels stage every tile there) the 16x16 footprint inside the block's
  * dynamic shared memory.  mma is an fp32 loop: the tensor cores' order
@@ -65,13 +66,17 @@ static inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f,
             f.x[r * 16 + c] = l == mem_row_major ? p[r * ldm + c] : p[c * ldm + r];
 }
 
+/* a store is the warp's: each lane writes its share, 8 of the 256
+ * elements, so a lane that reads the tile before the others have written
+ * theirs (no __syncwarp between) reads what was there before */
 static inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f,
                                      unsigned ldm, layout_t l)
 {
     emu_check(p, ldm, 4);
-    for (int r = 0; r < 16; r++)
-        for (int c = 0; c < 16; c++)
-            (l == mem_row_major ? p[r * ldm + c] : p[c * ldm + r]) = f.x[r * 16 + c];
+    for (int e = emu_lane() * 8; e < emu_lane() * 8 + 8; e++) {
+        const int r = e / 16, c = e % 16;
+        (l == mem_row_major ? p[r * ldm + c] : p[c * ldm + r]) = f.x[e];
+    }
 }
 
 template <typename Use, typename T, typename L>

@@ -27,6 +27,9 @@ void mt_emu_convert(void *dst, const void *src, int64_t n, int to_bf16);
 void mt_emu_kernel(void);
 /* The backend's compute stream (mt_cuda_stream()). */
 cudaStream_t mt_emu_compute_stream(void);
+/* p lies in memory from cudaMalloc or cudaMallocHost (what a kernel or
+ * a library call may be given) */
+int mt_emu_device_ptr(const void *p);
 
 #ifdef __cplusplus
 }

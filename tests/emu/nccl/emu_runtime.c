@@ -313,6 +313,43 @@ cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
     return cudaSuccess;
 }
 
+/* the ranges of cudaMalloc and cudaMallocHost (mt_emu_device_ptr) */
+typedef struct {
+    const char *p;
+    size_t n;
+} range_t;
+static range_t *ranges;
+static int nranges, cap_ranges;
+
+static void remember(const void *p, size_t n)
+{
+    if (nranges == cap_ranges) {
+        cap_ranges = cap_ranges ? 2 * cap_ranges : 64;
+        ranges = realloc(ranges, (size_t)cap_ranges * sizeof *ranges);
+        if (!ranges)
+            fatal("out of host memory");
+    }
+    ranges[nranges].p = p, ranges[nranges].n = n ? n : 1;
+    nranges++;
+}
+
+static void forget(const void *p)
+{
+    for (int i = 0; i < nranges; i++)
+        if (ranges[i].p == p) {
+            ranges[i] = ranges[--nranges];
+            return;
+        }
+}
+
+int mt_emu_device_ptr(const void *p)
+{
+    for (int i = 0; i < nranges; i++)
+        if ((const char *)p >= ranges[i].p && (const char *)p < ranges[i].p + ranges[i].n)
+            return 1;
+    return 0;
+}
+
 /* MT_EMU_POISON=1 (the kernel emulation, tests/emu/cuda) fills new
  * device memory with 0xff bytes, NaN as float: a kernel that reads memory
  * nothing wrote shows it, as cudaMalloc promises nothing either */
@@ -324,17 +361,22 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
     const char *e = getenv("MT_EMU_POISON");
     if (e && atoi(e))
         memset(*p, 0xff, bytes);
+    remember(*p, bytes);
     return cudaSuccess;
 }
 
 cudaError_t cudaMallocHost(void **p, size_t bytes)
 {
     *p = malloc(bytes ? bytes : 1);
-    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+    if (!*p)
+        return cudaErrorMemoryAllocation;
+    remember(*p, bytes);
+    return cudaSuccess;
 }
 
 cudaError_t cudaFreeHost(void *p)
 {
+    forget(p);
     free(p);
     return cudaSuccess;
 }
@@ -359,6 +401,7 @@ cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int device)
 
 cudaError_t cudaFree(void *p)
 {
+    forget(p);
     free(p);
     return cudaSuccess;
 }

@@ -33,6 +33,10 @@ struct DeviceRadixSort {
         if (temp_bytes < need || n < 0 || begin_bit < 0 || end_bit > (int)sizeof(K) * 8 ||
             begin_bit >= end_bit)
             return cudaErrorInvalidValue;
+        if (!mt_emu_device_ptr(temp) || !mt_emu_device_ptr(keys_in) ||
+            !mt_emu_device_ptr(keys_out) || !mt_emu_device_ptr(values_in) ||
+            !mt_emu_device_ptr(values_out))
+            return cudaErrorInvalidValue; /* host memory: the device would fault */
         mt_emu_drain(s);
         typedef typename std::make_unsigned<K>::type U;
         const U flip = std::is_signed<K>::value ? (U)((U)1 << (sizeof(K) * 8 - 1)) : (U)0;
