@@ -2,10 +2,12 @@
  * (tests/emu/cuda), bf16 16x16x16 with fp32 accumulators, as
  * src/cuda_attention_tc.cu uses it.
  *
- * Each lane holds the WHOLE 16x16 fragment (x[r*16 + c]), computed
- * redundantly, so element-wise code that is right for any element mapping
- * is right here too; a store writes only the lane's 8 elements, as the
- * hardware's lanes each write theirs.  Loads and stores check what the device requires:
+ * A and B fragments hold the whole 16x16 tile in every lane; an
+ * accumulator holds the lane's 8 elements (num_elements 8, as on the
+ * device) in a mapping of the emulation's own, so element-wise code is
+ * right here only if it is right for any mapping (the kernels find each
+ * element's row through a probe fragment), and a store writes only the
+ * lane's elements, as the hardware's lanes each write theirs.  Loads and stores check what the device requires:
  * ldm a multiple of 16 bytes, the pointer 32-byte aligned, and (as the
  * kernels stage every tile there) the 16x16 footprint inside the block's
  * dynamic shared memory.  mma is an fp32 loop: the tensor cores' order
@@ -29,11 +31,22 @@ struct row_major {};
 struct col_major {};
 enum layout_t { mem_row_major, mem_col_major };
 
+/* A and B operands: the whole tile in every lane */
 template <typename Use, int M, int N, int K, typename T, typename Layout = void> struct fragment {
     static_assert(M == 16 && N == 16 && K == 16, "the emulation models 16x16x16 only");
     enum { num_elements = 256 };
     float x[256];
 };
+/* accumulators: the lane's 8 elements, element i of lane l at row l / 2,
+ * column (l % 2) * 8 + i (the device's own mapping is another, and the
+ * kernels may assume none) */
+template <int M, int N, int K> struct fragment<accumulator, M, N, K, float, void> {
+    static_assert(M == 16 && N == 16 && K == 16, "the emulation models 16x16x16 only");
+    enum { num_elements = 8 };
+    float x[8];
+};
+static inline int acc_row(void) { return emu_lane() / 2; }
+static inline int acc_col(int i) { return (emu_lane() % 2) * 8 + i; }
 
 static inline void emu_check(const void *p, unsigned ldm, size_t esize)
 {
@@ -61,47 +74,50 @@ static inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f,
                                     unsigned ldm, layout_t l)
 {
     emu_check(p, ldm, 4);
-    for (int r = 0; r < 16; r++)
-        for (int c = 0; c < 16; c++)
-            f.x[r * 16 + c] = l == mem_row_major ? p[r * ldm + c] : p[c * ldm + r];
+    const int r = acc_row();
+    for (int i = 0; i < 8; i++) {
+        const int c = acc_col(i);
+        f.x[i] = l == mem_row_major ? p[r * ldm + c] : p[c * ldm + r];
+    }
 }
 
-/* a store is the warp's: each lane writes its share, 8 of the 256
- * elements, so a lane that reads the tile before the others have written
- * theirs (no __syncwarp between) reads what was there before */
+/* each lane writes only its 8 elements, as the hardware's lanes do: a
+ * lane that reads the tile before the others have written theirs (no
+ * __syncwarp between) reads what was there before */
 static inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f,
                                      unsigned ldm, layout_t l)
 {
     emu_check(p, ldm, 4);
-    for (int e = emu_lane() * 8; e < emu_lane() * 8 + 8; e++) {
-        const int r = e / 16, c = e % 16;
-        (l == mem_row_major ? p[r * ldm + c] : p[c * ldm + r]) = f.x[e];
+    const int r = acc_row();
+    for (int i = 0; i < 8; i++) {
+        const int c = acc_col(i);
+        (l == mem_row_major ? p[r * ldm + c] : p[c * ldm + r]) = f.x[i];
     }
 }
 
 template <typename Use, typename T, typename L>
 static inline void fill_fragment(fragment<Use, 16, 16, 16, T, L> &f, float v)
 {
-    for (int i = 0; i < 256; i++)
+    for (int i = 0; i < (int)fragment<Use, 16, 16, 16, T, L>::num_elements; i++)
         f.x[i] = v;
 }
 
+/* the lane's 8 results, each sum in k order from c */
 template <typename LA, typename LB>
 static inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
                             const fragment<matrix_a, 16, 16, 16, __nv_bfloat16, LA> &a,
                             const fragment<matrix_b, 16, 16, 16, __nv_bfloat16, LB> &b,
                             const fragment<accumulator, 16, 16, 16, float> &c)
 {
-    /* each sum in k order; the loops run r, k, n so that the compiler
-     * vectorises over n without reordering any sum */
-    float out[256];
-    memcpy(out, c.x, sizeof out);
-    for (int r = 0; r < 16; r++)
-        for (int k = 0; k < 16; k++) {
-            const float ark = a.x[r * 16 + k];
-            for (int n = 0; n < 16; n++)
-                out[r * 16 + n] += ark * b.x[k * 16 + n];
-        }
+    const int r = acc_row();
+    float out[8];
+    for (int i = 0; i < 8; i++) {
+        const int col = acc_col(i);
+        float s = c.x[i];
+        for (int k = 0; k < 16; k++)
+            s += a.x[r * 16 + k] * b.x[k * 16 + col];
+        out[i] = s;
+    }
     memcpy(d.x, out, sizeof out);
 }
 } /* namespace wmma */
