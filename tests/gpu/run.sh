@@ -40,6 +40,13 @@
 #      the attention one (bench/cuda_attention_bench: fp32 vs bf16
 #      tensor-core kernels, T 2048, 32/8 heads of 64, B 1..4);
 #   5. prints a short table last.
+# MT_GPU_EMULATE=1 is a dry run on a machine without a GPU: the same steps
+# on the host emulation of the CUDA kernels (tests/emu/cuda): the kernel
+# tests and the apps built from the .cu files for the host, the throughput
+# runs shrunk to a toy model (the figures mean nothing; the plumbing is
+# what is checked), the benchmarks and nccl-np1 left out, and the two
+# ranks of step 3b sharing one emulated GPU (MT_EMU_SHARED_GPU).  It
+# checks this script before a GPU session depends on it.
 # Exit status: 0 when every step that ran passed, 1 otherwise (a SKIP is
 # a failure here: on a GPU machine it means the device was not seen).  Logs are
 # kept under $MT_GPU_BUILD/gpu-logs/ and, when $OUT is set (the device
@@ -50,6 +57,7 @@
 # sanitizer runs do not fit).  Nothing here has run on a GPU yet:
 # the first session with one runs it and fixes what it finds.
 set -u
+emulate=${MT_GPU_EMULATE:-0}
 src=$(cd "$(dirname "$0")/../.." && pwd)
 build=${MT_GPU_BUILD:-$src/build-gpu}
 arch=${MT_CUDA_ARCH:-sm_90}
@@ -176,9 +184,35 @@ else
     exit 1
 fi
 
+apps=$build/apps
+if [ "$emulate" = 1 ]; then
+    export MT_EMU_POISON=1 MT_EMU_SHARED_GPU=1
+    if (cd "$build" && make tests/emu/cuda/build/bin/test_cuda_kernels > "$logs/emulate-build.log" 2>&1); then
+        apps=$build/tests/emu/cuda/build/bin
+        row "emulated kernels build (dry run)" "ok" "$apps"
+    else
+        row "emulated kernels build (dry run)" "FAIL" "see $logs/emulate-build.log"
+        show_fail "$logs/emulate-build.log"
+        printf '\n%-34s %-6s %s\n' "step" "result" "detail"; printf '%s\n' "${rows[@]}"
+        exit 1
+    fi
+fi
+
 # ---------------------------------------------------------------- 2. kernel tests
 # (a hung kernel must not eat the machine's time: each test gets 5 minutes)
-for t in tests/test_kernels tests/test_cuda_kernels tests/test_cuda_bf16 tests/nccl-np1.mpi; do
+kernel_tests="tests/test_kernels tests/test_cuda_kernels tests/test_cuda_bf16 tests/nccl-np1.mpi"
+if [ "$emulate" = 1 ]; then # the emulated CUDA tests; nccl-np1 needs a device
+    kernel_tests=tests/test_kernels
+    for t in test_cuda_kernels test_cuda_bf16; do
+        if timeout "$(limit 150)" "$apps/$t" > "$logs/$t.emulated.log" 2>&1; then
+            row "tests/$t (emulated)" "PASS" "$(tail -n 1 "$logs/$t.emulated.log")"
+        else
+            row "tests/$t (emulated)" "FAIL" "see $logs/$t.emulated.log"
+            show_fail "$logs/$t.emulated.log"; fail=1
+        fi
+    done
+fi
+for t in $kernel_tests; do
     base=${t%.mpi}  # automake names the .log and .trs without the extension
     (cd "$build" && MT_TEST_VERBOSE=1 timeout "$(limit 150)" make check TESTS="$t" \
         > "$logs/$(basename "$base").check.log" 2>&1)
@@ -239,12 +273,14 @@ PY
 }
 run1() { # run1 SECONDS APP LOG ARGS...: one rank, at most SECONDS (and the deadline)
     t=$(limit "$1") app=$2 log=$3; shift 3
-    if [ -n "$mpirun" ]; then timeout "$t" "$mpirun" -n 1 "$build/apps/$app" "$@" > "$log" 2>&1
-    else timeout "$t" "$build/apps/$app" "$@" > "$log" 2>&1; fi
+    if [ -n "$mpirun" ]; then timeout "$t" "$mpirun" -n 1 "$apps/$app" "$@" > "$log" 2>&1
+    else timeout "$t" "$apps/$app" "$@" > "$log" 2>&1; fi
 }
 small="--config $src/tests/configs/train-small.yaml dataset.path=$build/share/data/tiny-corpus.bin
  step_scheduler.max_steps=10 step_scheduler.local_batch_size=1 checkpoint.enabled=false
  logging.log_every_steps=1"
+# the dry run: 2 sequences a step, not 8 (the emulation is slow)
+[ "$emulate" = 1 ] && small="$small step_scheduler.global_batch_size=2"
 moe="model.num_experts=4 model.num_experts_per_tok=2 model.moe_intermediate_size=32
  model.num_shared_experts=1 model.router_aux_loss_coef=0.01 distributed.activation_checkpointing=true"
 bf16=distributed.mp_policy.param_dtype=bfloat16
@@ -276,6 +312,11 @@ llama="--config $src/share/configs/llama3.2-1b-fsdp2.yaml dataset.path=$build/sh
  dataset.format=auto dataset.seq_length=2048 model.vocab_size=512 step_scheduler.global_batch_size=4
  step_scheduler.local_batch_size=4 step_scheduler.max_steps=6 checkpoint.enabled=false
  logging.log_every_steps=1"
+# the dry run: a toy of the same config (only the plumbing is checked)
+[ "$emulate" = 1 ] && llama="$llama model.hidden_size=128 model.intermediate_size=256
+ model.num_hidden_layers=2 model.num_attention_heads=2 model.num_key_value_heads=1
+ dataset.seq_length=128 step_scheduler.global_batch_size=1 step_scheduler.local_batch_size=1
+ step_scheduler.max_steps=4"
 llama_run() { # llama_run bf16|fp32
     prec=$1
     extra=$bf16; [ "$prec" = fp32 ] && extra=distributed.mp_policy.param_dtype=float32
@@ -323,6 +364,10 @@ fi
 # the row's detail its RESULT line
 bench() {
     label=$1 prog=$2 log=$logs/$2.log
+    if [ "$emulate" = 1 ]; then
+        row "$label" "SKIP" "dry run: no benchmark on the emulation"
+        return
+    fi
     if ! (cd "$build" && make "bench/$prog" > "$logs/$prog-build.log" 2>&1); then
         row "$label" "FAIL" "does not build: $logs/$prog-build.log"
         fail=1
@@ -359,7 +404,7 @@ else
         case $ref in *bf16*) tol=2e-2 ;; *) tol=2e-3 ;; esac
         log=$logs/shared-$name.log
         # shellcheck disable=SC2086
-        timeout "$(limit 60)" "$mpirun" -n 2 "$build/apps/$app" $small $extra \
+        timeout "$(limit 60)" "$mpirun" -n 2 "$apps/$app" $small $extra \
             distributed.device=cuda logging.metrics_file="$logs/shared-$name.jsonl" > "$log" 2>&1
         echo "exit $?" >> "$log"
         if ! grep -q "collectives MPI on host copies" "$log"; then

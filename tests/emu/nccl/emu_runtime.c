@@ -300,10 +300,16 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
     return cudaSuccess;
 }
 
+/* a GPU of its own per rank; MT_EMU_SHARED_GPU=1: one GPU that every rank
+ * of the machine shares (the MPI-staged collectives then take over) */
 cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int d)
 {
     (void)d;
-    snprintf(bus, (size_t)len, "emu:%ld", (long)getpid()); /* a GPU of its own per rank */
+    const char *e = getenv("MT_EMU_SHARED_GPU");
+    if (e && atoi(e))
+        snprintf(bus, (size_t)len, "emu:shared");
+    else
+        snprintf(bus, (size_t)len, "emu:%ld", (long)getpid());
     return cudaSuccess;
 }
 
