@@ -25,7 +25,9 @@
  *
  * Shared memory:
  *  - `__shared__` arrays become function statics, one per kernel
- *    instantiation, shared by the fibers of the running block;
+ *    instantiation, shared by the fibers of the running block, and
+ *    filled with 0xff bytes in every block by the first thread that
+ *    reaches the declaration (rewrite.pl adds the call);
  *  - the dynamic buffer (`extern __shared__`, which rewrite.pl turns into
  *    a pointer to emu_smem) is filled with 0xff bytes (NaN) for every
  *    block, so a read of memory no thread wrote shows up.
@@ -42,8 +44,7 @@
  * (a shuffle orders memory here; on the device only __syncwarp and the
  * block barriers do), lost updates (a thread runs uninterrupted between
  * barriers, so two non-atomic += to one word cannot interleave), the
- * __launch_bounds__ and static shared-memory limits, and reads of
- * __shared__ arrays (as opposed to the dynamic buffer) before any write. */
+ * __launch_bounds__ and static shared-memory limits. */
 #ifndef MT_EMU_KERNEL_H
 #define MT_EMU_KERNEL_H
 
@@ -86,6 +87,10 @@ static inline float4 make_float4(float x, float y, float z, float w)
 /* the running block's dynamic shared memory */
 extern unsigned char *emu_smem;
 extern size_t emu_smem_bytes;
+
+/* a static __shared__ variable (rewrite.pl): filled with 0xff bytes by the
+ * first thread of each block that reaches its declaration */
+void emu_poison_shared(void *p, size_t bytes);
 
 /* stop the program, naming the kernel, block and thread */
 [[noreturn]] void emu_kernel_fail(const char *what);

@@ -116,6 +116,17 @@ unsigned __ballot_sync(unsigned mask, int pred)
     return r;
 }
 
+static uint64_t block_serial; /* one per block run */
+void emu_poison_shared(void *p, size_t bytes)
+{
+    static std::map<void *, uint64_t> done; /* the block each one was filled in */
+    uint64_t &b = done[p];
+    if (b != block_serial) {
+        memset(p, 0xff, bytes);
+        b = block_serial;
+    }
+}
+
 void emu_check_pointer(const char *kernel, int arg, const void *p)
 {
     if (mt_emu_device_ptr(p))
@@ -197,6 +208,7 @@ static void resume(int i)
 static void run_block(int threads, size_t smem)
 {
     nthreads = threads;
+    block_serial++;
     memset(emu_smem, 0xff, smem);
     for (int i = 0; i < threads; i++)
         th[i].state = EMU_RUN, th[i].flag = 0;
