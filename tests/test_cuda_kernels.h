@@ -132,19 +132,6 @@ static inline double tc_normwise_floor(const float *got, const float *ref, int64
     return mr > 0 ? md / mr : md;
 }
 
-static inline double tc_normwise(const float *got, const float *ref, int64_t n)
-{
-    return tc_normwise_floor(got, ref, n, 0.0);
-}
-
-#define CHECK_CLOSE(what, got, ref, n, tol)                                             \
-    do {                                                                                \
-        const double tc_e_ = tc_normwise((got), (ref), (n));                            \
-        if (tc_verbose)                                                                 \
-            printf("  %-36s normwise error %.3g (bound %.1g)\n", (what), tc_e_, (tol));  \
-        CHECK(tc_e_ <= (tol), "%s: normwise error %.3g > %.1g", (what), tc_e_, (tol));  \
-    } while (0)
-
 /* Gradients whose exact value is 0 (attention over one visible key:
  * dS = P (dP - D) cancels) come out of both sides as rounding noise of
  * O(1) terms, and noise over noise is not an error.  The inputs of the
@@ -157,6 +144,8 @@ static inline double tc_normwise(const float *got, const float *ref, int64_t n)
             printf("  %-36s normwise error %.3g (bound %.1g)\n", (what), tc_e_, (tol));  \
         CHECK(tc_e_ <= (tol), "%s: normwise error %.3g > %.1g", (what), tc_e_, (tol));  \
     } while (0)
+
+#define CHECK_CLOSE(what, got, ref, n, tol) CHECK_CLOSE_FLOOR(what, got, ref, n, tol, 0.0)
 
 #define CHECK_SAME_BYTES(what, a, b, bytes)                                             \
     CHECK(memcmp((a), (b), (bytes)) == 0, "%s: the bytes differ", (what))
