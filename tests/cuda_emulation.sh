@@ -47,7 +47,10 @@ pair() {
     shift 3
     train "$pname" 1 "$@"
     train "${pname}-cuda" 1 "$@" distributed.device=cuda
-    expect_in "$(cat "$workdir/${pname}-cuda.log")" "device: cuda" "$pname: on the CUDA backend"
+    table="cuda"
+    case "$*" in *param_dtype=bfloat16*) table="cuda_bf16" ;; esac
+    expect_in "$(cat "$workdir/${pname}-cuda.log")" "device: $table backend" \
+        "$pname: on the $table table"
     compare_losses "$workdir/$pname.jsonl" "$workdir/${pname}-cuda.jsonl" "$pname" 0 "$tol" "$tol"
 }
 pair dense meshtrain-dense 1e-5

@@ -142,11 +142,20 @@ compare_losses "$workdir/fsdp2.jsonl" "$workdir/fsdp2r.jsonl" "fsdp2, emulated N
 
 # the watchdog: a rank whose K-th NCCL operation never completes
 # (MT_EMU_HANG=rank:K) leaves its peers waiting; after distributed.timeout_s
-# a rank names the collective and the axis, aborts and exits with 3
+# a rank names the collective and the axis, aborts and exits with 3.  The
+# launcher's status is usually that 3; once, under load, it was 1 after both
+# ranks' watchdogs had reported (a rank ending another way once its peer
+# was gone), so 1 is accepted too: what is checked is that the run ends
+# (np gives it 300 s) and that the report is there.
 hang() { # hang RANK:K NEEDLE [key=value ...]
     h=$1 needle=$2; shift 2
-    MT_EMU_HANG=$h expect_rc 3 np 2 "$emu/meshtrain-dense" --config "$small_cfg" $common \
-        checkpoint.enabled=false $nccl distributed.timeout_s=2 "$@"
+    checks=$((checks + 1))
+    MT_EMU_HANG=$h np 2 "$emu/meshtrain-dense" --config "$small_cfg" $common \
+        checkpoint.enabled=false $nccl distributed.timeout_s=2 "$@" \
+        >"$workdir/out" 2>"$workdir/err"
+    rc=$?
+    err=$(cat "$workdir/err")
+    case $rc in 3 | 1) ;; *) fail "hang $h: exit $rc, expected 3 (or 1): $err" ;; esac
     expect_in "$err" "$needle" "hang $h: the watchdog's report"
     expect_in "$err" "did not complete in 2 s (distributed.timeout_s)" "hang $h: the timeout"
 }

@@ -19,14 +19,16 @@
 #define ATT_TOL 2e-5
 
 /* CHECK_CLOSE_FLOOR at ATT_TOL, the message naming the tensor and the
- * case (the floor: one visible key makes dq and dk exactly 0, rounding
- * noise on both sides) */
+ * case.  The floor: one visible key makes dq and dk exactly 0, rounding
+ * noise of O(1) terms on both sides (about 1e-8 here); 1e-2 allows 2e-7,
+ * room for the device's other order and FMA contraction, and is below
+ * every other case's largest gradient. */
 static void check_att(const char *name, const char *tag, const float *got, const float *ref,
                       int64_t n)
 {
     char what[256];
     snprintf(what, sizeof what, "%s %s", name, tag);
-    CHECK_CLOSE_FLOOR(what, got, ref, n, ATT_TOL, 1e-3);
+    CHECK_CLOSE_FLOOR(what, got, ref, n, ATT_TOL, 1e-2);
 }
 
 static void one_case(uint64_t *s, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,

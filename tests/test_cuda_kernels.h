@@ -93,7 +93,8 @@ static inline float *tc_rand(uint64_t *s, int64_t n, float scale)
     return x;
 }
 
-static inline void *tc_dev(size_t bytes)
+/* device memory from the test arena, uninitialised */
+static inline void *tc_dev_raw(size_t bytes)
 {
     void *p = NULL;
     if (mt_cuda_arena_alloc(&tc_arena, bytes ? bytes : 1, &p) != MT_OK) {
@@ -106,8 +107,20 @@ static inline void *tc_dev(size_t bytes)
 /* a device copy of host memory */
 static inline void *tc_up(const void *host, size_t bytes)
 {
-    void *d = tc_dev(bytes);
+    void *d = tc_dev_raw(bytes);
     tc_gpu->copy_to_device(d, host, bytes);
+    return d;
+}
+
+/* device memory for a kernel's output, filled with 0xff bytes (NaN as
+ * float): an element the kernel should write and does not shows up, on a
+ * GPU and under the emulation alike, whatever the arena held before */
+static inline void *tc_dev(size_t bytes)
+{
+    unsigned char *h = (unsigned char *)malloc(bytes ? bytes : 1);
+    memset(h, 0xff, bytes);
+    void *d = tc_up(h, bytes);
+    free(h);
     return d;
 }
 

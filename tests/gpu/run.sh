@@ -40,13 +40,15 @@
 #      the attention one (bench/cuda_attention_bench: fp32 vs bf16
 #      tensor-core kernels, T 2048, 32/8 heads of 64, B 1..4);
 #   5. prints a short table last.
-# MT_GPU_EMULATE=1 is a dry run on a machine without a GPU: the same steps
-# on the host emulation of the CUDA kernels (tests/emu/cuda): the kernel
-# tests and the apps built from the .cu files for the host, the throughput
-# runs shrunk to a toy model (the figures mean nothing; the plumbing is
-# what is checked), the benchmarks and nccl-np1 left out, and the two
-# ranks of step 3b sharing one emulated GPU (MT_EMU_SHARED_GPU).  It
-# checks this script before a GPU session depends on it.
+# MT_GPU_EMULATE=1 is a dry run on a machine without a GPU (its build step
+# still needs the CUDA toolkit and NCCL, as the development machines
+# have): the same steps on the host emulation of the CUDA kernels
+# (tests/emu/cuda): the kernel tests and the apps built from the .cu
+# files for the host, the throughput runs shrunk to a toy model (the
+# figures mean nothing; the plumbing is what is checked), the benchmarks
+# and nccl-np1 left out, and the two ranks of step 3b sharing one
+# emulated GPU (MT_EMU_SHARED_GPU).  It checks this script before a GPU
+# session depends on it.
 # Exit status: 0 when every step that ran passed, 1 otherwise (a SKIP is
 # a failure here: on a GPU machine it means the device was not seen).  Logs are
 # kept under $MT_GPU_BUILD/gpu-logs/ and, when $OUT is set (the device

@@ -13,10 +13,16 @@ src=$1 out=$2 nobj=$3
 emu="$src/tests/emu/cuda"
 mkdir -p "$out/cu" "$out/obj" "$out/bin"
 flags="-I$emu -I$src/tests/emu/nccl -I$src/tests -DMT_HAVE_CUDA=1 -DMT_HAVE_NCCL=1 $CPPFLAGS"
-cxx="-x c++ -std=c++17 -O2 -g -fno-strict-aliasing -Wno-error"
+cxx="-x c++ -std=c++17 -O2 -g -fno-strict-aliasing -fsanitize=alignment -fno-sanitize-recover=alignment -Wno-error"
 jobs=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
-newest=$(ls -t "$src"/src/*.h "$src"/src/*.cuh "$emu"/*.h "$emu"/cub/device/*.cuh \
-    "$src"/tests/emu/nccl/*.h "$src"/tests/*.h config.h 2>/dev/null | head -n 1)
+# the flags of the last build: when they change, everything is stale
+stamp="$out/obj/flags"
+printf '%s\n' "$CC $flags $cxx $CFLAGS" > "$stamp.new"
+cmp -s "$stamp.new" "$stamp" || { mv "$stamp.new" "$stamp"; touch "$stamp"; }
+rm -f "$stamp.new"
+newest=$(ls -t "$src"/src/*.h "$src"/src/*.cuh "$src"/src/*.def "$emu"/*.h \
+    "$emu"/cub/device/*.cuh "$src"/tests/emu/nccl/*.h "$src"/tests/*.h config.h "$stamp" \
+    "$emu"/build.sh 2>/dev/null | head -n 1)
 list=
 objs=
 # fresh NAME.SRC: compile SRC (kind: cu, cc or c) into obj/NAME.o when it or a header is newer
@@ -45,14 +51,17 @@ lib=$(ls "$nobj"/*.o | grep -v emu_backend)
 cuobjs=$(printf '%s\n' $objs | grep -v '/test_cuda')
 link() { # link NAME OBJ...
     name=$1; shift
-    $CC $CFLAGS -o "$out/bin/$name" "$@" $cuobjs $lib $LIBS -lstdc++
+    $CC $CFLAGS -fsanitize=alignment -o "$out/bin/$name" "$@" $cuobjs $lib $LIBS -lstdc++
 }
-link test_cuda_kernels "$out/obj/test_cuda_kernels.o" "$out/obj/test_cuda_attention.o" \
-    "$out/obj/test_cuda_kernels_moe.o"
+# make's target, test_cuda_kernels, is linked last: a failure before it
+# leaves no fresh target behind
+rm -f "$out/bin/test_cuda_kernels"
 link test_cuda_bf16 "$out/obj/test_cuda_bf16.o"
 for app in "$src"/apps/meshtrain-*.c; do
     name=$(basename "$app" .c)
     $CC $flags $CFLAGS -Wno-error -c "$app" -o "$out/obj/app-$name.o"
     link "$name" "$out/obj/app-$name.o"
 done
+link test_cuda_kernels "$out/obj/test_cuda_kernels.o" "$out/obj/test_cuda_attention.o" \
+    "$out/obj/test_cuda_kernels_moe.o"
 echo "emulate-cuda: built the CUDA kernel tests and the apps in $out/bin"

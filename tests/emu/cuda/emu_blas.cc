@@ -92,8 +92,8 @@ static cublasStatus_t gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m
     const size_t es = ct == CUDA_R_32F ? 4 : 2, ea = at == CUDA_R_32F ? 4 : 2,
                  eb = bt == CUDA_R_32F ? 4 : 2;
     const size_t dbytes = m && n && k ? (size_t)((n - 1) * ldd + m) * es : 0;
-    if (dbytes && overlap(D, dbytes, A, (size_t)(((ta == CUBLAS_OP_N ? k : m) - 1) * lda + arows) * ea) ||
-        overlap(D, dbytes, B, (size_t)(((tb == CUBLAS_OP_N ? n : k) - 1) * ldb + brows) * eb)) {
+    if (dbytes && (overlap(D, dbytes, A, (size_t)(((ta == CUBLAS_OP_N ? k : m) - 1) * lda + arows) * ea) ||
+        overlap(D, dbytes, B, (size_t)(((tb == CUBLAS_OP_N ? n : k) - 1) * ldb + brows) * eb))) {
         fprintf(stderr, "CUDA kernel emulation: gemm: the output overlaps an input (undefined)\n");
         return CUBLAS_STATUS_INVALID_VALUE;
     }

@@ -137,14 +137,16 @@ void emu_check_pointer(const char *kernel, int arg, const void *p)
 }
 
 /* a fault inside a kernel (past the dynamic shared memory's guard page, a
- * misaligned float4, a wild pointer): name the kernel, block and thread */
+ * fiber's stack overflow, a wild pointer): name the kernel, block and
+ * thread, then die of the signal (snprintf is not async-signal-safe, but
+ * the process is ending anyway) */
 static void on_fault(int sig)
 {
     char msg[256];
     const int n = snprintf(msg, sizeof msg,
                            "CUDA kernel emulation: signal %d in %s, block (%u,%u,%u) thread %d "
-                           "(an access out of bounds: past the dynamic shared memory, a "
-                           "misaligned vector, a wild pointer)\n",
+                           "(an access out of bounds: past the dynamic shared memory or a "
+                           "thread's stack, a wild pointer)\n",
                            sig, kernel_name, blockIdx.x, blockIdx.y, blockIdx.z, cur);
     if (write(2, msg, n > 0 ? (size_t)n : 0) < 0) {
     }
@@ -187,8 +189,14 @@ static void resume(int i)
     if (th[i].started)
         _longjmp(th[i].jb, 1);
     th[i].started = 1;
-    if (!th[i].stack && !(th[i].stack = (char *)malloc(stack_bytes)))
-        emu_kernel_fail("out of host memory for the fibers' stacks");
+    if (!th[i].stack) { /* a PROT_NONE page below: an overflow faults (on_fault) */
+        const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        char *m = (char *)mmap(NULL, stack_bytes + page, PROT_READ | PROT_WRITE,
+                               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED || mprotect(m, page, PROT_NONE))
+            emu_kernel_fail("out of host memory for the fibers' stacks");
+        th[i].stack = m + page;
+    }
     static ucontext_t from, to;
     getcontext(&to);
     to.uc_stack.ss_sp = th[i].stack;
@@ -312,12 +320,23 @@ void emu_grid(dim3 grid, dim3 block, size_t smem, cudaStream_t s, const void *ke
                             : "launch: dynamic shared memory above 48 KiB without "
                               "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
     mt_emu_drain(s);
-    static bool handler;
-    if (!handler) {
-        signal(SIGSEGV, on_fault);
-        signal(SIGBUS, on_fault);
-        handler = true;
+    mt_emu_kernel(); /* the NCCL emulation's kernel count */
+    /* faults inside the grid name the kernel; the handler runs on its own
+     * stack, so a fiber's stack overflow reaches it too */
+    static bool altstack;
+    if (!altstack) {
+        static char alt[1 << 16];
+        stack_t ss;
+        ss.ss_sp = alt, ss.ss_size = sizeof alt, ss.ss_flags = 0;
+        sigaltstack(&ss, NULL);
+        altstack = true;
     }
+    struct sigaction sa, old_segv, old_bus;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_fault;
+    sa.sa_flags = SA_ONSTACK;
+    sigaction(SIGSEGV, &sa, &old_segv);
+    sigaction(SIGBUS, &sa, &old_bus);
     void *base;
     size_t len;
     emu_smem = smem_map(smem, &base, &len);
@@ -341,4 +360,7 @@ void emu_grid(dim3 grid, dim3 block, size_t smem, cudaStream_t s, const void *ke
     body = NULL;
     munmap(base, len);
     emu_smem = NULL;
+    sigaction(SIGSEGV, &old_segv, NULL);
+    sigaction(SIGBUS, &old_bus, NULL);
+    kernel_name = "?";
 }

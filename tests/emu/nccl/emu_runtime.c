@@ -339,13 +339,15 @@ static void remember(const void *p, size_t n)
     nranges++;
 }
 
-static void forget(const void *p)
+/* 1 when p started a range (now forgotten), else 0 */
+static int forget(const void *p)
 {
     for (int i = 0; i < nranges; i++)
         if (ranges[i].p == p) {
             ranges[i] = ranges[--nranges];
-            return;
+            return 1;
         }
+    return 0;
 }
 
 int mt_emu_device_ptr(const void *p)
@@ -382,7 +384,8 @@ cudaError_t cudaMallocHost(void **p, size_t bytes)
 
 cudaError_t cudaFreeHost(void *p)
 {
-    forget(p);
+    if (p && !forget(p))
+        return cudaErrorInvalidValue;
     free(p);
     return cudaSuccess;
 }
@@ -407,7 +410,8 @@ cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int device)
 
 cudaError_t cudaFree(void *p)
 {
-    forget(p);
+    if (p && !forget(p)) /* not an allocation's start, as the runtime refuses */
+        return cudaErrorInvalidValue;
     free(p);
     return cudaSuccess;
 }
