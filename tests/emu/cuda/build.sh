@@ -22,14 +22,15 @@ cmp -s "$stamp.new" "$stamp" || { mv "$stamp.new" "$stamp"; touch "$stamp"; }
 rm -f "$stamp.new"
 newest=$(ls -t "$src"/src/*.h "$src"/src/*.cuh "$src"/src/*.def "$emu"/*.h \
     "$emu"/cub/device/*.cuh "$src"/tests/emu/nccl/*.h "$src"/tests/*.h config.h "$stamp" \
-    "$emu"/build.sh 2>/dev/null | head -n 1)
+    "$emu"/build.sh "$emu"/rewrite.pl 2>/dev/null | head -n 1)
 list=
 objs=
-# fresh NAME.SRC: compile SRC (kind: cu, cc or c) into obj/NAME.o when it or a header is newer
+# add NAME SRC KIND: obj/NAME.o from SRC (KIND cu, cc or c), compiled when
+# SRC, a header, the flags or this script's tools are newer than it
 add() {
     o="$out/obj/$1.o"
     objs="$objs $o"
-    if [ ! -f "$o" ] || [ "$2" -nt "$o" ] || [ "$newest" -nt "$o" ] || [ "$emu/rewrite.pl" -nt "$o" ]; then
+    if [ ! -f "$o" ] || [ "$2" -nt "$o" ] || [ "$newest" -nt "$o" ]; then
         list="$list $3:$2:$o"
     fi
 }

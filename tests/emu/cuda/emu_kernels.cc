@@ -77,10 +77,13 @@ void __syncwarp(unsigned mask)
 
 int emu_lane(void) { return cur & 31; }
 
+/* one past the last thread of the warp that starts at thread w0 */
+static int warp_end(int w0) { return w0 + 32 < nthreads ? w0 + 32 : nthreads; }
+
 /* the live lanes of cur's warp, all of them waiting at one warp barrier */
 static void full_warp(const char *what)
 {
-    const int w0 = cur & ~31, w1 = w0 + 32 < nthreads ? w0 + 32 : nthreads;
+    const int w0 = cur & ~31, w1 = warp_end(w0);
     for (int i = w0; i < w1; i++)
         if (th[i].state == EMU_DONE)
             emu_kernel_fail(what);
@@ -110,8 +113,8 @@ unsigned __ballot_sync(unsigned mask, int pred)
     full_warp("full-mask ballot in a warp where some lanes have exited");
     unsigned r = 0;
     const int w0 = cur & ~31;
-    for (int l = 0; l < 32 && w0 + l < nthreads; l++)
-        r |= (unsigned)(mail[w0 + l] != 0) << l;
+    for (int i = w0; i < warp_end(w0); i++)
+        r |= (unsigned)(mail[i] != 0) << (i - w0);
     yield(EMU_WARP);
     return r;
 }
@@ -172,6 +175,16 @@ static uint64_t rnd(void)
     return seed;
 }
 
+/* a[0..n) in a random order (Fisher-Yates) */
+template <typename T> static void shuffle(T *a, uint64_t n)
+{
+    for (uint64_t i = n; i > 1; i--) {
+        const uint64_t j = rnd() % i;
+        const T t = a[i - 1];
+        a[i - 1] = a[j], a[j] = t;
+    }
+}
+
 /* a fiber: one thread of a block after another, for ever */
 static void entry(void)
 {
@@ -224,17 +237,13 @@ static void run_block(int threads, size_t smem)
     int order[1024], prio[32];
     for (int w = 0; w < nwarps; w++)
         prio[w] = w;
-    for (int w = nwarps - 1; w > 0; w--) {
-        const int j = (int)(rnd() % (uint64_t)(w + 1)), t = prio[w];
-        prio[w] = prio[j], prio[j] = t;
-    }
+    shuffle(prio, (uint64_t)nwarps);
     const bool by_warp = rnd() & 1;
     for (;;) {
         int n = 0;
         if (by_warp) {
             for (int p = 0; p < nwarps && n == 0; p++) {
-                const int w0 = prio[p] * 32, w1 = w0 + 32 < threads ? w0 + 32 : threads;
-                for (int i = w0; i < w1; i++)
+                for (int i = prio[p] * 32; i < warp_end(prio[p] * 32); i++)
                     if (th[i].state == EMU_RUN)
                         order[n++] = i;
             }
@@ -243,10 +252,7 @@ static void run_block(int threads, size_t smem)
                 if (th[i].state == EMU_RUN)
                     order[n++] = i;
         }
-        for (int i = n - 1; i > 0; i--) { /* a random order each round */
-            const int j = (int)(rnd() % (uint64_t)(i + 1)), t = order[i];
-            order[i] = order[j], order[j] = t;
-        }
+        shuffle(order, (uint64_t)n); /* a random order each round */
         for (int i = 0; i < n; i++) {
             cur = order[i];
             threadIdx.x = (unsigned)cur % blockDim.x;
@@ -262,7 +268,7 @@ static void run_block(int threads, size_t smem)
             break;
         for (int w0 = 0; w0 < threads; w0 += 32) { /* a warp whose live lanes all wait */
             int wait = 0, live = 0;
-            const int w1 = w0 + 32 < threads ? w0 + 32 : threads;
+            const int w1 = warp_end(w0);
             for (int i = w0; i < w1; i++)
                 live += th[i].state != EMU_DONE, wait += th[i].state == EMU_WARP;
             if (wait && wait == live)
@@ -348,10 +354,7 @@ void emu_grid(dim3 grid, dim3 block, size_t smem, cudaStream_t s, const void *ke
     std::vector<uint64_t> order(nblocks);
     for (uint64_t i = 0; i < nblocks; i++)
         order[i] = i;
-    for (uint64_t i = nblocks; i > 1; i--) {
-        const uint64_t j = rnd() % i, t = order[i - 1];
-        order[i - 1] = order[j], order[j] = t;
-    }
+    shuffle(order.data(), nblocks);
     for (uint64_t b : order) {
         blockIdx = dim3((unsigned)(b % grid.x), (unsigned)(b / grid.x % grid.y),
                         (unsigned)(b / ((uint64_t)grid.x * grid.y)));
