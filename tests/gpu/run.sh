@@ -80,6 +80,12 @@ row() {
     [ -n "${OUT:-}" ] && [ -d "$OUT" ] && tar czf "$OUT/gpu-logs.tgz" -C "$logs" . 2>/dev/null
     return 0
 }
+# finish STATUS: the table of the rows so far, then exit with STATUS
+finish() {
+    printf '\n%-34s %-6s %s\n' "step" "result" "detail"
+    printf '%s\n' "${rows[@]}"
+    exit "$1"
+}
 # show_fail LOG: the end of a failed step's log on stdout
 show_fail() { [ -f "$1" ] && { echo "---- tail of $1"; tail -n 40 "$1"; echo "----"; }; return 0; }
 # the whole script must end before the device tool's 600 s: steps are cut
@@ -166,8 +172,7 @@ if [ ! -x "$cfg" ]; then
            ! cmp -s "$src/Makefile.am" "$pkg/Makefile.am" ||
            ! diff -rq "$src/tests" "$pkg/tests" -x '*.log' -x '*.trs' -x '*.o' >/dev/null 2>&1; then
             row "source tarball" "FAIL" "$(basename "$tarball") is not this tree: run make dist again"
-            printf '\n%-34s %-6s %s\n' "step" "result" "detail"; printf '%s\n' "${rows[@]}"
-            exit 1
+            finish 1
         fi
     else
         (cd "$src" && ./autogen.sh) > "$logs/autogen.log" 2>&1
@@ -181,9 +186,7 @@ if (cd "$build" && "$cfg" --with-cuda "$nccl_cfg" --with-cuda-arch="$arch" "${ex
 else
     row "build (--with-cuda --with-nccl)" "FAIL" "see $logs/configure.log, make.log"
     show_fail "$logs/configure.log"; show_fail "$logs/make.log"
-    fail=1
-    printf '\n%-34s %-6s %s\n' "step" "result" "detail"; printf '%s\n' "${rows[@]}"
-    exit 1
+    finish 1
 fi
 
 apps=$build/apps
@@ -195,8 +198,7 @@ if [ "$emulate" = 1 ]; then
     else
         row "emulated kernels build (dry run)" "FAIL" "see $logs/emulate-build.log"
         show_fail "$logs/emulate-build.log"
-        printf '\n%-34s %-6s %s\n' "step" "result" "detail"; printf '%s\n' "${rows[@]}"
-        exit 1
+        finish 1
     fi
 fi
 
@@ -428,6 +430,4 @@ bench "attention bench (1B shape, B=4)" cuda_attention_bench
 if [ "$(left)" -gt 30 ]; then llama_run fp32; else row "Llama-1B-shape s2048, fp32" "SKIP" "no time left"; fi
 
 # ---------------------------------------------------------------- 5. table
-printf '\n%-34s %-6s %s\n' "step" "result" "detail"
-printf '%s\n' "${rows[@]}"
-exit $fail
+finish "$fail"

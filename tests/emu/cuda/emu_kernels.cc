@@ -43,7 +43,16 @@ static const char *kernel_name = "?";
 static uint64_t seed; /* MT_EMU_SEED, else a fixed one */
 static std::map<const void *, int> smem_limit; /* cudaFuncSetAttribute */
 
-static const int smem_default = 48 << 10, smem_optin = 232448; /* H100 / H200 */
+static const int smem_default = 48 << 10;
+
+/* the device's opt-in limit, as the runtime reports it (emu_runtime.c) */
+static int smem_optin(void)
+{
+    int v = 0;
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0) != cudaSuccess)
+        emu_kernel_fail("cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin) failed");
+    return v;
+}
 
 void emu_kernel_fail(const char *what)
 {
@@ -159,7 +168,7 @@ static void on_fault(int sig)
 
 cudaError_t emu_func_set_smem(const void *kernel, int bytes)
 {
-    if (bytes < 0 || bytes > smem_optin)
+    if (bytes < 0 || bytes > smem_optin())
         return cudaErrorInvalidValue;
     smem_limit[kernel] = bytes;
     return cudaSuccess;
@@ -321,7 +330,7 @@ void emu_grid(dim3 grid, dim3 block, size_t smem, cudaStream_t s, const void *ke
     auto lim = smem_limit.find(kernel);
     const size_t allowed = lim == smem_limit.end() ? (size_t)smem_default : (size_t)lim->second;
     if (smem > allowed)
-        emu_kernel_fail(smem > (size_t)smem_optin
+        emu_kernel_fail(smem > (size_t)smem_optin()
                             ? "launch: more dynamic shared memory than the device has"
                             : "launch: dynamic shared memory above 48 KiB without "
                               "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
