@@ -64,7 +64,8 @@ namespace wm = nvcuda::wmma;
 typedef struct {
     int64_t B, T, nh, nkv, group, qstride, kvstride;
     float scale;
-    int vec; /* every row start 16-byte aligned: float4 loads */
+    int vec;   /* every row start 16-byte aligned: float4 loads */
+    int round; /* the outputs rounded to bf16 as they are stored */
     const int32_t *doc_start;
 } tc_geom_t;
 
@@ -158,11 +159,12 @@ __device__ __forceinline__ void tc_accum(tc_fc_t *acc, const tc_bf16 *P, int ldp
 
 /* Warp: store its 16 x HD accumulators into the fp32 staging rows W
  * [16][lds] and write them to global rows dst + r*stride (r < nrows),
- * times s (or divided by rdiv[r] when rdiv), coalesced row by row */
+ * times s (or divided by rdiv[r] when rdiv), rounded to bf16 when rnd,
+ * coalesced row by row */
 template <int HD>
 __device__ __forceinline__ void tc_store_rows(float *dst, int64_t stride, int nrows,
                                               const tc_fc_t *acc, float *W, int lds, float s,
-                                              const float *rdiv)
+                                              const float *rdiv, bool rnd)
 {
     for (int n = 0; n < HD / 16; n++)
         wm::store_matrix_sync(W + n * 16, acc[n], lds, wm::mem_row_major);
@@ -171,7 +173,7 @@ __device__ __forceinline__ void tc_store_rows(float *dst, int64_t stride, int nr
     for (int r = 0; r < nrows && r < 16; r++) {
         const float f = rdiv ? 1.0f / rdiv[r] : s;
         for (int c = lane; c < HD; c += 32)
-            dst[r * stride + c] = W[r * lds + c] * f;
+            dst[r * stride + c] = mt_bf16_if(W[r * lds + c] * f, rnd);
     }
     __syncwarp();
 }
@@ -280,7 +282,7 @@ __global__ void __launch_bounds__(TC_THREADS)
         sRow[rr] = l;
     __syncwarp();
     tc_store_rows<HD>(out + (b * G.T + q0 + wr0) * G.qstride + h * HD, G.qstride, nq - wr0, o,
-                      Sw, LDS, 1.0f, sRow + wr0);
+                      Sw, LDS, 1.0f, sRow + wr0, G.round);
     if (rvalid && half == 0)
         lse[(b * G.nh + h) * G.T + t] = m + logf(l);
 }
@@ -363,7 +365,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     if (!wactive)
         return;
     tc_store_rows<HD>(dq + qoff + wr0 * G.qstride, G.qstride, nq - wr0, acc, Sw, LDS, G.scale,
-                      NULL);
+                      NULL, G.round);
 }
 
 /* dk, dv of 64 key rows of kv head g.  Shared: Ks, Vs (own rows), Qs, dOs
@@ -459,9 +461,9 @@ __global__ void __launch_bounds__(TC_THREADS)
     if (!wactive)
         return;
     tc_store_rows<HD>(dv + kvoff + wk0 * G.kvstride, G.kvstride, nk - wk0, adv, Sw, LDS, 1.0f,
-                      NULL);
+                      NULL, G.round);
     tc_store_rows<HD>(dk + kvoff + wk0 * G.kvstride, G.kvstride, nk - wk0, adk, Sw, LDS, G.scale,
-                      NULL);
+                      NULL, G.round);
 }
 
 /* dynamic shared memory of the three kernels, bytes */
@@ -509,8 +511,8 @@ static bool tc_usable(int64_t hd)
 }
 
 static tc_geom_t tc_make_geom(const char *kernel, const int32_t *doc_start, int64_t B, int64_t T,
-                              int64_t nh, int64_t nkv, int64_t hd, const void *const *ptrs,
-                              int nptrs)
+                              int64_t nh, int64_t nkv, int64_t hd, bool round,
+                              const void *const *ptrs, int nptrs)
 {
     MT_CUDA_REQUIRE(B > 0 && T > 0 && nh > 0 && nkv > 0 && nh % nkv == 0, kernel,
                     "B=%lld T=%lld nh=%lld nkv=%lld (nh must be a multiple of nkv)",
@@ -522,6 +524,7 @@ static tc_geom_t tc_make_geom(const char *kernel, const int32_t *doc_start, int6
     G.qstride = nh * hd, G.kvstride = nkv * hd;
     G.scale = (float)(1.0 / sqrt((double)hd));
     G.doc_start = doc_start;
+    G.round = round;
     uintptr_t bits = 0;
     for (int i = 0; i < nptrs; i++)
         bits |= (uintptr_t)ptrs[i];
@@ -577,15 +580,17 @@ extern "C" void mt_cuda_launch_attention_tc_forward(cudaStream_t s, float *out, 
                                                     const float *q, const float *k,
                                                     const float *v, const int32_t *doc_start,
                                                     int64_t B, int64_t T, int64_t nh,
-                                                    int64_t nkv, int64_t hd)
+                                                    int64_t nkv, int64_t hd, bool round)
 {
     if (!tc_usable(hd)) { /* other head dims, older devices: the fp32 kernel */
         mt_cuda_launch_attention_forward(s, out, lse, q, k, v, doc_start, B, T, nh, nkv, hd);
+        if (round)
+            mt_cuda_launch_round_bf16(s, out, B * T * nh * hd);
         return;
     }
     const void *ptrs[] = {out, q, k, v};
     const tc_geom_t G =
-        tc_make_geom("attention_tc_forward", doc_start, B, T, nh, nkv, hd, ptrs, 4);
+        tc_make_geom("attention_tc_forward", doc_start, B, T, nh, nkv, hd, round, ptrs, 4);
     if (hd == 64)
         tc_forward<64>(s, out, lse, q, k, v, G);
     else
@@ -595,16 +600,21 @@ extern "C" void mt_cuda_launch_attention_tc_forward(cudaStream_t s, float *out, 
 extern "C" void mt_cuda_launch_attention_tc_backward(
     cudaStream_t s, float *dq, float *dk, float *dv, const float *dout, const float *out,
     const float *lse, const float *q, const float *k, const float *v, const int32_t *doc_start,
-    int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd)
+    int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, bool round)
 {
     if (!tc_usable(hd)) {
         mt_cuda_launch_attention_backward(s, dq, dk, dv, dout, out, lse, q, k, v, doc_start, B,
                                           T, nh, nkv, hd);
+        if (round) {
+            mt_cuda_launch_round_bf16(s, dq, B * T * nh * hd);
+            mt_cuda_launch_round_bf16(s, dk, B * T * nkv * hd);
+            mt_cuda_launch_round_bf16(s, dv, B * T * nkv * hd);
+        }
         return;
     }
     const void *ptrs[] = {dq, dk, dv, dout, q, k, v};
     const tc_geom_t G =
-        tc_make_geom("attention_tc_backward", doc_start, B, T, nh, nkv, hd, ptrs, 7);
+        tc_make_geom("attention_tc_backward", doc_start, B, T, nh, nkv, hd, round, ptrs, 7);
     float *D = (float *)mt_cuda_scratch("attention_tc_backward",
                                         (size_t)(B * nh * T) * sizeof(float));
     mt_cuda_launch_attention_rowdot(s, D, dout, out, B, T, nh, hd);

@@ -132,29 +132,31 @@ static void t_embedding_backward(float *dtable, const float *dout, const int32_t
     mt_cuda_launch_embedding_backward(S, dtable, dout, tokens, n_tokens, dim);
 }
 
-static void t_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int64_t n,
-                              int64_t dim, float eps)
-{
-    mt_cuda_launch_rmsnorm_forward(S, out, rstd, x, w, n, dim, eps);
-}
+/* The entries that round their outputs on the bf16 table
+ * (mt_backend_t.rounds_bf16), twice: the cuda table's (round false) and
+ * the bf16 table's (true). */
+#define MT_ARGS(...) __VA_ARGS__
+#define ROUNDING_ENTRY(name, launch, params, args)                                           \
+    static void t_##name params { launch(S, MT_ARGS args, false); }                          \
+    static void t_##name##_bf16 params { launch(S, MT_ARGS args, true); }
 
-static void t_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x,
-                               const float *w, const float *rstd, int64_t n, int64_t dim)
-{
-    mt_cuda_launch_rmsnorm_backward(S, dx, dw, dout, x, w, rstd, n, dim);
-}
-
-static void t_rope_forward(float *x, const int32_t *pos, int64_t n_tokens, int64_t n_heads,
-                           int64_t head_dim, double theta)
-{
-    mt_cuda_launch_rope(S, x, pos, n_tokens, n_heads, head_dim, theta, 1.0);
-}
-
-static void t_rope_backward(float *dx, const int32_t *pos, int64_t n_tokens, int64_t n_heads,
-                            int64_t head_dim, double theta)
-{
-    mt_cuda_launch_rope(S, dx, pos, n_tokens, n_heads, head_dim, theta, -1.0);
-}
+ROUNDING_ENTRY(rmsnorm_forward, mt_cuda_launch_rmsnorm_forward,
+               (float *out, float *rstd, const float *x, const float *w, int64_t n, int64_t dim,
+                float eps), (out, rstd, x, w, n, dim, eps))
+ROUNDING_ENTRY(rmsnorm_backward, mt_cuda_launch_rmsnorm_backward,
+               (float *dx, float *dw, const float *dout, const float *x, const float *w,
+                const float *rstd, int64_t n, int64_t dim), (dx, dw, dout, x, w, rstd, n, dim))
+ROUNDING_ENTRY(rope_forward, mt_cuda_launch_rope,
+               (float *x, const int32_t *pos, int64_t n, int64_t nh, int64_t hd, double theta),
+               (x, pos, n, nh, hd, theta, 1.0))
+ROUNDING_ENTRY(rope_backward, mt_cuda_launch_rope,
+               (float *dx, const int32_t *pos, int64_t n, int64_t nh, int64_t hd, double theta),
+               (dx, pos, n, nh, hd, theta, -1.0))
+ROUNDING_ENTRY(swiglu_forward, mt_cuda_launch_swiglu_forward,
+               (float *out, const float *gate, const float *up, int64_t n), (out, gate, up, n))
+ROUNDING_ENTRY(swiglu_backward, mt_cuda_launch_swiglu_backward,
+               (float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                int64_t n), (dgate, dup, dout, gate, up, n))
 
 static void t_attention_forward(float *out, float *lse, const float *q, const float *k,
                                 const float *v, const int32_t *doc_start, int64_t B, int64_t T,
@@ -170,17 +172,6 @@ static void t_attention_backward(float *dq, float *dk, float *dv, const float *d
 {
     mt_cuda_launch_attention_backward(S, dq, dk, dv, dout, out, lse, q, k, v, doc_start, B, T, nh,
                                       nkv, hd);
-}
-
-static void t_swiglu_forward(float *out, const float *gate, const float *up, int64_t n)
-{
-    mt_cuda_launch_swiglu_forward(S, out, gate, up, n);
-}
-
-static void t_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
-                              const float *up, int64_t n)
-{
-    mt_cuda_launch_swiglu_backward(S, dgate, dup, dout, gate, up, n);
 }
 
 /* Copy the n row losses and targets back, wait, and add the non-ignored
@@ -473,7 +464,7 @@ static void t_attention_tc_forward(float *out, float *lse, const float *q, const
                                    const float *v, const int32_t *doc_start, int64_t B,
                                    int64_t T, int64_t nh, int64_t nkv, int64_t hd)
 {
-    mt_cuda_launch_attention_tc_forward(S, out, lse, q, k, v, doc_start, B, T, nh, nkv, hd);
+    mt_cuda_launch_attention_tc_forward(S, out, lse, q, k, v, doc_start, B, T, nh, nkv, hd, true);
 }
 
 static void t_attention_tc_backward(float *dq, float *dk, float *dv, const float *dout,
@@ -482,11 +473,12 @@ static void t_attention_tc_backward(float *dq, float *dk, float *dv, const float
                                     int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd)
 {
     mt_cuda_launch_attention_tc_backward(S, dq, dk, dv, dout, out, lse, q, k, v, doc_start, B, T,
-                                         nh, nkv, hd);
+                                         nh, nkv, hd, true);
 }
 
 /* the cuda table (a copy, so every entry it has, appended ones included)
- * with the GEMM and the attention on tensor cores */
+ * with the GEMM and the attention on tensor cores, and the activations of
+ * RMSNorm, RoPE, SwiGLU and attention rounded to bf16 in their kernels */
 static mt_backend_t make_bf16_table(void)
 {
     mt_backend_t t = make_table();
@@ -494,6 +486,13 @@ static mt_backend_t make_bf16_table(void)
     t.matmul = t_matmul_fast_bf16;
     t.attention_forward = t_attention_tc_forward;
     t.attention_backward = t_attention_tc_backward;
+    t.rmsnorm_forward = t_rmsnorm_forward_bf16;
+    t.rmsnorm_backward = t_rmsnorm_backward_bf16;
+    t.rope_forward = t_rope_forward_bf16;
+    t.rope_backward = t_rope_backward_bf16;
+    t.swiglu_forward = t_swiglu_forward_bf16;
+    t.swiglu_backward = t_swiglu_backward_bf16;
+    t.rounds_bf16 = true;
     return t;
 }
 

@@ -34,6 +34,14 @@ __device__ __forceinline__ void mt_st(__nv_bfloat16 *p, int64_t i, float x)
     p[i] = __float2bfloat16_rn(x);
 }
 
+/* x, or with r the bf16 value nearest x (ties to even; NaN stays NaN):
+ * round_bf16's rounding, in the store of a kernel on the rounding table
+ * (mt_backend_t.rounds_bf16) */
+__device__ __forceinline__ float mt_bf16_if(float x, bool r)
+{
+    return r ? __bfloat162float(__float2bfloat16_rn(x)) : x;
+}
+
 template <typename T> __device__ __forceinline__ T mt_warp_sum(T x)
 {
     for (int o = MT_WARP / 2; o > 0; o >>= 1)

@@ -89,17 +89,21 @@ void mt_cuda_launch_embedding_forward(cudaStream_t s, float *out, const int32_t 
                                       const float *table, int64_t n_tokens, int64_t dim);
 void mt_cuda_launch_embedding_backward(cudaStream_t s, float *dtable, const float *dout,
                                        const int32_t *tokens, int64_t n_tokens, int64_t dim);
+/* round: the activations written (not rstd, dw) are rounded to bf16 in
+ * the kernel's store, for the rounding table (mt_backend_t.rounds_bf16) */
 void mt_cuda_launch_rmsnorm_forward(cudaStream_t s, float *out, float *rstd, const float *x,
-                                    const float *w, int64_t n, int64_t dim, float eps);
+                                    const float *w, int64_t n, int64_t dim, float eps,
+                                    bool round);
 void mt_cuda_launch_rmsnorm_backward(cudaStream_t s, float *dx, float *dw, const float *dout,
                                      const float *x, const float *w, const float *rstd,
-                                     int64_t n, int64_t dim);
+                                     int64_t n, int64_t dim, bool round);
 void mt_cuda_launch_rope(cudaStream_t s, float *x, const int32_t *pos, int64_t n_tokens,
-                         int64_t n_heads, int64_t head_dim, double theta, double sign);
+                         int64_t n_heads, int64_t head_dim, double theta, double sign,
+                         bool round);
 void mt_cuda_launch_swiglu_forward(cudaStream_t s, float *out, const float *gate,
-                                   const float *up, int64_t n);
+                                   const float *up, int64_t n, bool round);
 void mt_cuda_launch_swiglu_backward(cudaStream_t s, float *dgate, float *dup, const float *dout,
-                                    const float *gate, const float *up, int64_t n);
+                                    const float *gate, const float *up, int64_t n, bool round);
 void mt_cuda_launch_add(cudaStream_t s, float *y, const float *x, int64_t n);
 void mt_cuda_launch_scale(cudaStream_t s, float *x, float a, int64_t n);
 void mt_cuda_launch_round_bf16(cudaStream_t s, float *x, int64_t n);
@@ -137,16 +141,17 @@ void mt_cuda_launch_attention_backward(cudaStream_t s, float *dq, float *dk, flo
 /* Tensor-core (bf16 WMMA) attention, cuda_attention_tc.cu: q, k, v, dout
  * hold bf16 values in fp32.  Head dims 64 and 128 on compute capability
  * >= 8.0 (mt_cuda_attention_tc_supported); anything else runs the fp32
- * kernels above. */
+ * kernels above.  round: out (forward) and dq, dk, dv (backward) are
+ * rounded to bf16 as they are stored (the fp32 kernels: in a pass after). */
 void mt_cuda_launch_attention_tc_forward(cudaStream_t s, float *out, float *lse, const float *q,
                                          const float *k, const float *v,
                                          const int32_t *doc_start, int64_t B, int64_t T,
-                                         int64_t nh, int64_t nkv, int64_t hd);
+                                         int64_t nh, int64_t nkv, int64_t hd, bool round);
 void mt_cuda_launch_attention_tc_backward(cudaStream_t s, float *dq, float *dk, float *dv,
                                           const float *dout, const float *out, const float *lse,
                                           const float *q, const float *k, const float *v,
                                           const int32_t *doc_start, int64_t B, int64_t T,
-                                          int64_t nh, int64_t nkv, int64_t hd);
+                                          int64_t nh, int64_t nkv, int64_t hd, bool round);
 /* D[(b*nh + h)*T + t] = dout . out over head h of token (b, t) (rows of
  * nh*hd floats): the backward's row dots; with B = 1, T = nq it is the
  * block backward's D[h * nq + i]. */

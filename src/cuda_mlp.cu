@@ -19,24 +19,25 @@
 
 __device__ __forceinline__ float mt_sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }
 
-__global__ void mt_k_swiglu_forward(float *out, const float *gate, const float *up, int64_t n)
+__global__ void mt_k_swiglu_forward(float *out, const float *gate, const float *up, int64_t n,
+                                    bool round)
 {
     GRID_STRIDE(i, n)
     {
         const float g = gate[i];
-        out[i] = (g * mt_sigmoid(g)) * up[i];
+        out[i] = mt_bf16_if((g * mt_sigmoid(g)) * up[i], round);
     }
 }
 
 __global__ void mt_k_swiglu_backward(float *dgate, float *dup, const float *dout,
-                                     const float *gate, const float *up, int64_t n)
+                                     const float *gate, const float *up, int64_t n, bool round)
 {
     GRID_STRIDE(i, n)
     {
         const float g = gate[i], u = up[i], d = dout[i];
         const float sg = mt_sigmoid(g);
-        dgate[i] = d * u * (sg * (1.0f + g * (1.0f - sg)));
-        dup[i] = d * (g * sg);
+        dgate[i] = mt_bf16_if(d * u * (sg * (1.0f + g * (1.0f - sg))), round);
+        dup[i] = mt_bf16_if(d * (g * sg), round);
     }
 }
 
@@ -53,7 +54,7 @@ __global__ void mt_k_scale(float *x, float a, int64_t n)
 /* to the nearest bf16 value, ties to even (__float2bfloat16_rn keeps NaN) */
 __global__ void mt_k_round_bf16(float *x, int64_t n)
 {
-    GRID_STRIDE(i, n) x[i] = __bfloat162float(__float2bfloat16_rn(x[i]));
+    GRID_STRIDE(i, n) x[i] = mt_bf16_if(x[i], true);
 }
 
 /* block b sums x over its contiguous part, the CPU's chunking formula */
@@ -76,23 +77,24 @@ __global__ void mt_k_sum_squares(double *partial, const float *x, int64_t n, int
 #define REQUIRE_N(kernel, n) MT_CUDA_REQUIRE((n) >= 0, kernel, "n=%lld", (long long)(n))
 
 extern "C" void mt_cuda_launch_swiglu_forward(cudaStream_t s, float *out, const float *gate,
-                                              const float *up, int64_t n)
+                                              const float *up, int64_t n, bool round)
 {
     REQUIRE_N("swiglu_forward", n);
     if (n == 0)
         return;
-    mt_k_swiglu_forward<<<mt_cuda_blocks(n, 256), 256, 0, s>>>(out, gate, up, n);
+    mt_k_swiglu_forward<<<mt_cuda_blocks(n, 256), 256, 0, s>>>(out, gate, up, n, round);
     MT_CUDA_LAUNCH_CHECK("swiglu_forward");
 }
 
 extern "C" void mt_cuda_launch_swiglu_backward(cudaStream_t s, float *dgate, float *dup,
                                                const float *dout, const float *gate,
-                                               const float *up, int64_t n)
+                                               const float *up, int64_t n, bool round)
 {
     REQUIRE_N("swiglu_backward", n);
     if (n == 0)
         return;
-    mt_k_swiglu_backward<<<mt_cuda_blocks(n, 256), 256, 0, s>>>(dgate, dup, dout, gate, up, n);
+    mt_k_swiglu_backward<<<mt_cuda_blocks(n, 256), 256, 0, s>>>(dgate, dup, dout, gate, up, n,
+                                                                round);
     MT_CUDA_LAUNCH_CHECK("swiglu_backward");
 }
 

@@ -15,7 +15,7 @@
 /* ------------------------------------------------------------------ kernels */
 
 __global__ void mt_k_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w,
-                                     int64_t n, int64_t dim, float eps)
+                                     int64_t n, int64_t dim, float eps, bool round)
 {
     __shared__ double buf[MT_WARP];
     for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
@@ -29,13 +29,13 @@ __global__ void mt_k_rmsnorm_forward(float *out, float *rstd, const float *x, co
             rstd[i] = r;
         float *yr = out + i * dim;
         for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
-            yr[j] = (xr[j] * r) * w[j]; /* Hugging Face's order */
+            yr[j] = mt_bf16_if((xr[j] * r) * w[j], round); /* Hugging Face's order */
     }
 }
 
 __global__ void mt_k_rmsnorm_backward_dx(float *dx, const float *dout, const float *x,
                                          const float *w, const float *rstd, int64_t n,
-                                         int64_t dim)
+                                         int64_t dim, bool round)
 {
     __shared__ double buf[MT_WARP];
     for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
@@ -49,7 +49,7 @@ __global__ void mt_k_rmsnorm_backward_dx(float *dx, const float *dout, const flo
         const float rf = (float)r;
         float *dr = dx + i * dim; /* may not alias dout: rows are read above, then written */
         for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
-            dr[j] = rf * (gr[j] * w[j]) - coef * xr[j];
+            dr[j] = mt_bf16_if(rf * (gr[j] * w[j]) - coef * xr[j], round);
     }
 }
 
@@ -88,20 +88,21 @@ static unsigned row_blocks(int64_t n) { return n < 65535 * 16 ? (unsigned)n : 65
 
 extern "C" void mt_cuda_launch_rmsnorm_forward(cudaStream_t s, float *out, float *rstd,
                                                const float *x, const float *w, int64_t n,
-                                               int64_t dim, float eps)
+                                               int64_t dim, float eps, bool round)
 {
     MT_CUDA_REQUIRE(n >= 0 && dim > 0, "rmsnorm_forward", "n=%lld dim=%lld", (long long)n,
                     (long long)dim);
     if (n == 0)
         return;
-    mt_k_rmsnorm_forward<<<row_blocks(n), ROW_THREADS, 0, s>>>(out, rstd, x, w, n, dim, eps);
+    mt_k_rmsnorm_forward<<<row_blocks(n), ROW_THREADS, 0, s>>>(out, rstd, x, w, n, dim, eps,
+                                                               round);
     MT_CUDA_LAUNCH_CHECK("rmsnorm_forward");
 }
 
 extern "C" void mt_cuda_launch_rmsnorm_backward(cudaStream_t s, float *dx, float *dw,
                                                 const float *dout, const float *x,
                                                 const float *w, const float *rstd, int64_t n,
-                                                int64_t dim)
+                                                int64_t dim, bool round)
 {
     MT_CUDA_REQUIRE(n >= 0 && dim > 0, "rmsnorm_backward", "n=%lld dim=%lld", (long long)n,
                     (long long)dim);
@@ -118,6 +119,7 @@ extern "C" void mt_cuda_launch_rmsnorm_backward(cudaStream_t s, float *dx, float
     mt_k_rmsnorm_dw_finish<<<(unsigned)((dim + 255) / 256), 256, 0, s>>>(dw, partial, nchunks,
                                                                          dim);
     MT_CUDA_LAUNCH_CHECK("rmsnorm_dw_finish");
-    mt_k_rmsnorm_backward_dx<<<row_blocks(n), ROW_THREADS, 0, s>>>(dx, dout, x, w, rstd, n, dim);
+    mt_k_rmsnorm_backward_dx<<<row_blocks(n), ROW_THREADS, 0, s>>>(dx, dout, x, w, rstd, n, dim,
+                                                                   round);
     MT_CUDA_LAUNCH_CHECK("rmsnorm_backward_dx");
 }

@@ -13,7 +13,7 @@
 /* ------------------------------------------------------------------ kernels */
 
 __global__ void mt_k_rope(float *x, const int32_t *pos, int64_t n_tokens, int64_t n_heads,
-                          int64_t head_dim, double theta, double sign)
+                          int64_t head_dim, double theta, double sign, bool round)
 {
     const int64_t half = head_dim / 2;
     const int64_t total = n_tokens * n_heads * half;
@@ -27,8 +27,8 @@ __global__ void mt_k_rope(float *x, const int32_t *pos, int64_t n_tokens, int64_
         const float cs = (float)ca, sn = (float)(sign * sa);
         float *x1 = x + th * head_dim, *x2 = x1 + half;
         const float a = x1[i], b = x2[i];
-        x1[i] = a * cs - b * sn;
-        x2[i] = b * cs + a * sn;
+        x1[i] = mt_bf16_if(a * cs - b * sn, round);
+        x2[i] = mt_bf16_if(b * cs + a * sn, round);
     }
 }
 
@@ -36,7 +36,7 @@ __global__ void mt_k_rope(float *x, const int32_t *pos, int64_t n_tokens, int64_
 
 extern "C" void mt_cuda_launch_rope(cudaStream_t s, float *x, const int32_t *pos,
                                     int64_t n_tokens, int64_t n_heads, int64_t head_dim,
-                                    double theta, double sign)
+                                    double theta, double sign, bool round)
 {
     MT_CUDA_REQUIRE(head_dim > 0 && head_dim % 2 == 0 && n_tokens >= 0 && n_heads >= 0, "rope",
                     "head_dim=%lld (must be even) n_tokens=%lld n_heads=%lld",
@@ -46,6 +46,6 @@ extern "C" void mt_cuda_launch_rope(cudaStream_t s, float *x, const int32_t *pos
     if (total == 0)
         return;
     mt_k_rope<<<mt_cuda_blocks(total, 256), 256, 0, s>>>(x, pos, n_tokens, n_heads, head_dim,
-                                                         theta, sign);
+                                                         theta, sign, round);
     MT_CUDA_LAUNCH_CHECK("rope");
 }

@@ -19,6 +19,7 @@
 #include "config.h"
 
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -202,7 +203,8 @@ static void g_device_free(void *p)
 
 /* A new table entry must be listed in backend_entries.def: a NULL entry
  * would crash the guarded test instead of telling it what went wrong. */
-_Static_assert(sizeof(mt_backend_t) == 39 * sizeof(void *),
+_Static_assert(offsetof(mt_backend_t, rounds_bf16) == 39 * sizeof(void *) &&
+                   sizeof(mt_backend_t) == 40 * sizeof(void *),
                "mt_backend_t changed: list the new entry in backend_entries.def and count it");
 
 static const mt_backend_t guarded = {
@@ -214,6 +216,8 @@ static const mt_backend_t guarded = {
 #undef MT_BACKEND_DOUBLE
     .device_alloc = g_device_alloc,
     .device_free = g_device_free,
+    .rounds_bf16 = false, /* it wraps the plain table: a bf16 model rounds in passes, which
+                           * gives the rounding table's bits (tests/device_guard.sh) */
 };
 
 const mt_backend_t *mt_backend_cpu_guarded(void)

@@ -10,6 +10,7 @@
 #define MT_KERNELS_CPU_INTERNAL_H
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +39,43 @@ static inline float mt_cpu_select(int c, float a, float b)
     float r;
     memcpy(&r, &ab, sizeof r);
     return r;
+}
+
+/* bf16 bits <-> float.  mt_cpu_f32_to_bf16 rounds to nearest even; a NaN
+ * stays a (quiet) NaN, infinities stay. */
+static inline float mt_cpu_bf16_to_f32(uint16_t h)
+{
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint16_t mt_cpu_f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* x, or with r the bf16 value nearest x (round_bf16's rounding): the
+ * store of a kernel on the rounding table (mt_backend_t.rounds_bf16).
+ * Integer selects, so loops calling it still vectorise. */
+static inline float mt_cpu_bf16_if(float x, int r)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    const uint32_t nan = (u >> 16 | 0x40u) << 16;
+    const uint32_t near = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    const uint32_t m = (uint32_t)0 - (uint32_t)((u & 0x7fffffffu) > 0x7f800000u);
+    const uint32_t k = (uint32_t)0 - (uint32_t)(r != 0);
+    const uint32_t v = (((nan & m) | (near & ~m)) & k) | (u & ~k);
+    float y;
+    memcpy(&y, &v, sizeof y);
+    return y;
 }
 
 /* exp(x) in float, written so the compiler can vectorise loops that call
@@ -164,7 +202,9 @@ static inline double mt_cpu_sum_f64(const float *x, int64_t n)
     return ((a0[0] + a1[0]) + (a0[1] + a1[1])) + tail;
 }
 
-/* The kernels, one family per file; kernels_cpu.c puts them in the table. */
+/* The kernels, one family per file; kernels_cpu.c puts them in the table.
+ * A trailing `round` rounds the activations the kernel writes to bf16
+ * (mt_cpu_bf16_if): true in the rounding table, mt_backend_cpu_bf16. */
 #define MT_CPU_HIDDEN __attribute__((visibility("hidden")))
 
 MT_CPU_HIDDEN void mt_cpu_embedding_forward(float *out, const int32_t *tokens, const float *table,
@@ -173,14 +213,16 @@ MT_CPU_HIDDEN void mt_cpu_embedding_backward(float *dtable, const float *dout,
                                              const int32_t *tokens, int64_t n_tokens,
                                              int64_t dim);
 MT_CPU_HIDDEN void mt_cpu_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w,
-                                          int64_t n, int64_t dim, float eps);
+                                          int64_t n, int64_t dim, float eps, bool round);
 MT_CPU_HIDDEN void mt_cpu_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x,
                                            const float *w, const float *rstd, int64_t n,
-                                           int64_t dim);
+                                           int64_t dim, bool round);
 MT_CPU_HIDDEN void mt_cpu_rope_forward(float *x, const int32_t *pos, int64_t n_tokens,
-                                       int64_t n_heads, int64_t head_dim, double theta);
+                                       int64_t n_heads, int64_t head_dim, double theta,
+                                       bool round);
 MT_CPU_HIDDEN void mt_cpu_rope_backward(float *dx, const int32_t *pos, int64_t n_tokens,
-                                        int64_t n_heads, int64_t head_dim, double theta);
+                                        int64_t n_heads, int64_t head_dim, double theta,
+                                        bool round);
 MT_CPU_HIDDEN void mt_cpu_attention_forward(float *out, float *lse, const float *q, const float *k,
                                             const float *v, const int32_t *doc_start, int64_t B,
                                             int64_t T, int64_t nh, int64_t nkv, int64_t hd);

@@ -76,7 +76,8 @@ static inline double dot3_f64(const float *restrict g, const float *restrict w,
 }
 
 void mt_cpu_rmsnorm_forward(float *restrict out, float *restrict rstd, const float *restrict x,
-                            const float *restrict w, int64_t n, int64_t dim, float eps)
+                            const float *restrict w, int64_t n, int64_t dim, float eps,
+                            bool round)
 {
     MT_CPU_REQUIRE(dim > 0, "rmsnorm_forward", "dim=%lld", (long long)dim);
 #pragma omp parallel for schedule(static) if (n * dim > MT_CPU_PAR_MIN)
@@ -86,16 +87,23 @@ void mt_cpu_rmsnorm_forward(float *restrict out, float *restrict rstd, const flo
         const double ms = mt_cpu_dot_f64(xr, NULL, dim) / (double)dim;
         const float r = (float)(1.0 / sqrt(ms + (double)eps));
         rstd[i] = r;
-        /* (x * rstd) * w: the order of Hugging Face's LlamaRMSNorm */
+        /* (x * rstd) * w: the order of Hugging Face's LlamaRMSNorm; the
+         * loop twice, so the plain one carries no rounding work */
+        if (round) {
 #pragma omp simd
-        for (int64_t j = 0; j < dim; j++)
-            yr[j] = (xr[j] * r) * w[j];
+            for (int64_t j = 0; j < dim; j++)
+                yr[j] = mt_cpu_bf16_if((xr[j] * r) * w[j], 1);
+        } else {
+#pragma omp simd
+            for (int64_t j = 0; j < dim; j++)
+                yr[j] = (xr[j] * r) * w[j];
+        }
     }
 }
 
 void mt_cpu_rmsnorm_backward(float *restrict dx, float *restrict dw, const float *restrict dout,
                              const float *restrict x, const float *restrict w,
-                             const float *restrict rstd, int64_t n, int64_t dim)
+                             const float *restrict rstd, int64_t n, int64_t dim, bool round)
 {
     MT_CPU_REQUIRE(dim > 0, "rmsnorm_backward", "dim=%lld", (long long)dim);
     const int par = n * dim > MT_CPU_PAR_MIN;
@@ -113,9 +121,15 @@ void mt_cpu_rmsnorm_backward(float *restrict dx, float *restrict dw, const float
             const double gx = dot3_f64(gr, w, xr, dim);
             const float coef = (float)(r * r * r * gx / (double)dim);
             const float rf = (float)r;
+            if (round) {
 #pragma omp simd
-            for (int64_t j = 0; j < dim; j++)
-                dr[j] = rf * (gr[j] * w[j]) - coef * xr[j];
+                for (int64_t j = 0; j < dim; j++)
+                    dr[j] = mt_cpu_bf16_if(rf * (gr[j] * w[j]) - coef * xr[j], 1);
+            } else {
+#pragma omp simd
+                for (int64_t j = 0; j < dim; j++)
+                    dr[j] = rf * (gr[j] * w[j]) - coef * xr[j];
+            }
         }
 
         /* dw_j += sum_i dout_ij x_ij rstd_i, rows in order per column */

@@ -22,7 +22,7 @@
 /* sign = +1 rotates by +a (forward), -1 by -a (backward: R(a)^T = R(-a)). */
 static void rope_apply(float *restrict x, const int32_t *restrict pos, int64_t n_tokens,
                        int64_t n_heads, int64_t head_dim, double theta, double sign,
-                       const char *kernel)
+                       bool round, const char *kernel)
 {
     MT_CPU_REQUIRE(head_dim > 0 && head_dim % 2 == 0 && head_dim <= ROPE_MAX_HEAD_DIM, kernel,
                    "head_dim=%lld must be even and <= %d", (long long)head_dim,
@@ -46,24 +46,33 @@ static void rope_apply(float *restrict x, const int32_t *restrict pos, int64_t n
         for (int64_t h = 0; h < n_heads; h++) {
             float *restrict x1 = x + t * row + h * head_dim;
             float *restrict x2 = x1 + half;
+            if (round) { /* twice, so the plain loop carries no rounding work */
 #pragma omp simd
-            for (int64_t i = 0; i < half; i++) {
-                const float a = x1[i], b = x2[i];
-                x1[i] = a * cs[i] - b * sn[i];
-                x2[i] = b * cs[i] + a * sn[i];
+                for (int64_t i = 0; i < half; i++) {
+                    const float a = x1[i], b = x2[i];
+                    x1[i] = mt_cpu_bf16_if(a * cs[i] - b * sn[i], 1);
+                    x2[i] = mt_cpu_bf16_if(b * cs[i] + a * sn[i], 1);
+                }
+            } else {
+#pragma omp simd
+                for (int64_t i = 0; i < half; i++) {
+                    const float a = x1[i], b = x2[i];
+                    x1[i] = a * cs[i] - b * sn[i];
+                    x2[i] = b * cs[i] + a * sn[i];
+                }
             }
         }
     }
 }
 
 void mt_cpu_rope_forward(float *x, const int32_t *pos, int64_t n_tokens, int64_t n_heads,
-                         int64_t head_dim, double theta)
+                         int64_t head_dim, double theta, bool round)
 {
-    rope_apply(x, pos, n_tokens, n_heads, head_dim, theta, 1.0, "rope_forward");
+    rope_apply(x, pos, n_tokens, n_heads, head_dim, theta, 1.0, round, "rope_forward");
 }
 
 void mt_cpu_rope_backward(float *dx, const int32_t *pos, int64_t n_tokens, int64_t n_heads,
-                          int64_t head_dim, double theta)
+                          int64_t head_dim, double theta, bool round)
 {
-    rope_apply(dx, pos, n_tokens, n_heads, head_dim, theta, -1.0, "rope_backward");
+    rope_apply(dx, pos, n_tokens, n_heads, head_dim, theta, -1.0, round, "rope_backward");
 }

@@ -13,6 +13,7 @@
  * step goes).  One inner backend per process. */
 #include "config.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,7 +112,8 @@ static void p_matmul_shaped(float *c, const float *a, const float *b, int64_t m,
 static void *p_device_alloc(size_t bytes) { return inner->device_alloc(bytes); }
 static void p_device_free(void *p) { inner->device_free(p); }
 
-_Static_assert(sizeof(mt_backend_t) == 39 * sizeof(void *),
+_Static_assert(offsetof(mt_backend_t, rounds_bf16) == 39 * sizeof(void *) &&
+                   sizeof(mt_backend_t) == 40 * sizeof(void *),
                "mt_backend_t changed: list the new entry in backend_entries.def and count it");
 
 static mt_backend_t profiled = {
@@ -134,6 +136,7 @@ const mt_backend_t *mt_backend_profiled(const mt_backend_t *be)
         inner = be;
         profiled.name = name;
         profiled.matmul = p_matmul_shaped;
+        profiled.rounds_bf16 = be->rounds_bf16; /* the inner entries round */
     }
     return &profiled;
 }

@@ -199,11 +199,11 @@ static void norm_in(const mt_model_t *m, float *out, float *rstd, const float *x
 {
     if (!m->sp) {
         m->be->rmsnorm_forward(out, rstd, x, w, m->N, m->H, m->eps);
-        mt_model_round(m, out, m->N * m->H);
+        mt_model_round_out(m, out, m->N * m->H);
         return;
     }
     m->be->rmsnorm_forward(m->dtmp, rstd, x, w, m->Ns, m->H, m->eps);
-    mt_model_round(m, m->dtmp, m->Ns * m->H);
+    mt_model_round_out(m, m->dtmp, m->Ns * m->H);
     m->tp_allreduce(m->tp_ctx, m->dtmp, out, m->Ns * m->H, MT_TP_GATHER_FLOAT);
 }
 
@@ -216,7 +216,7 @@ static const float *norm_in_kept(const mt_model_t *m, float *out, float *rstd, c
                                  const float *w)
 {
     m->be->rmsnorm_forward(out, rstd, x, w, m->Ns, m->H, m->eps);
-    mt_model_round(m, out, m->Ns * m->H);
+    mt_model_round_out(m, out, m->Ns * m->H);
     if (!m->sp)
         return out;
     m->tp_allreduce(m->tp_ctx, out, m->gather, m->Ns * m->H, MT_TP_GATHER_FLOAT);
@@ -244,16 +244,20 @@ static const float *regather(const mt_model_t *m, const float *kept)
 }
 
 /* A norm's backward over this rank's Ns tokens from d, the whole
- * gradient of their outputs; the result goes into dx [Ns,H] (= or +=). */
+ * gradient of their outputs; the result goes into dx [Ns,H] (= or +=).
+ * Under bf16 the norm's gradient is rounded before it is added, as the
+ * rounding table's kernel leaves it, and the sum again. */
 static void norm_backward(mt_model_t *m, float *dx, bool accumulate, const float *d, float *dw,
                           const float *x, const float *w, const float *rstd)
 {
     int64_t H = m->H, Ns = m->Ns;
     float *out = accumulate ? m->dtmp : dx;
     m->be->rmsnorm_backward(out, dw, d, x, w, rstd, Ns, H);
-    if (accumulate)
+    mt_model_round_out(m, out, Ns * H);
+    if (accumulate) {
         m->be->add(dx, m->dtmp, Ns * H);
-    mt_model_round(m, dx, Ns * H);
+        mt_model_round(m, dx, Ns * H);
+    }
 }
 
 /* Backward of norm_in, in two halves so that work can run between them.
@@ -419,8 +423,8 @@ static void layer_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, 
         linear(m, a->k_raw, h1, p->wk);
         be->rmsnorm_forward(a->q, a->q_rstd, a->q_raw, p->q_norm->data, N * m->nh, m->hd, m->eps);
         be->rmsnorm_forward(a->k, a->k_rstd, a->k_raw, p->k_norm->data, N * m->nkv, m->hd, m->eps);
-        mt_model_round(m, a->q, N * m->nh * m->hd);
-        mt_model_round(m, a->k, N * m->nkv * m->hd);
+        mt_model_round_out(m, a->q, N * m->nh * m->hd);
+        mt_model_round_out(m, a->k, N * m->nkv * m->hd);
     } else {
         linear(m, a->q, h1, p->wq);
         linear(m, a->k, h1, p->wk);
@@ -428,20 +432,22 @@ static void layer_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, 
     linear(m, a->v, h1, p->wv);
     be->rope_forward(a->q, m->pos, N, m->nh, m->hd, m->theta);
     be->rope_forward(a->k, m->pos, N, m->nkv, m->hd, m->theta);
-    mt_model_round(m, a->q, N * m->nh * m->hd);
-    mt_model_round(m, a->k, N * m->nkv * m->hd);
-    if (m->attn_forward) /* context parallelism: ring attention over the CP group */
+    mt_model_round_out(m, a->q, N * m->nh * m->hd);
+    mt_model_round_out(m, a->k, N * m->nkv * m->hd);
+    if (m->attn_forward) { /* context parallelism: ring attention over the CP group */
         m->attn_forward(m->attn_ctx, a->att, a->lse, a->q, a->k, a->v, m->doc_start, m->B, m->T,
                         m->nh, m->nkv, m->hd);
-    else
+        mt_model_round(m, a->att, N * m->nh * m->hd);
+    } else {
         be->attention_forward(a->att, a->lse, a->q, a->k, a->v, m->doc_start, m->B, m->T, m->nh,
                               m->nkv, m->hd);
-    mt_model_round(m, a->att, N * m->nh * m->hd);
+        mt_model_round_out(m, a->att, N * m->nh * m->hd);
+    }
     row_parallel_residual(m, a->x_mid, a->x, a->att, p->wo); /* x_mid = x + att Wo^T */
 
     if (p->router) { /* a MoE layer (model_moe.c): no gather, see moe_forward */
         be->rmsnorm_forward(a->h2, a->rstd2, a->x_mid, p->mlp_norm->data, m->Ns, m->H, m->eps);
-        mt_model_round(m, a->h2, m->Ns * m->H);
+        mt_model_round_out(m, a->h2, m->Ns * m->H);
         moe_forward(m, l, a, x_out);
         return;
     }
@@ -449,7 +455,7 @@ static void layer_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, 
     linear(m, a->g, h2, p->wgate);
     linear(m, a->u, h2, p->wup);
     be->swiglu_forward(a->a, a->g, a->u, N * m->I);
-    mt_model_round(m, a->a, N * m->I);
+    mt_model_round_out(m, a->a, N * m->I);
     row_parallel_residual(m, x_out, a->x_mid, a->a, p->wdown);
 }
 
@@ -484,8 +490,8 @@ static void layer_backward(mt_model_t *m, int l, mt_layer_acts_t *a, bool defer)
         }
         mt_model_round(m, m->dI, N * m->I);
         be->swiglu_backward(a->g, a->u, m->dI, a->g, a->u, N * m->I);  /* g, u <- dg, du */
-        mt_model_round(m, a->g, N * m->I);
-        mt_model_round(m, a->u, N * m->I);
+        mt_model_round_out(m, a->g, N * m->I);
+        mt_model_round_out(m, a->u, N * m->I);
         float *dy[2] = {a->g, a->u};
         mt_param_t *w[2] = {p->wgate, p->wup};
         column_backward(m, 2, dy, w, a->h2, defer, p->mlp_norm, a->x_mid, a->rstd2); /* d x_mid */
@@ -500,27 +506,31 @@ static void layer_backward(mt_model_t *m, int l, mt_layer_acts_t *a, bool defer)
         linear_backward(m, m->datt, 0.0f, dout, a->att, p->wo);
     }
     mt_model_round(m, m->datt, N * Q);
-    if (m->attn_backward)
+    if (m->attn_backward) {
         m->attn_backward(m->attn_ctx, m->dq, m->dk, m->dv, m->datt, a->att, a->lse, a->q, a->k,
                          a->v, m->doc_start, m->B, m->T, m->nh, m->nkv, m->hd);
-    else
+        mt_model_round(m, m->dq, N * Q);
+        mt_model_round(m, m->dk, N * KV);
+        mt_model_round(m, m->dv, N * KV);
+    } else {
         be->attention_backward(m->dq, m->dk, m->dv, m->datt, a->att, a->lse, a->q, a->k, a->v,
                                m->doc_start, m->B, m->T, m->nh, m->nkv, m->hd);
-    mt_model_round(m, m->dq, N * Q);
-    mt_model_round(m, m->dk, N * KV);
-    mt_model_round(m, m->dv, N * KV);
+        mt_model_round_out(m, m->dq, N * Q);
+        mt_model_round_out(m, m->dk, N * KV);
+        mt_model_round_out(m, m->dv, N * KV);
+    }
     be->rope_backward(m->dq, m->pos, N, m->nh, m->hd, m->theta);
     be->rope_backward(m->dk, m->pos, N, m->nkv, m->hd, m->theta);
-    mt_model_round(m, m->dq, N * Q);
-    mt_model_round(m, m->dk, N * KV);
+    mt_model_round_out(m, m->dq, N * Q);
+    mt_model_round_out(m, m->dk, N * KV);
     if (m->qk_norm) { /* dq, dk are w.r.t. the normed q, k: back through the norms */
         be->rmsnorm_backward(m->datt, p->q_norm->grad, m->dq, a->q_raw, p->q_norm->data, a->q_rstd,
                              N * m->nh, m->hd);
-        mt_model_round(m, m->datt, N * Q);
+        mt_model_round_out(m, m->datt, N * Q);
         keep(m, m->dq, m->datt, N * m->nh * m->hd);
         be->rmsnorm_backward(m->datt, p->k_norm->grad, m->dk, a->k_raw, p->k_norm->data, a->k_rstd,
                              N * m->nkv, m->hd);
-        mt_model_round(m, m->datt, N * KV);
+        mt_model_round_out(m, m->datt, N * KV);
         keep(m, m->dk, m->datt, N * m->nkv * m->hd);
     }
     if (defer) {

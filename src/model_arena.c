@@ -260,6 +260,9 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
     m->checkpointing = cfg->distributed.activation_checkpointing;
     m->bf16 = cfg->distributed.mp_policy.param_dtype == MT_DTYPE_BFLOAT16;
     m->x_bf16 = m->bf16 && m->checkpointing; /* the residual stream holds bf16 values */
+    if (be->rounds_bf16 && !m->bf16)
+        MT_FAIL(MT_ERR_CONFIG, "the %s backend rounds activations to bf16: it serves "
+                "mp_policy.param_dtype bfloat16 only", be->name);
     m->B = B, m->T = T, m->N = B * T;
     m->sp = m->tp > 1 && cfg->distributed.sequence_parallel;
     m->Ns = m->sp ? m->N / m->tp : m->N;

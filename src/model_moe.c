@@ -625,7 +625,7 @@ void mt_moe_forward(mt_model_t *m, int l, const float *h, const float *res, floa
         mt_model_round(m, a->sg, N * x->Is);
         mt_model_round(m, a->su, N * x->Is);
         be->swiglu_forward(a->sa, a->sg, a->su, N * x->Is);
-        mt_model_round(m, a->sa, N * x->Is);
+        mt_model_round_out(m, a->sa, N * x->Is);
     }
     exchange_end(m, sent);
 
@@ -660,7 +660,7 @@ void mt_moe_forward(mt_model_t *m, int l, const float *h, const float *res, floa
             mt_model_round(m, a->g + o * Im, n * Im);
             mt_model_round(m, a->u + o * Im, n * Im);
             be->swiglu_forward(a->a + o * Im, a->g + o * Im, a->u + o * Im, n * Im);
-            mt_model_round(m, a->a + o * Im, n * Im);
+            mt_model_round_out(m, a->a + o * Im, n * Im);
             be->matmul(x->ye + o * H, a->a + o * Im, expert_w(x, l, e, 2)->data, n, H, Im, false,
                        true, 0.0f);
         }
@@ -703,8 +703,8 @@ void mt_moe_backward(mt_model_t *m, int l, const float *h, const float *dout, fl
         be->matmul(a->sa, dout, p->wdown->data, N, Is, H, false, false, 0.0f);
         mt_model_round(m, a->sa, N * Is);
         be->swiglu_backward(a->sg, a->su, a->sa, a->sg, a->su, N * Is); /* sg, su <- d */
-        mt_model_round(m, a->sg, N * Is);
-        mt_model_round(m, a->su, N * Is);
+        mt_model_round_out(m, a->sg, N * Is);
+        mt_model_round_out(m, a->su, N * Is);
         be->matmul(p->wgate->grad, a->sg, h, Is, H, N, true, false, 1.0f);
         be->matmul(p->wup->grad, a->su, h, Is, H, N, true, false, 1.0f);
     }
@@ -723,8 +723,8 @@ void mt_moe_backward(mt_model_t *m, int l, const float *h, const float *dout, fl
             be->matmul(wd->grad, dy, a->a + o * Im, H, Im, n, true, false, 1.0f);
             mt_model_round(m, x->da, n * Im);
             be->swiglu_backward(g, u, x->da, g, u, n * Im); /* g, u <- dg, du */
-            mt_model_round(m, g, n * Im);
-            mt_model_round(m, u, n * Im);
+            mt_model_round_out(m, g, n * Im);
+            mt_model_round_out(m, u, n * Im);
             be->matmul(wg->grad, g, xe, Im, H, n, true, false, 1.0f);
             be->matmul(wu->grad, u, xe, Im, H, n, true, false, 1.0f);
             /* dy is no longer needed: the input gradient takes its rows */

@@ -246,10 +246,27 @@ struct mt_backend {
      * each; activation checkpointing keeps its layer inputs this way. */
     void (*to_bf16)(uint16_t *dst, const float *src, int64_t n);
     void (*from_bf16)(float *dst, const uint16_t *src, int64_t n);
+
+    /* ---- appended for fused rounding (issue 8, doc/mixed-precision.md) ----
+     * true on the tables the model takes for bf16 mixed precision
+     * (mt_backend_cpu_bf16, mt_backend_cuda_bf16): these entries round
+     * the activations they write to bf16 values as round_bf16 does, in
+     * the kernel's own store, instead of leaving a pass over the tensor to
+     * the caller:
+     *   rmsnorm_forward (out; rstd stays fp32), rmsnorm_backward (dx; dw
+     *   is a gradient, fp32), rope_forward, rope_backward, swiglu_forward,
+     *   swiglu_backward (dgate, dup), attention_forward (out; lse fp32),
+     *   attention_backward (dq, dk, dv).
+     * Each writes exactly round_bf16 of what the plain table writes; every
+     * other entry is the plain one's.  false: nothing is rounded. */
+    bool rounds_bf16;
 };
 
 /* The CPU reference backend. */
 const mt_backend_t *mt_backend_cpu(void);
+/* The same with rounds_bf16 (name "cpu_bf16"): the table the model takes
+ * for bf16 mixed precision on the CPU. */
+const mt_backend_t *mt_backend_cpu_bf16(void);
 
 /* The CPU backend with a guard, for tests (kernels_cpu_guard.c): the same
  * kernels, but device_alloc returns mmap'd pages that are PROT_NONE except

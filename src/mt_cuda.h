@@ -145,8 +145,13 @@ const mt_backend_t *mt_backend_cuda(void);
  *   attention_backward  P and dS rounded to bf16 before their products,
  *                       fp32 softmax and accumulators; head dims 64 and
  *                       128 (others, and devices below sm_80: the fp32
- *                       kernels).
- * Inputs that are not bf16 values are rounded to bf16 by these entries.
+ *                       kernels);
+ *   rmsnorm, rope,      rounds_bf16: the activations these entries and
+ *   swiglu (forward     attention write are rounded to bf16 in the
+ *   and backward)       kernels' stores, the bytes of the cuda table's
+ *                       entry followed by its round_bf16 (mt_backend.h).
+ * Inputs that are not bf16 values are rounded to bf16 by matmul and
+ * attention.
  * Results differ from the CPU backend's by the bounds of doc/gpu.md. */
 const mt_backend_t *mt_backend_cuda_bf16(void);
 

@@ -34,7 +34,7 @@ extern "C" {
 #endif
 
 /* true when MPI may not be handed be's memory directly: every backend but
- * the plain CPU one. */
+ * the plain CPU ones (cpu, cpu_bf16). */
 bool mt_stage_needed(const mt_backend_t *be);
 
 /* A host buffer for blocking staged collectives, grown on demand (and

@@ -13,7 +13,10 @@
 #define CS ((cudaStream_t)mt_cuda_stream())
 #endif
 
-bool mt_stage_needed(const mt_backend_t *be) { return be != mt_backend_cpu(); }
+bool mt_stage_needed(const mt_backend_t *be)
+{
+    return be != mt_backend_cpu() && be != mt_backend_cpu_bf16();
+}
 
 mt_status_t mt_stage_join(void *ticket)
 {

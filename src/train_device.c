@@ -98,7 +98,9 @@ mt_status_t mt_train_device_init(mt_train_device_t *d, const mt_config_t *cfg,
                                  const mt_mesh_t *mesh)
 {
     memset(d, 0, sizeof *d);
-    d->be = mt_backend_cpu();
+    /* bf16 compute: the table whose kernels round their outputs (mt_backend.h) */
+    d->be = cfg->distributed.mp_policy.param_dtype == MT_DTYPE_BFLOAT16 ? mt_backend_cpu_bf16()
+                                                                       : mt_backend_cpu();
     if (cfg->distributed.device == MT_DEVICE_CPU_GUARDED)
         d->be = mt_backend_cpu_guarded();
     if (cfg->distributed.device == MT_DEVICE_CUDA) {

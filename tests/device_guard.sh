@@ -30,6 +30,10 @@
 #    on 4 ranks (ring attention in the MoE model, the experts sharded over
 #    their 2 replicas, the routing totals summed over cp), bit for bit
 #    with the aux loss;
+#  - bf16 mixed precision, where the plain run's table (cpu_bf16) rounds
+#    activations inside its kernels and the guarded one (which wraps the
+#    plain cpu table) in passes after them: fsdp2 and zero 2 above, and a
+#    1-rank MoE with qk_norm, bit for bit;
 #  - the kernel profiler (MESHTRAIN_PROFILE=1, kernels_profile.c), which
 #    wraps the backend too: ddp 2 profiled is bit for bit the plain run,
 #    and it counts whole steps past the first: 3 steps count twice the
@@ -112,6 +116,11 @@ common="$common step_scheduler.max_steps=3 step_scheduler.ckpt_every_steps=3"
 moe_mesh mep 2 distributed.ep_size=2
 moe_mesh mddp 2 distributed.strategy=ddp
 moe_mesh mcpep 4 distributed.cp_size=2 distributed.ep_size=2
+# bf16 with qk_norm: the plain run's table rounds inside its kernels
+# (cpu_bf16), the guarded one's in passes after them (the guard wraps the
+# plain table), through the routed and shared experts' SwiGLU and the q/k
+# norms: the same bits
+moe_mesh mbf 1 $bf model.qk_norm=true
 
 common="$parity_common checkpoint.enabled=false"
 app= # meshtrain-dense again

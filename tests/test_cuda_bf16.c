@@ -1,7 +1,11 @@
 /* test_cuda_bf16: the bf16-numerics CUDA table (mt_backend_cuda_bf16)
  * against the CPU backend, on inputs that hold bf16 values (as the model
  * gives them under mp_policy.param_dtype bfloat16):
- *  - the table is the cuda one except name, matmul and attention;
+ *  - the table is the cuda one except name, matmul, attention and the
+ *    entries that round (rounds_bf16: RMSNorm, RoPE, SwiGLU);
+ *  - those entries write the bytes of the cuda table's entry followed by
+ *    its round_bf16 pass (rstd and dw untouched), SwiGLU's backward also in
+ *    place, with a NaN among the inputs;
  *  - matmul (cuBLAS, CUBLAS_COMPUTE_32F_FAST_16BF): the four transpose
  *    combinations, beta 0 (C NaN: must not be read) and 1, odd sizes,
  *    k = 0, and two runs giving the same bytes;
@@ -10,8 +14,9 @@
  *    multiple of the 64-row tile, one token, head dims 64 and 128; the
  *    backward from the CPU's out/lse (each half alone) and from the GPU's
  *    own (the chain training runs); forward and backward twice, same
- *    bytes; head dim 48 falls back to the fp32 kernels and must equal
- *    mt_backend_cuda()'s bits.
+ *    bytes; out, dq, dk and dv are bf16 values (rounded as they are
+ *    stored); head dim 48 falls back to the fp32 kernels and must equal
+ *    mt_backend_cuda()'s bits rounded by its round_bf16.
  * Exits 77 (skip) without a CUDA device (the build machines): there it
  * proves that the test builds and links.  One file, so mt_test.h's
  * counters are all of it and reach the exit code directly (the
@@ -24,7 +29,8 @@
  *    rounding: a few fp32 ulps per addition, k <= 257 here), so the
  *    difference is fp32 summation order, 1e-5-ish; 1e-4 still catches a
  *    bf16-rounded result (>= u/2 = 2e-3) or a wrong transpose (O(1));
- *  - attention out, dq, dk, dv 1.6e-2 = 4u: P (for P V and P^T dO) and
+ *  - attention out, dq, dk, dv 1.6e-2 = 4u (the rounding of the outputs
+ *    as they are stored is one more u at most): P (for P V and P^T dO) and
  *    dS (for dS K and dS^T Q) are rounded to bf16, at most u relative
  *    per term; independent errors over a row's terms give ~u/sqrt(3) =
  *    2.3e-3 of the result for random inputs (the host emulation of
@@ -32,7 +38,9 @@
  *    for the tails and for cancellation in dS; a missed or extra key
  *    tile is O(1/T) of a row and larger than that at these T;
  *  - lse 1e-4: the scores and the row sum are fp32 (l adds the fp32 P);
- *  - fallback (hd 48): bitwise equal to the fp32 CUDA table.
+ *  - fallback (hd 48): bitwise equal to the fp32 CUDA table and its
+ *    rounding pass; against the CPU's fp32 4e-3 (out, dq, dk, dv: the
+ *    fp32 kernels' 2e-5 and the rounding's u) and 2e-5 (lse).
  * Set MT_TEST_VERBOSE=1 to print every measured error. */
 #include "test_cuda_kernels.h"
 
@@ -59,15 +67,116 @@ static void test_table(void)
     const mt_backend_t *c = mt_backend_cuda(), *b = mt_backend_cuda_bf16();
     CHECK(b != NULL && b != c, "mt_backend_cuda_bf16 is its own table");
     CHECK(strcmp(b->name, "cuda_bf16") == 0, "name %s", b->name);
+    CHECK(b->rounds_bf16 && !c->rounds_bf16, "rounds_bf16: cuda %d, cuda_bf16 %d",
+          c->rounds_bf16, b->rounds_bf16);
     CHECK(b->matmul != c->matmul && b->attention_forward != c->attention_forward &&
               b->attention_backward != c->attention_backward,
           "matmul and attention are replaced");
+    CHECK(b->rmsnorm_forward != c->rmsnorm_forward &&
+              b->rmsnorm_backward != c->rmsnorm_backward && b->rope_forward != c->rope_forward &&
+              b->rope_backward != c->rope_backward && b->swiglu_forward != c->swiglu_forward &&
+              b->swiglu_backward != c->swiglu_backward,
+          "the rounding entries are replaced");
     mt_backend_t x = *c, y = *b;
     x.name = y.name = NULL;
     x.matmul = y.matmul = NULL;
     x.attention_forward = y.attention_forward = NULL;
     x.attention_backward = y.attention_backward = NULL;
+    x.rmsnorm_forward = y.rmsnorm_forward = NULL;
+    x.rmsnorm_backward = y.rmsnorm_backward = NULL;
+    x.rope_forward = y.rope_forward = NULL;
+    x.rope_backward = y.rope_backward = NULL;
+    x.swiglu_forward = y.swiglu_forward = NULL;
+    x.swiglu_backward = y.swiglu_backward = NULL;
+    x.rounds_bf16 = y.rounds_bf16 = false;
     CHECK(memcmp(&x, &y, sizeof x) == 0, "every other entry is the cuda table's");
+}
+
+/* the bf16 table's d_got against the cuda table's d_plain rounded by the
+ * cuda table's own round_bf16 pass (d_plain is rounded in place) */
+static void check_rounded(const char *what, const float *d_got, float *d_plain, int64_t n)
+{
+    mt_backend_cuda()->round_bf16(d_plain, n);
+    float *g = tc_down(d_got, F(n)), *w = tc_down(d_plain, F(n));
+    CHECK_SAME_BYTES(what, g, w, F(n));
+    free(g), free(w);
+}
+
+static void check_same(const char *what, const float *d_a, const float *d_b, int64_t n)
+{
+    float *a = tc_down(d_a, F(n)), *b = tc_down(d_b, F(n));
+    CHECK_SAME_BYTES(what, a, b, F(n));
+    free(a), free(b);
+}
+
+/* RMSNorm, RoPE and SwiGLU round in their stores: the bytes of the cuda
+ * table's kernel and then its rounding pass */
+static void test_rounding_entries(uint64_t *s)
+{
+    const mt_backend_t *c = mt_backend_cuda(), *b = tc_gpu;
+    const int64_t n = 300, dim = 136, nh = 3, hd = 64, ntok = 41, ne = 70001;
+    float *x = tc_rand(s, n * dim, 3.0f), *w = tc_rand(s, dim, 2.0f);
+    x[5 * dim + 7] = NAN; /* a NaN row: NaN out, both ways */
+    float *d_x = tc_up(x, F(n * dim)), *d_w = tc_up(w, F(dim));
+    float *d_dout = tc_up(tc_rand(s, n * dim, 1.0f), F(n * dim));
+    float *o1 = tc_dev(F(n * dim)), *o2 = tc_dev(F(n * dim)), *r1 = tc_dev(F(n)),
+          *r2 = tc_dev(F(n)), *dw1 = tc_dev(F(dim)), *dw2 = tc_dev(F(dim));
+    c->rmsnorm_forward(o1, r1, d_x, d_w, n, dim, 1e-6f);
+    b->rmsnorm_forward(o2, r2, d_x, d_w, n, dim, 1e-6f);
+    check_same("rmsnorm_forward rstd, bf16 table", r2, r1, n);
+    check_rounded("rmsnorm_forward out, bf16 table", o2, o1, n * dim);
+    c->zero(dw1, F(dim)), c->zero(dw2, F(dim));
+    c->rmsnorm_backward(o1, dw1, d_dout, d_x, d_w, r1, n, dim);
+    b->rmsnorm_backward(o2, dw2, d_dout, d_x, d_w, r1, n, dim);
+    check_same("rmsnorm_backward dw, bf16 table", dw2, dw1, dim);
+    check_rounded("rmsnorm_backward dx, bf16 table", o2, o1, n * dim);
+
+    int32_t pos[41];
+    for (int i = 0; i < ntok; i++)
+        pos[i] = (int32_t)(tc_rng_next(s) % 9000);
+    int32_t *d_pos = tc_up(pos, sizeof pos);
+    float *q = tc_rand(s, ntok * nh * hd, 4.0f);
+    float *q1 = tc_up(q, F(ntok * nh * hd)), *q2 = tc_up(q, F(ntok * nh * hd));
+    c->rope_forward(q1, d_pos, ntok, nh, hd, 10000.0);
+    b->rope_forward(q2, d_pos, ntok, nh, hd, 10000.0);
+    check_rounded("rope_forward, bf16 table", q2, q1, ntok * nh * hd);
+    c->copy(q2, q1, F(ntok * nh * hd));
+    c->rope_backward(q1, d_pos, ntok, nh, hd, 500000.0);
+    b->rope_backward(q2, d_pos, ntok, nh, hd, 500000.0);
+    check_rounded("rope_backward, bf16 table", q2, q1, ntok * nh * hd);
+
+    float *g = tc_rand(s, ne, 8.0f);
+    g[ne / 2] = NAN;
+    float *d_g = tc_up(g, F(ne)), *d_u = tc_up(tc_rand(s, ne, 2.0f), F(ne));
+    float *d_d = tc_up(tc_rand(s, ne, 1.0f), F(ne));
+    float *s1 = tc_dev(F(ne)), *s2 = tc_dev(F(ne)), *t1 = tc_dev(F(ne)), *t2 = tc_dev(F(ne));
+    c->swiglu_forward(s1, d_g, d_u, ne);
+    b->swiglu_forward(s2, d_g, d_u, ne);
+    check_rounded("swiglu_forward, bf16 table", s2, s1, ne);
+    c->swiglu_backward(s1, t1, d_d, d_g, d_u, ne);
+    b->swiglu_backward(s2, t2, d_d, d_g, d_u, ne);
+    float *gi = tc_dev(F(ne)), *ui = tc_dev(F(ne)); /* in place, as the model runs it */
+    c->copy(gi, d_g, F(ne)), c->copy(ui, d_u, F(ne));
+    b->swiglu_backward(gi, ui, d_d, gi, ui, ne);
+    check_same("swiglu_backward in place dgate, bf16 table", gi, s2, ne);
+    check_same("swiglu_backward in place dup, bf16 table", ui, t2, ne);
+    check_rounded("swiglu_backward dgate, bf16 table", s2, s1, ne);
+    check_rounded("swiglu_backward dup, bf16 table", t2, t1, ne);
+    free(x), free(w), free(q), free(g);
+    mt_cuda_arena_reset(&tc_arena);
+}
+
+/* every element a bf16 value (NaN aside): the kernel rounded its store */
+static void check_bf16_values(const char *what, const char *tag, const float *x, int64_t n)
+{
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], sizeof u);
+        bad += (u & 0xffffu) != 0 && !isnan(x[i]);
+    }
+    CHECK(bad == 0, "%s %s: %lld of %lld elements are not bf16 values", what, tag,
+          (long long)bad, (long long)n);
 }
 
 static void test_matmul(uint64_t *s)
@@ -128,7 +237,7 @@ static void attention_case(uint64_t *s, int64_t B, int64_t T, int64_t nh, int64_
     if (tc_verbose)
         printf(" bf16 attention %s\n", tag);
     const bool tc = hd == 64 || hd == 128; /* else the fp32 fallback */
-    const double tol = tc ? ATT_TOL : 2e-5, ltol = tc ? LSE_TOL : 2e-5;
+    const double tol = tc ? ATT_TOL : 4e-3, ltol = tc ? LSE_TOL : 2e-5;
     const int64_t nq = B * T * nh * hd, nk = B * T * nkv * hd, nl = B * nh * T;
     float *q = rand_bf16(s, nq, 1.0f), *k = rand_bf16(s, nk, 1.0f), *v = rand_bf16(s, nk, 1.0f);
     float *dout = rand_bf16(s, nq, 1.0f);
@@ -164,6 +273,10 @@ static void attention_case(uint64_t *s, int64_t B, int64_t T, int64_t nh, int64_
     check_att("bf16 attention dq", tag, g_dq, dq, nq, tol);
     check_att("bf16 attention dk", tag, g_dk, dk, nk, tol);
     check_att("bf16 attention dv", tag, g_dv, dv, nk, tol);
+    check_bf16_values("bf16 attention out", tag, g_out, nq);
+    check_bf16_values("bf16 attention dq", tag, g_dq, nq);
+    check_bf16_values("bf16 attention dk", tag, g_dk, nk);
+    check_bf16_values("bf16 attention dv", tag, g_dv, nk);
 
     /* determinism: forward and backward again, same bytes */
     char what[160];
@@ -187,9 +300,10 @@ static void attention_case(uint64_t *s, int64_t B, int64_t T, int64_t nh, int64_
     check_att("bf16 attention chain dk", tag, x_dk, dk, nk, tol);
     check_att("bf16 attention chain dv", tag, x_dv, dv, nk, tol);
 
-    if (!tc) { /* the fallback is the fp32 table's kernel, bit for bit */
+    if (!tc) { /* the fallback is the fp32 table's kernel and rounding, bit for bit */
         const mt_backend_t *f32 = mt_backend_cuda();
         f32->attention_forward(d_out, d_lse, d_q, d_k, d_v, d_doc, B, T, nh, nkv, hd);
+        f32->round_bf16(d_out, nq);
         float *f_out = tc_down(d_out, F(nq));
         snprintf(what, sizeof what, "bf16 attention fallback = fp32 table %s", tag);
         CHECK_SAME_BYTES(what, f_out, g_out, F(nq));
@@ -220,6 +334,7 @@ int main(void)
     tc_setup("test_cuda_bf16", mt_backend_cuda_bf16);
     uint64_t seed = 0x2545f4914f6cdd1dull;
     test_table();
+    test_rounding_entries(&seed);
     test_matmul(&seed);
     test_attention(&seed);
     tc_teardown();
