@@ -139,6 +139,10 @@ static void t_embedding_backward(float *dtable, const float *dout, const int32_t
 #define ROUNDING_ENTRY(name, launch, params, args)                                           \
     static void t_##name params { launch(S, MT_ARGS args, false); }                          \
     static void t_##name##_bf16 params { launch(S, MT_ARGS args, true); }
+/* the same for an entry that returns a value, through a host function */
+#define ROUNDING_ENTRY_RET(name, ret, fn, params, args)                                      \
+    static ret t_##name params { return fn(MT_ARGS args, false); }                           \
+    static ret t_##name##_bf16 params { return fn(MT_ARGS args, true); }
 
 ROUNDING_ENTRY(rmsnorm_forward, mt_cuda_launch_rmsnorm_forward,
                (float *out, float *rstd, const float *x, const float *w, int64_t n, int64_t dim,
@@ -205,37 +209,45 @@ static double sum_rows(const char *kernel, const double *row_loss, const int32_t
     return sum_rows_onto(kernel, 0.0, row_loss, targets, n, count, false);
 }
 
-static double t_cross_entropy(float *dlogits, const float *logits, const int32_t *targets,
-                              int64_t n, int64_t V, int64_t v_valid, float grad_scale,
-                              int64_t *count)
+/* cross-entropy and its shard passes; with round (the bf16 table) the
+ * logits are read as bf16 values and dlogits written as bf16 values */
+static double ce(float *dlogits, const float *logits, const int32_t *targets, int64_t n,
+                 int64_t V, int64_t v_valid, float grad_scale, int64_t *count, bool round)
 {
     double *rows = (double *)mt_cuda_scratch("cross_entropy", (size_t)n * sizeof(double));
-    mt_cuda_launch_cross_entropy(S, dlogits, logits, false, targets, n, V, v_valid, grad_scale,
-                                 rows);
+    mt_cuda_launch_cross_entropy(S, dlogits, logits,
+                                 round ? MT_CUDA_CE_F32_AS_BF16 : MT_CUDA_CE_F32, targets, n, V,
+                                 v_valid, grad_scale, rows);
     return sum_rows("cross_entropy", rows, targets, n, count);
 }
 
-static void t_ce_shard_max(float *mx, const float *logits, int64_t n, int64_t V, int64_t v_valid)
-{
-    mt_cuda_launch_ce_shard_max(S, mx, logits, n, V, v_valid);
-}
-
-static void t_ce_shard_sum(double *z, double *ly, const float *logits, const int32_t *targets,
-                           const float *mx, int64_t n, int64_t V, int64_t v_lo, int64_t v_valid)
-{
-    mt_cuda_launch_ce_shard_sum(S, z, ly, logits, targets, mx, n, V, v_lo, v_valid);
-}
-
-static double t_ce_shard_finish(float *dlogits, const float *logits, const int32_t *targets,
-                                const float *mx, const double *z, const double *ly, int64_t n,
-                                int64_t V, int64_t v_lo, int64_t v_valid, float grad_scale,
-                                int64_t *count)
+static double ce_finish(float *dlogits, const float *logits, const int32_t *targets,
+                        const float *mx, const double *z, const double *ly, int64_t n, int64_t V,
+                        int64_t v_lo, int64_t v_valid, float grad_scale, int64_t *count,
+                        bool round)
 {
     double *rows = (double *)mt_cuda_scratch("ce_shard_finish", (size_t)n * sizeof(double));
     mt_cuda_launch_ce_shard_finish(S, dlogits, logits, targets, mx, z, ly, n, V, v_lo, v_valid,
-                                   grad_scale, rows);
+                                   grad_scale, rows, round);
     return sum_rows("ce_shard_finish", rows, targets, n, count);
 }
+
+ROUNDING_ENTRY_RET(cross_entropy, double, ce,
+                   (float *dlogits, const float *logits, const int32_t *targets, int64_t n,
+                    int64_t V, int64_t v_valid, float grad_scale, int64_t *count),
+                   (dlogits, logits, targets, n, V, v_valid, grad_scale, count))
+ROUNDING_ENTRY(ce_shard_max, mt_cuda_launch_ce_shard_max,
+               (float *mx, const float *logits, int64_t n, int64_t V, int64_t v_valid),
+               (mx, logits, n, V, v_valid))
+ROUNDING_ENTRY(ce_shard_sum, mt_cuda_launch_ce_shard_sum,
+               (double *z, double *ly, const float *logits, const int32_t *targets,
+                const float *mx, int64_t n, int64_t V, int64_t v_lo, int64_t v_valid),
+               (z, ly, logits, targets, mx, n, V, v_lo, v_valid))
+ROUNDING_ENTRY_RET(ce_shard_finish, double, ce_finish,
+                   (float *dlogits, const float *logits, const int32_t *targets, const float *mx,
+                    const double *z, const double *ly, int64_t n, int64_t V, int64_t v_lo,
+                    int64_t v_valid, float grad_scale, int64_t *count),
+                   (dlogits, logits, targets, mx, z, ly, n, V, v_lo, v_valid, grad_scale, count))
 
 static void t_add(float *y, const float *x, int64_t n) { mt_cuda_launch_add(S, y, x, n); }
 
@@ -492,6 +504,10 @@ static mt_backend_t make_bf16_table(void)
     t.rope_backward = t_rope_backward_bf16;
     t.swiglu_forward = t_swiglu_forward_bf16;
     t.swiglu_backward = t_swiglu_backward_bf16;
+    t.cross_entropy = t_cross_entropy_bf16;
+    t.ce_shard_max = t_ce_shard_max_bf16;
+    t.ce_shard_sum = t_ce_shard_sum_bf16;
+    t.ce_shard_finish = t_ce_shard_finish_bf16;
     t.rounds_bf16 = true;
     return t;
 }
@@ -526,8 +542,8 @@ extern "C" double mt_cuda_cross_entropy_bf16(uint16_t *dlogits, const uint16_t *
                                              int64_t v_valid, float grad_scale, int64_t *count)
 {
     double *rows = (double *)mt_cuda_scratch("cross_entropy_bf16", (size_t)n * sizeof(double));
-    mt_cuda_launch_cross_entropy(S, dlogits, logits, true, targets, n, V, v_valid, grad_scale,
-                                 rows);
+    mt_cuda_launch_cross_entropy(S, dlogits, logits, MT_CUDA_CE_BF16, targets, n, V, v_valid,
+                                 grad_scale, rows);
     return sum_rows("cross_entropy_bf16", rows, targets, n, count);
 }
 
@@ -559,8 +575,8 @@ extern "C" double mt_cuda_lm_head_cross_entropy_bf16(uint16_t *dh, float *dW, co
         const int64_t c = n - r0 < chunk_rows ? n - r0 : chunk_rows;
         const uint16_t *hc = h + r0 * H;
         mt_cuda_launch_matmul_bf16(s, work, hc, W, c, V, H, false, true, 0.0f);
-        mt_cuda_launch_cross_entropy(s, grad ? work : NULL, work, true, targets + r0, c, V,
-                                     v_valid, grad_scale, rows);
+        mt_cuda_launch_cross_entropy(s, grad ? work : NULL, work, MT_CUDA_CE_BF16, targets + r0,
+                                     c, V, v_valid, grad_scale, rows);
         if (dh)
             mt_cuda_launch_matmul_bf16(s, dh + r0 * H, work, W, c, H, V, false, false, 0.0f);
         if (dW)

@@ -42,6 +42,21 @@ __device__ __forceinline__ float mt_bf16_if(float x, bool r)
     return r ? __bfloat162float(__float2bfloat16_rn(x)) : x;
 }
 
+/* A float32 element read and written as a bf16 value: mt_ld and mt_st
+ * round (kernels templated on the element type take it for the rounding
+ * table's float32 tensors) */
+typedef struct {
+    float v;
+} mt_f32_as_bf16;
+__device__ __forceinline__ float mt_ld(const mt_f32_as_bf16 *p, int64_t i)
+{
+    return mt_bf16_if(p[i].v, true);
+}
+__device__ __forceinline__ void mt_st(mt_f32_as_bf16 *p, int64_t i, float x)
+{
+    p[i].v = mt_bf16_if(x, true);
+}
+
 template <typename T> __device__ __forceinline__ T mt_warp_sum(T x)
 {
     for (int o = MT_WARP / 2; o > 0; o >>= 1)

@@ -116,20 +116,27 @@ void mt_cuda_launch_adamw(cudaStream_t s, float *p, uint16_t *p_bf16, const floa
                           int64_t t);
 void mt_cuda_launch_convert(cudaStream_t s, void *dst, const void *src, int64_t n,
                             bool to_bf16);
+/* How cross-entropy holds logits and dlogits: float32; float32 read and
+ * written as bf16 values (each load and store rounded: the rounding
+ * table's); bf16 bits. */
+typedef enum { MT_CUDA_CE_F32, MT_CUDA_CE_F32_AS_BF16, MT_CUDA_CE_BF16 } mt_cuda_ce_elem_t;
 /* Cross-entropy: row_loss[i] (0 for ignored rows) per row; the caller sums
- * in row order.  logits_bf16 selects the element type of logits/dlogits. */
+ * in row order.  The shard passes take float32 logits, rounded as they are
+ * read and dlogits as it is written when round. */
 void mt_cuda_launch_cross_entropy(cudaStream_t s, void *dlogits, const void *logits,
-                                  bool logits_bf16, const int32_t *targets, int64_t n, int64_t V,
-                                  int64_t v_valid, float grad_scale, double *row_loss);
+                                  mt_cuda_ce_elem_t elem, const int32_t *targets, int64_t n,
+                                  int64_t V, int64_t v_valid, float grad_scale,
+                                  double *row_loss);
 void mt_cuda_launch_ce_shard_max(cudaStream_t s, float *mx, const float *logits, int64_t n,
-                                 int64_t V, int64_t v_valid);
+                                 int64_t V, int64_t v_valid, bool round);
 void mt_cuda_launch_ce_shard_sum(cudaStream_t s, double *z, double *ly, const float *logits,
                                  const int32_t *targets, const float *mx, int64_t n, int64_t V,
-                                 int64_t v_lo, int64_t v_valid);
+                                 int64_t v_lo, int64_t v_valid, bool round);
 void mt_cuda_launch_ce_shard_finish(cudaStream_t s, float *dlogits, const float *logits,
                                     const int32_t *targets, const float *mx, const double *z,
                                     const double *ly, int64_t n, int64_t V, int64_t v_lo,
-                                    int64_t v_valid, float grad_scale, double *row_loss);
+                                    int64_t v_valid, float grad_scale, double *row_loss,
+                                    bool round);
 void mt_cuda_launch_attention_forward(cudaStream_t s, float *out, float *lse, const float *q,
                                       const float *k, const float *v, const int32_t *doc_start,
                                       int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd);

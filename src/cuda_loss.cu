@@ -9,7 +9,10 @@
  * The row losses go to a device array and the caller adds them in row
  * order, as the CPU does.  The bf16 variant reads bf16 logits and writes
  * bf16 gradients: the fp32 logits exist only in registers, never as a
- * [n, V] fp32 tensor (issue 8's fused cross-entropy).  It does not fuse
+ * [n, V] fp32 tensor (issue 8's fused cross-entropy).  The rounding
+ * table's (mt_f32_as_bf16) reads float32 logits as their bf16 values and
+ * writes bf16-valued float32 gradients, so the model needs no rounding
+ * pass over the logits before or after; the shard passes likewise.  It does not fuse
  * the LM-head GEMM itself: the caller chunks rows (doc/gpu.md).
  * A target outside [0, v_valid) that is not -100 traps the kernel. */
 #include "cuda_common.cuh"
@@ -76,41 +79,45 @@ __global__ void mt_k_cross_entropy(T *dlogits, const T *logits, const int32_t *t
     }
 }
 
-__global__ void mt_k_ce_shard_max(float *mxo, const float *logits, int64_t n, int64_t V,
+template <typename T>
+__global__ void mt_k_ce_shard_max(float *mxo, const T *logits, int64_t n, int64_t V,
                                   int64_t v_valid)
 {
     __shared__ float fbuf[MT_WARP];
     for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
         float mx = -INFINITY;
         for (int64_t j = threadIdx.x; j < v_valid; j += blockDim.x)
-            mx = fmaxf(mx, logits[i * V + j]);
+            mx = fmaxf(mx, mt_ld(logits, i * V + j));
         mx = mt_block_max(mx, fbuf);
         if (threadIdx.x == 0)
             mxo[i] = mx;
     }
 }
 
-__global__ void mt_k_ce_shard_sum(double *z, double *ly, const float *logits,
+template <typename T>
+__global__ void mt_k_ce_shard_sum(double *z, double *ly, const T *logits,
                                   const int32_t *targets, const float *mx, int64_t n, int64_t V,
                                   int64_t v_lo, int64_t v_valid)
 {
     __shared__ double dbuf[MT_WARP];
     for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
-        const float *lr = logits + i * V;
+        const T *lr = logits + i * V;
         const float m = mx[i];
         double acc = 0.0;
         for (int64_t j = threadIdx.x; j < v_valid; j += blockDim.x)
-            acc += (double)expf(lr[j] - m);
+            acc += (double)expf(mt_ld(lr, j) - m);
         acc = mt_block_sum(acc, dbuf);
         if (threadIdx.x == 0) {
             z[i] = acc;
             const int64_t y = (int64_t)targets[i] - v_lo;
-            ly[i] = targets[i] != IGNORE_INDEX && y >= 0 && y < v_valid ? (double)lr[y] : 0.0;
+            ly[i] = targets[i] != IGNORE_INDEX && y >= 0 && y < v_valid ? (double)mt_ld(lr, y)
+                                                                         : 0.0;
         }
     }
 }
 
-__global__ void mt_k_ce_shard_finish(float *dlogits, const float *logits, const int32_t *targets,
+template <typename T>
+__global__ void mt_k_ce_shard_finish(T *dlogits, const T *logits, const int32_t *targets,
                                      const float *mx, const double *z, const double *ly,
                                      int64_t n, int64_t V, int64_t v_lo, int64_t v_valid,
                                      float grad_scale, double *row_loss)
@@ -122,18 +129,18 @@ __global__ void mt_k_ce_shard_finish(float *dlogits, const float *logits, const 
             row_loss[i] = ignored ? 0.0 : ((double)mx[i] - ly[i]) + log(z[i]);
         if (!dlogits)
             continue;
-        const float *lr = logits + i * V;
-        float *dr = dlogits + i * V;
+        const T *lr = logits + i * V;
+        T *dr = dlogits + i * V;
         if (ignored) {
             for (int64_t j = threadIdx.x; j < V; j += blockDim.x)
-                dr[j] = 0.0f;
+                mt_st(dr, j, 0.0f);
             continue;
         }
         const int64_t y = (int64_t)targets[i] - v_lo;
         const bool here = y >= 0 && y < v_valid;
         __syncthreads(); /* s_ey of the previous row is no longer read */
         if (threadIdx.x == 0)
-            s_ey = here ? expf(lr[y] - mx[i]) : 0.0f;
+            s_ey = here ? expf(mt_ld(lr, y) - mx[i]) : 0.0f;
         __syncthreads(); /* lr[y] is read before anyone overwrites it */
         const float f = (float)((double)grad_scale / z[i]);
         for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
@@ -143,8 +150,8 @@ __global__ void mt_k_ce_shard_finish(float *dlogits, const float *logits, const 
             else if (here && j == y)
                 d = (float)(((double)s_ey / z[i] - 1.0) * (double)grad_scale);
             else
-                d = expf(lr[j] - mx[i]) * f;
-            dr[j] = d;
+                d = expf(mt_ld(lr, j) - mx[i]) * f;
+            mt_st(dr, j, d);
         }
     }
 }
@@ -153,23 +160,31 @@ __global__ void mt_k_ce_shard_finish(float *dlogits, const float *logits, const 
 
 static unsigned row_blocks(int64_t n) { return n < 65535 * 16 ? (unsigned)n : 65535 * 16; }
 
+template <typename T>
+static void ce_launch(cudaStream_t s, void *dlogits, const void *logits, const int32_t *targets,
+                      int64_t n, int64_t V, int64_t v_valid, float grad_scale, double *row_loss)
+{
+    mt_k_cross_entropy<T><<<row_blocks(n), CE_THREADS, 0, s>>>(
+        (T *)dlogits, (const T *)logits, targets, n, V, v_valid, grad_scale, row_loss);
+}
+
 extern "C" void mt_cuda_launch_cross_entropy(cudaStream_t s, void *dlogits, const void *logits,
-                                             bool logits_bf16, const int32_t *targets, int64_t n,
-                                             int64_t V, int64_t v_valid, float grad_scale,
-                                             double *row_loss)
+                                             mt_cuda_ce_elem_t elem, const int32_t *targets,
+                                             int64_t n, int64_t V, int64_t v_valid,
+                                             float grad_scale, double *row_loss)
 {
     MT_CUDA_REQUIRE(n >= 0 && v_valid >= 1 && v_valid <= V, "cross_entropy",
                     "n=%lld V=%lld v_valid=%lld", (long long)n, (long long)V, (long long)v_valid);
     if (n == 0)
         return;
-    if (logits_bf16)
-        mt_k_cross_entropy<__nv_bfloat16><<<row_blocks(n), CE_THREADS, 0, s>>>(
-            (__nv_bfloat16 *)dlogits, (const __nv_bfloat16 *)logits, targets, n, V, v_valid,
-            grad_scale, row_loss);
+    if (elem == MT_CUDA_CE_BF16)
+        ce_launch<__nv_bfloat16>(s, dlogits, logits, targets, n, V, v_valid, grad_scale,
+                                 row_loss);
+    else if (elem == MT_CUDA_CE_F32_AS_BF16)
+        ce_launch<mt_f32_as_bf16>(s, dlogits, logits, targets, n, V, v_valid, grad_scale,
+                                  row_loss);
     else
-        mt_k_cross_entropy<float><<<row_blocks(n), CE_THREADS, 0, s>>>(
-            (float *)dlogits, (const float *)logits, targets, n, V, v_valid, grad_scale,
-            row_loss);
+        ce_launch<float>(s, dlogits, logits, targets, n, V, v_valid, grad_scale, row_loss);
     MT_CUDA_LAUNCH_CHECK("cross_entropy");
 }
 
@@ -178,26 +193,41 @@ extern "C" void mt_cuda_launch_cross_entropy(cudaStream_t s, void *dlogits, cons
                     "n=%lld V=%lld v_valid=%lld", (long long)n, (long long)V,                \
                     (long long)v_valid)
 
+/* the shard passes on float32 logits, as they are or as bf16 values */
+#define AS_BF16(p) ((mt_f32_as_bf16 *)(p))
+#define AS_BF16_C(p) ((const mt_f32_as_bf16 *)(p))
+
 extern "C" void mt_cuda_launch_ce_shard_max(cudaStream_t s, float *mx, const float *logits,
-                                            int64_t n, int64_t V, int64_t v_valid)
+                                            int64_t n, int64_t V, int64_t v_valid, bool round)
 {
     REQUIRE_SHARD("ce_shard_max");
     if (n == 0)
         return;
-    mt_k_ce_shard_max<<<row_blocks(n), CE_THREADS, 0, s>>>(mx, logits, n, V, v_valid);
+    const unsigned g = row_blocks(n);
+    if (round)
+        mt_k_ce_shard_max<mt_f32_as_bf16><<<g, CE_THREADS, 0, s>>>(mx, AS_BF16_C(logits), n, V,
+                                                                   v_valid);
+    else
+        mt_k_ce_shard_max<float><<<g, CE_THREADS, 0, s>>>(mx, logits, n, V, v_valid);
     MT_CUDA_LAUNCH_CHECK("ce_shard_max");
 }
 
 extern "C" void mt_cuda_launch_ce_shard_sum(cudaStream_t s, double *z, double *ly,
                                             const float *logits, const int32_t *targets,
                                             const float *mx, int64_t n, int64_t V, int64_t v_lo,
-                                            int64_t v_valid)
+                                            int64_t v_valid, bool round)
 {
     REQUIRE_SHARD("ce_shard_sum");
     if (n == 0)
         return;
-    mt_k_ce_shard_sum<<<row_blocks(n), CE_THREADS, 0, s>>>(z, ly, logits, targets, mx, n, V,
-                                                           v_lo, v_valid);
+    const unsigned g = row_blocks(n);
+    if (round)
+        mt_k_ce_shard_sum<mt_f32_as_bf16><<<g, CE_THREADS, 0, s>>>(z, ly, AS_BF16_C(logits),
+                                                                   targets, mx, n, V, v_lo,
+                                                                   v_valid);
+    else
+        mt_k_ce_shard_sum<float><<<g, CE_THREADS, 0, s>>>(z, ly, logits, targets, mx, n, V, v_lo,
+                                                          v_valid);
     MT_CUDA_LAUNCH_CHECK("ce_shard_sum");
 }
 
@@ -206,12 +236,18 @@ extern "C" void mt_cuda_launch_ce_shard_finish(cudaStream_t s, float *dlogits,
                                                const float *mx, const double *z,
                                                const double *ly, int64_t n, int64_t V,
                                                int64_t v_lo, int64_t v_valid, float grad_scale,
-                                               double *row_loss)
+                                               double *row_loss, bool round)
 {
     REQUIRE_SHARD("ce_shard_finish");
     if (n == 0)
         return;
-    mt_k_ce_shard_finish<<<row_blocks(n), CE_THREADS, 0, s>>>(
-        dlogits, logits, targets, mx, z, ly, n, V, v_lo, v_valid, grad_scale, row_loss);
+    const unsigned g = row_blocks(n);
+    if (round)
+        mt_k_ce_shard_finish<mt_f32_as_bf16><<<g, CE_THREADS, 0, s>>>(
+            AS_BF16(dlogits), AS_BF16_C(logits), targets, mx, z, ly, n, V, v_lo, v_valid,
+            grad_scale, row_loss);
+    else
+        mt_k_ce_shard_finish<float><<<g, CE_THREADS, 0, s>>>(
+            dlogits, logits, targets, mx, z, ly, n, V, v_lo, v_valid, grad_scale, row_loss);
     MT_CUDA_LAUNCH_CHECK("ce_shard_finish");
 }

@@ -243,12 +243,58 @@ static void cpu_attention_backward_bf16(float *dq, float *dk, float *dv, const f
     mt_cpu_round_bf16(dv, B * T * nkv * hd);
 }
 
+/* Cross-entropy reads its logits as bf16 values and writes bf16-valued
+ * gradients on the rounding table.  On the CPU the loss is compute-bound
+ * (one exp per logit) like SwiGLU, so these round in passes: the logits
+ * in place first (the caller's buffer is left holding the bf16 values,
+ * which the contract allows), dlogits after. */
+static float *round_logits(const float *logits, int64_t n)
+{
+    float *l = (float *)(uintptr_t)logits;
+    mt_cpu_round_bf16(l, n);
+    return l;
+}
+
+static double cpu_cross_entropy_bf16(float *dlogits, const float *logits, const int32_t *targets,
+                                     int64_t n, int64_t V, int64_t v_valid, float grad_scale,
+                                     int64_t *count)
+{
+    const double loss = mt_cpu_cross_entropy(dlogits, round_logits(logits, n * V), targets, n, V,
+                                              v_valid, grad_scale, count);
+    if (dlogits)
+        mt_cpu_round_bf16(dlogits, n * V);
+    return loss;
+}
+
+static void cpu_ce_shard_max_bf16(float *mx, const float *logits, int64_t n, int64_t V,
+                                  int64_t v_valid)
+{
+    mt_cpu_ce_shard_max(mx, round_logits(logits, n * V), n, V, v_valid);
+}
+
+static void cpu_ce_shard_sum_bf16(double *z, double *ly, const float *logits,
+                                  const int32_t *targets, const float *mx, int64_t n, int64_t V,
+                                  int64_t v_lo, int64_t v_valid)
+{
+    mt_cpu_ce_shard_sum(z, ly, round_logits(logits, n * V), targets, mx, n, V, v_lo, v_valid);
+}
+
+static double cpu_ce_shard_finish_bf16(float *dlogits, const float *logits,
+                                       const int32_t *targets, const float *mx, const double *z,
+                                       const double *ly, int64_t n, int64_t V, int64_t v_lo,
+                                       int64_t v_valid, float grad_scale, int64_t *count)
+{
+    const double loss = mt_cpu_ce_shard_finish(dlogits, round_logits(logits, n * V), targets, mx,
+                                               z, ly, n, V, v_lo, v_valid, grad_scale, count);
+    if (dlogits)
+        mt_cpu_round_bf16(dlogits, n * V);
+    return loss;
+}
+
 /* every entry but the rounding ones, which each table names itself */
 #define CPU_COMMON_ENTRIES                                                                   \
     .matmul = mt_cpu_matmul, .embedding_forward = mt_cpu_embedding_forward,                  \
-    .embedding_backward = mt_cpu_embedding_backward, .cross_entropy = mt_cpu_cross_entropy,  \
-    .ce_shard_max = mt_cpu_ce_shard_max, .ce_shard_sum = mt_cpu_ce_shard_sum,                \
-    .ce_shard_finish = mt_cpu_ce_shard_finish, .add = mt_cpu_add,                            \
+    .embedding_backward = mt_cpu_embedding_backward, .add = mt_cpu_add,                      \
     .sum_squares = mt_cpu_sum_squares, .scale = mt_cpu_scale, .adamw = mt_cpu_adamw,         \
     /* context parallelism (issue 7) */                                                      \
     .attention_block_forward = mt_cpu_attention_block_forward,                               \
@@ -273,6 +319,10 @@ static const mt_backend_t mt_cpu_backend = {
     .attention_backward = mt_cpu_attention_backward,
     .swiglu_forward = mt_cpu_swiglu_forward,
     .swiglu_backward = mt_cpu_swiglu_backward,
+    .cross_entropy = mt_cpu_cross_entropy,
+    .ce_shard_max = mt_cpu_ce_shard_max,
+    .ce_shard_sum = mt_cpu_ce_shard_sum,
+    .ce_shard_finish = mt_cpu_ce_shard_finish,
     .rounds_bf16 = false,
 };
 
@@ -287,6 +337,10 @@ static const mt_backend_t mt_cpu_bf16_backend = {
     .attention_backward = cpu_attention_backward_bf16,
     .swiglu_forward = cpu_swiglu_forward_bf16,
     .swiglu_backward = cpu_swiglu_backward_bf16,
+    .cross_entropy = cpu_cross_entropy_bf16,
+    .ce_shard_max = cpu_ce_shard_max_bf16,
+    .ce_shard_sum = cpu_ce_shard_sum_bf16,
+    .ce_shard_finish = cpu_ce_shard_finish_bf16,
     .rounds_bf16 = true,
 };
 

@@ -619,7 +619,9 @@ static double head_pass(mt_model_t *m, const int32_t *host_targets, bool backwar
         const int32_t *t = m->targets_dev + c0;
         float *dl = backward ? m->logits : NULL;
         be->matmul(m->logits, x, m->lm_head->data, n, V, H, false, true, 0.0f);
-        mt_model_round(m, m->logits, n * V); /* the loss itself is fp32 (doc/mixed-precision.md) */
+        /* bf16 logits, the loss itself fp32 (doc/mixed-precision.md); a
+         * rounding table's loss entries round the logits as they read them */
+        mt_model_round_out(m, m->logits, n * V);
         if (m->tp == 1) {
             loss += be->cross_entropy(dl, m->logits, t, n, V, m->V_valid, grad_scale, &cnt);
         } else { /* vocabulary-parallel: combine row max, then exp-sums and target logits */
@@ -636,7 +638,7 @@ static double head_pass(mt_model_t *m, const int32_t *host_targets, bool backwar
         *count += cnt;
         if (!backward)
             continue;
-        mt_model_round(m, m->logits, n * V);
+        mt_model_round_out(m, m->logits, n * V); /* dlogits: written rounded by a rounding table */
         be->matmul(m->lm_head->grad, m->logits, x, V, H, n, true, false, 1.0f); /* dW += dl^T x */
         be->matmul(m->dh + c0 * H, m->logits, m->lm_head->data, n, H, V, false, false, 0.0f);
     }

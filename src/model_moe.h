@@ -176,9 +176,10 @@ static inline void mt_model_round(const mt_model_t *m, float *x, int64_t n)
 }
 
 /* The same for what an entry that rounds on a rounding table
- * (mt_backend_t.rounds_bf16: RMSNorm, RoPE, SwiGLU, attention) has just
- * written: a pass only when the table left it unrounded.  Either way the
- * result is the same bits; the rounding table saves the pass. */
+ * (mt_backend_t.rounds_bf16: RMSNorm, RoPE, SwiGLU, attention, the loss)
+ * has just written, or what the loss is about to read: a pass only when
+ * the table does not round it itself.  Either way the result is the same
+ * bits; the rounding table saves the pass. */
 static inline void mt_model_round_out(const mt_model_t *m, float *x, int64_t n)
 {
     if (!m->be->rounds_bf16)

@@ -256,9 +256,15 @@ struct mt_backend {
      *   rmsnorm_forward (out; rstd stays fp32), rmsnorm_backward (dx; dw
      *   is a gradient, fp32), rope_forward, rope_backward, swiglu_forward,
      *   swiglu_backward (dgate, dup), attention_forward (out; lse fp32),
-     *   attention_backward (dq, dk, dv).
-     * Each writes exactly round_bf16 of what the plain table writes; every
-     * other entry is the plain one's.  false: nothing is rounded. */
+     *   attention_backward (dq, dk, dv);
+     * and cross_entropy and ce_shard_max / _sum / _finish read each logit
+     * as its bf16 value and write dlogits rounded, so the caller rounds
+     * neither the logits nor their gradient (these may leave the logits
+     * buffer rounded in place: the CPU's do).
+     * Each writes exactly round_bf16 of what the plain table writes (for
+     * the loss entries: what the plain one writes and returns from rounded
+     * logits); every other entry is the plain one's.  false: nothing is
+     * rounded. */
     bool rounds_bf16;
 };
 

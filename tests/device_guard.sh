@@ -32,8 +32,9 @@
 #    with the aux loss;
 #  - bf16 mixed precision, where the plain run's table (cpu_bf16) rounds
 #    activations inside its kernels and the guarded one (which wraps the
-#    plain cpu table) in passes after them: fsdp2 and zero 2 above, and a
-#    1-rank MoE with qk_norm, bit for bit;
+#    plain cpu table) in passes after them: fsdp2, zero 2 and tp 2 above
+#    (the vocabulary-parallel loss), and a 1-rank MoE with qk_norm, bit for
+#    bit;
 #  - the kernel profiler (MESHTRAIN_PROFILE=1, kernels_profile.c), which
 #    wraps the backend too: ddp 2 profiled is bit for bit the plain run,
 #    and it counts whole steps past the first: 3 steps count twice the
@@ -81,6 +82,7 @@ mesh tpsp 2 distributed.tp_size=2 distributed.sequence_parallel=true
 bf="distributed.mp_policy.param_dtype=bfloat16 distributed.mp_policy.reduce_dtype=bfloat16"
 mesh fsdp2bf 2 $bf
 mesh mz2bf 2 distributed.strategy=megatron_fsdp distributed.zero_dp_strategy=2 $bf
+mesh tpbf 2 distributed.tp_size=2 $bf # the vocabulary-parallel loss reads rounded logits
 pipe="distributed.pp_size=2 step_scheduler.local_batch_size=4 distributed.pipeline.pp_schedule"
 mesh pp 2 $pipe=1f1b
 mesh ppzb 2 $pipe=zero_bubble

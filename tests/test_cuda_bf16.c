@@ -5,7 +5,9 @@
  *    entries that round (rounds_bf16: RMSNorm, RoPE, SwiGLU);
  *  - those entries write the bytes of the cuda table's entry followed by
  *    its round_bf16 pass (rstd and dw untouched), SwiGLU's backward also in
- *    place, with a NaN among the inputs;
+ *    place, with a NaN among the inputs; the loss entries (cross_entropy,
+ *    ce_shard_*) give the cuda table's loss, count, row max and sums from
+ *    rounded logits, and its dlogits rounded (apart, in place, alone);
  *  - matmul (cuBLAS, CUBLAS_COMPUTE_32F_FAST_16BF): the four transpose
  *    combinations, beta 0 (C NaN: must not be read) and 1, odd sizes,
  *    k = 0, and two runs giving the same bytes;
@@ -75,7 +77,9 @@ static void test_table(void)
     CHECK(b->rmsnorm_forward != c->rmsnorm_forward &&
               b->rmsnorm_backward != c->rmsnorm_backward && b->rope_forward != c->rope_forward &&
               b->rope_backward != c->rope_backward && b->swiglu_forward != c->swiglu_forward &&
-              b->swiglu_backward != c->swiglu_backward,
+              b->swiglu_backward != c->swiglu_backward && b->cross_entropy != c->cross_entropy &&
+              b->ce_shard_max != c->ce_shard_max && b->ce_shard_sum != c->ce_shard_sum &&
+              b->ce_shard_finish != c->ce_shard_finish,
           "the rounding entries are replaced");
     mt_backend_t x = *c, y = *b;
     x.name = y.name = NULL;
@@ -88,6 +92,10 @@ static void test_table(void)
     x.rope_backward = y.rope_backward = NULL;
     x.swiglu_forward = y.swiglu_forward = NULL;
     x.swiglu_backward = y.swiglu_backward = NULL;
+    x.cross_entropy = y.cross_entropy = NULL;
+    x.ce_shard_max = y.ce_shard_max = NULL;
+    x.ce_shard_sum = y.ce_shard_sum = NULL;
+    x.ce_shard_finish = y.ce_shard_finish = NULL;
     x.rounds_bf16 = y.rounds_bf16 = false;
     CHECK(memcmp(&x, &y, sizeof x) == 0, "every other entry is the cuda table's");
 }
@@ -163,6 +171,55 @@ static void test_rounding_entries(uint64_t *s)
     check_rounded("swiglu_backward dgate, bf16 table", s2, s1, ne);
     check_rounded("swiglu_backward dup, bf16 table", t2, t1, ne);
     free(x), free(w), free(q), free(g);
+    mt_cuda_arena_reset(&tc_arena);
+}
+
+/* The loss reads its logits as bf16 values and writes its gradient
+ * rounded: the cuda table's loss on pre-rounded logits, its dlogits then
+ * rounded by a pass */
+static void test_loss_rounding(uint64_t *s)
+{
+    const mt_backend_t *c = mt_backend_cuda(), *b = tc_gpu;
+    const int64_t n = 37, V = 1000, vv = 990, vs = 400; /* vs: a vocabulary shard's width */
+    float *l = tc_rand(s, n * V, 9.0f);
+    int32_t t[37];
+    for (int i = 0; i < n; i++)
+        t[i] = i == 3 ? -100 : (int32_t)(tc_rng_next(s) % (uint64_t)vv);
+    int32_t *d_t = tc_up(t, sizeof t);
+    float *d_lr = tc_up(l, F(n * V)); /* the reference's logits: rounded first */
+    c->round_bf16(d_lr, n * V);
+    float *d1 = tc_dev(F(n * V)), *d2 = tc_dev(F(n * V)), *d_l = tc_up(l, F(n * V));
+    int64_t c1 = -1, c2 = -2;
+    double s1 = c->cross_entropy(d1, d_lr, d_t, n, V, vv, 0.5f, &c1);
+    double s2 = b->cross_entropy(d2, d_l, d_t, n, V, vv, 0.5f, &c2);
+    CHECK(s1 == s2 && c1 == c2, "cross_entropy, bf16 table: loss %.17g count %lld, want %.17g %lld",
+          s2, (long long)c2, s1, (long long)c1);
+    float *d_l3 = tc_up(l, F(n * V)); /* in place, as the model runs it */
+    double s3 = b->cross_entropy(d_l3, d_l3, d_t, n, V, vv, 0.5f, &c2);
+    CHECK(s3 == s1, "cross_entropy in place, bf16 table: loss %.17g, want %.17g", s3, s1);
+    check_same("cross_entropy in place dlogits, bf16 table", d_l3, d2, n * V);
+    c->copy(d_l3, d_l, F(n * V));
+    s3 = b->cross_entropy(NULL, d_l3, d_t, n, V, vv, 0.5f, &c2);
+    CHECK(s3 == s1, "cross_entropy loss alone, bf16 table: %.17g, want %.17g", s3, s1);
+    check_rounded("cross_entropy dlogits, bf16 table", d2, d1, n * V);
+
+    float *m1 = tc_dev(F(n)), *m2 = tc_dev(F(n));
+    double *z1 = tc_dev((size_t)n * 8), *y1 = tc_dev((size_t)n * 8);
+    double *z2 = tc_dev((size_t)n * 8), *y2 = tc_dev((size_t)n * 8);
+    c->ce_shard_max(m1, d_lr, n, vs, vs - 7);
+    b->ce_shard_max(m2, d_l, n, vs, vs - 7);
+    check_same("ce_shard_max, bf16 table", m2, m1, n);
+    c->ce_shard_sum(z1, y1, d_lr, d_t, m1, n, vs, 300, vs - 7);
+    b->ce_shard_sum(z2, y2, d_l, d_t, m1, n, vs, 300, vs - 7);
+    double *hz1 = tc_down(z1, (size_t)n * 8), *hz2 = tc_down(z2, (size_t)n * 8);
+    double *hy1 = tc_down(y1, (size_t)n * 8), *hy2 = tc_down(y2, (size_t)n * 8);
+    CHECK_SAME_BYTES("ce_shard_sum z, bf16 table", hz2, hz1, (size_t)n * 8);
+    CHECK_SAME_BYTES("ce_shard_sum ly, bf16 table", hy2, hy1, (size_t)n * 8);
+    s1 = c->ce_shard_finish(d1, d_lr, d_t, m1, z1, y1, n, vs, 300, vs - 7, 0.5f, &c1);
+    s2 = b->ce_shard_finish(d2, d_l, d_t, m1, z1, y1, n, vs, 300, vs - 7, 0.5f, &c2);
+    CHECK(s1 == s2 && c1 == c2, "ce_shard_finish, bf16 table: loss %.17g, want %.17g", s2, s1);
+    check_rounded("ce_shard_finish dlogits, bf16 table", d2, d1, n * vs);
+    free(l), free(hz1), free(hz2), free(hy1), free(hy2);
     mt_cuda_arena_reset(&tc_arena);
 }
 
@@ -335,6 +392,7 @@ int main(void)
     uint64_t seed = 0x2545f4914f6cdd1dull;
     test_table();
     test_rounding_entries(&seed);
+    test_loss_rounding(&seed);
     test_matmul(&seed);
     test_attention(&seed);
     tc_teardown();

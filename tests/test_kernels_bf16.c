@@ -12,6 +12,10 @@
  *    the outputs the contract keeps in fp32 (rmsnorm's rstd and dw,
  *    attention's lse) are the plain table's bits; SwiGLU's backward also
  *    in place;
+ *  - the four loss entries (cross_entropy, ce_shard_max / _sum / _finish)
+ *    return and write what the plain ones do from the logits rounded, with
+ *    dlogits rounded: loss, count, row max, sums and gradient bit for bit,
+ *    dlogits apart and in place, and the loss alone (dlogits NULL);
  *  - every other entry of the table is the plain table's (one list,
  *    backend_entries.def), so nothing else can differ.
  * No MPI. */
@@ -227,15 +231,69 @@ static void test_attention(int threads)
     free(dq1), free(dk1), free(dv1), free(dq2), free(dk2), free(dv2);
 }
 
+/* the plain loss on rounded logits, its gradient rounded after */
+static void test_loss(int threads)
+{
+    const int64_t n = 23, V = 700, v_valid = 650, vl = 3, V2 = 350; /* V2: a TP shard */
+    float *l = fill(n * V, false);
+    for (int64_t i = 0; i < n * V; i++)
+        l[i] = fmodf(l[i], 12.0f);
+    int32_t t[23];
+    for (int i = 0; i < n; i++)
+        t[i] = i == 4 ? -100 : (int32_t)(next_u64() % (uint64_t)v_valid);
+    float *lr = dup_of(l, n * V); /* the reference's logits, rounded */
+    cpu->round_bf16(lr, n * V);
+    float *d1 = fill(n * V, false), *d2 = fill(n * V, false);
+    int64_t c1 = -1, c2 = -1;
+    double s1 = cpu->cross_entropy(d1, lr, t, n, V, v_valid, 0.25f, &c1);
+    float *l2 = dup_of(l, n * V);
+    double s2 = bf->cross_entropy(d2, l2, t, n, V, v_valid, 0.25f, &c2);
+    CHECK(s1 == s2 && c1 == c2, "cross_entropy (%d threads): loss %.17g count %lld, want %.17g "
+          "%lld", threads, s2, (long long)c2, s1, (long long)c1);
+    check_rounded("cross_entropy dlogits", d2, d1, n * V, threads);
+    float *l3 = dup_of(l, n * V); /* in place, as the model runs it */
+    double s3 = bf->cross_entropy(l3, l3, t, n, V, v_valid, 0.25f, &c2);
+    CHECK(s3 == s1, "cross_entropy in place: loss %.17g, want %.17g", s3, s1);
+    check_same("cross_entropy in place dlogits", l3, d2, n * V);
+    memcpy(l3, l, sizeof(float) * (size_t)(n * V));
+    s3 = bf->cross_entropy(NULL, l3, t, n, V, v_valid, 0.25f, &c2);
+    CHECK(s3 == s1, "cross_entropy, loss alone: %.17g, want %.17g", s3, s1);
+
+    /* a vocabulary shard: columns [vl * 100, +V2) of a V2-wide layout */
+    float *a = fill(n * V2, false), *mx1 = fill(n, false), *mx2 = fill(n, false);
+    for (int64_t i = 0; i < n * V2; i++)
+        a[i] = fmodf(a[i], 12.0f);
+    float *ar = dup_of(a, n * V2), *a2 = dup_of(a, n * V2);
+    cpu->round_bf16(ar, n * V2);
+    double z1[23], y1[23], z2[23], y2[23];
+    cpu->ce_shard_max(mx1, ar, n, V2, V2 - 20);
+    bf->ce_shard_max(mx2, a2, n, V2, V2 - 20);
+    check_same("ce_shard_max", mx2, mx1, n);
+    memcpy(a2, a, sizeof(float) * (size_t)(n * V2));
+    cpu->ce_shard_sum(z1, y1, ar, t, mx1, n, V2, vl * 100, V2 - 20);
+    bf->ce_shard_sum(z2, y2, a2, t, mx1, n, V2, vl * 100, V2 - 20);
+    CHECK(memcmp(z1, z2, sizeof z1) == 0 && memcmp(y1, y2, sizeof y1) == 0,
+          "ce_shard_sum (%d threads): sums differ", threads);
+    float *e1 = fill(n * V2, false), *e2 = fill(n * V2, false);
+    memcpy(a2, a, sizeof(float) * (size_t)(n * V2));
+    s1 = cpu->ce_shard_finish(e1, ar, t, mx1, z1, y1, n, V2, vl * 100, V2 - 20, 0.5f, &c1);
+    s2 = bf->ce_shard_finish(e2, a2, t, mx1, z1, y1, n, V2, vl * 100, V2 - 20, 0.5f, &c2);
+    CHECK(s1 == s2 && c1 == c2, "ce_shard_finish: loss %.17g, want %.17g", s2, s1);
+    check_rounded("ce_shard_finish dlogits", e2, e1, n * V2, threads);
+    free(l), free(lr), free(d1), free(d2), free(l2), free(l3), free(a), free(mx1), free(mx2);
+    free(ar), free(a2), free(e1), free(e2);
+}
+
 /* every entry that does not round is the plain table's own function */
 static void test_table(void)
 {
     CHECK(strcmp(bf->name, "cpu_bf16") == 0, "name %s", bf->name);
     CHECK(bf->rounds_bf16 && !cpu->rounds_bf16, "rounds_bf16: cpu %d, cpu_bf16 %d",
           cpu->rounds_bf16, bf->rounds_bf16);
-    static const char *const rounding[] = {"rmsnorm_forward", "rmsnorm_backward", "rope_forward",
-                                           "rope_backward", "swiglu_forward", "swiglu_backward",
-                                           "attention_forward", "attention_backward"};
+    static const char *const rounding[] = {
+        "rmsnorm_forward", "rmsnorm_backward", "rope_forward",  "rope_backward",
+        "swiglu_forward",  "swiglu_backward",  "attention_forward", "attention_backward",
+        "cross_entropy",   "ce_shard_max",     "ce_shard_sum",  "ce_shard_finish"};
     int nround = 0;
 #define ENTRY(name)                                                                        \
     do {                                                                                   \
@@ -253,7 +311,7 @@ static void test_table(void)
 #undef MT_BACKEND_VOID
 #undef MT_BACKEND_DOUBLE
 #undef ENTRY
-    CHECK(nround == 8, "%d rounding entries listed in backend_entries.def, want 8", nround);
+    CHECK(nround == 12, "%d rounding entries listed in backend_entries.def, want 12", nround);
     CHECK(bf->device_alloc == cpu->device_alloc && bf->device_free == cpu->device_free,
           "device memory differs from the plain table's");
 }
@@ -270,6 +328,7 @@ int main(void)
         test_rope(threads);
         test_swiglu(threads);
         test_attention(threads);
+        test_loss(threads);
     }
     return mt_test_exit("test_kernels_bf16");
 }
