@@ -1,6 +1,7 @@
 /* cuda_adamw.cu: AdamW of the CUDA backend on fp32 master weights, with
- * an optional bf16 working copy of the parameters written in the same
- * pass (the copy the bf16 forward reads; mixed precision, issue 8).
+ * an optional working copy of the parameters written in the same pass (the
+ * copy the bf16 forward reads; mixed precision, issue 8): as bf16 bits, or
+ * as float32 holding bf16 values (adamw_bf16_copy, train_mp.c).
  *
  * The bias corrections are formed in double on the host, as on the CPU,
  * and the per-element arithmetic is the CPU's, operation for operation,
@@ -13,9 +14,9 @@
 
 /* ------------------------------------------------------------------ kernels */
 
-__global__ void mt_k_adamw(float *p, __nv_bfloat16 *p_bf16, const float *g, float *m, float *v,
-                           int64_t n, float b1, float b2, float one_b1, float one_b2, float eps,
-                           float decay, float step, float inv_sqrt_bc2)
+__global__ void mt_k_adamw(float *p, __nv_bfloat16 *p_bf16, float *p_work, const float *g,
+                           float *m, float *v, int64_t n, float b1, float b2, float one_b1,
+                           float one_b2, float eps, float decay, float step, float inv_sqrt_bc2)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -30,14 +31,16 @@ __global__ void mt_k_adamw(float *p, __nv_bfloat16 *p_bf16, const float *g, floa
         p[i] = pn;
         if (p_bf16)
             p_bf16[i] = __float2bfloat16_rn(pn);
+        if (p_work)
+            p_work[i] = mt_bf16_if(pn, true);
     }
 }
 
 /* ------------------------------------------------------------------ launchers */
 
-extern "C" void mt_cuda_launch_adamw(cudaStream_t s, float *p, uint16_t *p_bf16, const float *g,
-                                     float *m, float *v, int64_t n, float lr, float b1, float b2,
-                                     float eps, float wd, int64_t t)
+extern "C" void mt_cuda_launch_adamw(cudaStream_t s, float *p, uint16_t *p_bf16, float *p_work,
+                                     const float *g, float *m, float *v, int64_t n, float lr,
+                                     float b1, float b2, float eps, float wd, int64_t t)
 {
     MT_CUDA_REQUIRE(t >= 1 && n >= 0, "adamw", "step t=%lld (steps count from 1), n=%lld",
                     (long long)t, (long long)n);
@@ -47,8 +50,8 @@ extern "C" void mt_cuda_launch_adamw(cudaStream_t s, float *p, uint16_t *p_bf16,
     const double bc2 = 1.0 - pow((double)b2, (double)t);
     const float step = (float)((double)lr / bc1);
     const float inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
-    mt_k_adamw<<<mt_cuda_blocks(n, 256), 256, 0, s>>>(p, (__nv_bfloat16 *)p_bf16, g, m, v, n, b1,
-                                                      b2, 1.0f - b1, 1.0f - b2, eps, lr * wd,
-                                                      step, inv_sqrt_bc2);
+    mt_k_adamw<<<mt_cuda_blocks(n, 256), 256, 0, s>>>(p, (__nv_bfloat16 *)p_bf16, p_work, g, m, v,
+                                                      n, b1, b2, 1.0f - b1, 1.0f - b2, eps,
+                                                      lr * wd, step, inv_sqrt_bc2);
     MT_CUDA_LAUNCH_CHECK("adamw");
 }

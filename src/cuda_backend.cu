@@ -279,7 +279,14 @@ static void t_from_bf16(float *dst, const uint16_t *src, int64_t n)
 static void t_adamw(float *p, const float *g, float *m, float *v, int64_t n, float lr, float b1,
                     float b2, float eps, float wd, int64_t t)
 {
-    mt_cuda_launch_adamw(S, p, NULL, g, m, v, n, lr, b1, b2, eps, wd, t);
+    mt_cuda_launch_adamw(S, p, NULL, NULL, g, m, v, n, lr, b1, b2, eps, wd, t);
+}
+
+static void t_adamw_bf16_copy(float *p, float *work, const float *g, float *m, float *v,
+                              int64_t n, float lr, float b1, float b2, float eps, float wd,
+                              int64_t t)
+{
+    mt_cuda_launch_adamw(S, p, NULL, work, g, m, v, n, lr, b1, b2, eps, wd, t);
 }
 
 static void t_copy_to_device(void *dst, const void *src, size_t bytes)
@@ -435,6 +442,7 @@ static mt_backend_t make_table(void)
     t.to_bf16 = t_to_bf16;
     t.from_bf16 = t_from_bf16;
     t.adamw = t_adamw;
+    t.adamw_bf16_copy = t_adamw_bf16_copy;
     t.copy_to_device = t_copy_to_device;
     t.copy_to_host = t_copy_to_host;
     t.copy = t_copy;
@@ -592,7 +600,7 @@ extern "C" void mt_cuda_adamw_mixed(float *p, uint16_t *p_bf16, const float *g, 
                                     float *v, int64_t n, float lr, float b1, float b2, float eps,
                                     float wd, int64_t t)
 {
-    mt_cuda_launch_adamw(S, p, p_bf16, g, m, v, n, lr, b1, b2, eps, wd, t);
+    mt_cuda_launch_adamw(S, p, p_bf16, NULL, g, m, v, n, lr, b1, b2, eps, wd, t);
 }
 
 extern "C" void mt_cuda_moe_route(int32_t *pos, int32_t *offsets, const int32_t *expert,

@@ -85,9 +85,28 @@ static double mt_cpu_sum_squares(const float *restrict x, int64_t n)
 
 /* ------------------------------------------------------------------ AdamW */
 
-static void mt_cpu_adamw(float *restrict p, const float *restrict g, float *restrict m,
-                         float *restrict v, int64_t n, float lr, float b1, float b2, float eps,
-                         float wd, int64_t t)
+/* The update loop; STORE_WORK runs after p[i] = pn (twice below: with
+ * the compute copy's store and without, so plain AdamW carries none of
+ * its work). */
+#define ADAMW_LOOP(STORE_WORK)                                                         \
+    _Pragma("omp parallel for simd schedule(static) if (n > MT_CPU_PAR_MIN)")         \
+    for (int64_t i = 0; i < n; i++) {                                                 \
+        const float gi = g[i];                                                        \
+        const float mi = b1 * m[i] + one_b1 * gi;                                     \
+        const float vi = b2 * v[i] + one_b2 * (gi * gi);                              \
+        m[i] = mi;                                                                    \
+        v[i] = vi;                                                                    \
+        const float denom = sqrtf(vi) * inv_sqrt_bc2 + eps;                           \
+        const float pi = p[i];                                                        \
+        const float pn = pi - decay * pi - step * (mi / denom);                       \
+        p[i] = pn;                                                                    \
+        STORE_WORK;                                                                   \
+    }
+
+/* work NULL: plain AdamW; else also work[i] = bf16 value of the new p[i] */
+static void cpu_adamw(float *restrict p, float *restrict work, const float *restrict g,
+                      float *restrict m, float *restrict v, int64_t n, float lr, float b1,
+                      float b2, float eps, float wd, int64_t t)
 {
     MT_CPU_REQUIRE(t >= 1, "adamw", "step t=%lld (steps count from 1)", (long long)t);
     /* Bias corrections in double: b2^t for b2 = 0.999 loses digits in
@@ -98,18 +117,24 @@ static void mt_cpu_adamw(float *restrict p, const float *restrict g, float *rest
     const float inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
     const float decay = lr * wd;
     const float one_b1 = 1.0f - b1, one_b2 = 1.0f - b2;
-
-#pragma omp parallel for simd schedule(static) if (n > MT_CPU_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
-        const float gi = g[i];
-        const float mi = b1 * m[i] + one_b1 * gi;
-        const float vi = b2 * v[i] + one_b2 * (gi * gi);
-        m[i] = mi;
-        v[i] = vi;
-        const float denom = sqrtf(vi) * inv_sqrt_bc2 + eps;
-        const float pi = p[i];
-        p[i] = pi - decay * pi - step * (mi / denom);
+    if (work) {
+        ADAMW_LOOP(work[i] = mt_cpu_bf16_if(pn, 1))
+    } else {
+        ADAMW_LOOP((void)0)
     }
+}
+
+static void mt_cpu_adamw(float *p, const float *g, float *m, float *v, int64_t n, float lr,
+                         float b1, float b2, float eps, float wd, int64_t t)
+{
+    cpu_adamw(p, NULL, g, m, v, n, lr, b1, b2, eps, wd, t);
+}
+
+static void mt_cpu_adamw_bf16_copy(float *p, float *work, const float *g, float *m, float *v,
+                                   int64_t n, float lr, float b1, float b2, float eps, float wd,
+                                   int64_t t)
+{
+    cpu_adamw(p, work, g, m, v, n, lr, b1, b2, eps, wd, t);
 }
 
 /* ------------------------------------------------------------------ memory, bf16 */
@@ -296,6 +321,7 @@ static double cpu_ce_shard_finish_bf16(float *dlogits, const float *logits,
     .matmul = mt_cpu_matmul, .embedding_forward = mt_cpu_embedding_forward,                  \
     .embedding_backward = mt_cpu_embedding_backward, .add = mt_cpu_add,                      \
     .sum_squares = mt_cpu_sum_squares, .scale = mt_cpu_scale, .adamw = mt_cpu_adamw,         \
+    .adamw_bf16_copy = mt_cpu_adamw_bf16_copy,                                               \
     /* context parallelism (issue 7) */                                                      \
     .attention_block_forward = mt_cpu_attention_block_forward,                               \
     .attention_block_backward = mt_cpu_attention_block_backward,                             \

@@ -247,6 +247,15 @@ struct mt_backend {
     void (*to_bf16)(uint16_t *dst, const float *src, int64_t n);
     void (*from_bf16)(float *dst, const uint16_t *src, int64_t n);
 
+    /* ---- appended for mixed precision's optimizer step (issue 8) ----
+     * adamw on the fp32 master weights p, and in the same pass work[i] =
+     * the bf16 value nearest the updated p[i] (round_bf16's rounding): the
+     * compute copy the model reads (train_mp.c), without a copy and a
+     * rounding pass after the update.  p, m, v get adamw's bits exactly;
+     * work does not overlap them. */
+    void (*adamw_bf16_copy)(float *p, float *work, const float *g, float *m, float *v, int64_t n,
+                            float lr, float b1, float b2, float eps, float wd, int64_t t);
+
     /* ---- appended for fused rounding (issue 8, doc/mixed-precision.md) ----
      * true on the tables the model takes for bf16 mixed precision
      * (mt_backend_cpu_bf16, mt_backend_cuda_bf16): these entries round

@@ -17,11 +17,14 @@ extern "C" {
  * its parameters and gradients live: flat element offset + i is param[i]
  * and grad[i], and optimizer-state element state + i.  One segment covers
  * the whole model when nothing is sharded; a sharded strategy has one per
- * unit (mt_fsdp.h). */
+ * unit (mt_fsdp.h).  work: NULL, or (mixed precision with the master
+ * weights apart, train_mp.h) where the bf16 compute copy of param lives,
+ * which the update then writes in the same pass (adamw_bf16_copy). */
 typedef struct {
     int64_t offset, count;
     float *param, *grad;
     int64_t state;
+    float *work;
 } mt_segment_t;
 
 typedef struct {
@@ -40,7 +43,8 @@ mt_status_t mt_adamw_init(mt_adamw_t *opt, const mt_backend_t *be, int64_t numel
 void mt_adamw_free(mt_adamw_t *opt);
 
 /* One update of the parameters in the segments with learning rate lr; no
- * weight decay on norm weights. */
+ * weight decay on norm weights.  A segment with work also gets its bf16
+ * compute copy there. */
 void mt_adamw_step(mt_adamw_t *opt, const mt_model_t *m, const mt_segment_t *seg, int nseg,
                    const mt_optimizer_config_t *oc, double lr);
 

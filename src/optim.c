@@ -9,7 +9,7 @@
 
 mt_segment_t mt_segment_whole(const mt_model_t *m)
 {
-    mt_segment_t s = {0, m->numel, m->param_mem, m->grad_mem, 0};
+    mt_segment_t s = {0, m->numel, m->param_mem, m->grad_mem, 0, NULL};
     return s;
 }
 
@@ -49,10 +49,16 @@ void mt_adamw_step(mt_adamw_t *opt, const mt_model_t *m, const mt_segment_t *seg
             if (n == 0)
                 continue;
             int64_t j = a - s->offset;
-            m->be->adamw(s->param + j, s->grad + j, opt->exp_avg + s->state + j,
-                         opt->exp_avg_sq + s->state + j, n, (float)lr, (float)oc->betas[0],
-                         (float)oc->betas[1], (float)oc->eps,
-                         p->no_decay ? 0.0f : (float)oc->weight_decay, opt->step);
+            float *pm = s->param + j, *gm = s->grad + j, *m1 = opt->exp_avg + s->state + j;
+            float *m2 = opt->exp_avg_sq + s->state + j;
+            const float wd = p->no_decay ? 0.0f : (float)oc->weight_decay;
+            if (s->work) /* the master weights and their bf16 compute copy, one pass */
+                m->be->adamw_bf16_copy(pm, s->work + j, gm, m1, m2, n, (float)lr,
+                                       (float)oc->betas[0], (float)oc->betas[1], (float)oc->eps,
+                                       wd, opt->step);
+            else
+                m->be->adamw(pm, gm, m1, m2, n, (float)lr, (float)oc->betas[0],
+                             (float)oc->betas[1], (float)oc->eps, wd, opt->step);
         }
     }
 }

@@ -388,7 +388,7 @@ static mt_status_t update(run_t *r, const mt_config_t *cfg, int64_t step, double
     mt_adamw_step(&r->opt, m, r->seg, r->nseg, &cfg->optimizer, *lr);
     r->moe.opt.step = r->opt.step - 1; /* the same step count, also after a resume */
     MT_TRY(mt_train_moe_update(&r->moe, m, coef, &cfg->optimizer, *lr));
-    mt_train_mp_refresh(&r->mp); /* bf16 compute copy of the new master weights */
+    /* bf16 compute: the update wrote the master weights' bf16 copy too */
     if (r->sharded)
         MT_TRY(mt_fsdp_after_update(&r->fsdp));
     return MT_OK;

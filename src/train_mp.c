@@ -21,6 +21,7 @@ mt_status_t mt_train_mp_init(mt_train_mp_t *mp, const mt_model_t *m, const mt_se
     for (int k = 0; k < nseg; k++) {
         mp->seg[k] = seg[k];
         mp->seg[k].param = mp->master + seg[k].state;
+        mp->seg[k].work = seg[k].param; /* the optimizer writes the compute copy */
         be->copy(mp->seg[k].param, seg[k].param, sizeof(float) * (size_t)seg[k].count);
     }
     if (m->param_mem)

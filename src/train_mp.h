@@ -31,14 +31,16 @@ typedef struct {
  * arena): nothing, and *use stays seg.  Otherwise the master copy of the
  * segments, the arena rounded to bf16 values (all of it: under zero 1
  * and 2 every rank holds the whole initial model), and *use = segments
- * whose params are the master copy. */
+ * whose params are the master copy and whose work is the arena: the
+ * optimizer's update writes the bf16 compute copy itself (mt_segment_t). */
 mt_status_t mt_train_mp_init(mt_train_mp_t *mp, const mt_model_t *m, const mt_segment_t *seg,
                              int nseg, int64_t owned, bool in_arena,
                              const mt_segment_t **use);
 
-/* After an optimizer update or a checkpoint load of the master weights:
- * this rank's segments of the arena = the master rounded to bf16.  (A
- * megatron_fsdp zero 1/2 all-gather then spreads them.)  Nothing when off. */
+/* After a checkpoint load of the master weights: this rank's segments of
+ * the arena = the master rounded to bf16 (after an optimizer update the
+ * update has written them).  (A megatron_fsdp zero 1/2 all-gather then
+ * spreads them.)  Nothing when off. */
 void mt_train_mp_refresh(const mt_train_mp_t *mp);
 
 /* Optimizer-state bytes of numel elements: AdamW's two moments, and the

@@ -286,7 +286,25 @@ static void test_adamw(uint64_t *s)
     for (int64_t i = 0; i < n; i++)
         bad += gf[i] != tc_f32(tc_bf16(g[i]));
     CHECK(bad == 0, "bf16 conversion: %lld values differ from the host's rounding", (long long)bad);
+
+    /* adamw_bf16_copy: adamw's bits, and the compute copy its rounding */
+    float *e_p = tc_up(gp, F(n)), *e_m = tc_up(gm, F(n)), *e_v = tc_up(gv, F(n));
+    float *d_w = tc_dev(F(n));
+    tc_gpu->adamw(d_p, d_g, d_m, d_v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 8);
+    tc_gpu->adamw_bf16_copy(e_p, d_w, d_g, e_m, e_v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 8);
+    float *hp = tc_down(d_p, F(n)), *hm = tc_down(d_m, F(n)), *hv = tc_down(d_v, F(n));
+    float *ep = tc_down(e_p, F(n)), *em = tc_down(e_m, F(n)), *ev = tc_down(e_v, F(n));
+    float *hw = tc_down(d_w, F(n));
+    CHECK_SAME_BYTES("adamw_bf16_copy p", ep, hp, F(n));
+    CHECK_SAME_BYTES("adamw_bf16_copy m", em, hm, F(n));
+    CHECK_SAME_BYTES("adamw_bf16_copy v", ev, hv, F(n));
+    bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        bad += hw[i] != tc_f32(tc_bf16(hp[i]));
+    CHECK(bad == 0, "adamw_bf16_copy: %lld compute copies are not the rounded master weights",
+          (long long)bad);
     free(p), free(g), free(m), free(v), free(gp), free(gm), free(gv), free(gb), free(gf);
+    free(hp), free(hm), free(hv), free(ep), free(em), free(ev), free(hw);
     mt_cuda_arena_reset(&tc_arena);
 }
 

@@ -16,6 +16,8 @@
  *    return and write what the plain ones do from the logits rounded, with
  *    dlogits rounded: loss, count, row max, sums and gradient bit for bit,
  *    dlogits apart and in place, and the loss alone (dlogits NULL);
+ *  - adamw_bf16_copy (both tables) leaves p, m and v with adamw's bits and
+ *    writes round_bf16 of the new p into the compute copy;
  *  - every other entry of the table is the plain table's (one list,
  *    backend_entries.def), so nothing else can differ.
  * No MPI. */
@@ -284,6 +286,23 @@ static void test_loss(int threads)
     free(ar), free(a2), free(e1), free(e2);
 }
 
+/* adamw_bf16_copy: adamw's bits in p, m, v, and round_bf16 of p in work */
+static void test_adamw_copy(int threads)
+{
+    const int64_t n = 70001;
+    float *p = fill(n, false), *g = fill(n, false), *m = fill(n, false), *v = fill(n, false);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = fabsf(v[i]);
+    float *p2 = dup_of(p, n), *m2 = dup_of(m, n), *v2 = dup_of(v, n), *w = fill(n, false);
+    cpu->adamw(p, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 9);
+    bf->adamw_bf16_copy(p2, w, g, m2, v2, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 9);
+    check_same("adamw_bf16_copy p", p2, p, n);
+    check_same("adamw_bf16_copy m", m2, m, n);
+    check_same("adamw_bf16_copy v", v2, v, n);
+    check_rounded("adamw_bf16_copy work", w, p, n, threads);
+    free(p), free(g), free(m), free(v), free(p2), free(m2), free(v2), free(w);
+}
+
 /* every entry that does not round is the plain table's own function */
 static void test_table(void)
 {
@@ -329,6 +348,7 @@ int main(void)
         test_swiglu(threads);
         test_attention(threads);
         test_loss(threads);
+        test_adamw_copy(threads);
     }
     return mt_test_exit("test_kernels_bf16");
 }
