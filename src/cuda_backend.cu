@@ -149,7 +149,8 @@ ROUNDING_ENTRY(rmsnorm_forward, mt_cuda_launch_rmsnorm_forward,
                 float eps), (out, rstd, x, w, n, dim, eps))
 ROUNDING_ENTRY(rmsnorm_backward, mt_cuda_launch_rmsnorm_backward,
                (float *dx, float *dw, const float *dout, const float *x, const float *w,
-                const float *rstd, int64_t n, int64_t dim), (dx, dw, dout, x, w, rstd, n, dim))
+                const float *rstd, int64_t n, int64_t dim, bool acc),
+               (dx, dw, dout, x, w, rstd, n, dim, acc))
 ROUNDING_ENTRY(rope_forward, mt_cuda_launch_rope,
                (float *x, const int32_t *pos, int64_t n, int64_t nh, int64_t hd, double theta),
                (x, pos, n, nh, hd, theta, 1.0))
@@ -528,6 +529,25 @@ extern "C" const mt_backend_t *mt_backend_cuda_bf16(void)
 }
 
 /* ------------------------------------------------------------------ mt_cuda.h extras */
+
+extern "C" void mt_cuda_attention_tc_forward(float *out, float *lse, const float *q,
+                                             const float *k, const float *v,
+                                             const int32_t *doc_start, int64_t B, int64_t T,
+                                             int64_t nh, int64_t nkv, int64_t hd, bool round)
+{
+    mt_cuda_launch_attention_tc_forward(S, out, lse, q, k, v, doc_start, B, T, nh, nkv, hd,
+                                        round);
+}
+
+extern "C" void mt_cuda_attention_tc_backward(float *dq, float *dk, float *dv, const float *dout,
+                                              const float *out, const float *lse,
+                                              const float *q, const float *k, const float *v,
+                                              const int32_t *doc_start, int64_t B, int64_t T,
+                                              int64_t nh, int64_t nkv, int64_t hd, bool round)
+{
+    mt_cuda_launch_attention_tc_backward(S, dq, dk, dv, dout, out, lse, q, k, v, doc_start, B, T,
+                                         nh, nkv, hd, round);
+}
 
 extern "C" void mt_cuda_f32_to_bf16(uint16_t *dst, const float *src, int64_t n)
 {

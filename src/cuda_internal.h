@@ -96,7 +96,7 @@ void mt_cuda_launch_rmsnorm_forward(cudaStream_t s, float *out, float *rstd, con
                                     bool round);
 void mt_cuda_launch_rmsnorm_backward(cudaStream_t s, float *dx, float *dw, const float *dout,
                                      const float *x, const float *w, const float *rstd,
-                                     int64_t n, int64_t dim, bool round);
+                                     int64_t n, int64_t dim, bool accumulate, bool round);
 void mt_cuda_launch_rope(cudaStream_t s, float *x, const int32_t *pos, int64_t n_tokens,
                          int64_t n_heads, int64_t head_dim, double theta, double sign,
                          bool round);

@@ -35,7 +35,7 @@ __global__ void mt_k_rmsnorm_forward(float *out, float *rstd, const float *x, co
 
 __global__ void mt_k_rmsnorm_backward_dx(float *dx, const float *dout, const float *x,
                                          const float *w, const float *rstd, int64_t n,
-                                         int64_t dim, bool round)
+                                         int64_t dim, bool acc, bool round)
 {
     __shared__ double buf[MT_WARP];
     for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
@@ -48,8 +48,10 @@ __global__ void mt_k_rmsnorm_backward_dx(float *dx, const float *dout, const flo
         const float coef = (float)(r * r * r * gx / (double)dim);
         const float rf = (float)r;
         float *dr = dx + i * dim; /* may not alias dout: rows are read above, then written */
-        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
-            dr[j] = mt_bf16_if(rf * (gr[j] * w[j]) - coef * xr[j], round);
+        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
+            const float v = rf * (gr[j] * w[j]) - coef * xr[j];
+            dr[j] = mt_bf16_if(acc ? dr[j] + v : v, round); /* += : the residual's gradient */
+        }
     }
 }
 
@@ -102,7 +104,7 @@ extern "C" void mt_cuda_launch_rmsnorm_forward(cudaStream_t s, float *out, float
 extern "C" void mt_cuda_launch_rmsnorm_backward(cudaStream_t s, float *dx, float *dw,
                                                 const float *dout, const float *x,
                                                 const float *w, const float *rstd, int64_t n,
-                                                int64_t dim, bool round)
+                                                int64_t dim, bool accumulate, bool round)
 {
     MT_CUDA_REQUIRE(n >= 0 && dim > 0, "rmsnorm_backward", "n=%lld dim=%lld", (long long)n,
                     (long long)dim);
@@ -120,6 +122,6 @@ extern "C" void mt_cuda_launch_rmsnorm_backward(cudaStream_t s, float *dx, float
                                                                          dim);
     MT_CUDA_LAUNCH_CHECK("rmsnorm_dw_finish");
     mt_k_rmsnorm_backward_dx<<<row_blocks(n), ROW_THREADS, 0, s>>>(dx, dout, x, w, rstd, n, dim,
-                                                                   round);
+                                                                   accumulate, round);
     MT_CUDA_LAUNCH_CHECK("rmsnorm_backward_dx");
 }

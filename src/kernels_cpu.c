@@ -223,8 +223,8 @@ ROUNDING_ENTRY(rmsnorm_forward, (float *out, float *rstd, const float *x, const 
                                  int64_t n, int64_t dim, float eps),
                (out, rstd, x, w, n, dim, eps))
 ROUNDING_ENTRY(rmsnorm_backward, (float *dx, float *dw, const float *dout, const float *x,
-                                  const float *w, const float *rstd, int64_t n, int64_t dim),
-               (dx, dw, dout, x, w, rstd, n, dim))
+                                  const float *w, const float *rstd, int64_t n, int64_t dim,
+                                  bool acc), (dx, dw, dout, x, w, rstd, n, dim, acc))
 ROUNDING_ENTRY(rope_forward, (float *x, const int32_t *pos, int64_t n, int64_t nh, int64_t hd,
                               double theta), (x, pos, n, nh, hd, theta))
 ROUNDING_ENTRY(rope_backward, (float *dx, const int32_t *pos, int64_t n, int64_t nh, int64_t hd,

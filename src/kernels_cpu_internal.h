@@ -216,7 +216,7 @@ MT_CPU_HIDDEN void mt_cpu_rmsnorm_forward(float *out, float *rstd, const float *
                                           int64_t n, int64_t dim, float eps, bool round);
 MT_CPU_HIDDEN void mt_cpu_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x,
                                            const float *w, const float *rstd, int64_t n,
-                                           int64_t dim, bool round);
+                                           int64_t dim, bool accumulate, bool round);
 MT_CPU_HIDDEN void mt_cpu_rope_forward(float *x, const int32_t *pos, int64_t n_tokens,
                                        int64_t n_heads, int64_t head_dim, double theta,
                                        bool round);

@@ -101,9 +101,19 @@ void mt_cpu_rmsnorm_forward(float *restrict out, float *restrict rstd, const flo
     }
 }
 
+/* One row of dx: the gradient, added to what dr holds when ACC, rounded to
+ * bf16 when RND (both constants: four loops, none carrying another's work) */
+#define DX_ROW(ACC, RND)                                                                \
+    _Pragma("omp simd")                                                                 \
+    for (int64_t j = 0; j < dim; j++) {                                                 \
+        const float v = rf * (gr[j] * w[j]) - coef * xr[j];                            \
+        dr[j] = mt_cpu_bf16_if((ACC) ? dr[j] + v : v, (RND));                           \
+    }
+
 void mt_cpu_rmsnorm_backward(float *restrict dx, float *restrict dw, const float *restrict dout,
                              const float *restrict x, const float *restrict w,
-                             const float *restrict rstd, int64_t n, int64_t dim, bool round)
+                             const float *restrict rstd, int64_t n, int64_t dim, bool accumulate,
+                             bool round)
 {
     MT_CPU_REQUIRE(dim > 0, "rmsnorm_backward", "dim=%lld", (long long)dim);
     const int par = n * dim > MT_CPU_PAR_MIN;
@@ -121,15 +131,14 @@ void mt_cpu_rmsnorm_backward(float *restrict dx, float *restrict dw, const float
             const double gx = dot3_f64(gr, w, xr, dim);
             const float coef = (float)(r * r * r * gx / (double)dim);
             const float rf = (float)r;
-            if (round) {
-#pragma omp simd
-                for (int64_t j = 0; j < dim; j++)
-                    dr[j] = mt_cpu_bf16_if(rf * (gr[j] * w[j]) - coef * xr[j], 1);
-            } else {
-#pragma omp simd
-                for (int64_t j = 0; j < dim; j++)
-                    dr[j] = rf * (gr[j] * w[j]) - coef * xr[j];
-            }
+            if (accumulate && round)
+                DX_ROW(1, 1)
+            else if (accumulate)
+                DX_ROW(1, 0)
+            else if (round)
+                DX_ROW(0, 1)
+            else
+                DX_ROW(0, 0)
         }
 
         /* dw_j += sum_i dout_ij x_ij rstd_i, rows in order per column */

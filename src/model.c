@@ -244,20 +244,13 @@ static const float *regather(const mt_model_t *m, const float *kept)
 }
 
 /* A norm's backward over this rank's Ns tokens from d, the whole
- * gradient of their outputs; the result goes into dx [Ns,H] (= or +=).
- * Under bf16 the norm's gradient is rounded before it is added, as the
- * rounding table's kernel leaves it, and the sum again. */
+ * gradient of their outputs; the result goes into dx [Ns,H] (= or +=, the
+ * kernel adding), rounded once under bf16. */
 static void norm_backward(mt_model_t *m, float *dx, bool accumulate, const float *d, float *dw,
                           const float *x, const float *w, const float *rstd)
 {
-    int64_t H = m->H, Ns = m->Ns;
-    float *out = accumulate ? m->dtmp : dx;
-    m->be->rmsnorm_backward(out, dw, d, x, w, rstd, Ns, H);
-    mt_model_round_out(m, out, Ns * H);
-    if (accumulate) {
-        m->be->add(dx, m->dtmp, Ns * H);
-        mt_model_round(m, dx, Ns * H);
-    }
+    m->be->rmsnorm_backward(dx, dw, d, x, w, rstd, m->Ns, m->H, accumulate);
+    mt_model_round_out(m, dx, m->Ns * m->H);
 }
 
 /* Backward of norm_in, in two halves so that work can run between them.
@@ -525,11 +518,11 @@ static void layer_backward(mt_model_t *m, int l, mt_layer_acts_t *a, bool defer)
     mt_model_round_out(m, m->dk, N * KV);
     if (m->qk_norm) { /* dq, dk are w.r.t. the normed q, k: back through the norms */
         be->rmsnorm_backward(m->datt, p->q_norm->grad, m->dq, a->q_raw, p->q_norm->data, a->q_rstd,
-                             N * m->nh, m->hd);
+                             N * m->nh, m->hd, false);
         mt_model_round_out(m, m->datt, N * Q);
         keep(m, m->dq, m->datt, N * m->nh * m->hd);
         be->rmsnorm_backward(m->datt, p->k_norm->grad, m->dk, a->k_raw, p->k_norm->data, a->k_rstd,
-                             N * m->nkv, m->hd);
+                             N * m->nkv, m->hd, false);
         mt_model_round_out(m, m->datt, N * KV);
         keep(m, m->dk, m->datt, N * m->nkv * m->hd);
     }

@@ -50,11 +50,14 @@ struct mt_backend {
                                int64_t n_tokens, int64_t dim);
 
     /* RMSNorm over the last dim, for n rows: rstd[i] = 1/sqrt(mean(x_i^2)+eps),
-     * out = x * rstd * w.  Backward: dx = (overwritten), dw += over rows. */
+     * out = x * rstd * w.  Backward: dw += over rows; dx is overwritten, or
+     * with accumulate the input gradient is added to it (dx += grad, one
+     * float add: a residual stream's gradient). */
     void (*rmsnorm_forward)(float *out, float *rstd, const float *x, const float *w, int64_t n,
                             int64_t dim, float eps);
     void (*rmsnorm_backward)(float *dx, float *dw, const float *dout, const float *x,
-                             const float *w, const float *rstd, int64_t n, int64_t dim);
+                             const float *w, const float *rstd, int64_t n, int64_t dim,
+                             bool accumulate);
 
     /* RoPE in place on x [n_tokens, n_heads*head_dim], Hugging Face
      * rotate_half pairing: element i pairs with i + head_dim/2, angle
@@ -262,8 +265,9 @@ struct mt_backend {
      * the activations they write to bf16 values as round_bf16 does, in
      * the kernel's own store, instead of leaving a pass over the tensor to
      * the caller:
-     *   rmsnorm_forward (out; rstd stays fp32), rmsnorm_backward (dx; dw
-     *   is a gradient, fp32), rope_forward, rope_backward, swiglu_forward,
+     *   rmsnorm_forward (out; rstd stays fp32), rmsnorm_backward (dx, after
+     *   the accumulation; dw is a gradient, fp32), rope_forward,
+     *   rope_backward, swiglu_forward,
      *   swiglu_backward (dgate, dup), attention_forward (out; lse fp32),
      *   attention_backward (dq, dk, dv);
      * and cross_entropy and ce_shard_max / _sum / _finish read each logit

@@ -149,7 +149,9 @@ const mt_backend_t *mt_backend_cuda(void);
  *   rmsnorm, rope,      rounds_bf16: the activations these entries and
  *   swiglu (forward     attention write are rounded to bf16 in the
  *   and backward)       kernels' stores, the bytes of the cuda table's
- *                       entry followed by its round_bf16 (mt_backend.h).
+ *                       entry followed by its round_bf16 (mt_backend.h);
+ *   cross_entropy,      read the logits as bf16 values and store dlogits
+ *   ce_shard_*          rounded (rounds_bf16).
  * Inputs that are not bf16 values are rounded to bf16 by matmul and
  * attention.
  * Results differ from the CPU backend's by the bounds of doc/gpu.md. */
@@ -160,6 +162,18 @@ const mt_backend_t *mt_backend_cuda_bf16(void);
  * compute capability >= 8.0, enough opt-in shared memory.  Needs a bound
  * device. */
 bool mt_cuda_attention_tc_supported(int64_t hd);
+
+/* That table's attention entries with the rounding of their outputs (out;
+ * dq, dk, dv) chosen: round true is the table's, false leaves the fp32
+ * accumulators' values (tests compare the two bit for bit). */
+void mt_cuda_attention_tc_forward(float *out, float *lse, const float *q, const float *k,
+                                  const float *v, const int32_t *doc_start, int64_t B,
+                                  int64_t T, int64_t nh, int64_t nkv, int64_t hd, bool round);
+void mt_cuda_attention_tc_backward(float *dq, float *dk, float *dv, const float *dout,
+                                   const float *out, const float *lse, const float *q,
+                                   const float *k, const float *v, const int32_t *doc_start,
+                                   int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                                   bool round);
 
 /* The backend's stream (a cudaStream_t) and a blocking wait for it. */
 void *mt_cuda_stream(void);

@@ -2,7 +2,7 @@
  * against the CPU backend, on inputs that hold bf16 values (as the model
  * gives them under mp_policy.param_dtype bfloat16):
  *  - the table is the cuda one except name, matmul, attention and the
- *    entries that round (rounds_bf16: RMSNorm, RoPE, SwiGLU);
+ *    entries that round (rounds_bf16: RMSNorm, RoPE, SwiGLU, the loss);
  *  - those entries write the bytes of the cuda table's entry followed by
  *    its round_bf16 pass (rstd and dw untouched), SwiGLU's backward also in
  *    place, with a NaN among the inputs; the loss entries (cross_entropy,
@@ -17,8 +17,10 @@
  *    backward from the CPU's out/lse (each half alone) and from the GPU's
  *    own (the chain training runs); forward and backward twice, same
  *    bytes; out, dq, dk and dv are bf16 values (rounded as they are
- *    stored); head dim 48 falls back to the fp32 kernels and must equal
- *    mt_backend_cuda()'s bits rounded by its round_bf16.
+ *    stored) and exactly the unrounded kernels' (mt_cuda_attention_tc_*
+ *    with round false) after round_bf16; head dim 48 falls back to the
+ *    fp32 kernels and must equal mt_backend_cuda()'s bits (out, dq, dk,
+ *    dv) rounded by its round_bf16.
  * Exits 77 (skip) without a CUDA device (the build machines): there it
  * proves that the test builds and links.  One file, so mt_test.h's
  * counters are all of it and reach the exit code directly (the
@@ -134,10 +136,16 @@ static void test_rounding_entries(uint64_t *s)
     check_same("rmsnorm_forward rstd, bf16 table", r2, r1, n);
     check_rounded("rmsnorm_forward out, bf16 table", o2, o1, n * dim);
     c->zero(dw1, F(dim)), c->zero(dw2, F(dim));
-    c->rmsnorm_backward(o1, dw1, d_dout, d_x, d_w, r1, n, dim);
-    b->rmsnorm_backward(o2, dw2, d_dout, d_x, d_w, r1, n, dim);
+    c->rmsnorm_backward(o1, dw1, d_dout, d_x, d_w, r1, n, dim, false);
+    b->rmsnorm_backward(o2, dw2, d_dout, d_x, d_w, r1, n, dim, false);
     check_same("rmsnorm_backward dw, bf16 table", dw2, dw1, dim);
     check_rounded("rmsnorm_backward dx, bf16 table", o2, o1, n * dim);
+    float *acc = tc_rand(s, n * dim, 2.0f); /* accumulating: the sum rounded once */
+    float *a1 = tc_up(acc, F(n * dim)), *a2 = tc_up(acc, F(n * dim));
+    c->rmsnorm_backward(a1, dw1, d_dout, d_x, d_w, r1, n, dim, true);
+    b->rmsnorm_backward(a2, dw2, d_dout, d_x, d_w, r1, n, dim, true);
+    check_rounded("rmsnorm_backward dx accumulated, bf16 table", a2, a1, n * dim);
+    free(acc);
 
     int32_t pos[41];
     for (int i = 0; i < ntok; i++)
@@ -218,6 +226,10 @@ static void test_loss_rounding(uint64_t *s)
     s1 = c->ce_shard_finish(d1, d_lr, d_t, m1, z1, y1, n, vs, 300, vs - 7, 0.5f, &c1);
     s2 = b->ce_shard_finish(d2, d_l, d_t, m1, z1, y1, n, vs, 300, vs - 7, 0.5f, &c2);
     CHECK(s1 == s2 && c1 == c2, "ce_shard_finish, bf16 table: loss %.17g, want %.17g", s2, s1);
+    c->copy(d_l3, d_l, F(n * vs)); /* in place, as the model runs it */
+    s3 = b->ce_shard_finish(d_l3, d_l3, d_t, m1, z1, y1, n, vs, 300, vs - 7, 0.5f, &c2);
+    CHECK(s3 == s1, "ce_shard_finish in place, bf16 table: loss %.17g, want %.17g", s3, s1);
+    check_same("ce_shard_finish in place dlogits, bf16 table", d_l3, d2, n * vs);
     check_rounded("ce_shard_finish dlogits, bf16 table", d2, d1, n * vs);
     free(l), free(hz1), free(hz2), free(hy1), free(hy2);
     mt_cuda_arena_reset(&tc_arena);
@@ -357,15 +369,31 @@ static void attention_case(uint64_t *s, int64_t B, int64_t T, int64_t nh, int64_
     check_att("bf16 attention chain dk", tag, x_dk, dk, nk, tol);
     check_att("bf16 attention chain dv", tag, x_dv, dv, nk, tol);
 
-    if (!tc) { /* the fallback is the fp32 table's kernel and rounding, bit for bit */
-        const mt_backend_t *f32 = mt_backend_cuda();
+    /* the rounding: the unrounded kernel's bytes (tensor cores) or the fp32
+     * table's (the fallback), then the cuda table's round_bf16 pass */
+    const mt_backend_t *f32 = mt_backend_cuda();
+    if (tc) {
+        mt_cuda_attention_tc_forward(d_out, d_lse, d_q, d_k, d_v, d_doc, B, T, nh, nkv, hd, false);
+        mt_cuda_attention_tc_backward(d_dq, d_dk, d_dv, d_dout, c_out, c_lse, d_q, d_k, d_v,
+                                      d_doc, B, T, nh, nkv, hd, false);
+    } else {
         f32->attention_forward(d_out, d_lse, d_q, d_k, d_v, d_doc, B, T, nh, nkv, hd);
-        f32->round_bf16(d_out, nq);
-        float *f_out = tc_down(d_out, F(nq));
-        snprintf(what, sizeof what, "bf16 attention fallback = fp32 table %s", tag);
-        CHECK_SAME_BYTES(what, f_out, g_out, F(nq));
-        free(f_out);
+        f32->attention_backward(d_dq, d_dk, d_dv, d_dout, c_out, c_lse, d_q, d_k, d_v, d_doc, B,
+                                T, nh, nkv, hd);
     }
+    f32->round_bf16(d_out, nq);
+    f32->round_bf16(d_dq, nq);
+    f32->round_bf16(d_dk, nk);
+    f32->round_bf16(d_dv, nk);
+    float *f_out = tc_down(d_out, F(nq)), *f_dq = tc_down(d_dq, F(nq));
+    float *f_dk = tc_down(d_dk, F(nk)), *f_dv = tc_down(d_dv, F(nk));
+    snprintf(what, sizeof what, "bf16 attention = %s + round_bf16 %s",
+             tc ? "unrounded tensor-core kernels" : "fp32 table", tag);
+    CHECK_SAME_BYTES(what, f_out, g_out, F(nq));
+    CHECK_SAME_BYTES(what, f_dq, g_dq, F(nq));
+    CHECK_SAME_BYTES(what, f_dk, g_dk, F(nk));
+    CHECK_SAME_BYTES(what, f_dv, g_dv, F(nk));
+    free(f_out), free(f_dq), free(f_dk), free(f_dv);
     free(q), free(k), free(v), free(dout), free(doc), free(out), free(lse), free(dq), free(dk);
     free(dv), free(g_out), free(g_lse), free(g_dq), free(g_dk), free(g_dv), free(h_out);
     free(h_lse), free(h_dq), free(h_dk), free(h_dv), free(x_dq), free(x_dk), free(x_dv);

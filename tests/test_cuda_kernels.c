@@ -141,16 +141,24 @@ static void test_rmsnorm(uint64_t *s)
     float *d_dx = tc_dev(F(n * dim));
     tc_cpu->rmsnorm_forward(out, rstd, x, w, n, dim, 1e-5f);
     tc_gpu->rmsnorm_forward(d_out, d_r, d_x, d_w, n, dim, 1e-5f);
-    tc_cpu->rmsnorm_backward(dx, dw, dout, x, w, rstd, n, dim);
-    tc_gpu->rmsnorm_backward(d_dx, d_dw, d_g, d_x, d_w, d_r, n, dim);
+    tc_cpu->rmsnorm_backward(dx, dw, dout, x, w, rstd, n, dim, false);
+    tc_gpu->rmsnorm_backward(d_dx, d_dw, d_g, d_x, d_w, d_r, n, dim, false);
     float *g_out = tc_down(d_out, F(n * dim)), *g_r = tc_down(d_r, F(n));
     float *g_dx = tc_down(d_dx, F(n * dim)), *g_dw = tc_down(d_dw, F(dim));
     CHECK_CLOSE("rmsnorm_forward out", g_out, out, n * dim, 1e-5);
     CHECK_CLOSE("rmsnorm_forward rstd", g_r, rstd, n, 1e-5);
     CHECK_CLOSE("rmsnorm_backward dx", g_dx, dx, n * dim, 1e-5);
     CHECK_CLOSE("rmsnorm_backward dw (accumulated)", g_dw, dw, dim, 1e-5);
+    /* accumulate: the residual gradient plus the input gradient */
+    float *base = tc_rand(s, n * dim, 3.0f), *want = malloc(F(n * dim));
+    for (int64_t i = 0; i < n * dim; i++)
+        want[i] = base[i] + dx[i];
+    float *d_acc = tc_up(base, F(n * dim));
+    tc_gpu->rmsnorm_backward(d_acc, d_dw, d_g, d_x, d_w, d_r, n, dim, true);
+    float *g_acc = tc_down(d_acc, F(n * dim));
+    CHECK_CLOSE("rmsnorm_backward dx accumulated", g_acc, want, n * dim, 1e-5);
     free(x), free(w), free(dout), free(dw), free(out), free(rstd), free(dx);
-    free(g_out), free(g_r), free(g_dx), free(g_dw);
+    free(g_out), free(g_r), free(g_dx), free(g_dw), free(base), free(want), free(g_acc);
     mt_cuda_arena_reset(&tc_arena);
 }
 

@@ -568,7 +568,7 @@ static void rms_run(void *p)
     be->rmsnorm_forward(c->out, c->rstd, c->x, c->w, c->n, c->dim, c->eps);
     ffill(c->dx, c->n * c->dim, NAN); /* overwritten */
     ffill(c->dw, c->dim, 1.0f);       /* accumulated */
-    be->rmsnorm_backward(c->dx, c->dw, c->dout, c->x, c->w, c->rstd, c->n, c->dim);
+    be->rmsnorm_backward(c->dx, c->dw, c->dout, c->x, c->w, c->rstd, c->n, c->dim, false);
 }
 
 static double rms_loss(void *p)
@@ -623,6 +623,17 @@ static void test_rmsnorm(void)
         for (int64_t j = 0; j < dim; j++)
             dw[j] = c.dw[j] - 1.0f; /* dw accumulates onto the pre-filled 1.0 */
         check_close("rmsnorm dw (accumulated onto 1.0)", dw, rdw, dim, 1e-5);
+        /* accumulate: dx += the same gradient, one float add per element */
+        float *acc = frand(n * dim, 3.0), *acc0 = fcopy(acc, n * dim), *dw2 = fnew(dim);
+        be->rmsnorm_backward(acc, dw2, c.dout, c.x, c.w, c.rstd, n, dim, true);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < n * dim; i++) {
+            const float want = acc0[i] + c.dx[i];
+            bad += memcmp(&acc[i], &want, sizeof want) != 0;
+        }
+        CHECK(bad == 0, "rmsnorm_backward accumulate n=%lld dim=%lld: %lld elements are not "
+              "dx + the overwritten result", (long long)n, (long long)dim, (long long)bad);
+        free(acc), free(acc0), free(dw2);
 
         if (n * dim <= 1000) {
             float *dx = fcopy(c.dx, n * dim);

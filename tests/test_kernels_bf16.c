@@ -140,9 +140,11 @@ static void test_rounding(void)
 
 /* ------------------------------------------------------------------ the entries */
 
+/* Sizes above MT_CPU_PAR_MIN (32768 elements), so the 2-thread pass runs
+ * the kernels' threaded loops. */
 static void test_norm(int threads)
 {
-    const int64_t n = 37, dim = 96;
+    const int64_t n = 401, dim = 96;
     float *x = fill(n * dim, true), *w = fill(dim, false), *dout = fill(n * dim, false);
     float *o1 = fill(n * dim, false), *o2 = fill(n * dim, false);
     float *r1 = fill(n, false), *r2 = fill(n, false);
@@ -152,18 +154,25 @@ static void test_norm(int threads)
     check_same("rmsnorm_forward rstd", r2, r1, n);
 
     float *dw1 = fill(dim, false), *dw2 = dup_of(dw1, dim);
-    cpu->rmsnorm_backward(o1, dw1, dout, x, w, r1, n, dim);
-    bf->rmsnorm_backward(o2, dw2, dout, x, w, r1, n, dim);
+    cpu->rmsnorm_backward(o1, dw1, dout, x, w, r1, n, dim, false);
+    bf->rmsnorm_backward(o2, dw2, dout, x, w, r1, n, dim, false);
     check_rounded("rmsnorm_backward dx", o2, o1, n * dim, threads);
     check_same("rmsnorm_backward dw", dw2, dw1, dim);
+    /* accumulating into a residual gradient: the sum rounded once */
+    float *a1 = fill(n * dim, false), *a2 = dup_of(a1, n * dim);
+    cpu->rmsnorm_backward(a1, dw1, dout, x, w, r1, n, dim, true);
+    bf->rmsnorm_backward(a2, dw2, dout, x, w, r1, n, dim, true);
+    check_rounded("rmsnorm_backward dx accumulated", a2, a1, n * dim, threads);
+    check_same("rmsnorm_backward dw, twice", dw2, dw1, dim);
     free(x), free(w), free(dout), free(o1), free(o2), free(r1), free(r2), free(dw1), free(dw2);
+    free(a1), free(a2);
 }
 
 static void test_rope(int threads)
 {
-    const int64_t n = 29, nh = 3, hd = 32;
-    int32_t pos[29];
-    for (int i = 0; i < 29; i++)
+    const int64_t n = 401, nh = 3, hd = 32;
+    int32_t pos[401];
+    for (int i = 0; i < 401; i++)
         pos[i] = (int32_t)(next_u64() % 5000);
     float *x1 = fill(n * nh * hd, true), *x2 = dup_of(x1, n * nh * hd);
     cpu->rope_forward(x1, pos, n, nh, hd, 10000.0);
@@ -236,11 +245,11 @@ static void test_attention(int threads)
 /* the plain loss on rounded logits, its gradient rounded after */
 static void test_loss(int threads)
 {
-    const int64_t n = 23, V = 700, v_valid = 650, vl = 3, V2 = 350; /* V2: a TP shard */
+    const int64_t n = 61, V = 700, v_valid = 650, vl = 3, V2 = 560; /* V2: a TP shard */
     float *l = fill(n * V, false);
     for (int64_t i = 0; i < n * V; i++)
         l[i] = fmodf(l[i], 12.0f);
-    int32_t t[23];
+    int32_t t[61];
     for (int i = 0; i < n; i++)
         t[i] = i == 4 ? -100 : (int32_t)(next_u64() % (uint64_t)v_valid);
     float *lr = dup_of(l, n * V); /* the reference's logits, rounded */
@@ -267,7 +276,7 @@ static void test_loss(int threads)
         a[i] = fmodf(a[i], 12.0f);
     float *ar = dup_of(a, n * V2), *a2 = dup_of(a, n * V2);
     cpu->round_bf16(ar, n * V2);
-    double z1[23], y1[23], z2[23], y2[23];
+    double z1[61], y1[61], z2[61], y2[61];
     cpu->ce_shard_max(mx1, ar, n, V2, V2 - 20);
     bf->ce_shard_max(mx2, a2, n, V2, V2 - 20);
     check_same("ce_shard_max", mx2, mx1, n);
@@ -282,6 +291,10 @@ static void test_loss(int threads)
     s2 = bf->ce_shard_finish(e2, a2, t, mx1, z1, y1, n, V2, vl * 100, V2 - 20, 0.5f, &c2);
     CHECK(s1 == s2 && c1 == c2, "ce_shard_finish: loss %.17g, want %.17g", s2, s1);
     check_rounded("ce_shard_finish dlogits", e2, e1, n * V2, threads);
+    memcpy(a2, a, sizeof(float) * (size_t)(n * V2)); /* in place, as the model runs it */
+    s2 = bf->ce_shard_finish(a2, a2, t, mx1, z1, y1, n, V2, vl * 100, V2 - 20, 0.5f, &c2);
+    CHECK(s1 == s2, "ce_shard_finish in place: loss %.17g, want %.17g", s2, s1);
+    check_same("ce_shard_finish in place dlogits", a2, e2, n * V2);
     free(l), free(lr), free(d1), free(d2), free(l2), free(l3), free(a), free(mx1), free(mx2);
     free(ar), free(a2), free(e1), free(e2);
 }
