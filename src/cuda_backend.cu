@@ -277,17 +277,17 @@ static void t_from_bf16(float *dst, const uint16_t *src, int64_t n)
     mt_cuda_launch_convert(S, dst, src, n, false);
 }
 
-static void t_adamw(float *p, const float *g, float *m, float *v, int64_t n, float lr, float b1,
-                    float b2, float eps, float wd, int64_t t)
+static void t_adamw(float *p, const float *g, float gscale, float *m, float *v, int64_t n,
+                    float lr, float b1, float b2, float eps, float wd, int64_t t)
 {
-    mt_cuda_launch_adamw(S, p, NULL, NULL, g, m, v, n, lr, b1, b2, eps, wd, t);
+    mt_cuda_launch_adamw(S, p, NULL, NULL, g, gscale, m, v, n, lr, b1, b2, eps, wd, t);
 }
 
-static void t_adamw_bf16_copy(float *p, float *work, const float *g, float *m, float *v,
-                              int64_t n, float lr, float b1, float b2, float eps, float wd,
-                              int64_t t)
+static void t_adamw_bf16_copy(float *p, float *work, const float *g, float gscale, float *m,
+                              float *v, int64_t n, float lr, float b1, float b2, float eps,
+                              float wd, int64_t t)
 {
-    mt_cuda_launch_adamw(S, p, NULL, work, g, m, v, n, lr, b1, b2, eps, wd, t);
+    mt_cuda_launch_adamw(S, p, NULL, work, g, gscale, m, v, n, lr, b1, b2, eps, wd, t);
 }
 
 static void t_copy_to_device(void *dst, const void *src, size_t bytes)
@@ -620,7 +620,7 @@ extern "C" void mt_cuda_adamw_mixed(float *p, uint16_t *p_bf16, const float *g, 
                                     float *v, int64_t n, float lr, float b1, float b2, float eps,
                                     float wd, int64_t t)
 {
-    mt_cuda_launch_adamw(S, p, p_bf16, NULL, g, m, v, n, lr, b1, b2, eps, wd, t);
+    mt_cuda_launch_adamw(S, p, p_bf16, NULL, g, 1.0f, m, v, n, lr, b1, b2, eps, wd, t);
 }
 
 extern "C" void mt_cuda_moe_route(int32_t *pos, int32_t *offsets, const int32_t *expert,

@@ -112,8 +112,8 @@ void mt_cuda_launch_round_bf16(cudaStream_t s, float *x, int64_t n);
 #define MT_CUDA_SUMSQ_PARTS 256
 void mt_cuda_launch_sum_squares(cudaStream_t s, double *partial, const float *x, int64_t n);
 void mt_cuda_launch_adamw(cudaStream_t s, float *p, uint16_t *p_bf16, float *p_work,
-                          const float *g, float *m, float *v, int64_t n, float lr, float b1,
-                          float b2, float eps, float wd, int64_t t);
+                          const float *g, float gscale, float *m, float *v, int64_t n, float lr,
+                          float b1, float b2, float eps, float wd, int64_t t);
 void mt_cuda_launch_convert(cudaStream_t s, void *dst, const void *src, int64_t n,
                             bool to_bf16);
 /* How cross-entropy holds logits and dlogits: float32; float32 read and

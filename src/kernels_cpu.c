@@ -91,7 +91,7 @@ static double mt_cpu_sum_squares(const float *restrict x, int64_t n)
 #define ADAMW_LOOP(STORE_WORK)                                                         \
     _Pragma("omp parallel for simd schedule(static) if (n > MT_CPU_PAR_MIN)")         \
     for (int64_t i = 0; i < n; i++) {                                                 \
-        const float gi = g[i];                                                        \
+        const float gi = g[i] * gscale;                                               \
         const float mi = b1 * m[i] + one_b1 * gi;                                     \
         const float vi = b2 * v[i] + one_b2 * (gi * gi);                              \
         m[i] = mi;                                                                    \
@@ -105,8 +105,8 @@ static double mt_cpu_sum_squares(const float *restrict x, int64_t n)
 
 /* work NULL: plain AdamW; else also work[i] = bf16 value of the new p[i] */
 static void cpu_adamw(float *restrict p, float *restrict work, const float *restrict g,
-                      float *restrict m, float *restrict v, int64_t n, float lr, float b1,
-                      float b2, float eps, float wd, int64_t t)
+                      float gscale, float *restrict m, float *restrict v, int64_t n, float lr,
+                      float b1, float b2, float eps, float wd, int64_t t)
 {
     MT_CPU_REQUIRE(t >= 1, "adamw", "step t=%lld (steps count from 1)", (long long)t);
     /* Bias corrections in double: b2^t for b2 = 0.999 loses digits in
@@ -124,17 +124,17 @@ static void cpu_adamw(float *restrict p, float *restrict work, const float *rest
     }
 }
 
-static void mt_cpu_adamw(float *p, const float *g, float *m, float *v, int64_t n, float lr,
-                         float b1, float b2, float eps, float wd, int64_t t)
+static void mt_cpu_adamw(float *p, const float *g, float gscale, float *m, float *v, int64_t n,
+                         float lr, float b1, float b2, float eps, float wd, int64_t t)
 {
-    cpu_adamw(p, NULL, g, m, v, n, lr, b1, b2, eps, wd, t);
+    cpu_adamw(p, NULL, g, gscale, m, v, n, lr, b1, b2, eps, wd, t);
 }
 
-static void mt_cpu_adamw_bf16_copy(float *p, float *work, const float *g, float *m, float *v,
-                                   int64_t n, float lr, float b1, float b2, float eps, float wd,
-                                   int64_t t)
+static void mt_cpu_adamw_bf16_copy(float *p, float *work, const float *g, float gscale, float *m,
+                                   float *v, int64_t n, float lr, float b1, float b2, float eps,
+                                   float wd, int64_t t)
 {
-    cpu_adamw(p, work, g, m, v, n, lr, b1, b2, eps, wd, t);
+    cpu_adamw(p, work, g, gscale, m, v, n, lr, b1, b2, eps, wd, t);
 }
 
 /* ------------------------------------------------------------------ memory, bf16 */

@@ -137,9 +137,13 @@ struct mt_backend {
 
     /* One AdamW step (decoupled weight decay, bias correction) with step
      * number t >= 1:  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
-     * p -= lr * (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd * p). */
-    void (*adamw)(float *p, const float *g, float *m, float *v, int64_t n, float lr, float b1,
-                  float b2, float eps, float wd, int64_t t);
+     * p -= lr * (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd * p),
+     * where g is the stored gradient times gscale (gradient clipping's
+     * coefficient, 1 for none), one float product: the bits of scaling the
+     * gradient first, without the pass (the stored gradient is left as it
+     * is). */
+    void (*adamw)(float *p, const float *g, float gscale, float *m, float *v, int64_t n,
+                  float lr, float b1, float b2, float eps, float wd, int64_t t);
 
     /* ---- context parallelism (issue 7): block attention for ring attention.
      * One block = nq query tokens against nk key/value tokens taken from
@@ -256,8 +260,9 @@ struct mt_backend {
      * compute copy the model reads (train_mp.c), without a copy and a
      * rounding pass after the update.  p, m, v get adamw's bits exactly;
      * work does not overlap them. */
-    void (*adamw_bf16_copy)(float *p, float *work, const float *g, float *m, float *v, int64_t n,
-                            float lr, float b1, float b2, float eps, float wd, int64_t t);
+    void (*adamw_bf16_copy)(float *p, float *work, const float *g, float gscale, float *m,
+                            float *v, int64_t n, float lr, float b1, float b2, float eps,
+                            float wd, int64_t t);
 
     /* ---- appended for fused rounding (issue 8, doc/mixed-precision.md) ----
      * true on the tables the model takes for bf16 mixed precision

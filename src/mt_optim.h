@@ -42,11 +42,13 @@ mt_segment_t mt_segment_whole(const mt_model_t *m);
 mt_status_t mt_adamw_init(mt_adamw_t *opt, const mt_backend_t *be, int64_t numel);
 void mt_adamw_free(mt_adamw_t *opt);
 
-/* One update of the parameters in the segments with learning rate lr; no
- * weight decay on norm weights.  A segment with work also gets its bf16
- * compute copy there. */
+/* One update of the parameters in the segments with learning rate lr and
+ * the gradients times gscale (the clipping coefficient, 1 for none:
+ * the same bits as mt_grad_scale first, without its pass; the stored
+ * gradients are left unscaled); no weight decay on norm weights.  A
+ * segment with work also gets its bf16 compute copy there. */
 void mt_adamw_step(mt_adamw_t *opt, const mt_model_t *m, const mt_segment_t *seg, int nseg,
-                   const mt_optimizer_config_t *oc, double lr);
+                   const mt_optimizer_config_t *oc, double lr, float gscale);
 
 /* Learning rate for update number `step` (1-based): linear warm-up to
  * optimizer.lr over lr_warmup_steps, then cosine or linear decay to min_lr

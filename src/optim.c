@@ -38,7 +38,7 @@ void mt_adamw_free(mt_adamw_t *opt)
 }
 
 void mt_adamw_step(mt_adamw_t *opt, const mt_model_t *m, const mt_segment_t *seg, int nseg,
-                   const mt_optimizer_config_t *oc, double lr)
+                   const mt_optimizer_config_t *oc, double lr, float gscale)
 {
     opt->step++;
     for (int k = 0; k < nseg; k++) {
@@ -53,11 +53,11 @@ void mt_adamw_step(mt_adamw_t *opt, const mt_model_t *m, const mt_segment_t *seg
             float *m2 = opt->exp_avg_sq + s->state + j;
             const float wd = p->no_decay ? 0.0f : (float)oc->weight_decay;
             if (s->work) /* the master weights and their bf16 compute copy, one pass */
-                m->be->adamw_bf16_copy(pm, s->work + j, gm, m1, m2, n, (float)lr,
+                m->be->adamw_bf16_copy(pm, s->work + j, gm, gscale, m1, m2, n, (float)lr,
                                        (float)oc->betas[0], (float)oc->betas[1], (float)oc->eps,
                                        wd, opt->step);
             else
-                m->be->adamw(pm, gm, m1, m2, n, (float)lr, (float)oc->betas[0],
+                m->be->adamw(pm, gm, gscale, m1, m2, n, (float)lr, (float)oc->betas[0],
                              (float)oc->betas[1], (float)oc->eps, wd, opt->step);
         }
     }

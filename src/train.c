@@ -382,10 +382,11 @@ static mt_status_t update(run_t *r, const mt_config_t *cfg, int64_t step, double
     MT_TRY(mt_train_moe_grad_sumsq(&r->moe, m, &experts));
     *gnorm = sqrt(part[0] + part[1] + experts);
     double coef = mt_clip_coef(*gnorm, cfg->optimizer.max_grad_norm);
-    if (coef < 1.0)
-        mt_grad_scale(m, r->seg, r->nseg, (float)coef);
     *lr = mt_lr_at(cfg, step);
-    mt_adamw_step(&r->opt, m, r->seg, r->nseg, &cfg->optimizer, *lr);
+    /* clipping inside the update: its coefficient scales each gradient as
+     * AdamW reads it */
+    mt_adamw_step(&r->opt, m, r->seg, r->nseg, &cfg->optimizer, *lr,
+                  coef < 1.0 ? (float)coef : 1.0f);
     r->moe.opt.step = r->opt.step - 1; /* the same step count, also after a resume */
     MT_TRY(mt_train_moe_update(&r->moe, m, coef, &cfg->optimizer, *lr));
     /* bf16 compute: the update wrote the master weights' bf16 copy too */

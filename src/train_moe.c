@@ -385,9 +385,7 @@ mt_status_t mt_train_moe_update(mt_train_moe_t *t, mt_model_t *m, double coef,
     (void)m;
     if (!t->on)
         return MT_OK;
-    if (coef < 1.0)
-        mt_grad_scale(&t->view, t->seg, t->nseg, (float)coef);
-    mt_adamw_step(&t->opt, &t->view, t->seg, t->nseg, oc, lr);
+    mt_adamw_step(&t->opt, &t->view, t->seg, t->nseg, oc, lr, coef < 1.0 ? (float)coef : 1.0f);
     /* bf16 compute: the update wrote the master weights' bf16 copy too */
     if (t->sharded) { /* and nothing left in flight (a prefetch of an empty unit) */
         MT_TRY(mt_fsdp_after_update(&t->fsdp));

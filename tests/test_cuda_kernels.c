@@ -272,7 +272,7 @@ static void test_adamw(uint64_t *s)
         v[i] = fabsf(v[i]);
     float *d_p = tc_up(p, F(n)), *d_g = tc_up(g, F(n)), *d_m = tc_up(m, F(n)), *d_v = tc_up(v, F(n));
     uint16_t *d_pb = tc_dev((size_t)n * 2);
-    tc_cpu->adamw(p, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7);
+    tc_cpu->adamw(p, g, 1.0f, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7);
     mt_cuda_adamw_mixed(d_p, d_pb, d_g, d_m, d_v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7);
     float *gp = tc_down(d_p, F(n)), *gm = tc_down(d_m, F(n)), *gv = tc_down(d_v, F(n));
     uint16_t *gb = tc_down(d_pb, (size_t)n * 2);
@@ -298,8 +298,8 @@ static void test_adamw(uint64_t *s)
     /* adamw_bf16_copy: adamw's bits, and the compute copy its rounding */
     float *e_p = tc_up(gp, F(n)), *e_m = tc_up(gm, F(n)), *e_v = tc_up(gv, F(n));
     float *d_w = tc_dev(F(n));
-    tc_gpu->adamw(d_p, d_g, d_m, d_v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 8);
-    tc_gpu->adamw_bf16_copy(e_p, d_w, d_g, e_m, e_v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 8);
+    tc_gpu->adamw(d_p, d_g, 1.0f, d_m, d_v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 8);
+    tc_gpu->adamw_bf16_copy(e_p, d_w, d_g, 1.0f, e_m, e_v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 8);
     float *hp = tc_down(d_p, F(n)), *hm = tc_down(d_m, F(n)), *hv = tc_down(d_v, F(n));
     float *ep = tc_down(e_p, F(n)), *em = tc_down(e_m, F(n)), *ev = tc_down(e_v, F(n));
     float *hw = tc_down(d_w, F(n));
@@ -311,6 +311,17 @@ static void test_adamw(uint64_t *s)
         bad += hw[i] != tc_f32(tc_bf16(hp[i]));
     CHECK(bad == 0, "adamw_bf16_copy: %lld compute copies are not the rounded master weights",
           (long long)bad);
+    /* gscale (clipping): the bits of the scale pass first */
+    float *d_gs = tc_up(g, F(n)), *f_p = tc_up(hp, F(n)), *f_m = tc_up(hm, F(n));
+    float *f_v = tc_up(hv, F(n));
+    tc_gpu->scale(d_gs, 0.37f, n);
+    tc_gpu->adamw(d_p, d_gs, 1.0f, d_m, d_v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 9);
+    tc_gpu->adamw(f_p, d_g, 0.37f, f_m, f_v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 9);
+    float *sp = tc_down(d_p, F(n)), *fp = tc_down(f_p, F(n)), *fv = tc_down(f_v, F(n));
+    float *sv = tc_down(d_v, F(n));
+    CHECK_SAME_BYTES("adamw gscale p", fp, sp, F(n));
+    CHECK_SAME_BYTES("adamw gscale v", fv, sv, F(n));
+    free(sp), free(fp), free(fv), free(sv);
     free(p), free(g), free(m), free(v), free(gp), free(gm), free(gv), free(gb), free(gf);
     free(hp), free(hm), free(hv), free(ep), free(em), free(ev), free(hw);
     mt_cuda_arena_reset(&tc_arena);

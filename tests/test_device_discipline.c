@@ -162,12 +162,12 @@ static void update(mt_model_t *m, const mt_config_t *cfg, mt_adamw_t opt[2])
 {
     mt_cpu_guard_strict(false); /* the AdamW state is host memory */
     mt_segment_t s = mt_segment_whole(m);
-    mt_adamw_step(&opt[0], m, &s, 1, &cfg->optimizer, cfg->optimizer.lr);
+    mt_adamw_step(&opt[0], m, &s, 1, &cfg->optimizer, cfg->optimizer.lr, 1.0f);
     if (m->moe) {
         int64_t *unit_lo = malloc(sizeof(int64_t) * (size_t)(m->L + 3));
         mt_model_t v = mt_moe_param_view(m, unit_lo);
         mt_segment_t e = mt_segment_whole(&v);
-        mt_adamw_step(&opt[1], &v, &e, 1, &cfg->optimizer, cfg->optimizer.lr);
+        mt_adamw_step(&opt[1], &v, &e, 1, &cfg->optimizer, cfg->optimizer.lr, 1.0f);
         free(unit_lo);
     }
     mt_cpu_guard_strict(true);

@@ -415,7 +415,7 @@ static void adam_run(void *q)
     memcpy(c->p, c->p0, (size_t)c->n * sizeof(float));
     memcpy(c->m, c->m0, (size_t)c->n * sizeof(float));
     memcpy(c->v, c->v0, (size_t)c->n * sizeof(float));
-    be->adamw(c->p, c->g, c->m, c->v, c->n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7);
+    be->adamw(c->p, c->g, 1.0f, c->m, c->v, c->n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7);
 }
 
 static void test_adamw(void)
@@ -423,7 +423,7 @@ static void test_adamw(void)
     /* hand-computed (exact decimal arithmetic of the formula in mt_backend.h) */
     {
         float p[2] = {1.0f, -2.0f}, g[2] = {0.5f, -3e-3f}, m[2] = {0, 0}, v[2] = {0, 0};
-        be->adamw(p, g, m, v, 2, 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, 1);
+        be->adamw(p, g, 1.0f, m, v, 2, 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, 1);
         CHECK(fabs(p[0] - 0.899000002) <= 1e-7 && fabs(p[1] - -1.898000333) <= 2e-7,
               "adamw t=1: p = %.9g %.9g, want 0.899000002 -1.898000333", p[0], p[1]);
         /* m and v carry float's b1, b2: 1 - 0.999f = 9.9998713e-4, not 1e-3 */
@@ -438,7 +438,7 @@ static void test_adamw(void)
     {
         float p[2] = {0.5f, -0.25f}, g[2] = {0.2f, -0.05f}, m[2] = {0.1f, 0.02f},
               v[2] = {0.01f, 0.004f};
-        be->adamw(p, g, m, v, 2, 1e-3f, 0.9f, 0.99f, 1e-6f, 0.1f, 3);
+        be->adamw(p, g, 1.0f, m, v, 2, 1e-3f, 0.9f, 0.99f, 1e-6f, 0.1f, 3);
         CHECK(fabs(p[0] - 0.499260730) <= 1e-7 && fabs(p[1] - -0.250105962) <= 1e-7,
               "adamw t=3: p = %.9g %.9g, want 0.499260730 -0.250105962", p[0], p[1]);
         CHECK(fabs(m[0] - 0.11) <= 2e-6 * 0.11 && fabs(m[1] - 0.013) <= 2e-6 * 0.013,
@@ -477,6 +477,19 @@ static void test_adamw(void)
     const size_t nb = (size_t)n * sizeof(float);
     det_outs_t o = {{c.p, c.m, c.v}, {nb, nb, nb}, 3};
     check_deterministic("adamw", adam_run, &c, &o, 1);
+    /* gscale (clipping): the bits of scaling the gradient first; g unchanged */
+    {
+        float *p1 = fcopy(c.p0, n), *m1 = fcopy(c.m0, n), *v1 = fcopy(c.v0, n);
+        float *p2 = fcopy(c.p0, n), *m2 = fcopy(c.m0, n), *v2 = fcopy(c.v0, n);
+        float *gs = fcopy(c.g, n), *g0 = fcopy(c.g, n);
+        be->scale(gs, 0.37f, n);
+        be->adamw(p1, gs, 1.0f, m1, v1, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7);
+        be->adamw(p2, c.g, 0.37f, m2, v2, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7);
+        CHECK(memcmp(p1, p2, nb) == 0 && memcmp(m1, m2, nb) == 0 && memcmp(v1, v2, nb) == 0,
+              "adamw gscale 0.37: not the bits of scale then adamw");
+        CHECK(memcmp(g0, c.g, nb) == 0, "adamw gscale changed the stored gradient");
+        free(p1), free(m1), free(v1), free(p2), free(m2), free(v2), free(gs), free(g0);
+    }
     free((void *)c.p0), free((void *)c.g), free((void *)c.m0), free(v0);
     free(c.p), free(c.m), free(c.v), free(rp), free(rm), free(rv), free(step);
 }
@@ -1214,7 +1227,7 @@ static void bad_rope(void)
 static void bad_adam_step(void)
 {
     float p = 0, g = 0, m = 0, v = 0;
-    be->adamw(&p, &g, &m, &v, 1, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 0);
+    be->adamw(&p, &g, 1.0f, &m, &v, 1, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 0);
 }
 
 /* Vocabulary-parallel cross-entropy: the vocabulary split into k shards

@@ -307,8 +307,8 @@ static void test_adamw_copy(int threads)
     for (int64_t i = 0; i < n; i++)
         v[i] = fabsf(v[i]);
     float *p2 = dup_of(p, n), *m2 = dup_of(m, n), *v2 = dup_of(v, n), *w = fill(n, false);
-    cpu->adamw(p, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 9);
-    bf->adamw_bf16_copy(p2, w, g, m2, v2, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 9);
+    cpu->adamw(p, g, 1.0f, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 9);
+    bf->adamw_bf16_copy(p2, w, g, 1.0f, m2, v2, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 9);
     check_same("adamw_bf16_copy p", p2, p, n);
     check_same("adamw_bf16_copy m", m2, m, n);
     check_same("adamw_bf16_copy v", v2, v, n);

@@ -187,7 +187,7 @@ static void overfit(void)
         double coef = mt_clip_coef(sqrt(mt_grad_sumsq(&m, &all, 1)), 1.0);
         if (coef < 1)
             mt_grad_scale(&m, &all, 1, (float)coef);
-        mt_adamw_step(&opt, &m, &all, 1, &c.optimizer, 0.01);
+        mt_adamw_step(&opt, &m, &all, 1, &c.optimizer, 0.01, 1.0f);
     }
     CHECK(first > 5.0 && last < 0.5, "overfit: loss %.4f -> %.4f (expected > 5 -> < 0.5)", first, last);
     printf("overfit: loss %.4f -> %.4f in 150 steps\n", first, last);
