@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "mt_bf16.h"
 #include "mt_config.h"
 #include "mt_hf.h"
 #include "mt_json.h"
@@ -27,9 +28,7 @@ typedef enum { MT_ST_F32, MT_ST_BF16, MT_ST_F16, MT_ST_OTHER } mt_st_dtype_t;
 size_t mt_st_dtype_size(mt_st_dtype_t d);     /* 0 for MT_ST_OTHER */
 const char *mt_st_dtype_name(mt_st_dtype_t d); /* "F32", "BF16", "F16" */
 
-/* float32 -> bfloat16, rounding to nearest even; NaN stays a quiet NaN. */
-uint16_t mt_f32_to_bf16(float f);
-float mt_bf16_to_f32(uint16_t h);
+/* bf16 conversions: mt_bf16.h (mt_f32_to_bf16, mt_bf16_to_f32) */
 float mt_f16_to_f32(uint16_t h);
 
 /* n values to/from little-endian bytes of dtype d (F32, BF16 or F16;

@@ -177,7 +177,7 @@ static void mt_cpu_to_bf16(uint16_t *dst, const float *src, int64_t n)
     MT_CPU_REQUIRE(n >= 0, "to_bf16", "n=%lld", (long long)n);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++)
-        dst[i] = mt_cpu_f32_to_bf16(src[i]);
+        dst[i] = mt_f32_to_bf16(src[i]);
 }
 
 static void mt_cpu_from_bf16(float *dst, const uint16_t *src, int64_t n)
@@ -185,7 +185,7 @@ static void mt_cpu_from_bf16(float *dst, const uint16_t *src, int64_t n)
     MT_CPU_REQUIRE(n >= 0, "from_bf16", "n=%lld", (long long)n);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++)
-        dst[i] = mt_cpu_bf16_to_f32(src[i]);
+        dst[i] = mt_bf16_to_f32(src[i]);
 }
 
 /* Reference bf16 GEMM: fp32 products and sums in k order, one rounding
@@ -200,13 +200,13 @@ static void mt_cpu_matmul_bf16(uint16_t *c, const uint16_t *a, const uint16_t *b
         for (int64_t j = 0; j < n; j++) {
             float acc = 0.0f;
             for (int64_t p = 0; p < k; p++) {
-                const float av = mt_cpu_bf16_to_f32(trans_a ? a[p * m + i] : a[i * k + p]);
-                const float bv = mt_cpu_bf16_to_f32(trans_b ? b[j * k + p] : b[p * n + j]);
+                const float av = mt_bf16_to_f32(trans_a ? a[p * m + i] : a[i * k + p]);
+                const float bv = mt_bf16_to_f32(trans_b ? b[j * k + p] : b[p * n + j]);
                 acc += av * bv;
             }
             if (beta != 0.0f)
-                acc += beta * mt_cpu_bf16_to_f32(c[i * n + j]);
-            c[i * n + j] = mt_cpu_f32_to_bf16(acc);
+                acc += beta * mt_bf16_to_f32(c[i * n + j]);
+            c[i * n + j] = mt_f32_to_bf16(acc);
         }
 }
 

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "backend_require.h"
+#include "mt_bf16.h"
 #include "mt_backend.h"
 
 /* Elementwise loops below this many elements run on one thread: forking
@@ -41,29 +42,10 @@ static inline float mt_cpu_select(int c, float a, float b)
     return r;
 }
 
-/* bf16 bits <-> float.  mt_cpu_f32_to_bf16 rounds to nearest even; a NaN
- * stays a (quiet) NaN, infinities stay. */
-static inline float mt_cpu_bf16_to_f32(uint16_t h)
-{
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static inline uint16_t mt_cpu_f32_to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-/* x, or with r the bf16 value nearest x (round_bf16's rounding): the
- * store of a kernel on the rounding table (mt_backend_t.rounds_bf16).
- * Integer selects, so loops calling it still vectorise. */
+/* x, or with r the bf16 value nearest x (mt_f32_to_bf16's rounding, as
+ * round_bf16 applies it): the store of a kernel on the rounding table
+ * (mt_backend_t.rounds_bf16).  Integer selects, so loops calling it still
+ * vectorise. */
 static inline float mt_cpu_bf16_if(float x, int r)
 {
     uint32_t u;

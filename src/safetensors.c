@@ -43,19 +43,6 @@ static float bits_f32(uint32_t u)
     return f;
 }
 
-uint16_t mt_f32_to_bf16(float f)
-{
-    uint32_t u = f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep the sign, make it quiet */
-        return (uint16_t)((u >> 16) | 0x0040u);
-    /* Round to nearest, ties to even: add 0x7fff plus the lowest kept bit.
-     * A carry into the exponent is right (it may round up to infinity). */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-float mt_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
-
 float mt_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;

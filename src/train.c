@@ -385,8 +385,7 @@ static mt_status_t update(run_t *r, const mt_config_t *cfg, int64_t step, double
     *lr = mt_lr_at(cfg, step);
     /* clipping inside the update: its coefficient scales each gradient as
      * AdamW reads it */
-    mt_adamw_step(&r->opt, m, r->seg, r->nseg, &cfg->optimizer, *lr,
-                  coef < 1.0 ? (float)coef : 1.0f);
+    mt_adamw_step(&r->opt, m, r->seg, r->nseg, &cfg->optimizer, *lr, (float)coef);
     r->moe.opt.step = r->opt.step - 1; /* the same step count, also after a resume */
     MT_TRY(mt_train_moe_update(&r->moe, m, coef, &cfg->optimizer, *lr));
     /* bf16 compute: the update wrote the master weights' bf16 copy too */

@@ -385,7 +385,7 @@ mt_status_t mt_train_moe_update(mt_train_moe_t *t, mt_model_t *m, double coef,
     (void)m;
     if (!t->on)
         return MT_OK;
-    mt_adamw_step(&t->opt, &t->view, t->seg, t->nseg, oc, lr, coef < 1.0 ? (float)coef : 1.0f);
+    mt_adamw_step(&t->opt, &t->view, t->seg, t->nseg, oc, lr, (float)coef);
     /* bf16 compute: the update wrote the master weights' bf16 copy too */
     if (t->sharded) { /* and nothing left in flight (a prefetch of an empty unit) */
         MT_TRY(mt_fsdp_after_update(&t->fsdp));
