@@ -23,6 +23,10 @@
  * block kernels (cuda_attention_block.cu), which also reuse the rowdot
  * launcher here.
  *
+ * round_in (the bf16 table's fallback for head dims the tensor-core
+ * kernels do not serve): q, k, v, dout and out are read as bf16 values
+ * (mt_backend_t.reads_bf16).
+ *
  * Limits: head_dim <= 128 (MAX_HD: registers and shared memory as sized
  * here), fp32 only, CUDA-core FMAs (no tensor cores).  This is the
  * reference-quality GPU path, correct first; the bf16 tensor-core
@@ -40,6 +44,7 @@ typedef struct {
     int64_t B, T, nh, nkv, hd, group, qstride, kvstride;
     float scale;
     const int32_t *doc_start;
+    bool round; /* q, k, v, dout read as bf16 values (the bf16 table's fallback) */
 } geom_t;
 
 /* first key visible to token t of batch row b */
@@ -90,7 +95,8 @@ __global__ void mt_k_attention_forward(float *out, float *lse, const float *q, c
     const int64_t t = R.t, tlast = R.tlast, minlo = R.minlo, lo = R.lo;
     const bool active = R.active;
     if (active)
-        mt_att_load_row(Qs + w * hd, q + (b * G.T + t) * G.qstride + h * hd, hd, G.scale);
+        mt_att_load_row(Qs + w * hd, q + (b * G.T + t) * G.qstride + h * hd, hd, G.scale,
+                        G.round);
 
     float o[MAX_R];
     for (int r = 0; r < MAX_R; r++)
@@ -101,7 +107,8 @@ __global__ void mt_k_attention_forward(float *out, float *lse, const float *q, c
     for (int64_t j0 = minlo; j0 <= tlast; j0 += TILE) {
         const int64_t nj = tlast + 1 - j0 < TILE ? tlast + 1 - j0 : TILE;
         __syncthreads(); /* the previous tile is no longer read */
-        mt_att_load_tiles(Ks, Vs, k, v, kvbase + j0 * G.kvstride, G.kvstride, nj, hd, 1.0f);
+        mt_att_load_tiles(Ks, Vs, k, v, kvbase + j0 * G.kvstride, G.kvstride, nj, hd, 1.0f,
+                          G.round);
         __syncthreads();
         if (!active)
             continue;
@@ -119,7 +126,7 @@ __global__ void mt_k_attention_forward(float *out, float *lse, const float *q, c
 /* D[(b*nh + h)*T + t] = dout . out over the row's head dims (rows of
  * nh*hd floats); a warp per row */
 __global__ void mt_k_attention_rowdot(float *D, const float *dout, const float *out, int64_t B,
-                                      int64_t T, int64_t nh, int64_t hd)
+                                      int64_t T, int64_t nh, int64_t hd, bool round)
 {
     const int lane = threadIdx.x % MT_WARP;
     const int64_t nrows = B * nh * T, wstride = (int64_t)gridDim.x * blockDim.x / MT_WARP;
@@ -129,7 +136,7 @@ __global__ void mt_k_attention_rowdot(float *D, const float *dout, const float *
         const int64_t off = (b * T + t) * nh * hd + h * hd;
         float acc = 0.0f;
         for (int64_t d = lane; d < hd; d += MT_WARP)
-            acc += dout[off + d] * out[off + d];
+            acc += mt_bf16_if(dout[off + d], round) * mt_bf16_if(out[off + d], round);
         acc = mt_warp_sum(acc);
         if (lane == 0)
             D[row] = acc;
@@ -151,8 +158,8 @@ __global__ void mt_k_attention_dq(float *dq, const float *dout, const float *lse
     const int64_t qoff = (b * G.T + t) * G.qstride + h * hd;
     float L = 0.0f, Dr = 0.0f;
     if (active) {
-        mt_att_load_row(Qs + w * hd, q + qoff, hd, G.scale);
-        mt_att_load_row(dO + w * hd, dout + qoff, hd, 1.0f);
+        mt_att_load_row(Qs + w * hd, q + qoff, hd, G.scale, G.round);
+        mt_att_load_row(dO + w * hd, dout + qoff, hd, 1.0f, G.round);
         L = lse[(b * G.nh + h) * G.T + t];
         Dr = D[(b * G.nh + h) * G.T + t];
     }
@@ -164,7 +171,8 @@ __global__ void mt_k_attention_dq(float *dq, const float *dout, const float *lse
     for (int64_t j0 = minlo; j0 <= tlast; j0 += TILE) {
         const int64_t nj = tlast + 1 - j0 < TILE ? tlast + 1 - j0 : TILE;
         __syncthreads();
-        mt_att_load_tiles(Ks, Vs, k, v, kvbase + j0 * G.kvstride, G.kvstride, nj, hd, 1.0f);
+        mt_att_load_tiles(Ks, Vs, k, v, kvbase + j0 * G.kvstride, G.kvstride, nj, hd, 1.0f,
+                          G.round);
         __syncthreads();
         if (!active)
             continue;
@@ -195,7 +203,8 @@ __global__ void mt_k_attention_dkdv(float *dk, float *dv, const float *dout, con
     const bool active = key < G.T;
     const int64_t kvoff = (b * G.T + key) * G.kvstride + g * hd;
     float adk[MAX_R], adv[MAX_R];
-    mt_att_key_row_init(Kr + w * hd, Vr + w * hd, k + kvoff, v + kvoff, hd, active, adk, adv);
+    mt_att_key_row_init(Kr + w * hd, Vr + w * hd, k + kvoff, v + kvoff, hd, active, adk, adv,
+                        G.round);
 
     for (int64_t hh = 0; hh < G.group; hh++) {
         const int64_t h = g * G.group + hh;
@@ -203,7 +212,7 @@ __global__ void mt_k_attention_dkdv(float *dk, float *dv, const float *dout, con
             const int64_t nq = G.T - q0 < TILE ? G.T - q0 : TILE;
             __syncthreads(); /* the previous tile (and, first time, Kr/Vr) */
             mt_att_load_tiles(Qs, dO, q, dout, (b * G.T + q0) * G.qstride + h * hd, G.qstride, nq,
-                              hd, G.scale);
+                              hd, G.scale, G.round);
             for (int64_t i = threadIdx.x; i < nq; i += blockDim.x) {
                 sL[i] = lse[(b * G.nh + h) * G.T + q0 + i];
                 sD[i] = D[(b * G.nh + h) * G.T + q0 + i];
@@ -227,7 +236,7 @@ __global__ void mt_k_attention_dkdv(float *dk, float *dv, const float *dout, con
 /* ------------------------------------------------------------------ launchers */
 
 static geom_t make_geom(const char *kernel, const int32_t *doc_start, int64_t B, int64_t T,
-                        int64_t nh, int64_t nkv, int64_t hd)
+                        int64_t nh, int64_t nkv, int64_t hd, bool round)
 {
     MT_CUDA_REQUIRE(B > 0 && T > 0 && nh > 0 && nkv > 0 && nh % nkv == 0, kernel,
                     "B=%lld T=%lld nh=%lld nkv=%lld (nh must be a multiple of nkv)",
@@ -241,27 +250,29 @@ static geom_t make_geom(const char *kernel, const int32_t *doc_start, int64_t B,
     G.qstride = nh * hd, G.kvstride = nkv * hd;
     G.scale = (float)(1.0 / sqrt((double)hd));
     G.doc_start = doc_start;
+    G.round = round;
     return G;
 }
 
 extern "C" void mt_cuda_launch_attention_rowdot(cudaStream_t s, float *D, const float *dout,
                                                 const float *out, int64_t B, int64_t T,
-                                                int64_t nh, int64_t hd)
+                                                int64_t nh, int64_t hd, bool round)
 {
     const int64_t rows = B * nh * T;
     if (rows == 0)
         return;
     mt_k_attention_rowdot<<<mt_cuda_blocks(rows * MT_WARP, 256), 256, 0, s>>>(D, dout, out, B, T,
-                                                                             nh, hd);
+                                                                             nh, hd, round);
     MT_CUDA_LAUNCH_CHECK("attention_rowdot");
 }
 
 extern "C" void mt_cuda_launch_attention_forward(cudaStream_t s, float *out, float *lse,
                                                  const float *q, const float *k, const float *v,
                                                  const int32_t *doc_start, int64_t B, int64_t T,
-                                                 int64_t nh, int64_t nkv, int64_t hd)
+                                                 int64_t nh, int64_t nkv, int64_t hd,
+                                                 bool round_in)
 {
-    const geom_t G = make_geom("attention_forward", doc_start, B, T, nh, nkv, hd);
+    const geom_t G = make_geom("attention_forward", doc_start, B, T, nh, nkv, hd, round_in);
     const size_t smem = (size_t)(FWD_WARPS * hd + 2 * TILE * (hd + 1)) * sizeof(float);
     dim3 grid((unsigned)((T + FWD_WARPS - 1) / FWD_WARPS), (unsigned)nh, (unsigned)B);
     mt_k_attention_forward<<<grid, FWD_WARPS * MT_WARP, smem, s>>>(out, lse, q, k, v, G);
@@ -273,12 +284,13 @@ extern "C" void mt_cuda_launch_attention_backward(cudaStream_t s, float *dq, flo
                                                   const float *lse, const float *q,
                                                   const float *k, const float *v,
                                                   const int32_t *doc_start, int64_t B, int64_t T,
-                                                  int64_t nh, int64_t nkv, int64_t hd)
+                                                  int64_t nh, int64_t nkv, int64_t hd,
+                                                  bool round_in)
 {
-    const geom_t G = make_geom("attention_backward", doc_start, B, T, nh, nkv, hd);
+    const geom_t G = make_geom("attention_backward", doc_start, B, T, nh, nkv, hd, round_in);
     float *D = (float *)mt_cuda_scratch("attention_backward",
                                         (size_t)(B * nh * T) * sizeof(float));
-    mt_cuda_launch_attention_rowdot(s, D, dout, out, B, T, nh, hd);
+    mt_cuda_launch_attention_rowdot(s, D, dout, out, B, T, nh, hd, round_in);
 
     const size_t smem_dq = (size_t)(2 * FWD_WARPS * hd + 2 * TILE * (hd + 1)) * sizeof(float);
     dim3 gq((unsigned)((T + FWD_WARPS - 1) / FWD_WARPS), (unsigned)nh, (unsigned)B);

@@ -100,7 +100,7 @@ __global__ void mt_k_attention_block_forward(float *out, float *lse, const float
     if (R.kmin > R.kmax)
         return; /* block-uniform: no row here sees this block */
     if (R.active)
-        mt_att_load_row(Qs + w * hd, q + R.qoff, hd, G.scale);
+        mt_att_load_row(Qs + w * hd, q + R.qoff, hd, G.scale, false);
 
     float o[MAX_R];
     for (int r = 0; r < MAX_R; r++)
@@ -109,7 +109,7 @@ __global__ void mt_k_attention_block_forward(float *out, float *lse, const float
     for (int64_t j0 = R.kmin; j0 <= R.kmax; j0 += TILE) {
         const int64_t nj = R.kmax + 1 - j0 < TILE ? R.kmax + 1 - j0 : TILE;
         __syncthreads(); /* the previous tile is no longer read */
-        mt_att_load_tiles(Ks, Vs, k, v, j0 * G.kvs + R.g * hd, G.kvs, nj, hd, 1.0f);
+        mt_att_load_tiles(Ks, Vs, k, v, j0 * G.kvs + R.g * hd, G.kvs, nj, hd, 1.0f, false);
         __syncthreads();
         if (!R.active)
             continue;
@@ -156,8 +156,8 @@ __global__ void mt_k_attention_block_dq(float *dq, const float *dout, const floa
         return;
     float L = 0.0f, Dr = 0.0f;
     if (R.active) {
-        mt_att_load_row(Qs + w * hd, q + R.qoff, hd, G.scale);
-        mt_att_load_row(dO + w * hd, dout + R.qoff, hd, 1.0f);
+        mt_att_load_row(Qs + w * hd, q + R.qoff, hd, G.scale, false);
+        mt_att_load_row(dO + w * hd, dout + R.qoff, hd, 1.0f, false);
         L = lse[R.h * G.lse_stride + R.i];
         Dr = D[R.h * G.nq + R.i];
     }
@@ -167,7 +167,7 @@ __global__ void mt_k_attention_block_dq(float *dq, const float *dout, const floa
     for (int64_t j0 = R.kmin; j0 <= R.kmax; j0 += TILE) {
         const int64_t nj = R.kmax + 1 - j0 < TILE ? R.kmax + 1 - j0 : TILE;
         __syncthreads();
-        mt_att_load_tiles(Ks, Vs, k, v, j0 * G.kvs + R.g * hd, G.kvs, nj, hd, 1.0f);
+        mt_att_load_tiles(Ks, Vs, k, v, j0 * G.kvs + R.g * hd, G.kvs, nj, hd, 1.0f, false);
         __syncthreads();
         if (!R.active)
             continue;
@@ -198,7 +198,8 @@ __global__ void mt_k_attention_block_dkdv(float *dk, float *dv, const float *dou
     const bool active = c < G.nk;
     const int64_t kvoff = c * G.kvs + g * hd;
     float adk[MAX_R], adv[MAX_R];
-    mt_att_key_row_init(Kr + w * hd, Vr + w * hd, k + kvoff, v + kvoff, hd, active, adk, adv);
+    mt_att_key_row_init(Kr + w * hd, Vr + w * hd, k + kvoff, v + kvoff, hd, active, adk, adv,
+                        false);
     bool seen = false;
     /* queries before the block's first key see none of its keys */
     const int64_t ifirst = G.k0 + c0 - G.q0 > 0 ? G.k0 + c0 - G.q0 : 0;
@@ -208,7 +209,7 @@ __global__ void mt_k_attention_block_dkdv(float *dk, float *dv, const float *dou
         for (int64_t qi0 = ifirst; qi0 < G.nq; qi0 += TILE) {
             const int64_t nqt = G.nq - qi0 < TILE ? G.nq - qi0 : TILE;
             __syncthreads(); /* the previous tile (and, first time, Kr/Vr) */
-            mt_att_load_tiles(Qs, dO, q, dout, qi0 * G.qs + h * hd, G.qs, nqt, hd, G.scale);
+            mt_att_load_tiles(Qs, dO, q, dout, qi0 * G.qs + h * hd, G.qs, nqt, hd, G.scale, false);
             for (int64_t i = threadIdx.x; i < nqt; i += blockDim.x) {
                 sL[i] = lse[h * G.lse_stride + qi0 + i];
                 sD[i] = D[h * G.nq + qi0 + i];
@@ -282,7 +283,7 @@ extern "C" void mt_cuda_launch_attention_block_backward(
         return;
     float *D = (float *)mt_cuda_scratch("attention_block_backward",
                                         (size_t)(nh * nq) * sizeof(float));
-    mt_cuda_launch_attention_rowdot(s, D, dout, out, 1, nq, nh, hd); /* D[h * nq + i] */
+    mt_cuda_launch_attention_rowdot(s, D, dout, out, 1, nq, nh, hd, false); /* D[h * nq + i] */
 
     const size_t smem_dq = (size_t)(2 * FWD_WARPS * hd + 2 * TILE * (hd + 1)) * sizeof(float);
     dim3 gq((unsigned)((nq + FWD_WARPS - 1) / FWD_WARPS), (unsigned)nh);

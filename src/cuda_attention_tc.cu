@@ -1,8 +1,11 @@
 /* cuda_attention_tc.cu: causal grouped-query attention on tensor cores,
  * forward and backward, for the bf16-numerics backend table
  * (mt_backend_cuda_bf16, doc/gpu.md): q, k, v, dout are float32 tensors
- * holding bf16 values (the model rounds them with round_bf16), so
- * converting them to bf16 in shared memory is exact.  Same contract as
+ * read as bf16 values: converting them to bf16 tiles in shared memory
+ * rounds them to nearest even, exactly as round_bf16 would (v and dout
+ * reach here unrounded from their GEMMs: mt_backend_t.reads_bf16), and
+ * with round the fp32 row dots D = dout . out read both rounded too.
+ * Same contract as
  * cuda_attention.cu and kernels_cpu_attention.c: lse [B, nh, T], scale
  * 1/sqrt(hd), query head h reads kv head h / (nh/nkv), doc_start mask.
  *
@@ -583,7 +586,8 @@ extern "C" void mt_cuda_launch_attention_tc_forward(cudaStream_t s, float *out, 
                                                     int64_t nkv, int64_t hd, bool round)
 {
     if (!tc_usable(hd)) { /* other head dims, older devices: the fp32 kernel */
-        mt_cuda_launch_attention_forward(s, out, lse, q, k, v, doc_start, B, T, nh, nkv, hd);
+        mt_cuda_launch_attention_forward(s, out, lse, q, k, v, doc_start, B, T, nh, nkv, hd,
+                                         round);
         if (round)
             mt_cuda_launch_round_bf16(s, out, B * T * nh * hd);
         return;
@@ -604,7 +608,7 @@ extern "C" void mt_cuda_launch_attention_tc_backward(
 {
     if (!tc_usable(hd)) {
         mt_cuda_launch_attention_backward(s, dq, dk, dv, dout, out, lse, q, k, v, doc_start, B,
-                                          T, nh, nkv, hd);
+                                          T, nh, nkv, hd, round);
         if (round) {
             mt_cuda_launch_round_bf16(s, dq, B * T * nh * hd);
             mt_cuda_launch_round_bf16(s, dk, B * T * nkv * hd);
@@ -617,7 +621,7 @@ extern "C" void mt_cuda_launch_attention_tc_backward(
         tc_make_geom("attention_tc_backward", doc_start, B, T, nh, nkv, hd, round, ptrs, 7);
     float *D = (float *)mt_cuda_scratch("attention_tc_backward",
                                         (size_t)(B * nh * T) * sizeof(float));
-    mt_cuda_launch_attention_rowdot(s, D, dout, out, B, T, nh, hd);
+    mt_cuda_launch_attention_rowdot(s, D, dout, out, B, T, nh, hd, round);
     if (hd == 64)
         tc_backward<64>(s, dq, dk, dv, dout, lse, D, q, k, v, G);
     else

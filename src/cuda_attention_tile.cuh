@@ -20,35 +20,39 @@
 #define MT_ATT_MAX_R (MT_ATT_MAX_HD / MT_WARP) /* head dims per lane */
 
 /* Block-cooperative: rows 0..n of a and b (element offsets base + j *
- * stride) into the padded shared tiles A and B; A's values times sa. */
+ * stride) into the padded shared tiles A and B; A's values times sa.
+ * With r every value is read as its bf16 value (before the scaling):
+ * mt_backend_t.reads_bf16. */
 __device__ __forceinline__ void mt_att_load_tiles(float *A, float *B, const float *a,
                                                   const float *b, int64_t base, int64_t stride,
-                                                  int64_t n, int64_t hd, float sa)
+                                                  int64_t n, int64_t hd, float sa, bool r)
 {
     const int64_t ld = hd + 1;
     for (int64_t e = threadIdx.x; e < n * hd; e += blockDim.x) {
         const int64_t j = e / hd, d = e % hd;
-        A[j * ld + d] = a[base + j * stride + d] * sa;
-        B[j * ld + d] = b[base + j * stride + d];
+        A[j * ld + d] = mt_bf16_if(a[base + j * stride + d], r) * sa;
+        B[j * ld + d] = mt_bf16_if(b[base + j * stride + d], r);
     }
 }
 
-/* Warp-cooperative: one row of hd values (times s) into shared memory. */
-__device__ __forceinline__ void mt_att_load_row(float *dst, const float *src, int64_t hd, float s)
+/* Warp-cooperative: one row of hd values (times s) into shared memory,
+ * read as bf16 values with r. */
+__device__ __forceinline__ void mt_att_load_row(float *dst, const float *src, int64_t hd, float s,
+                                                bool r)
 {
     for (int64_t d = threadIdx.x % MT_WARP; d < hd; d += MT_WARP)
-        dst[d] = src[d] * s;
+        dst[d] = mt_bf16_if(src[d], r) * s;
 }
 
 /* dk/dv kernels: the warp's own key and value rows into shared memory
  * (when active) and its accumulators to 0 */
 __device__ __forceinline__ void mt_att_key_row_init(float *Kr, float *Vr, const float *krow,
                                                     const float *vrow, int64_t hd, bool active,
-                                                    float *adk, float *adv)
+                                                    float *adk, float *adv, bool r)
 {
     if (active) {
-        mt_att_load_row(Kr, krow, hd, 1.0f);
-        mt_att_load_row(Vr, vrow, hd, 1.0f);
+        mt_att_load_row(Kr, krow, hd, 1.0f, r);
+        mt_att_load_row(Vr, vrow, hd, 1.0f, r);
     }
     for (int r = 0; r < MT_ATT_MAX_R; r++)
         adk[r] = adv[r] = 0.0f;

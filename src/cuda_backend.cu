@@ -132,9 +132,10 @@ static void t_embedding_backward(float *dtable, const float *dout, const int32_t
     mt_cuda_launch_embedding_backward(S, dtable, dout, tokens, n_tokens, dim);
 }
 
-/* The entries that round their outputs on the bf16 table
- * (mt_backend_t.rounds_bf16), twice: the cuda table's (round false) and
- * the bf16 table's (true). */
+/* The entries that round their outputs on the bf16 table, and read their
+ * activation inputs as bf16 values there (mt_backend_t.rounds_bf16,
+ * reads_bf16), twice: the cuda table's (round false) and the bf16
+ * table's (true). */
 #define MT_ARGS(...) __VA_ARGS__
 #define ROUNDING_ENTRY(name, launch, params, args)                                           \
     static void t_##name params { launch(S, MT_ARGS args, false); }                          \
@@ -167,7 +168,7 @@ static void t_attention_forward(float *out, float *lse, const float *q, const fl
                                 const float *v, const int32_t *doc_start, int64_t B, int64_t T,
                                 int64_t nh, int64_t nkv, int64_t hd)
 {
-    mt_cuda_launch_attention_forward(S, out, lse, q, k, v, doc_start, B, T, nh, nkv, hd);
+    mt_cuda_launch_attention_forward(S, out, lse, q, k, v, doc_start, B, T, nh, nkv, hd, false);
 }
 
 static void t_attention_backward(float *dq, float *dk, float *dv, const float *dout,
@@ -176,7 +177,7 @@ static void t_attention_backward(float *dq, float *dk, float *dv, const float *d
                                  int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd)
 {
     mt_cuda_launch_attention_backward(S, dq, dk, dv, dout, out, lse, q, k, v, doc_start, B, T, nh,
-                                      nkv, hd);
+                                      nkv, hd, false);
 }
 
 /* Copy the n row losses and targets back, wait, and add the non-ignored
@@ -499,7 +500,8 @@ static void t_attention_tc_backward(float *dq, float *dk, float *dv, const float
 
 /* the cuda table (a copy, so every entry it has, appended ones included)
  * with the GEMM and the attention on tensor cores, and the activations of
- * RMSNorm, RoPE, SwiGLU and attention rounded to bf16 in their kernels */
+ * RMSNorm, RoPE, SwiGLU and attention rounded to bf16 in their kernels,
+ * as they are stored and as they are loaded */
 static mt_backend_t make_bf16_table(void)
 {
     mt_backend_t t = make_table();
@@ -518,6 +520,7 @@ static mt_backend_t make_bf16_table(void)
     t.ce_shard_sum = t_ce_shard_sum_bf16;
     t.ce_shard_finish = t_ce_shard_finish_bf16;
     t.rounds_bf16 = true;
+    t.reads_bf16 = true; /* the same entries round their activation inputs as they load them */
     return t;
 }
 

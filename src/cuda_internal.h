@@ -137,19 +137,25 @@ void mt_cuda_launch_ce_shard_finish(cudaStream_t s, float *dlogits, const float 
                                     const double *ly, int64_t n, int64_t V, int64_t v_lo,
                                     int64_t v_valid, float grad_scale, double *row_loss,
                                     bool round);
+/* round_in: q, k, v, dout, out read as bf16 values (the bf16 table's
+ * fallback, mt_backend_t.reads_bf16); false: as they are */
 void mt_cuda_launch_attention_forward(cudaStream_t s, float *out, float *lse, const float *q,
                                       const float *k, const float *v, const int32_t *doc_start,
-                                      int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd);
+                                      int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                                      bool round_in);
 void mt_cuda_launch_attention_backward(cudaStream_t s, float *dq, float *dk, float *dv,
                                        const float *dout, const float *out, const float *lse,
                                        const float *q, const float *k, const float *v,
                                        const int32_t *doc_start, int64_t B, int64_t T,
-                                       int64_t nh, int64_t nkv, int64_t hd);
+                                       int64_t nh, int64_t nkv, int64_t hd, bool round_in);
 /* Tensor-core (bf16 WMMA) attention, cuda_attention_tc.cu: q, k, v, dout
- * hold bf16 values in fp32.  Head dims 64 and 128 on compute capability
- * >= 8.0 (mt_cuda_attention_tc_supported); anything else runs the fp32
- * kernels above.  round: out (forward) and dq, dk, dv (backward) are
- * rounded to bf16 as they are stored (the fp32 kernels: in a pass after). */
+ * become bf16 tiles (rounded to nearest even as they are loaded).  Head
+ * dims 64 and 128 on compute capability >= 8.0
+ * (mt_cuda_attention_tc_supported); anything else runs the fp32 kernels
+ * above.  round: every activation input is read as its bf16 value (the
+ * fp32 fold of dout . out too) and out (forward) and dq, dk, dv
+ * (backward) are rounded to bf16 as they are stored (the fp32 kernels: in
+ * a pass after); false: only the tiles round. */
 void mt_cuda_launch_attention_tc_forward(cudaStream_t s, float *out, float *lse, const float *q,
                                          const float *k, const float *v,
                                          const int32_t *doc_start, int64_t B, int64_t T,
@@ -164,7 +170,7 @@ void mt_cuda_launch_attention_tc_backward(cudaStream_t s, float *dq, float *dk, 
  * block backward's D[h * nq + i]. */
 void mt_cuda_launch_attention_rowdot(cudaStream_t s, float *D, const float *dout,
                                      const float *out, int64_t B, int64_t T, int64_t nh,
-                                     int64_t hd);
+                                     int64_t hd, bool round);
 void mt_cuda_launch_attention_block_forward(cudaStream_t s, float *out, float *lse,
                                             int64_t lse_stride, const float *q, const float *k,
                                             const float *v, const int32_t *doc_start, int64_t nq,

@@ -5,7 +5,9 @@
  * SwiGLU uses CUDA's expf (within 2 ulp), where the CPU uses its own
  * Cephes expf: the two agree to a few float ulps, not bit for bit.  The
  * backward may run in place (dgate == gate, dup == up): each thread reads
- * its element before writing it.  sum_squares splits x into
+ * its element before writing it.  With round (the bf16 table) SwiGLU reads
+ * its inputs as bf16 values and rounds what it writes (mt_backend_t.
+ * reads_bf16, rounds_bf16).  sum_squares splits x into
  * MT_CUDA_SUMSQ_PARTS contiguous ranges (a function of n only), reduces
  * each in double with a fixed block tree, and the caller adds the parts in
  * order: the same bits on every run. */
@@ -24,8 +26,8 @@ __global__ void mt_k_swiglu_forward(float *out, const float *gate, const float *
 {
     GRID_STRIDE(i, n)
     {
-        const float g = gate[i];
-        out[i] = mt_bf16_if((g * mt_sigmoid(g)) * up[i], round);
+        const float g = mt_bf16_if(gate[i], round);
+        out[i] = mt_bf16_if((g * mt_sigmoid(g)) * mt_bf16_if(up[i], round), round);
     }
 }
 
@@ -34,7 +36,8 @@ __global__ void mt_k_swiglu_backward(float *dgate, float *dup, const float *dout
 {
     GRID_STRIDE(i, n)
     {
-        const float g = gate[i], u = up[i], d = dout[i];
+        const float g = mt_bf16_if(gate[i], round), u = mt_bf16_if(up[i], round);
+        const float d = mt_bf16_if(dout[i], round);
         const float sg = mt_sigmoid(g);
         dgate[i] = mt_bf16_if(d * u * (sg * (1.0f + g * (1.0f - sg))), round);
         dup[i] = mt_bf16_if(d * (g * sg), round);

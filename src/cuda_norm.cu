@@ -6,7 +6,9 @@
  * a fixed number of row chunks (DW_CHUNKS, a function of n only) into
  * backend scratch, then one thread per column adding the chunks in order.
  * The bits do not depend on the GPU or the launch, only on the shapes.
- * Scratch: DW_CHUNKS * dim doubles. */
+ * Scratch: DW_CHUNKS * dim doubles.  With round (the bf16 table) the
+ * activations x, dout and an accumulated dx are read as bf16 values and
+ * out and dx are written rounded (mt_backend_t.reads_bf16, rounds_bf16). */
 #include "cuda_common.cuh"
 
 #define ROW_THREADS 256
@@ -21,15 +23,17 @@ __global__ void mt_k_rmsnorm_forward(float *out, float *rstd, const float *x, co
     for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
         const float *xr = x + i * dim;
         double ss = 0.0;
-        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
-            ss += (double)xr[j] * (double)xr[j];
+        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
+            const double xj = mt_bf16_if(xr[j], round);
+            ss += xj * xj;
+        }
         ss = mt_block_sum(ss, buf);
         const float r = (float)(1.0 / sqrt(ss / (double)dim + (double)eps));
         if (threadIdx.x == 0)
             rstd[i] = r;
         float *yr = out + i * dim;
         for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
-            yr[j] = mt_bf16_if((xr[j] * r) * w[j], round); /* Hugging Face's order */
+            yr[j] = mt_bf16_if((mt_bf16_if(xr[j], round) * r) * w[j], round); /* HF's order */
     }
 }
 
@@ -42,15 +46,18 @@ __global__ void mt_k_rmsnorm_backward_dx(float *dx, const float *dout, const flo
         const float *xr = x + i * dim, *gr = dout + i * dim;
         double gx = 0.0;
         for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
-            gx += (double)gr[j] * (double)w[j] * (double)xr[j];
+            gx += (double)mt_bf16_if(gr[j], round) * (double)w[j] *
+                  (double)mt_bf16_if(xr[j], round);
         gx = mt_block_sum(gx, buf);
         const double r = rstd[i];
         const float coef = (float)(r * r * r * gx / (double)dim);
         const float rf = (float)r;
         float *dr = dx + i * dim; /* may not alias dout: rows are read above, then written */
         for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-            const float v = rf * (gr[j] * w[j]) - coef * xr[j];
-            dr[j] = mt_bf16_if(acc ? dr[j] + v : v, round); /* += : the residual's gradient */
+            const float g = mt_bf16_if(gr[j], round), xj = mt_bf16_if(xr[j], round);
+            const float v = rf * (g * w[j]) - coef * xj;
+            /* += : the residual's gradient */
+            dr[j] = mt_bf16_if(acc ? mt_bf16_if(dr[j], round) + v : v, round);
         }
     }
 }
@@ -58,7 +65,7 @@ __global__ void mt_k_rmsnorm_backward_dx(float *dx, const float *dout, const flo
 /* partial[ch][c] = sum over the rows of chunk ch of dout * x * rstd */
 __global__ void mt_k_rmsnorm_dw_partial(double *partial, const float *dout, const float *x,
                                         const float *rstd, int64_t n, int64_t dim,
-                                        int64_t rows_per_chunk)
+                                        int64_t rows_per_chunk, bool round)
 {
     const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     const int64_t ch = blockIdx.y;
@@ -68,7 +75,8 @@ __global__ void mt_k_rmsnorm_dw_partial(double *partial, const float *dout, cons
     const int64_t r1 = r0 + rows_per_chunk < n ? r0 + rows_per_chunk : n;
     double acc = 0.0;
     for (int64_t i = r0; i < r1; i++)
-        acc += (double)dout[i * dim + c] * (double)x[i * dim + c] * (double)rstd[i];
+        acc += (double)mt_bf16_if(dout[i * dim + c], round) *
+               (double)mt_bf16_if(x[i * dim + c], round) * (double)rstd[i];
     partial[ch * dim + c] = acc;
 }
 
@@ -116,7 +124,8 @@ extern "C" void mt_cuda_launch_rmsnorm_backward(cudaStream_t s, float *dx, float
                                                 (size_t)(nchunks * dim) * sizeof(double));
     /* dw first: it reads dout and x, which dx may overwrite when aliased */
     dim3 grid((unsigned)((dim + 255) / 256), (unsigned)nchunks);
-    mt_k_rmsnorm_dw_partial<<<grid, 256, 0, s>>>(partial, dout, x, rstd, n, dim, rows_per_chunk);
+    mt_k_rmsnorm_dw_partial<<<grid, 256, 0, s>>>(partial, dout, x, rstd, n, dim, rows_per_chunk,
+                                                 round);
     MT_CUDA_LAUNCH_CHECK("rmsnorm_dw_partial");
     mt_k_rmsnorm_dw_finish<<<(unsigned)((dim + 255) / 256), 256, 0, s>>>(dw, partial, nchunks,
                                                                          dim);

@@ -5,7 +5,9 @@
  * Like the CPU kernel, the inverse frequency and the angle are formed in
  * double and cos/sin taken in double, then rounded to float, so the two
  * backends agree to float rounding at any position.  One thread per
- * (token, head, pair); nothing is cached between calls.  Double-precision
+ * (token, head, pair); nothing is cached between calls.  With round (the
+ * bf16 table) x is read as bf16 values and written rounded
+ * (mt_backend_t.reads_bf16, rounds_bf16).  Double-precision
  * sin/cos cost more than a cached float table would: a table is a later
  * optimisation (doc/gpu.md). */
 #include "cuda_common.cuh"
@@ -26,7 +28,7 @@ __global__ void mt_k_rope(float *x, const int32_t *pos, int64_t n_tokens, int64_
         sincos((double)pos[t] * inv_freq, &sa, &ca);
         const float cs = (float)ca, sn = (float)(sign * sa);
         float *x1 = x + th * head_dim, *x2 = x1 + half;
-        const float a = x1[i], b = x2[i];
+        const float a = mt_bf16_if(x1[i], round), b = mt_bf16_if(x2[i], round);
         x1[i] = mt_bf16_if(a * cs - b * sn, round);
         x2[i] = mt_bf16_if(b * cs + a * sn, round);
     }

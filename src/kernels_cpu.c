@@ -350,6 +350,7 @@ static const mt_backend_t mt_cpu_backend = {
     .ce_shard_sum = mt_cpu_ce_shard_sum,
     .ce_shard_finish = mt_cpu_ce_shard_finish,
     .rounds_bf16 = false,
+    .reads_bf16 = false,
 };
 
 static const mt_backend_t mt_cpu_bf16_backend = {
@@ -368,6 +369,7 @@ static const mt_backend_t mt_cpu_bf16_backend = {
     .ce_shard_sum = cpu_ce_shard_sum_bf16,
     .ce_shard_finish = cpu_ce_shard_finish_bf16,
     .rounds_bf16 = true,
+    .reads_bf16 = false, /* the model rounds GEMM outputs in passes (mt_backend.h) */
 };
 
 const mt_backend_t *mt_backend_cpu_bf16(void)

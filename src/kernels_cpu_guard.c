@@ -218,6 +218,7 @@ static const mt_backend_t guarded = {
     .device_free = g_device_free,
     .rounds_bf16 = false, /* it wraps the plain table: a bf16 model rounds in passes, which
                            * gives the rounding table's bits (tests/device_guard.sh) */
+    .reads_bf16 = false,
 };
 
 const mt_backend_t *mt_backend_cpu_guarded(void)

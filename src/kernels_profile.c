@@ -137,6 +137,7 @@ const mt_backend_t *mt_backend_profiled(const mt_backend_t *be)
         profiled.name = name;
         profiled.matmul = p_matmul_shaped;
         profiled.rounds_bf16 = be->rounds_bf16; /* the inner entries round */
+        profiled.reads_bf16 = be->reads_bf16;
     }
     return &profiled;
 }

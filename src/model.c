@@ -262,7 +262,10 @@ static void norm_backward(mt_model_t *m, float *dx, bool accumulate, const float
  * runs the norm's backward into dx [Ns,H] (= or +=). */
 static void *dnorm_start(mt_model_t *m, float *dfull, float **d)
 {
-    mt_model_round(m, dfull, m->N * m->H);
+    if (m->tp == 1) /* read by the norm's backward alone */
+        mt_model_round_in(m, dfull, m->N * m->H);
+    else /* on the wire */
+        mt_model_round(m, dfull, m->N * m->H);
     *d = m->sp ? m->dh_local : dfull;
     if (m->tp == 1)
         return NULL;
@@ -349,11 +352,11 @@ static void row_parallel_residual(const mt_model_t *m, float *out, const float *
     mt_model_round(m, out, m->Ns * H);
 }
 
-/* y[N,out] = x[N,in] W^T, W [out,in] */
+/* y[N,out] = x[N,in] W^T, W [out,in]; the caller rounds y (mt_model_round,
+ * or mt_model_round_in when only entries that read bf16 take it) */
 static void linear(const mt_model_t *m, float *y, const float *x, const mt_param_t *w)
 {
     m->be->matmul(y, x, w->data, m->N, w->shape[0], w->shape[1], false, true, 0.0f);
-    mt_model_round(m, y, m->N * w->shape[0]);
 }
 
 /* dx[N,in] (= or +=) dy[N,out] W; dW += dy^T x */
@@ -395,7 +398,7 @@ static void moe_backward(mt_model_t *m, int l, const mt_layer_acts_t *a)
 {
     if (m->tp == 1 || m->sp) {
         mt_moe_backward(m, l, a->h2, m->dres, m->dh);
-        mt_model_round(m, m->dh, m->Ns * m->H);
+        mt_model_round_in(m, m->dh, m->Ns * m->H); /* read by the norm's backward alone */
         return;
     }
     int64_t r0 = moe_row0(m);
@@ -411,9 +414,14 @@ static void layer_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, 
     int64_t N = m->N;
 
     const float *h1 = norm_in_kept(m, a->h1, a->rstd1, a->x, p->attn_norm->data);
+    /* q, k, v, g, u below are read only by entries that read bf16 (the q/k
+     * norms, RoPE, attention, SwiGLU: mt_model_round_in), but for v under
+     * context parallelism: the ring attention sends it */
     if (m->qk_norm) {
         linear(m, a->q_raw, h1, p->wq);
         linear(m, a->k_raw, h1, p->wk);
+        mt_model_round_in(m, a->q_raw, N * m->nh * m->hd);
+        mt_model_round_in(m, a->k_raw, N * m->nkv * m->hd);
         be->rmsnorm_forward(a->q, a->q_rstd, a->q_raw, p->q_norm->data, N * m->nh, m->hd, m->eps);
         be->rmsnorm_forward(a->k, a->k_rstd, a->k_raw, p->k_norm->data, N * m->nkv, m->hd, m->eps);
         mt_model_round_out(m, a->q, N * m->nh * m->hd);
@@ -421,8 +429,14 @@ static void layer_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, 
     } else {
         linear(m, a->q, h1, p->wq);
         linear(m, a->k, h1, p->wk);
+        mt_model_round_in(m, a->q, N * m->nh * m->hd);
+        mt_model_round_in(m, a->k, N * m->nkv * m->hd);
     }
     linear(m, a->v, h1, p->wv);
+    if (m->attn_forward)
+        mt_model_round(m, a->v, N * m->nkv * m->hd);
+    else
+        mt_model_round_in(m, a->v, N * m->nkv * m->hd);
     be->rope_forward(a->q, m->pos, N, m->nh, m->hd, m->theta);
     be->rope_forward(a->k, m->pos, N, m->nkv, m->hd, m->theta);
     mt_model_round_out(m, a->q, N * m->nh * m->hd);
@@ -447,6 +461,8 @@ static void layer_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, 
     const float *h2 = norm_in_kept(m, a->h2, a->rstd2, a->x_mid, p->mlp_norm->data);
     linear(m, a->g, h2, p->wgate);
     linear(m, a->u, h2, p->wup);
+    mt_model_round_in(m, a->g, N * m->I);
+    mt_model_round_in(m, a->u, N * m->I);
     be->swiglu_forward(a->a, a->g, a->u, N * m->I);
     mt_model_round_out(m, a->a, N * m->I);
     row_parallel_residual(m, x_out, a->x_mid, a->a, p->wdown);
@@ -481,7 +497,7 @@ static void layer_backward(mt_model_t *m, int l, mt_layer_acts_t *a, bool defer)
         } else {
             linear_backward(m, m->dI, 0.0f, dout, a->a, p->wdown);     /* dI = d a */
         }
-        mt_model_round(m, m->dI, N * m->I);
+        mt_model_round_in(m, m->dI, N * m->I); /* read by SwiGLU's backward alone */
         be->swiglu_backward(a->g, a->u, m->dI, a->g, a->u, N * m->I);  /* g, u <- dg, du */
         mt_model_round_out(m, a->g, N * m->I);
         mt_model_round_out(m, a->u, N * m->I);
@@ -498,7 +514,10 @@ static void layer_backward(mt_model_t *m, int l, mt_layer_acts_t *a, bool defer)
     } else {
         linear_backward(m, m->datt, 0.0f, dout, a->att, p->wo);
     }
-    mt_model_round(m, m->datt, N * Q);
+    if (m->attn_backward) /* the ring attention's block kernels read it as it is */
+        mt_model_round(m, m->datt, N * Q);
+    else
+        mt_model_round_in(m, m->datt, N * Q);
     if (m->attn_backward) {
         m->attn_backward(m->attn_ctx, m->dq, m->dk, m->dv, m->datt, a->att, a->lse, a->q, a->k,
                          a->v, m->doc_start, m->B, m->T, m->nh, m->nkv, m->hd);

@@ -622,8 +622,8 @@ void mt_moe_forward(mt_model_t *m, int l, const float *h, const float *res, floa
     if (x->Is > 0) { /* shared experts (every token), behind the dispatch; added at the end */
         be->matmul(a->sg, h, p->wgate->data, N, x->Is, H, false, true, 0.0f);
         be->matmul(a->su, h, p->wup->data, N, x->Is, H, false, true, 0.0f);
-        mt_model_round(m, a->sg, N * x->Is);
-        mt_model_round(m, a->su, N * x->Is);
+        mt_model_round_in(m, a->sg, N * x->Is); /* read by SwiGLU alone, both ways */
+        mt_model_round_in(m, a->su, N * x->Is);
         be->swiglu_forward(a->sa, a->sg, a->su, N * x->Is);
         mt_model_round_out(m, a->sa, N * x->Is);
     }
@@ -657,8 +657,8 @@ void mt_moe_forward(mt_model_t *m, int l, const float *h, const float *res, floa
                        true, 0.0f);
             be->matmul(a->u + o * Im, a->xe + o * H, expert_w(x, l, e, 1)->data, n, Im, H, false,
                        true, 0.0f);
-            mt_model_round(m, a->g + o * Im, n * Im);
-            mt_model_round(m, a->u + o * Im, n * Im);
+            mt_model_round_in(m, a->g + o * Im, n * Im); /* read by SwiGLU alone */
+            mt_model_round_in(m, a->u + o * Im, n * Im);
             be->swiglu_forward(a->a + o * Im, a->g + o * Im, a->u + o * Im, n * Im);
             mt_model_round_out(m, a->a + o * Im, n * Im);
             be->matmul(x->ye + o * H, a->a + o * Im, expert_w(x, l, e, 2)->data, n, H, Im, false,
@@ -701,7 +701,7 @@ void mt_moe_backward(mt_model_t *m, int l, const float *h, const float *dout, fl
                    * x->da ([rows, Im]) is too narrow: sa takes its gradient */
         be->matmul(p->wdown->grad, dout, a->sa, H, Is, N, true, false, 1.0f);
         be->matmul(a->sa, dout, p->wdown->data, N, Is, H, false, false, 0.0f);
-        mt_model_round(m, a->sa, N * Is);
+        mt_model_round_in(m, a->sa, N * Is); /* read by SwiGLU's backward alone */
         be->swiglu_backward(a->sg, a->su, a->sa, a->sg, a->su, N * Is); /* sg, su <- d */
         mt_model_round_out(m, a->sg, N * Is);
         mt_model_round_out(m, a->su, N * Is);
@@ -721,7 +721,7 @@ void mt_moe_backward(mt_model_t *m, int l, const float *h, const float *dout, fl
             const float *xe = a->xe + o * H;
             be->matmul(x->da, dy, wd->data, n, Im, H, false, false, 0.0f);
             be->matmul(wd->grad, dy, a->a + o * Im, H, Im, n, true, false, 1.0f);
-            mt_model_round(m, x->da, n * Im);
+            mt_model_round_in(m, x->da, n * Im);
             be->swiglu_backward(g, u, x->da, g, u, n * Im); /* g, u <- dg, du */
             mt_model_round_out(m, g, n * Im);
             mt_model_round_out(m, u, n * Im);

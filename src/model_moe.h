@@ -186,4 +186,15 @@ static inline void mt_model_round_out(const mt_model_t *m, float *x, int64_t n)
         mt_model_round(m, x, n);
 }
 
+/* The same for a GEMM's output that only such entries read, on a table
+ * that rounds what they load (mt_backend_t.reads_bf16: the CUDA one): the
+ * pass moves into the readers' loads.  The value stays unrounded in
+ * memory, so nothing else (a collective, a GEMM, a copy kept for later)
+ * may read it: callers name those readers at each use. */
+static inline void mt_model_round_in(const mt_model_t *m, float *x, int64_t n)
+{
+    if (!m->be->reads_bf16)
+        mt_model_round(m, x, n);
+}
+
 #endif

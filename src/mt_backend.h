@@ -284,6 +284,22 @@ struct mt_backend {
      * logits); every other entry is the plain one's.  false: nothing is
      * rounded. */
     bool rounds_bf16;
+    /* With rounds_bf16 (mt_backend_cuda_bf16; not the CPU's, below): those
+     * entries also read their activation inputs as bf16 values, rounding
+     * each element as it is loaded:
+     *   rmsnorm_forward (x), rmsnorm_backward (dout, x, and dx when it
+     *   accumulates), rope_forward and rope_backward (x), swiglu_forward
+     *   (gate, up), swiglu_backward (dout, gate, up), attention_forward
+     *   (q, k, v), attention_backward (dout, out, q, k, v).
+     * Each writes exactly what it writes from round_bf16 of those inputs
+     * (rounding is idempotent: inputs that are bf16 values change
+     * nothing), so the model leaves a GEMM's output unrounded when only
+     * these entries read it (mt_model_round_in, model_moe.h): the pass
+     * moves into the reader's load.  Weights, rstd and lse are read as
+     * they are.  The CPU's rounding table leaves this false: its loops
+     * are compute-bound on SSE2, where a rounding per load costs more
+     * than the pass it saves (doc/mixed-precision.md). */
+    bool reads_bf16;
 };
 
 /* The CPU reference backend. */

@@ -137,8 +137,8 @@ const mt_backend_t *mt_backend_cuda(void);
 /* The table for mixed precision as bf16 numerics on fp32 storage
  * (distributed.mp_policy.param_dtype bfloat16 with device cuda; the
  * trainer selects it): every input of a GEMM or of attention is a float32
- * tensor holding bf16 values (the model rounds with round_bf16).  The
- * same table as mt_backend_cuda(), name "cuda_bf16", except:
+ * tensor read as bf16 values.  The same table as mt_backend_cuda(), name
+ * "cuda_bf16", except:
  *   matmul              tensor cores, CUBLAS_COMPUTE_32F_FAST_16BF (inputs
  *                       converted to bf16, fp32 accumulation, fp32 C);
  *   attention_forward,  bf16 WMMA FlashAttention (cuda_attention_tc.cu),
@@ -148,8 +148,10 @@ const mt_backend_t *mt_backend_cuda(void);
  *                       kernels);
  *   rmsnorm, rope,      rounds_bf16: the activations these entries and
  *   swiglu (forward     attention write are rounded to bf16 in the
- *   and backward)       kernels' stores, the bytes of the cuda table's
- *                       entry followed by its round_bf16 (mt_backend.h);
+ *   and backward)       kernels' stores; reads_bf16: their activation
+ *                       inputs are rounded as they are loaded; the bytes
+ *                       of the cuda table's entry on round_bf16 of the
+ *                       inputs, followed by its round_bf16 (mt_backend.h);
  *   cross_entropy,      read the logits as bf16 values and store dlogits
  *   ce_shard_*          rounded (rounds_bf16).
  * Inputs that are not bf16 values are rounded to bf16 by matmul and
@@ -163,9 +165,10 @@ const mt_backend_t *mt_backend_cuda_bf16(void);
  * device. */
 bool mt_cuda_attention_tc_supported(int64_t hd);
 
-/* That table's attention entries with the rounding of their outputs (out;
- * dq, dk, dv) chosen: round true is the table's, false leaves the fp32
- * accumulators' values (tests compare the two bit for bit). */
+/* That table's attention entries with the rounding chosen: round true is
+ * the table's (inputs read as bf16 values, out; dq, dk, dv rounded as
+ * stored), false leaves the fp32 accumulators' values and reads the fp32
+ * row dots' inputs as they are (tests compare the two bit for bit). */
 void mt_cuda_attention_tc_forward(float *out, float *lse, const float *q, const float *k,
                                   const float *v, const int32_t *doc_start, int64_t B,
                                   int64_t T, int64_t nh, int64_t nkv, int64_t hd, bool round);

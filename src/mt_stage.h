@@ -34,7 +34,8 @@ extern "C" {
 #endif
 
 /* true when MPI may not be handed be's memory directly: every backend but
- * the plain CPU ones (cpu, cpu_bf16). */
+ * the plain CPU ones (cpu, cpu_bf16, and copies of them: whatever
+ * allocates with the CPU's device_alloc). */
 bool mt_stage_needed(const mt_backend_t *be);
 
 /* A host buffer for blocking staged collectives, grown on demand (and

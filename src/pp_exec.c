@@ -181,7 +181,8 @@ static int pass_of(mt_pp_action_kind_t k)
 static bool device_timed(const mt_backend_t *be)
 {
 #ifdef MT_HAVE_CUDA
-    return be == mt_backend_cuda() || be == mt_backend_cuda_bf16();
+    return be->device_alloc == mt_backend_cuda()->device_alloc; /* either CUDA table, or a
+                                                                  * copy (bf16_passes) */
 #else
     (void)be;
     return false;

@@ -15,7 +15,9 @@
 
 bool mt_stage_needed(const mt_backend_t *be)
 {
-    return be != mt_backend_cpu() && be != mt_backend_cpu_bf16();
+    /* the CPU tables, or a copy of one (train_device.c's bf16_passes),
+     * share the CPU's allocator; the guarded and device ones do not */
+    return be->device_alloc != mt_backend_cpu()->device_alloc;
 }
 
 mt_status_t mt_stage_join(void *ticket)

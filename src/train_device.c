@@ -81,6 +81,23 @@ static mt_status_t bring_up_nccl(mt_train_device_t *d, const mt_config_t *cfg,
 #endif
 }
 
+/* MESHTRAIN_BF16_PASSES=1: the bf16 table with rounds_bf16 and reads_bf16
+ * cleared, so the model rounds every activation in a pass of its own, as
+ * before the roundings moved into the kernels.  The kernels' own roundings
+ * then meet bf16 values and change nothing, so a run must give the same
+ * bits either way: a check of the fused roundings (tests/cuda_emulation.sh)
+ * and a way to bisect a numerical difference on a device. */
+static void bf16_passes(mt_train_device_t *d)
+{
+    static mt_backend_t passes;
+    const char *e = getenv("MESHTRAIN_BF16_PASSES");
+    if (!e || !*e || !strcmp(e, "0") || !d->be->rounds_bf16)
+        return;
+    passes = *d->be;
+    passes.rounds_bf16 = passes.reads_bf16 = false;
+    d->be = &passes, d->bf16_passes = true;
+}
+
 /* MESHTRAIN_PROFILE=1: the backend timed entry by entry (mt_backend_profiled) */
 static mt_status_t profile(mt_train_device_t *d)
 {
@@ -107,6 +124,7 @@ mt_status_t mt_train_device_init(mt_train_device_t *d, const mt_config_t *cfg,
         MT_TRY(bring_up_cuda(d, cfg, mesh));
         MT_TRY(bring_up_nccl(d, cfg, mesh));
     }
+    bf16_passes(d);
     return profile(d);
 }
 
@@ -223,7 +241,8 @@ void mt_train_device_print(const mt_train_device_t *d, const mt_config_t *cfg, F
 {
     if (cfg->distributed.device != MT_DEVICE_CUDA)
         return;
-    fprintf(out, "device: %s backend, collectives %s\n", d->be->name,
+    fprintf(out, "device: %s backend%s, collectives %s\n", d->be->name,
+            d->bf16_passes ? " (MESHTRAIN_BF16_PASSES: rounding in passes)" : "",
             d->nccl ? "NCCL (one communicator per mesh group and per pipeline channel)"
                     : "MPI on host copies (staged)");
 }

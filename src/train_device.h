@@ -27,6 +27,7 @@ typedef struct {
     size_t tp_pad_bytes;
     int *tp_counts;   /* [2 tp]: counts, displacements */
     bool profile;     /* MESHTRAIN_PROFILE: be is mt_backend_profiled's */
+    bool bf16_passes; /* MESHTRAIN_BF16_PASSES: be is a copy that rounds in passes */
     double profile_t0;
 } mt_train_device_t;
 

@@ -14,6 +14,10 @@
 #    the emulation) and must reproduce the CPU run: dense fp32 (1e-5),
 #    dense bf16 at head dim 64 and a MoE in bf16 with activation
 #    checkpointing (2e-3: bf16 values one rounding apart move by 2^-8);
+#  - the same bf16 runs with MESHTRAIN_BF16_PASSES=1 (every rounding a
+#    pass of the model's, as before the kernels rounded what they store
+#    and load) give the same bits: dense at head dim 64 (tensor-core
+#    attention) and 16 with qk_norm (the fp32 fallback), and the MoE;
 #  - two ranks on emulated NCCL with these kernels against the 1-rank CPU
 #    runs: tp 2 with sequence parallelism and cp 2 (the ring-attention
 #    block kernels) in fp32 (1e-5), the MoE under ep 2 in bf16 (2e-3).
@@ -58,6 +62,30 @@ pair dense meshtrain-dense 1e-5
 pair dense-bf16-hd64 meshtrain-dense 2e-3 $hd64 $bf16
 # shellcheck disable=SC2086
 pair moe-bf16 meshtrain-moe 2e-3 $moe $bf16
+
+# same NAME APP REF [key=value ...]: with MESHTRAIN_BF16_PASSES=1 the model
+# rounds every activation in a pass of its own and the kernels' roundings
+# (in their stores and their loads) meet bf16 values: REF's bits exactly
+same() {
+    sname=$1 app="$emu/$2" ref=$3
+    shift 3
+    MESHTRAIN_BF16_PASSES=1
+    export MESHTRAIN_BF16_PASSES
+    train "$sname" 1 "$@" distributed.device=cuda
+    unset MESHTRAIN_BF16_PASSES
+    expect_in "$(cat "$workdir/$sname.log")" "rounding in passes" "$sname: rounding in passes"
+    compare_losses "$workdir/$ref.jsonl" "$workdir/$sname.jsonl" "$sname" 0 0 0
+}
+# shellcheck disable=SC2086
+same dense-bf16-hd64-passes meshtrain-dense dense-bf16-hd64-cuda $hd64 $bf16
+# shellcheck disable=SC2086
+same moe-bf16-passes meshtrain-moe moe-bf16-cuda $moe $bf16
+# head dim 16 (the fp32 attention fallback) and the q/k norms
+app="$emu/meshtrain-dense"
+# shellcheck disable=SC2086
+train dense-bf16-qk-cuda 1 $bf16 model.qk_norm=true distributed.device=cuda
+# shellcheck disable=SC2086
+same dense-bf16-qk-passes meshtrain-dense dense-bf16-qk-cuda $bf16 model.qk_norm=true
 
 # two NAME APP REF TOL [key=value ...]: 2 ranks on emulated NCCL against REF
 two() {

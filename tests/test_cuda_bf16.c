@@ -1,11 +1,13 @@
 /* test_cuda_bf16: the bf16-numerics CUDA table (mt_backend_cuda_bf16)
- * against the CPU backend, on inputs that hold bf16 values (as the model
- * gives them under mp_policy.param_dtype bfloat16):
+ * against the CPU backend, under mp_policy.param_dtype bfloat16:
  *  - the table is the cuda one except name, matmul, attention and the
- *    entries that round (rounds_bf16: RMSNorm, RoPE, SwiGLU, the loss);
- *  - those entries write the bytes of the cuda table's entry followed by
- *    its round_bf16 pass (rstd and dw untouched), SwiGLU's backward also in
- *    place, with a NaN among the inputs; the loss entries (cross_entropy,
+ *    entries that round (rounds_bf16 and reads_bf16: RMSNorm, RoPE,
+ *    SwiGLU, the loss);
+ *  - given inputs that are not bf16 values (as a GEMM leaves them), those
+ *    entries write the bytes of the cuda table's entry on the rounded
+ *    inputs followed by its round_bf16 pass (rstd and dw: no pass),
+ *    SwiGLU's backward also in place, with a NaN among the inputs; the
+ *    loss entries (cross_entropy,
  *    ce_shard_*) give the cuda table's loss, count, row max and sums from
  *    rounded logits, and its dlogits rounded (apart, in place, alone);
  *  - matmul (cuBLAS, CUBLAS_COMPUTE_32F_FAST_16BF): the four transpose
@@ -16,9 +18,11 @@
  *    multiple of the 64-row tile, one token, head dims 64 and 128; the
  *    backward from the CPU's out/lse (each half alone) and from the GPU's
  *    own (the chain training runs); forward and backward twice, same
- *    bytes; out, dq, dk and dv are bf16 values (rounded as they are
- *    stored) and exactly the unrounded kernels' (mt_cuda_attention_tc_*
- *    with round false) after round_bf16; head dim 48 falls back to the
+ *    bytes; q, k, v, dout and out that are not bf16 values give the
+ *    bytes of their bf16 values (reads_bf16); out, dq, dk and dv are
+ *    bf16 values (rounded as they are stored) and exactly the unrounded
+ *    kernels' (mt_cuda_attention_tc_* with round false) on the bf16
+ *    values, after round_bf16; head dim 48 falls back to the
  *    fp32 kernels and must equal mt_backend_cuda()'s bits (out, dq, dk,
  *    dv) rounded by its round_bf16.
  * Exits 77 (skip) without a CUDA device (the build machines): there it
@@ -57,13 +61,21 @@ int tc_verbose;
 #define LSE_TOL 1e-4
 #define F(n) ((size_t)(n) * sizeof(float))
 
+/* a host copy of x's n bf16 values */
+static float *bf16_copy(const float *x, int64_t n)
+{
+    float *y = malloc(F(n));
+    for (int64_t i = 0; i < n; i++)
+        y[i] = tc_f32(tc_bf16(x[i]));
+    return y;
+}
+
 /* uniform [-scale, scale) rounded to bf16 values */
 static float *rand_bf16(uint64_t *s, int64_t n, float scale)
 {
-    float *x = tc_rand(s, n, scale);
-    for (int64_t i = 0; i < n; i++)
-        x[i] = tc_f32(tc_bf16(x[i]));
-    return x;
+    float *x = tc_rand(s, n, scale), *y = bf16_copy(x, n);
+    free(x);
+    return y;
 }
 
 static void test_table(void)
@@ -73,6 +85,8 @@ static void test_table(void)
     CHECK(strcmp(b->name, "cuda_bf16") == 0, "name %s", b->name);
     CHECK(b->rounds_bf16 && !c->rounds_bf16, "rounds_bf16: cuda %d, cuda_bf16 %d",
           c->rounds_bf16, b->rounds_bf16);
+    CHECK(b->reads_bf16 && !c->reads_bf16, "reads_bf16: cuda %d, cuda_bf16 %d", c->reads_bf16,
+          b->reads_bf16);
     CHECK(b->matmul != c->matmul && b->attention_forward != c->attention_forward &&
               b->attention_backward != c->attention_backward,
           "matmul and attention are replaced");
@@ -99,6 +113,7 @@ static void test_table(void)
     x.ce_shard_sum = y.ce_shard_sum = NULL;
     x.ce_shard_finish = y.ce_shard_finish = NULL;
     x.rounds_bf16 = y.rounds_bf16 = false;
+    x.reads_bf16 = y.reads_bf16 = false;
     CHECK(memcmp(&x, &y, sizeof x) == 0, "every other entry is the cuda table's");
 }
 
@@ -119,57 +134,80 @@ static void check_same(const char *what, const float *d_a, const float *d_b, int
     free(a), free(b);
 }
 
-/* RMSNorm, RoPE and SwiGLU round in their stores: the bytes of the cuda
- * table's kernel and then its rounding pass */
+/* a device copy of host x as the model would hand it over before the
+ * roundings moved into the loads: rounded by the cuda table's pass */
+static float *up_rounded(const float *x, int64_t n)
+{
+    float *d = tc_up(x, F(n));
+    mt_backend_cuda()->round_bf16(d, n);
+    return d;
+}
+
+/* RMSNorm, RoPE and SwiGLU read their activation inputs as bf16 values
+ * and round in their stores: from inputs that are not bf16 values, the
+ * bytes of the cuda table's kernel on the rounded inputs and then its
+ * rounding pass */
 static void test_rounding_entries(uint64_t *s)
 {
     const mt_backend_t *c = mt_backend_cuda(), *b = tc_gpu;
     const int64_t n = 300, dim = 136, nh = 3, hd = 64, ntok = 41, ne = 70001;
     float *x = tc_rand(s, n * dim, 3.0f), *w = tc_rand(s, dim, 2.0f);
+    float *dout = tc_rand(s, n * dim, 1.0f);
     x[5 * dim + 7] = NAN; /* a NaN row: NaN out, both ways */
-    float *d_x = tc_up(x, F(n * dim)), *d_w = tc_up(w, F(dim));
-    float *d_dout = tc_up(tc_rand(s, n * dim, 1.0f), F(n * dim));
+    float *d_x = tc_up(x, F(n * dim)), *d_xr = up_rounded(x, n * dim), *d_w = tc_up(w, F(dim));
+    float *d_dout = tc_up(dout, F(n * dim)), *d_doutr = up_rounded(dout, n * dim);
     float *o1 = tc_dev(F(n * dim)), *o2 = tc_dev(F(n * dim)), *r1 = tc_dev(F(n)),
           *r2 = tc_dev(F(n)), *dw1 = tc_dev(F(dim)), *dw2 = tc_dev(F(dim));
-    c->rmsnorm_forward(o1, r1, d_x, d_w, n, dim, 1e-6f);
+    c->rmsnorm_forward(o1, r1, d_xr, d_w, n, dim, 1e-6f);
     b->rmsnorm_forward(o2, r2, d_x, d_w, n, dim, 1e-6f);
     check_same("rmsnorm_forward rstd, bf16 table", r2, r1, n);
     check_rounded("rmsnorm_forward out, bf16 table", o2, o1, n * dim);
+    /* the backward without the NaN row, whose rstd would make all of dw NaN */
+    x[5 * dim + 7] = 1.5f;
+    c->copy_to_device(d_x, x, F(n * dim));
+    c->copy_to_device(d_xr, x, F(n * dim));
+    c->round_bf16(d_xr, n * dim);
+    c->rmsnorm_forward(o1, r1, d_xr, d_w, n, dim, 1e-6f);
     c->zero(dw1, F(dim)), c->zero(dw2, F(dim));
-    c->rmsnorm_backward(o1, dw1, d_dout, d_x, d_w, r1, n, dim, false);
+    c->rmsnorm_backward(o1, dw1, d_doutr, d_xr, d_w, r1, n, dim, false);
     b->rmsnorm_backward(o2, dw2, d_dout, d_x, d_w, r1, n, dim, false);
     check_same("rmsnorm_backward dw, bf16 table", dw2, dw1, dim);
     check_rounded("rmsnorm_backward dx, bf16 table", o2, o1, n * dim);
     float *acc = tc_rand(s, n * dim, 2.0f); /* accumulating: the sum rounded once */
-    float *a1 = tc_up(acc, F(n * dim)), *a2 = tc_up(acc, F(n * dim));
-    c->rmsnorm_backward(a1, dw1, d_dout, d_x, d_w, r1, n, dim, true);
+    float *a1 = up_rounded(acc, n * dim), *a2 = tc_up(acc, F(n * dim));
+    c->rmsnorm_backward(a1, dw1, d_doutr, d_xr, d_w, r1, n, dim, true);
     b->rmsnorm_backward(a2, dw2, d_dout, d_x, d_w, r1, n, dim, true);
     check_rounded("rmsnorm_backward dx accumulated, bf16 table", a2, a1, n * dim);
-    free(acc);
+    free(acc), free(dout);
 
     int32_t pos[41];
     for (int i = 0; i < ntok; i++)
         pos[i] = (int32_t)(tc_rng_next(s) % 9000);
     int32_t *d_pos = tc_up(pos, sizeof pos);
-    float *q = tc_rand(s, ntok * nh * hd, 4.0f);
-    float *q1 = tc_up(q, F(ntok * nh * hd)), *q2 = tc_up(q, F(ntok * nh * hd));
-    c->rope_forward(q1, d_pos, ntok, nh, hd, 10000.0);
-    b->rope_forward(q2, d_pos, ntok, nh, hd, 10000.0);
-    check_rounded("rope_forward, bf16 table", q2, q1, ntok * nh * hd);
-    c->copy(q2, q1, F(ntok * nh * hd));
-    c->rope_backward(q1, d_pos, ntok, nh, hd, 500000.0);
-    b->rope_backward(q2, d_pos, ntok, nh, hd, 500000.0);
-    check_rounded("rope_backward, bf16 table", q2, q1, ntok * nh * hd);
+    for (int dir = 0; dir < 2; dir++) {
+        float *q = tc_rand(s, ntok * nh * hd, 4.0f);
+        float *q1 = up_rounded(q, ntok * nh * hd), *q2 = tc_up(q, F(ntok * nh * hd));
+        if (dir == 0) {
+            c->rope_forward(q1, d_pos, ntok, nh, hd, 10000.0);
+            b->rope_forward(q2, d_pos, ntok, nh, hd, 10000.0);
+            check_rounded("rope_forward, bf16 table", q2, q1, ntok * nh * hd);
+        } else {
+            c->rope_backward(q1, d_pos, ntok, nh, hd, 500000.0);
+            b->rope_backward(q2, d_pos, ntok, nh, hd, 500000.0);
+            check_rounded("rope_backward, bf16 table", q2, q1, ntok * nh * hd);
+        }
+        free(q);
+    }
 
-    float *g = tc_rand(s, ne, 8.0f);
+    float *g = tc_rand(s, ne, 8.0f), *u = tc_rand(s, ne, 2.0f), *d = tc_rand(s, ne, 1.0f);
     g[ne / 2] = NAN;
-    float *d_g = tc_up(g, F(ne)), *d_u = tc_up(tc_rand(s, ne, 2.0f), F(ne));
-    float *d_d = tc_up(tc_rand(s, ne, 1.0f), F(ne));
+    float *d_g = tc_up(g, F(ne)), *d_u = tc_up(u, F(ne)), *d_d = tc_up(d, F(ne));
+    float *d_gr = up_rounded(g, ne), *d_ur = up_rounded(u, ne), *d_dr = up_rounded(d, ne);
     float *s1 = tc_dev(F(ne)), *s2 = tc_dev(F(ne)), *t1 = tc_dev(F(ne)), *t2 = tc_dev(F(ne));
-    c->swiglu_forward(s1, d_g, d_u, ne);
+    c->swiglu_forward(s1, d_gr, d_ur, ne);
     b->swiglu_forward(s2, d_g, d_u, ne);
     check_rounded("swiglu_forward, bf16 table", s2, s1, ne);
-    c->swiglu_backward(s1, t1, d_d, d_g, d_u, ne);
+    c->swiglu_backward(s1, t1, d_dr, d_gr, d_ur, ne);
     b->swiglu_backward(s2, t2, d_d, d_g, d_u, ne);
     float *gi = tc_dev(F(ne)), *ui = tc_dev(F(ne)); /* in place, as the model runs it */
     c->copy(gi, d_g, F(ne)), c->copy(ui, d_u, F(ne));
@@ -178,7 +216,7 @@ static void test_rounding_entries(uint64_t *s)
     check_same("swiglu_backward in place dup, bf16 table", ui, t2, ne);
     check_rounded("swiglu_backward dgate, bf16 table", s2, s1, ne);
     check_rounded("swiglu_backward dup, bf16 table", t2, t1, ne);
-    free(x), free(w), free(q), free(g);
+    free(x), free(w), free(g), free(u), free(d);
     mt_cuda_arena_reset(&tc_arena);
 }
 
@@ -308,13 +346,17 @@ static void attention_case(uint64_t *s, int64_t B, int64_t T, int64_t nh, int64_
     const bool tc = hd == 64 || hd == 128; /* else the fp32 fallback */
     const double tol = tc ? ATT_TOL : 4e-3, ltol = tc ? LSE_TOL : 2e-5;
     const int64_t nq = B * T * nh * hd, nk = B * T * nkv * hd, nl = B * nh * T;
-    float *q = rand_bf16(s, nq, 1.0f), *k = rand_bf16(s, nk, 1.0f), *v = rand_bf16(s, nk, 1.0f);
-    float *dout = rand_bf16(s, nq, 1.0f);
+    /* qu.. as a GEMM leaves them, q.. their bf16 values */
+    float *qu = tc_rand(s, nq, 1.0f), *ku = tc_rand(s, nk, 1.0f), *vu = tc_rand(s, nk, 1.0f);
+    float *doutu = tc_rand(s, nq, 1.0f);
+    float *q = bf16_copy(qu, nq), *k = bf16_copy(ku, nk), *v = bf16_copy(vu, nk);
+    float *dout = bf16_copy(doutu, nq);
     int32_t *doc = docs ? tc_make_docs(s, B, T) : NULL;
     float *out = malloc(F(nq)), *lse = malloc(F(nl)), *dq = malloc(F(nq)), *dk = malloc(F(nk));
     float *dv = malloc(F(nk));
     tc_cpu->attention_forward(out, lse, q, k, v, doc, B, T, nh, nkv, hd);
-    tc_cpu->attention_backward(dq, dk, dv, dout, out, lse, q, k, v, doc, B, T, nh, nkv, hd);
+    float *out_r = bf16_copy(out, nq); /* the backward's out: the forward's, as stored */
+    tc_cpu->attention_backward(dq, dk, dv, dout, out_r, lse, q, k, v, doc, B, T, nh, nkv, hd);
 
     float *d_q, *d_k = tc_up(k, F(nk)), *d_v = tc_up(v, F(nk));
     if (misalign) {
@@ -332,7 +374,7 @@ static void attention_case(uint64_t *s, int64_t B, int64_t T, int64_t nh, int64_
     float *d_dk = tc_dev(F(nk)), *d_dv = tc_dev(F(nk));
     tc_gpu->attention_forward(d_out, d_lse, d_q, d_k, d_v, d_doc, B, T, nh, nkv, hd);
     /* backward from the CPU's out and lse: each half checked alone */
-    float *c_out = tc_up(out, F(nq)), *c_lse = tc_up(lse, F(nl));
+    float *c_out = tc_up(out_r, F(nq)), *c_lse = tc_up(lse, F(nl));
     tc_gpu->attention_backward(d_dq, d_dk, d_dv, d_dout, c_out, c_lse, d_q, d_k, d_v, d_doc, B, T,
                                nh, nkv, hd);
     float *g_out = tc_down(d_out, F(nq)), *g_lse = tc_down(d_lse, F(nl));
@@ -360,6 +402,25 @@ static void attention_case(uint64_t *s, int64_t B, int64_t T, int64_t nh, int64_
     CHECK_SAME_BYTES(what, h_dq, g_dq, F(nq));
     CHECK_SAME_BYTES(what, h_dk, g_dk, F(nk));
     CHECK_SAME_BYTES(what, h_dv, g_dv, F(nk));
+
+    /* inputs that are not bf16 values (q, k, v, dout as their GEMMs leave
+     * them, out as the CPU's fp32 forward left it): read as their bf16
+     * values, the same bytes (mt_backend_t.reads_bf16) */
+    snprintf(what, sizeof what, "bf16 attention from unrounded inputs %s", tag);
+    float *u_q = tc_up(qu, F(nq)), *u_k = tc_up(ku, F(nk)), *u_v = tc_up(vu, F(nk));
+    float *u_dout = tc_up(doutu, F(nq)), *u_out = tc_up(out, F(nq));
+    tc_gpu->attention_forward(d_out, d_lse, u_q, u_k, u_v, d_doc, B, T, nh, nkv, hd);
+    tc_gpu->attention_backward(d_dq, d_dk, d_dv, u_dout, u_out, c_lse, u_q, u_k, u_v, d_doc, B, T,
+                               nh, nkv, hd);
+    float *uo = tc_down(d_out, F(nq)), *ul = tc_down(d_lse, F(nl)), *uq = tc_down(d_dq, F(nq));
+    float *uk = tc_down(d_dk, F(nk)), *uv = tc_down(d_dv, F(nk));
+    CHECK_SAME_BYTES(what, uo, g_out, F(nq));
+    CHECK_SAME_BYTES(what, ul, g_lse, F(nl));
+    CHECK_SAME_BYTES(what, uq, g_dq, F(nq));
+    CHECK_SAME_BYTES(what, uk, g_dk, F(nk));
+    CHECK_SAME_BYTES(what, uv, g_dv, F(nk));
+    free(uo), free(ul), free(uq), free(uk), free(uv);
+    tc_gpu->attention_forward(d_out, d_lse, d_q, d_k, d_v, d_doc, B, T, nh, nkv, hd);
 
     /* the chain training runs: the backward from the GPU's own out, lse */
     tc_gpu->attention_backward(d_dq, d_dk, d_dv, d_dout, d_out, d_lse, d_q, d_k, d_v, d_doc, B,
@@ -394,6 +455,7 @@ static void attention_case(uint64_t *s, int64_t B, int64_t T, int64_t nh, int64_
     CHECK_SAME_BYTES(what, f_dk, g_dk, F(nk));
     CHECK_SAME_BYTES(what, f_dv, g_dv, F(nk));
     free(f_out), free(f_dq), free(f_dk), free(f_dv);
+    free(qu), free(ku), free(vu), free(doutu), free(out_r);
     free(q), free(k), free(v), free(dout), free(doc), free(out), free(lse), free(dq), free(dk);
     free(dv), free(g_out), free(g_lse), free(g_dq), free(g_dk), free(g_dv), free(h_out);
     free(h_lse), free(h_dq), free(h_dk), free(h_dv), free(x_dq), free(x_dk), free(x_dv);

@@ -19,7 +19,9 @@
  *  - adamw_bf16_copy (both tables) leaves p, m and v with adamw's bits and
  *    writes round_bf16 of the new p into the compute copy;
  *  - every other entry of the table is the plain table's (one list,
- *    backend_entries.def), so nothing else can differ.
+ *    backend_entries.def), so nothing else can differ; neither CPU table
+ *    reads bf16 on load (reads_bf16: the model rounds in passes), and
+ *    both, and a copy of one, hand MPI their memory unstaged.
  * No MPI. */
 #include <math.h>
 #include <omp.h>
@@ -29,6 +31,7 @@
 
 #include "kernels_cpu_internal.h"
 #include "mt_backend.h"
+#include "mt_stage.h"
 #include "mt_test.h"
 
 static const mt_backend_t *cpu, *bf;
@@ -153,6 +156,9 @@ static void test_norm(int threads)
     check_rounded("rmsnorm_forward out", o2, o1, n * dim, threads);
     check_same("rmsnorm_forward rstd", r2, r1, n);
 
+    /* the backward without the NaN, whose row would make all of dw NaN */
+    x[n * dim / 3] = 1.5f;
+    cpu->rmsnorm_forward(o1, r1, x, w, n, dim, 1e-6f);
     float *dw1 = fill(dim, false), *dw2 = dup_of(dw1, dim);
     cpu->rmsnorm_backward(o1, dw1, dout, x, w, r1, n, dim, false);
     bf->rmsnorm_backward(o2, dw2, dout, x, w, r1, n, dim, false);
@@ -322,6 +328,17 @@ static void test_table(void)
     CHECK(strcmp(bf->name, "cpu_bf16") == 0, "name %s", bf->name);
     CHECK(bf->rounds_bf16 && !cpu->rounds_bf16, "rounds_bf16: cpu %d, cpu_bf16 %d",
           cpu->rounds_bf16, bf->rounds_bf16);
+    /* the CPU's model rounds GEMM outputs in passes (mt_backend.h) */
+    CHECK(!bf->reads_bf16 && !cpu->reads_bf16, "reads_bf16: cpu %d, cpu_bf16 %d",
+          cpu->reads_bf16, bf->reads_bf16);
+    /* MPI takes the CPU tables' memory as it is, a copy's too (the trainer's
+     * MESHTRAIN_BF16_PASSES table), not the guarded table's */
+    mt_backend_t copy = *bf;
+    copy.rounds_bf16 = false;
+    CHECK(!mt_stage_needed(cpu) && !mt_stage_needed(bf) && !mt_stage_needed(&copy) &&
+              mt_stage_needed(mt_backend_cpu_guarded()),
+          "mt_stage_needed: cpu %d cpu_bf16 %d copy %d guarded %d", mt_stage_needed(cpu),
+          mt_stage_needed(bf), mt_stage_needed(&copy), mt_stage_needed(mt_backend_cpu_guarded()));
     static const char *const rounding[] = {
         "rmsnorm_forward", "rmsnorm_backward", "rope_forward",  "rope_backward",
         "swiglu_forward",  "swiglu_backward",  "attention_forward", "attention_backward",
