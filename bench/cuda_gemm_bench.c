@@ -7,7 +7,13 @@
  * step through the GEMM the trainer's bf16 table uses today: float32
  * storage holding bf16 values, CUBLAS_COMPUTE_32F_FAST_16BF
  * (mt_backend_cuda_bf16()->matmul): the gap between the two is what bf16
- * storage would win on the GEMMs (doc/gpu.md).  It measures GEMMs only:
+ * storage would win on the GEMMs (doc/gpu.md).  Third, the middle way a
+ * float32-storage trainer could take: convert each activation operand to
+ * bf16 (mt_cuda_f32_to_bf16) and run the bf16 cuBLASLt GEMM with an fp32
+ * result (mt_cuda_matmul_bf16_f32out), the weights already bf16 (as
+ * AdamW could write them); the forward converts x and the dgrad dy, and
+ * the wgrad reuses both, so the conversions' time is in the figures.
+ * It measures GEMMs only:
  * attention, norms and the optimizer are not in it, so the MFU of a real
  * step is lower.
  *
@@ -41,27 +47,46 @@ static void die(const char *what)
     exit(1);
 }
 
-/* one GEMM c = op(a) op(b): bf16 operands, or float32 ones (fp32 set) */
-static void gemm(int fp32, void *c, const void *a, const void *b, int64_t m, int64_t n, int64_t k,
-                 int ta, int tb)
+enum { BF16, FP32, CONVERT, NMODES };
+
+/* The third mode's bf16 copy of a float32 operand: its conversion runs
+ * first when src is set (an activation), never for a weight (NULL). */
+typedef struct {
+    uint16_t *bf;
+    const float *src;
+    int64_t n;
+} conv_t;
+
+/* one GEMM c = op(a) op(b): bf16 operands, float32 ones (FP32), or float32
+ * activations converted first (CONVERT: ca, cb) */
+static void gemm(int mode, void *c, const void *a, const void *b, int64_t m, int64_t n,
+                 int64_t k, int ta, int tb, const conv_t *ca, const conv_t *cb)
 {
-    if (fp32)
+    if (mode == FP32) {
         mt_backend_cuda_bf16()->matmul(c, a, b, m, n, k, ta, tb, 0.0f);
-    else
+    } else if (mode == BF16) {
         mt_cuda_matmul_bf16(c, a, b, m, n, k, ta, tb, 0.0f);
+    } else {
+        if (ca->src)
+            mt_cuda_f32_to_bf16(ca->bf, ca->src, ca->n);
+        if (cb->src)
+            mt_cuda_f32_to_bf16(cb->bf, cb->src, cb->n);
+        mt_cuda_matmul_bf16_f32out(c, ca->bf, cb->bf, m, n, k, ta, tb, 0.0f);
+    }
 }
 
 /* seconds per call of y = op(a) op(b), averaged over iters after a warm-up */
-static double time_gemm(int fp32, void *c, const void *a, const void *b, int64_t m, int64_t n,
-                        int64_t k, int ta, int tb, int iters)
+static double time_gemm(int mode, void *c, const void *a, const void *b, int64_t m, int64_t n,
+                        int64_t k, int ta, int tb, const conv_t *ca, const conv_t *cb,
+                        int iters)
 {
     for (int i = 0; i < 3; i++)
-        gemm(fp32, c, a, b, m, n, k, ta, tb);
+        gemm(mode, c, a, b, m, n, k, ta, tb, ca, cb);
     if (mt_cuda_synchronize() != MT_OK)
         die("warm-up");
     const double t0 = now_s();
     for (int i = 0; i < iters; i++)
-        gemm(fp32, c, a, b, m, n, k, ta, tb);
+        gemm(mode, c, a, b, m, n, k, ta, tb, ca, cb);
     if (mt_cuda_synchronize() != MT_OK)
         die("timing");
     return (now_s() - t0) / iters;
@@ -106,7 +131,8 @@ int main(int argc, char **argv)
         maxx = x > maxx ? x : maxx;
     }
     mt_cuda_arena_t arena; /* buffers of float32 size; bf16 uses their first halves */
-    const size_t bytes = 4 * (maxw * 2 + maxy + maxx * 2) + ((size_t)256 << 20);
+    const size_t bytes = 4 * (maxw * 2 + maxy + maxx * 2) + 2 * (maxw + maxy + maxx) +
+                         ((size_t)256 << 20);
     if (mt_cuda_arena_init(&arena, "bench", bytes) != MT_OK ||
         mt_cuda_backend_init(&arena, (size_t)16 << 20) != MT_OK)
         die("device setup");
@@ -121,6 +147,11 @@ int main(int argc, char **argv)
     X = p;
     if (mt_cuda_arena_alloc(&arena, maxx * 4, &p) != MT_OK) die("alloc");
     dX = p;
+    void *Wb, *Yb, *Xb; /* the third mode's bf16 operands */
+    if (mt_cuda_arena_alloc(&arena, maxw * 2, &Wb) != MT_OK ||
+        mt_cuda_arena_alloc(&arena, maxy * 2, &Yb) != MT_OK ||
+        mt_cuda_arena_alloc(&arena, maxx * 2, &Xb) != MT_OK)
+        die("alloc");
     const mt_backend_t *be = mt_backend_cuda();
     /* small values so nothing overflows: bf16 0x3c00 = 0.0078125, the same
      * in float32 */
@@ -131,48 +162,57 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < most; i++)
         fill[i] = 0x3c00, fill32[i] = 0.0078125f;
 
-    double tflops[2] = {0, 0}, step_ms[2] = {0, 0}, tok_s[2] = {0, 0};
-    for (int fp32 = 0; fp32 < 2; fp32++) {
-        size_t el = fp32 ? 4 : 2;
-        const void *src = fp32 ? (const void *)fill32 : (const void *)fill;
+    static const char *const title[NMODES] = {
+        "bf16 cuBLASLt GEMMs",
+        "float32 storage, CUBLAS_COMPUTE_32F_FAST_16BF (the trainer's bf16 table)",
+        "float32 storage, activations converted to bf16, bf16 cuBLASLt GEMMs, fp32 results"};
+    double tflops[NMODES] = {0}, step_ms[NMODES] = {0}, tok_s[NMODES] = {0};
+    for (int mode = 0; mode < NMODES; mode++) {
+        size_t el = mode == BF16 ? 2 : 4;
+        const void *src = mode == BF16 ? (const void *)fill : (const void *)fill32;
         be->copy_to_device(W, src, maxw * el);
         be->copy_to_device(Y, src, maxy * el);
         be->copy_to_device(X, src, maxx * el);
-        printf("cuda_gemm_bench: %s, fp32 accumulation, M = %lld tokens, %d iters\n",
-               fp32 ? "float32 storage, CUBLAS_COMPUTE_32F_FAST_16BF (the trainer's bf16 table)"
-                    : "bf16 cuBLASLt GEMMs",
+        be->copy_to_device(Wb, fill, maxw * 2);
+        printf("cuda_gemm_bench: %s, fp32 accumulation, M = %lld tokens, %d iters\n", title[mode],
                (long long)M, iters);
         printf("%-18s %-9s %8s %8s %8s %10s %9s\n", "gemm", "pass", "M", "N", "K", "ms",
                "TFLOP/s");
         double step_flop = 0.0, step_s = 0.0;
         for (int s = 0; s < nshapes; s++) {
             const int64_t n = shapes[s].n, k = shapes[s].k;
-            /* forward y = x W^T; backward dx = dy W, dW = dy^T x */
-            const double tf = time_gemm(fp32, Y, X, W, M, n, k, 0, 1, iters);
-            const double tdx = time_gemm(fp32, dX, Y, W, M, k, n, 0, 0, iters);
-            const double tdw = time_gemm(fp32, dW, Y, X, n, k, M, 1, 0, iters);
+            /* forward y = x W^T; backward dx = dy W, dW = dy^T x (CONVERT:
+             * x converted in the forward, dy in the dgrad, the wgrad
+             * reusing both; W bf16 throughout) */
+            const conv_t cx = {Xb, X, M * k}, cy = {Yb, Y, M * n}, cw = {Wb, NULL, n * k};
+            const conv_t kx = {Xb, NULL, M * k}, ky = {Yb, NULL, M * n};
+            const double tf = time_gemm(mode, Y, X, W, M, n, k, 0, 1, &cx, &cw, iters);
+            const double tdx = time_gemm(mode, dX, Y, W, M, k, n, 0, 0, &cy, &cw, iters);
+            const double tdw = time_gemm(mode, dW, Y, X, n, k, M, 1, 0, &ky, &kx, iters);
             const double flop = 2.0 * (double)M * (double)n * (double)k;
             const char *pass[3] = {"forward", "dgrad", "wgrad"};
             const double t[3] = {tf, tdx, tdw};
             for (int j = 0; j < 3; j++)
                 printf("%-18s %-9s %8lld %8lld %8lld %10.3f %9.1f\n", j ? "" : shapes[s].name,
-                       pass[j], (long long)(j == 2 ? n : M), (long long)(j == 1 ? k : n),
+                       pass[j], (long long)(j == 2 ? n : M), (long long)(j == 0 ? n : k),
                        (long long)(j == 2 ? M : (j == 1 ? n : k)), t[j] * 1e3,
                        flop / t[j] / 1e12);
             step_flop += 3.0 * flop * shapes[s].per_step;
             step_s += (tf + tdx + tdw) * shapes[s].per_step;
         }
-        tflops[fp32] = step_flop / step_s / 1e12, step_ms[fp32] = step_s * 1e3;
-        tok_s[fp32] = (double)M / step_s;
+        tflops[mode] = step_flop / step_s / 1e12, step_ms[mode] = step_s * 1e3;
+        tok_s[mode] = (double)M / step_s;
         printf("gemm_step: %.1f GFLOP in %.2f ms: %.1f TFLOP/s, MFU %.1f%% of %.0f TFLOP/s, "
                "%.0f tokens/s (GEMMs only)\n\n",
-               step_flop / 1e9, step_ms[fp32], tflops[fp32], 100.0 * tflops[fp32] / peak, peak,
-               tok_s[fp32]);
+               step_flop / 1e9, step_ms[mode], tflops[mode], 100.0 * tflops[mode] / peak, peak,
+               tok_s[mode]);
     }
     free(fill), free(fill32);
     printf("RESULT gemm_tflops=%.1f gemm_mfu_pct=%.1f gemm_tokens_per_s=%.0f "
-           "fp32_storage_tflops=%.1f fp32_storage_mfu_pct=%.1f\n",
-           tflops[0], 100.0 * tflops[0] / peak, tok_s[0], tflops[1], 100.0 * tflops[1] / peak);
+           "fp32_storage_tflops=%.1f fp32_storage_mfu_pct=%.1f convert_tflops=%.1f "
+           "convert_mfu_pct=%.1f\n",
+           tflops[BF16], 100.0 * tflops[BF16] / peak, tok_s[BF16], tflops[FP32],
+           100.0 * tflops[FP32] / peak, tflops[CONVERT], 100.0 * tflops[CONVERT] / peak);
     mt_cuda_backend_free();
     mt_cuda_arena_free(&arena);
     return 0;

@@ -30,6 +30,8 @@
 #      MT_PEAK_TFLOPS (the same in fp32 comes last, time permitting);
 #      then the same bf16 run profiled (MESHTRAIN_PROFILE=1: each kernel's
 #      share of the step);
+#      3a. the bf16 dense (head dim 64) and MoE runs again with
+#      MESHTRAIN_BF16_PASSES=1: the same bits as the fused roundings;
 #      3b. two ranks sharing the GPU (the MPI-staged multi-rank paths: ddp,
 #      fsdp2, tp 2 + SP, pp 2 in bf16, MoE ep 2) against step 3's CPU runs,
 #      run after the GEMM bench so that the figures come first;
@@ -306,6 +308,34 @@ for case in "dense|meshtrain-dense|" "moe|meshtrain-moe|$moe" "dense-bf16|meshtr
     else
         row "$name 1-rank parity vs CPU" "FAIL" "${out:-no metrics}; see $logs/parity-$name-*.log"
         show_fail "$logs/parity-$name-cuda.log"
+        fail=1
+    fi
+done
+
+# the bf16 table rounds in its kernels' stores and loads; with
+# MESHTRAIN_BF16_PASSES=1 the model rounds in passes instead and the
+# kernels' roundings meet bf16 values: the same bits, loss and gradient
+# norm, at every step (doc/mixed-precision.md)
+for name in dense-bf16-hd64 moe-bf16; do
+    case $name in moe*) app=meshtrain-moe extra="$moe $bf16" ;; *) app=meshtrain-dense extra="$hd64 $bf16" ;; esac
+    log=$logs/passes-$name.log
+    # shellcheck disable=SC2086
+    MESHTRAIN_BF16_PASSES=1 run1 90 "$app" "$log" $small $extra distributed.device=cuda \
+        logging.metrics_file="$logs/passes-$name.jsonl"
+    echo "exit $?" >> "$log"
+    if out=$(python3 - "$logs/parity-$name-cuda.jsonl" "$logs/passes-$name.jsonl" <<'PY'
+import json, sys
+a, b = ([(j["loss"], j["grad_norm"]) for j in map(json.loads, open(f))] for f in sys.argv[1:3])
+assert len(a) == len(b) == 10, (len(a), len(b))
+bad = [i + 1 for i, (x, y) in enumerate(zip(a, b)) if x != y]
+print(f"{len(a)} steps bit for bit" if not bad else f"steps {bad} differ: {a[bad[0] - 1]} vs {b[bad[0] - 1]}")
+assert not bad
+PY
+    ); then
+        row "$name fused = passes (bits)" "ok" "$out"
+    else
+        row "$name fused = passes (bits)" "FAIL" "${out:-no metrics}; see $log"
+        show_fail "$log"
         fail=1
     fi
 done
