@@ -17,7 +17,8 @@
 #  - the same bf16 runs with MESHTRAIN_BF16_PASSES=1 (every rounding a
 #    pass of the model's, as before the kernels rounded what they store
 #    and load) give the same bits: dense at head dim 64 (tensor-core
-#    attention) and 16 with qk_norm (the fp32 fallback), and the MoE;
+#    attention) and 16 with qk_norm (the fp32 fallback), and the MoE; on
+#    two ranks tp 2 + SP, cp 2, a MoE under tp 2 and one under ep 2;
 #  - two ranks on emulated NCCL with these kernels against the 1-rank CPU
 #    runs: tp 2 with sequence parallelism and cp 2 (the ring-attention
 #    block kernels) in fp32 (1e-5), the MoE under ep 2 in bf16 (2e-3).
@@ -63,29 +64,49 @@ pair dense-bf16-hd64 meshtrain-dense 2e-3 $hd64 $bf16
 # shellcheck disable=SC2086
 pair moe-bf16 meshtrain-moe 2e-3 $moe $bf16
 
-# same NAME APP REF [key=value ...]: with MESHTRAIN_BF16_PASSES=1 the model
-# rounds every activation in a pass of its own and the kernels' roundings
-# (in their stores and their loads) meet bf16 values: REF's bits exactly
+# same NAME APP REF RANKS [key=value ...]: with MESHTRAIN_BF16_PASSES=1 the
+# model rounds every activation in a pass of its own and the kernels'
+# roundings (in their stores and their loads) meet bf16 values: REF's bits
+# exactly.  Two ranks run on emulated NCCL; there the passes the model
+# keeps because a collective reads the tensor (TP sums, the CP ring, the
+# EP rows) are checked too: the emulated FAST_16BF GEMM rounds its own
+# operands, so a pass wrongly left out shows only where a collective, a
+# copy or a GEMM's C operand reads it.
 same() {
-    sname=$1 app="$emu/$2" ref=$3
-    shift 3
+    sname=$1 app="$emu/$2" ref=$3 ranks=$4
+    shift 4
+    nccl=
+    [ "$ranks" -gt 1 ] && nccl=distributed.collectives=nccl
     MESHTRAIN_BF16_PASSES=1
     export MESHTRAIN_BF16_PASSES
-    train "$sname" 1 "$@" distributed.device=cuda
+    train "$sname" "$ranks" "$@" distributed.device=cuda $nccl
     unset MESHTRAIN_BF16_PASSES
     expect_in "$(cat "$workdir/$sname.log")" "rounding in passes" "$sname: rounding in passes"
     compare_losses "$workdir/$ref.jsonl" "$workdir/$sname.jsonl" "$sname" 0 0 0
 }
 # shellcheck disable=SC2086
-same dense-bf16-hd64-passes meshtrain-dense dense-bf16-hd64-cuda $hd64 $bf16
+same dense-bf16-hd64-passes meshtrain-dense dense-bf16-hd64-cuda 1 $hd64 $bf16
 # shellcheck disable=SC2086
-same moe-bf16-passes meshtrain-moe moe-bf16-cuda $moe $bf16
+same moe-bf16-passes meshtrain-moe moe-bf16-cuda 1 $moe $bf16
 # head dim 16 (the fp32 attention fallback) and the q/k norms
 app="$emu/meshtrain-dense"
 # shellcheck disable=SC2086
 train dense-bf16-qk-cuda 1 $bf16 model.qk_norm=true distributed.device=cuda
 # shellcheck disable=SC2086
-same dense-bf16-qk-passes meshtrain-dense dense-bf16-qk-cuda $bf16 model.qk_norm=true
+same dense-bf16-qk-passes meshtrain-dense dense-bf16-qk-cuda 1 $bf16 model.qk_norm=true
+# two ranks in bf16, fused and in passes: tp 2 + SP, cp 2, and a MoE
+# under tp 2 without SP (its layer gathers the rows each rank routed)
+for c in "tp2-sp-bf16|meshtrain-dense|distributed.tp_size=2 distributed.sequence_parallel=true" \
+    "cp2-bf16|meshtrain-dense|distributed.cp_size=2" \
+    "moe-tp2-bf16|meshtrain-moe|$moe distributed.tp_size=2"; do
+    cname=${c%%|*} rest=${c#*|}
+    capp=${rest%%|*} cargs=${rest#*|}
+    app="$emu/$capp"
+    # shellcheck disable=SC2086
+    train "$cname" 2 $cargs $bf16 distributed.device=cuda distributed.collectives=nccl
+    # shellcheck disable=SC2086
+    same "$cname-passes" "$capp" "$cname" 2 $cargs $bf16
+done
 
 # two NAME APP REF TOL [key=value ...]: 2 ranks on emulated NCCL against REF
 two() {
@@ -99,4 +120,6 @@ two tp2-sp meshtrain-dense dense 1e-5 distributed.tp_size=2 distributed.sequence
 two cp2 meshtrain-dense dense 1e-5 distributed.cp_size=2
 # shellcheck disable=SC2086
 two ep2-bf16 meshtrain-moe moe-bf16 2e-3 $moe $bf16 distributed.ep_size=2
+# shellcheck disable=SC2086
+same ep2-bf16-passes meshtrain-moe ep2-bf16 2 $moe $bf16 distributed.ep_size=2
 finish

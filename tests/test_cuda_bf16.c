@@ -162,12 +162,17 @@ static void test_rounding_entries(uint64_t *s)
     b->rmsnorm_forward(o2, r2, d_x, d_w, n, dim, 1e-6f);
     check_same("rmsnorm_forward rstd, bf16 table", r2, r1, n);
     check_rounded("rmsnorm_forward out, bf16 table", o2, o1, n * dim);
-    /* the backward without the NaN row, whose rstd would make all of dw NaN */
+    /* the backward without the NaN row, whose rstd would make all of dw
+     * NaN; a NaN in dout instead (one row of dx, one column of dw) */
     x[5 * dim + 7] = 1.5f;
     c->copy_to_device(d_x, x, F(n * dim));
     c->copy_to_device(d_xr, x, F(n * dim));
     c->round_bf16(d_xr, n * dim);
     c->rmsnorm_forward(o1, r1, d_xr, d_w, n, dim, 1e-6f);
+    dout[9 * dim + 3] = NAN;
+    c->copy_to_device(d_dout, dout, F(n * dim));
+    c->copy_to_device(d_doutr, dout, F(n * dim));
+    c->round_bf16(d_doutr, n * dim);
     c->zero(dw1, F(dim)), c->zero(dw2, F(dim));
     c->rmsnorm_backward(o1, dw1, d_doutr, d_xr, d_w, r1, n, dim, false);
     b->rmsnorm_backward(o2, dw2, d_dout, d_x, d_w, r1, n, dim, false);
@@ -332,6 +337,19 @@ static void check_att(const char *name, const char *tag, const float *got, const
     CHECK_CLOSE_FLOOR(what, got, ref, n, tol, 1e-3); /* one token: dq = dk = 0 */
 }
 
+/* a device copy of x, one float past a 16-byte boundary when misalign */
+static float *up_maybe_misaligned(const float *x, int64_t n, int misalign)
+{
+    if (!misalign)
+        return tc_up(x, F(n));
+    float *x1 = malloc(F(n + 1));
+    x1[0] = 0.0f;
+    memcpy(x1 + 1, x, F(n));
+    float *d = (float *)tc_up(x1, F(n + 1)) + 1;
+    free(x1);
+    return d;
+}
+
 /* misalign: q one float past a 16-byte boundary, so the tensor-core
  * kernels take their scalar loads instead of float4 */
 static void attention_case(uint64_t *s, int64_t B, int64_t T, int64_t nh, int64_t nkv,
@@ -358,16 +376,8 @@ static void attention_case(uint64_t *s, int64_t B, int64_t T, int64_t nh, int64_
     float *out_r = bf16_copy(out, nq); /* the backward's out: the forward's, as stored */
     tc_cpu->attention_backward(dq, dk, dv, dout, out_r, lse, q, k, v, doc, B, T, nh, nkv, hd);
 
-    float *d_q, *d_k = tc_up(k, F(nk)), *d_v = tc_up(v, F(nk));
-    if (misalign) {
-        float *q1 = malloc(F(nq + 1));
-        q1[0] = 0.0f;
-        memcpy(q1 + 1, q, F(nq));
-        d_q = (float *)tc_up(q1, F(nq + 1)) + 1;
-        free(q1);
-    } else {
-        d_q = tc_up(q, F(nq));
-    }
+    float *d_k = tc_up(k, F(nk)), *d_v = tc_up(v, F(nk));
+    float *d_q = up_maybe_misaligned(q, nq, misalign);
     float *d_dout = tc_up(dout, F(nq));
     int32_t *d_doc = doc ? tc_up(doc, (size_t)(B * T) * 4) : NULL;
     float *d_out = tc_dev(F(nq)), *d_lse = tc_dev(F(nl)), *d_dq = tc_dev(F(nq));
@@ -407,7 +417,8 @@ static void attention_case(uint64_t *s, int64_t B, int64_t T, int64_t nh, int64_
      * them, out as the CPU's fp32 forward left it): read as their bf16
      * values, the same bytes (mt_backend_t.reads_bf16) */
     snprintf(what, sizeof what, "bf16 attention from unrounded inputs %s", tag);
-    float *u_q = tc_up(qu, F(nq)), *u_k = tc_up(ku, F(nk)), *u_v = tc_up(vu, F(nk));
+    float *u_q = up_maybe_misaligned(qu, nq, misalign), *u_k = tc_up(ku, F(nk));
+    float *u_v = tc_up(vu, F(nk));
     float *u_dout = tc_up(doutu, F(nq)), *u_out = tc_up(out, F(nq));
     tc_gpu->attention_forward(d_out, d_lse, u_q, u_k, u_v, d_doc, B, T, nh, nkv, hd);
     tc_gpu->attention_backward(d_dq, d_dk, d_dv, u_dout, u_out, c_lse, u_q, u_k, u_v, d_doc, B, T,

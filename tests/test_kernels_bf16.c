@@ -156,9 +156,11 @@ static void test_norm(int threads)
     check_rounded("rmsnorm_forward out", o2, o1, n * dim, threads);
     check_same("rmsnorm_forward rstd", r2, r1, n);
 
-    /* the backward without the NaN, whose row would make all of dw NaN */
+    /* the backward without the NaN, whose row would make all of dw NaN; a
+     * NaN in dout instead (one row of dx, one column of dw) */
     x[n * dim / 3] = 1.5f;
     cpu->rmsnorm_forward(o1, r1, x, w, n, dim, 1e-6f);
+    dout[9 * dim + 3] = NAN;
     float *dw1 = fill(dim, false), *dw2 = dup_of(dw1, dim);
     cpu->rmsnorm_backward(o1, dw1, dout, x, w, r1, n, dim, false);
     bf->rmsnorm_backward(o2, dw2, dout, x, w, r1, n, dim, false);

@@ -30,8 +30,6 @@
 #      MT_PEAK_TFLOPS (the same in fp32 comes last, time permitting);
 #      then the same bf16 run profiled (MESHTRAIN_PROFILE=1: each kernel's
 #      share of the step);
-#      3a. the bf16 dense (head dim 64) and MoE runs again with
-#      MESHTRAIN_BF16_PASSES=1: the same bits as the fused roundings;
 #      3b. two ranks sharing the GPU (the MPI-staged multi-rank paths: ddp,
 #      fsdp2, tp 2 + SP, pp 2 in bf16, MoE ep 2) against step 3's CPU runs,
 #      run after the GEMM bench so that the figures come first;
@@ -41,6 +39,8 @@
 #      bf16 storage would win) and
 #      the attention one (bench/cuda_attention_bench: fp32 vs bf16
 #      tensor-core kernels, T 2048, 32/8 heads of 64, B 1..4);
+#   4a. the bf16 dense (head dim 64) and MoE runs of step 3 again with
+#      MESHTRAIN_BF16_PASSES=1: the same bits as the fused roundings;
 #   5. prints a short table last.
 # MT_GPU_EMULATE=1 is a dry run on a machine without a GPU (its build step
 # still needs the CUDA toolkit and NCCL, as the development machines
@@ -312,34 +312,6 @@ for case in "dense|meshtrain-dense|" "moe|meshtrain-moe|$moe" "dense-bf16|meshtr
     fi
 done
 
-# the bf16 table rounds in its kernels' stores and loads; with
-# MESHTRAIN_BF16_PASSES=1 the model rounds in passes instead and the
-# kernels' roundings meet bf16 values: the same bits, loss and gradient
-# norm, at every step (doc/mixed-precision.md)
-for name in dense-bf16-hd64 moe-bf16; do
-    case $name in moe*) app=meshtrain-moe extra="$moe $bf16" ;; *) app=meshtrain-dense extra="$hd64 $bf16" ;; esac
-    log=$logs/passes-$name.log
-    # shellcheck disable=SC2086
-    MESHTRAIN_BF16_PASSES=1 run1 90 "$app" "$log" $small $extra distributed.device=cuda \
-        logging.metrics_file="$logs/passes-$name.jsonl"
-    echo "exit $?" >> "$log"
-    if out=$(python3 - "$logs/parity-$name-cuda.jsonl" "$logs/passes-$name.jsonl" <<'PY'
-import json, sys
-a, b = ([(j["loss"], j["grad_norm"]) for j in map(json.loads, open(f))] for f in sys.argv[1:3])
-assert len(a) == len(b) == 10, (len(a), len(b))
-bad = [i + 1 for i, (x, y) in enumerate(zip(a, b)) if x != y]
-print(f"{len(a)} steps bit for bit" if not bad else f"steps {bad} differ: {a[bad[0] - 1]} vs {b[bad[0] - 1]}")
-assert not bad
-PY
-    ); then
-        row "$name fused = passes (bits)" "ok" "$out"
-    else
-        row "$name fused = passes (bits)" "FAIL" "${out:-no metrics}; see $log"
-        show_fail "$log"
-        fail=1
-    fi
-done
-
 # throughput: Llama 3.2 1B (tied), sequence 2048, 4 sequences a step, 6
 # steps; the config is bf16, so fp32 overrides it
 llama="--config $src/share/configs/llama3.2-1b-fsdp2.yaml dataset.path=$build/share/data/tiny-corpus.bin
@@ -456,6 +428,39 @@ fi
 # attention: fp32 (CUDA cores) vs bf16 tensor cores at the 1B shape; exit 1
 # when the two tables' outputs differ beyond the bf16 bound
 bench "attention bench (1B shape, B=4)" cuda_attention_bench
+# the bf16 table rounds in its kernels' stores and loads; with
+# MESHTRAIN_BF16_PASSES=1 the model rounds in passes instead and the
+# kernels' roundings meet bf16 values: the same bits, loss and gradient
+# norm, at every step (doc/mixed-precision.md).  After the benchmarks: the
+# figures come first if time runs short
+for name in dense-bf16-hd64 moe-bf16; do
+    case $name in moe*) app=meshtrain-moe extra="$moe $bf16" ;; *) app=meshtrain-dense extra="$hd64 $bf16" ;; esac
+    log=$logs/passes-$name.log
+    # shellcheck disable=SC2086
+    MESHTRAIN_BF16_PASSES=1 run1 90 "$app" "$log" $small $extra distributed.device=cuda \
+        logging.metrics_file="$logs/passes-$name.jsonl"
+    echo "exit $?" >> "$log"
+    if ! grep -q "rounding in passes" "$log"; then
+        row "$name fused = passes (bits)" "FAIL" "MESHTRAIN_BF16_PASSES did not take: see $log"
+        show_fail "$log"
+        fail=1
+    elif out=$(python3 - "$logs/parity-$name-cuda.jsonl" "$logs/passes-$name.jsonl" <<'PY'
+import json, sys
+a, b = ([(j["loss"], j["grad_norm"]) for j in map(json.loads, open(f))] for f in sys.argv[1:3])
+assert len(a) == len(b) == 10, (len(a), len(b))
+bad = [i + 1 for i, (x, y) in enumerate(zip(a, b)) if x != y]
+print(f"{len(a)} steps bit for bit" if not bad else f"steps {bad} differ: {a[bad[0] - 1]} vs {b[bad[0] - 1]}")
+assert not bad
+PY
+    ); then
+        row "$name fused = passes (bits)" "ok" "$out"
+    else
+        row "$name fused = passes (bits)" "FAIL" "${out:-no metrics}; see $log"
+        show_fail "$log"
+        fail=1
+    fi
+done
+
 # fp32 at scale last: the least needed if time runs short
 if [ "$(left)" -gt 30 ]; then llama_run fp32; else row "Llama-1B-shape s2048, fp32" "SKIP" "no time left"; fi
 
