@@ -439,7 +439,7 @@ static void write_metrics(FILE *f, int64_t step, double loss, double gnorm, doub
 {
     if (!f)
         return;
-    fprintf(f, "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
+    fprintf(f, "{\"step\": %lld, \"loss\": %.17g, \"grad_norm\": %.17g, \"lr\": %.9g, "
                "\"tokens\": %lld, \"step_time_s\": %.6f, \"tokens_per_s\": %.3f, \"mfu\": %.6f",
             (long long)step, loss, gnorm, lr, (long long)tokens, dt, tps, mfu);
     if (!isnan(val))
