@@ -40,7 +40,8 @@
 #      the attention one (bench/cuda_attention_bench: fp32 vs bf16
 #      tensor-core kernels, T 2048, 32/8 heads of 64, B 1..4);
 #   4a. the bf16 dense (head dim 64) and MoE runs of step 3 again with
-#      MESHTRAIN_BF16_PASSES=1: the same bits as the fused roundings;
+#      MESHTRAIN_BF16_PASSES=1: the same bits as the fused roundings; and
+#      the bf16 1B run with it, time permitting (what the fusion saves);
 #   5. prints a short table last.
 # MT_GPU_EMULATE=1 is a dry run on a machine without a GPU (its build step
 # still needs the CUDA toolkit and NCCL, as the development machines
@@ -323,11 +324,19 @@ llama="--config $src/share/configs/llama3.2-1b-fsdp2.yaml dataset.path=$build/sh
  model.num_hidden_layers=2 model.num_attention_heads=2 model.num_key_value_heads=1
  dataset.seq_length=128 step_scheduler.global_batch_size=1 step_scheduler.local_batch_size=1
  step_scheduler.max_steps=4"
-llama_run() { # llama_run bf16|fp32
-    prec=$1
-    extra=$bf16; [ "$prec" = fp32 ] && extra=distributed.mp_policy.param_dtype=float32
+# llama_run bf16|fp32|bf16-passes: the 1B run; bf16-passes is bf16 with
+# every rounding in a pass (MESHTRAIN_BF16_PASSES): what the fused
+# roundings save
+llama_run() {
+    prec=$1 passes=0
+    extra=$bf16
+    case $prec in
+    fp32) extra=distributed.mp_policy.param_dtype=float32 ;;
+    bf16-passes) passes=1 ;;
+    esac
     # shellcheck disable=SC2086
-    if MT_PEAK_TFLOPS=$peak run1 150 meshtrain-dense "$logs/llama1b-$prec.log" $llama $extra \
+    if MESHTRAIN_BF16_PASSES=$passes MT_PEAK_TFLOPS=$peak run1 150 meshtrain-dense \
+            "$logs/llama1b-$prec.log" $llama $extra \
             distributed.device=cuda logging.metrics_file="$logs/llama1b-$prec.jsonl" &&
        out=$(python3 - "$logs/llama1b-$prec.jsonl" <<'PY'
 import json, sys
@@ -461,6 +470,9 @@ PY
     fi
 done
 
+# the bf16 1B run with every rounding in a pass: what the roundings fused
+# into the kernels' stores and loads save, measured
+if [ "$(left)" -gt 60 ]; then llama_run bf16-passes; else row "Llama-1B-shape s2048, bf16-passes" "SKIP" "no time left"; fi
 # fp32 at scale last: the least needed if time runs short
 if [ "$(left)" -gt 30 ]; then llama_run fp32; else row "Llama-1B-shape s2048, fp32" "SKIP" "no time left"; fi
 
