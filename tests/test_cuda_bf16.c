@@ -66,7 +66,7 @@ static float *bf16_copy(const float *x, int64_t n)
 {
     float *y = malloc(F(n));
     for (int64_t i = 0; i < n; i++)
-        y[i] = tc_f32(tc_bf16(x[i]));
+        y[i] = mt_bf16_to_f32(mt_f32_to_bf16(x[i]));
     return y;
 }
 

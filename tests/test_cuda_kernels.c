@@ -81,11 +81,11 @@ static void test_matmul_bf16(uint64_t *s)
                 uint16_t *ab = malloc((size_t)(m * k) * 2), *bb = malloc((size_t)(k * n) * 2);
                 uint16_t *cb = malloc((size_t)(m * n) * 2);
                 for (int64_t i = 0; i < m * k; i++)
-                    ab[i] = tc_bf16(tc_uniform(s));
+                    ab[i] = mt_f32_to_bf16(tc_uniform(s));
                 for (int64_t i = 0; i < k * n; i++)
-                    bb[i] = tc_bf16(tc_uniform(s));
+                    bb[i] = mt_f32_to_bf16(tc_uniform(s));
                 for (int64_t i = 0; i < m * n; i++)
-                    cb[i] = tc_bf16(acc ? tc_uniform(s) : 0.0f);
+                    cb[i] = mt_f32_to_bf16(acc ? tc_uniform(s) : 0.0f);
                 uint16_t *dab = tc_up(ab, (size_t)(m * k) * 2), *dbb = tc_up(bb, (size_t)(k * n) * 2);
                 uint16_t *dcb = tc_up(cb, (size_t)(m * n) * 2);
                 tc_cpu->matmul_bf16(cb, ab, bb, m, n, k, ta, tb, acc ? 1.0f : 0.0f);
@@ -93,8 +93,8 @@ static void test_matmul_bf16(uint64_t *s)
                 uint16_t *gb = tc_down(dcb, (size_t)(m * n) * 2);
                 float *gf = malloc(F(m * n)), *rf = malloc(F(m * n));
                 for (int64_t i = 0; i < m * n; i++) {
-                    gf[i] = tc_f32(gb[i]);
-                    rf[i] = tc_f32(cb[i]);
+                    gf[i] = mt_bf16_to_f32(gb[i]);
+                    rf[i] = mt_bf16_to_f32(cb[i]);
                 }
                 char what[64];
                 snprintf(what, sizeof what, "matmul_bf16 ta=%d tb=%d beta=%d", ta, tb, acc);
@@ -281,7 +281,7 @@ static void test_adamw(uint64_t *s)
     CHECK_CLOSE("adamw v", gv, v, n, 1e-6);
     int64_t bad = 0;
     for (int64_t i = 0; i < n; i++)
-        bad += gb[i] != tc_bf16(gp[i]);
+        bad += gb[i] != mt_f32_to_bf16(gp[i]);
     CHECK(bad == 0, "adamw_mixed: %lld bf16 copies are not the rounded fp32 weights",
           (long long)bad);
     /* the conversions round to nearest even, like the host's */
@@ -292,7 +292,7 @@ static void test_adamw(uint64_t *s)
     float *gf = tc_down(d_f2, F(n));
     bad = 0;
     for (int64_t i = 0; i < n; i++)
-        bad += gf[i] != tc_f32(tc_bf16(g[i]));
+        bad += gf[i] != mt_bf16_to_f32(mt_f32_to_bf16(g[i]));
     CHECK(bad == 0, "bf16 conversion: %lld values differ from the host's rounding", (long long)bad);
 
     /* adamw_bf16_copy: adamw's bits, and the compute copy its rounding */
@@ -308,7 +308,7 @@ static void test_adamw(uint64_t *s)
     CHECK_SAME_BYTES("adamw_bf16_copy v", ev, hv, F(n));
     bad = 0;
     for (int64_t i = 0; i < n; i++)
-        bad += hw[i] != tc_f32(tc_bf16(hp[i]));
+        bad += hw[i] != mt_bf16_to_f32(mt_f32_to_bf16(hp[i]));
     CHECK(bad == 0, "adamw_bf16_copy: %lld compute copies are not the rounded master weights",
           (long long)bad);
     /* gscale (clipping): the bits of the scale pass first */
@@ -402,8 +402,8 @@ static void test_cross_entropy(uint64_t *s)
     /* bf16 logits: the CPU's fp32 loss of the same (bf16-exact) values */
     uint16_t *lb = malloc((size_t)(n * V) * 2);
     for (int64_t i = 0; i < n * V; i++) {
-        lb[i] = tc_bf16(lg[i]);
-        lg[i] = tc_f32(lb[i]);
+        lb[i] = mt_f32_to_bf16(lg[i]);
+        lg[i] = mt_bf16_to_f32(lb[i]);
     }
     const double lc2 = tc_cpu->cross_entropy(dl, lg, tg, n, V, v_valid, 0.25f, &cnt_c);
     uint16_t *d_lb = tc_up(lb, (size_t)(n * V) * 2);
@@ -411,7 +411,7 @@ static void test_cross_entropy(uint64_t *s)
     const double lb2 = mt_cuda_cross_entropy_bf16(d_lb, d_lb, d_tg, n, V, v_valid, 0.25f, &cnt_g);
     uint16_t *gb = tc_down(d_lb, (size_t)(n * V) * 2);
     for (int64_t i = 0; i < n * V; i++)
-        g[i] = tc_f32(gb[i]);
+        g[i] = mt_bf16_to_f32(gb[i]);
     CHECK(fabs(lb2 - lc2) <= 1e-5 * fabs(lc2), "cross_entropy_bf16 loss %.9g vs cpu %.9g", lb2, lc2);
     CHECK_CLOSE("cross_entropy_bf16 dlogits (bf16)", g, dl, n * V, 8e-3);
     free(lg), free(dl), free(g), free(lb), free(gb);
@@ -431,9 +431,9 @@ static void test_lm_head(uint64_t *s, int64_t chunk)
     uint16_t *hb = malloc((size_t)(n * H) * 2), *wb = malloc((size_t)(V * H) * 2);
     float *h = malloc(F(n * H)), *w = malloc(F(V * H)), *dw0 = tc_rand(s, V * H, 1.0f);
     for (int64_t i = 0; i < n * H; i++)
-        h[i] = tc_f32(hb[i] = tc_bf16(tc_uniform(s)));
+        h[i] = mt_bf16_to_f32(hb[i] = mt_f32_to_bf16(tc_uniform(s)));
     for (int64_t i = 0; i < V * H; i++)
-        w[i] = tc_f32(wb[i] = tc_bf16(tc_uniform(s)));
+        w[i] = mt_bf16_to_f32(wb[i] = mt_f32_to_bf16(tc_uniform(s)));
     int32_t tg[40];
     for (int64_t i = 0; i < n; i++)
         tg[i] = i % 7 == 2 ? -100 : (int32_t)(tc_rng_next(s) % v_valid);
@@ -455,7 +455,7 @@ static void test_lm_head(uint64_t *s, int64_t chunk)
     uint16_t *g_dhb = tc_down(d_dh, (size_t)(n * H) * 2);
     float *g_dw = tc_down(d_dw, F(V * H)), *g_dh = malloc(F(n * H));
     for (int64_t i = 0; i < n * H; i++)
-        g_dh[i] = tc_f32(g_dhb[i]);
+        g_dh[i] = mt_bf16_to_f32(g_dhb[i]);
     CHECK(cc == cg, "lm_head count %lld vs cpu %lld", (long long)cg, (long long)cc);
     CHECK(fabs(lgpu - lc) <= 5e-3 * fabs(lc), "lm_head loss %.9g vs cpu %.9g (chunk %lld)", lgpu,
           lc, (long long)chunk);

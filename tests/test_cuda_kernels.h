@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mt_bf16.h"
 #include "mt_cuda.h"
 #include "mt_test.h"
 
@@ -162,22 +163,6 @@ static inline double tc_normwise_floor(const float *got, const float *ref, int64
 
 #define CHECK_SAME_BYTES(what, a, b, bytes)                                             \
     CHECK(memcmp((a), (b), (bytes)) == 0, "%s: the bytes differ", (what))
-
-static inline uint16_t tc_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static inline float tc_f32(uint16_t h)
-{
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
 /* mt_test.h's counters are static, one pair per file: a test file other
  * than test_cuda_kernels.c returns its own, and main adds them to its
