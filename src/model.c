@@ -407,6 +407,18 @@ static void moe_backward(mt_model_t *m, int l, const mt_layer_acts_t *a)
     m->tp_allreduce(m->tp_ctx, m->datt, m->dh, m->N / m->tp * m->H, MT_TP_GATHER_FLOAT);
 }
 
+/* A GEMM output that attention alone reads (v, d(attention output)): a
+ * pass left to the loads of a table that reads bf16, except under context
+ * parallelism, whose ring attention sends it and whose block kernels read
+ * fp32 */
+static void round_attention_input(const mt_model_t *m, float *x, int64_t n)
+{
+    if (m->attn_forward)
+        mt_model_round(m, x, n);
+    else
+        mt_model_round_in(m, x, n);
+}
+
 static void layer_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, float *x_out)
 {
     const mt_backend_t *be = m->be;
@@ -433,10 +445,7 @@ static void layer_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, 
         mt_model_round_in(m, a->k, N * m->nkv * m->hd);
     }
     linear(m, a->v, h1, p->wv);
-    if (m->attn_forward)
-        mt_model_round(m, a->v, N * m->nkv * m->hd);
-    else
-        mt_model_round_in(m, a->v, N * m->nkv * m->hd);
+    round_attention_input(m, a->v, N * m->nkv * m->hd);
     be->rope_forward(a->q, m->pos, N, m->nh, m->hd, m->theta);
     be->rope_forward(a->k, m->pos, N, m->nkv, m->hd, m->theta);
     mt_model_round_out(m, a->q, N * m->nh * m->hd);
@@ -514,10 +523,7 @@ static void layer_backward(mt_model_t *m, int l, mt_layer_acts_t *a, bool defer)
     } else {
         linear_backward(m, m->datt, 0.0f, dout, a->att, p->wo);
     }
-    if (m->attn_backward) /* the ring attention's block kernels read it as it is */
-        mt_model_round(m, m->datt, N * Q);
-    else
-        mt_model_round_in(m, m->datt, N * Q);
+    round_attention_input(m, m->datt, N * Q);
     if (m->attn_backward) {
         m->attn_backward(m->attn_ctx, m->dq, m->dk, m->dv, m->datt, a->att, a->lse, a->q, a->k,
                          a->v, m->doc_start, m->B, m->T, m->nh, m->nkv, m->hd);
