@@ -4,33 +4,52 @@
  *
  * Like the CPU kernel, the inverse frequency and the angle are formed in
  * double and cos/sin taken in double, then rounded to float, so the two
- * backends agree to float rounding at any position.  One thread per
- * (token, head, pair); nothing is cached between calls.  With round (the
- * bf16 table) x is read as bf16 values and written rounded
- * (mt_backend_t.reads_bf16, rounds_bf16).  Double-precision
- * sin/cos cost more than a cached float table would: a table is a later
- * optimisation (doc/gpu.md). */
+ * backends agree to float rounding at any position.  And like the CPU
+ * kernel, a token's cos/sin are formed once and serve all its heads: one
+ * block per token (grid-stride), whose threads first fill a shared table
+ * of head_dim/2 (cos, sin) pairs, then rotate the token's n_heads *
+ * head_dim/2 pairs from it.  Double-precision pow and sincos are the
+ * kernel's expensive part: per (token, head, pair), as this kernel first
+ * did, they made it compute-bound at the 1B shape (32 query heads); per
+ * (token, pair) they are 1/n_heads of that, and the rotation is a pass
+ * over x at memory speed.  Same values, same bits: each pair's angle,
+ * cos and sin are the same expressions.  Nothing is cached between calls.
+ * With round (the bf16 table) x is read as bf16 values and written
+ * rounded (mt_backend_t.reads_bf16, rounds_bf16). */
+#include <limits.h>
+
 #include "cuda_common.cuh"
+
+#define ROPE_THREADS 256
 
 /* ------------------------------------------------------------------ kernels */
 
-__global__ void mt_k_rope(float *x, const int32_t *pos, int64_t n_tokens, int64_t n_heads,
-                          int64_t head_dim, double theta, double sign, bool round)
+/* dynamic shared memory: cs[half] then sn[half] */
+__global__ void mt_k_rope(float *x, const int32_t *pos, int64_t n_tokens, int n_heads,
+                          int head_dim, double theta, double sign, bool round)
 {
-    const int64_t half = head_dim / 2;
-    const int64_t total = n_tokens * n_heads * half;
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total;
-         e += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t i = e % half, th = e / half; /* th = token * n_heads + head */
-        const int64_t t = th / n_heads;
-        const double inv_freq = pow(theta, -2.0 * (double)i / (double)head_dim);
-        double sa, ca;
-        sincos((double)pos[t] * inv_freq, &sa, &ca);
-        const float cs = (float)ca, sn = (float)(sign * sa);
-        float *x1 = x + th * head_dim, *x2 = x1 + half;
-        const float a = mt_bf16_if(x1[i], round), b = mt_bf16_if(x2[i], round);
-        x1[i] = mt_bf16_if(a * cs - b * sn, round);
-        x2[i] = mt_bf16_if(b * cs + a * sn, round);
+    extern __shared__ float sm[];
+    const int half = head_dim / 2, pairs = n_heads * half;
+    float *cs = sm, *sn = sm + half;
+    for (int64_t t = blockIdx.x; t < n_tokens; t += gridDim.x) {
+        const double p = (double)pos[t];
+        for (int i = threadIdx.x; i < half; i += blockDim.x) {
+            const double inv_freq = pow(theta, -2.0 * (double)i / (double)head_dim);
+            double sa, ca;
+            sincos(p * inv_freq, &sa, &ca);
+            cs[i] = (float)ca;
+            sn[i] = (float)(sign * sa);
+        }
+        __syncthreads();
+        float *xt = x + t * (int64_t)n_heads * head_dim;
+        for (int e = threadIdx.x; e < pairs; e += blockDim.x) {
+            const int h = e / half, i = e - h * half;
+            float *x1 = xt + h * head_dim, *x2 = x1 + half;
+            const float a = mt_bf16_if(x1[i], round), b = mt_bf16_if(x2[i], round);
+            x1[i] = mt_bf16_if(a * cs[i] - b * sn[i], round);
+            x2[i] = mt_bf16_if(b * cs[i] + a * sn[i], round);
+        }
+        __syncthreads(); /* the table is the next token's */
     }
 }
 
@@ -40,14 +59,18 @@ extern "C" void mt_cuda_launch_rope(cudaStream_t s, float *x, const int32_t *pos
                                     int64_t n_tokens, int64_t n_heads, int64_t head_dim,
                                     double theta, double sign, bool round)
 {
-    MT_CUDA_REQUIRE(head_dim > 0 && head_dim % 2 == 0 && n_tokens >= 0 && n_heads >= 0, "rope",
-                    "head_dim=%lld (must be even) n_tokens=%lld n_heads=%lld",
+    /* head_dim/2 (cos, sin) pairs in 48 KiB of shared memory, n_heads *
+     * head_dim/2 in an int */
+    MT_CUDA_REQUIRE(head_dim > 0 && head_dim % 2 == 0 && head_dim <= 8192 && n_tokens >= 0 &&
+                        n_heads >= 0 && n_heads * head_dim <= INT_MAX,
+                    "rope", "head_dim=%lld (must be even, at most 8192) n_tokens=%lld n_heads=%lld",
                     (long long)head_dim, (long long)n_tokens, (long long)n_heads);
     MT_CUDA_REQUIRE(theta > 0.0, "rope", "theta=%g", theta);
-    const int64_t total = n_tokens * n_heads * (head_dim / 2);
-    if (total == 0)
+    if (n_tokens == 0 || n_heads == 0)
         return;
-    mt_k_rope<<<mt_cuda_blocks(total, 256), 256, 0, s>>>(x, pos, n_tokens, n_heads, head_dim,
-                                                         theta, sign, round);
+    const unsigned blocks = n_tokens < 65535 * 16 ? (unsigned)n_tokens : 65535 * 16;
+    const size_t smem = sizeof(float) * (size_t)head_dim; /* cs and sn, half each */
+    mt_k_rope<<<blocks, ROPE_THREADS, smem, s>>>(x, pos, n_tokens, (int)n_heads, (int)head_dim,
+                                                 theta, sign, round);
     MT_CUDA_LAUNCH_CHECK("rope");
 }
