@@ -423,6 +423,7 @@ static mt_backend_t make_table(void)
     memset(&t, 0, sizeof t);
     t.name = "cuda";
     t.matmul = t_matmul;
+    t.matmul_f32out = t_matmul; /* float32 storage: matmul itself (mt_backend.h) */
     t.embedding_forward = t_embedding_forward;
     t.embedding_backward = t_embedding_backward;
     t.rmsnorm_forward = t_rmsnorm_forward;
@@ -507,6 +508,7 @@ static mt_backend_t make_bf16_table(void)
     mt_backend_t t = make_table();
     t.name = "cuda_bf16";
     t.matmul = t_matmul_fast_bf16;
+    t.matmul_f32out = t_matmul_fast_bf16;
     t.attention_forward = t_attention_tc_forward;
     t.attention_backward = t_attention_tc_backward;
     t.rmsnorm_forward = t_rmsnorm_forward_bf16;

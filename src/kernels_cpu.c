@@ -321,7 +321,7 @@ static double cpu_ce_shard_finish_bf16(float *dlogits, const float *logits,
     .matmul = mt_cpu_matmul, .embedding_forward = mt_cpu_embedding_forward,                  \
     .embedding_backward = mt_cpu_embedding_backward, .add = mt_cpu_add,                      \
     .sum_squares = mt_cpu_sum_squares, .scale = mt_cpu_scale, .adamw = mt_cpu_adamw,         \
-    .adamw_bf16_copy = mt_cpu_adamw_bf16_copy,                                               \
+    .adamw_bf16_copy = mt_cpu_adamw_bf16_copy, .matmul_f32out = mt_cpu_matmul,               \
     /* context parallelism (issue 7) */                                                      \
     .attention_block_forward = mt_cpu_attention_block_forward,                               \
     .attention_block_backward = mt_cpu_attention_block_backward,                             \

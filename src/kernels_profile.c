@@ -112,8 +112,8 @@ static void p_matmul_shaped(float *c, const float *a, const float *b, int64_t m,
 static void *p_device_alloc(size_t bytes) { return inner->device_alloc(bytes); }
 static void p_device_free(void *p) { inner->device_free(p); }
 
-_Static_assert(offsetof(mt_backend_t, rounds_bf16) == 40 * sizeof(void *) &&
-                   sizeof(mt_backend_t) == 41 * sizeof(void *),
+_Static_assert(offsetof(mt_backend_t, rounds_bf16) == 41 * sizeof(void *) &&
+                   sizeof(mt_backend_t) == 42 * sizeof(void *),
                "mt_backend_t changed: list the new entry in backend_entries.def and count it");
 
 static mt_backend_t profiled = {
@@ -138,6 +138,7 @@ const mt_backend_t *mt_backend_profiled(const mt_backend_t *be)
         profiled.matmul = p_matmul_shaped;
         profiled.rounds_bf16 = be->rounds_bf16; /* the inner entries round */
         profiled.reads_bf16 = be->reads_bf16;
+        profiled.stores_bf16 = be->stores_bf16;
     }
     return &profiled;
 }

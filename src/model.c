@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "model_moe.h"
+#include "mt_bf16.h"
 #include "mt_rng.h"
 
 mt_param_t *mt_model_param(mt_model_t *m, const char *name)
@@ -101,9 +102,29 @@ void mt_model_init_device(const mt_model_t *m, uint64_t seed, float *dst)
     mt_model_init_range_device(m, seed, 0, m->numel, dst);
 }
 
+/* The initial weights as bf16 bits (bf16 storage): the float32 values
+ * rounded, what a float32 parameter arena holds after the trainer's
+ * rounding (src/train_mp.c) */
+static void init_weights_bf16(const mt_model_t *m, uint64_t seed)
+{
+    enum { CHUNK = 1 << 16 };
+    static float buf[CHUNK];
+    static uint16_t bits[CHUNK];
+    for (int64_t a = 0; a < m->numel; a += CHUNK) {
+        int64_t b = a + CHUNK < m->numel ? a + CHUNK : m->numel;
+        mt_model_init_range(m, seed, a, b, buf);
+        for (int64_t i = 0; i < b - a; i++)
+            bits[i] = mt_f32_to_bf16(buf[i]);
+        m->be->copy_to_device(mt_act_at(m, m->param_mem, a), bits,
+                              sizeof bits[0] * (size_t)(b - a));
+    }
+}
+
 void mt_model_init_weights(mt_model_t *m, uint64_t seed)
 {
-    if (m->param_mem)
+    if (m->param_mem && m->bf16_storage)
+        init_weights_bf16(m, seed);
+    else if (m->param_mem)
         mt_model_init_device(m, seed, m->param_mem);
     if (m->moe)
         mt_moe_init_weights(m, seed);
@@ -304,15 +325,20 @@ static void column_backward(mt_model_t *m, int nw, float *const *dy, mt_param_t 
 {
     void *gathered = NULL;
     const float *in = defer ? NULL : regather_start(m, kept, &gathered);
+    /* a sum of nw GEMMs, rounded once: in float32 (dh_acc) under bf16
+     * storage, then rounded into dh; in dh itself on float32 storage */
+    float *acc = m->bf16_storage ? m->dh_acc : m->dh;
     for (int i = 0; i < nw; i++)
-        m->be->matmul(m->dh, dy[i], w[i]->data, m->N, w[i]->shape[1], w[i]->shape[0], false,
-                      false, i ? 1.0f : 0.0f);
+        m->be->matmul_f32out(acc, dy[i], w[i]->data, m->N, w[i]->shape[1], w[i]->shape[0],
+                             false, false, i ? 1.0f : 0.0f);
+    if (m->bf16_storage)
+        m->be->to_bf16((uint16_t *)m->dh, m->dh_acc, m->N * m->H);
     float *d;
     void *reduced = dnorm_start(m, m->dh, &d);
     tp_end(m, gathered);
     for (int i = 0; !defer && i < nw; i++)
-        m->be->matmul(w[i]->grad, dy[i], in, w[i]->shape[0], w[i]->shape[1], m->N, true, false,
-                      1.0f);
+        m->be->matmul_f32out(w[i]->grad, dy[i], in, w[i]->shape[0], w[i]->shape[1], m->N, true,
+                             false, 1.0f);
     dnorm_finish(m, reduced, d, m->dres, true, norm->grad, x, norm->data, rstd);
 }
 
@@ -334,7 +360,7 @@ static void row_parallel_residual(const mt_model_t *m, float *out, const float *
 {
     int64_t N = m->N, H = m->H;
     if (m->tp == 1) {
-        m->be->copy(out, res, sizeof(float) * (size_t)(N * H));
+        m->be->copy(out, res, mt_act_bytes(m, N * H));
         m->be->matmul(out, a, w->data, N, H, w->shape[1], false, true, 1.0f);
         mt_model_round(m, out, N * H);
         return;
@@ -363,7 +389,7 @@ static void linear(const mt_model_t *m, float *y, const float *x, const mt_param
 static void linear_backward(const mt_model_t *m, float *dx, float beta_dx, const float *dy,
                             const float *x, const mt_param_t *w)
 {
-    m->be->matmul(w->grad, dy, x, w->shape[0], w->shape[1], m->N, true, false, 1.0f);
+    m->be->matmul_f32out(w->grad, dy, x, w->shape[0], w->shape[1], m->N, true, false, 1.0f);
     if (dx)
         m->be->matmul(dx, dy, w->data, m->N, w->shape[1], w->shape[0], false, false, beta_dx);
 }
@@ -387,7 +413,7 @@ static void moe_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, fl
         return;
     }
     int64_t r0 = moe_row0(m);
-    mt_moe_forward(mm, l, a->h2 + r0, a->x_mid + r0, m->dtmp);
+    mt_moe_forward(mm, l, mt_act_at(m, a->h2, r0), mt_act_at(m, a->x_mid, r0), m->dtmp);
     mt_model_round(m, m->dtmp, m->N / m->tp * m->H);
     m->tp_allreduce(m->tp_ctx, m->dtmp, x_out, m->N / m->tp * m->H, MT_TP_GATHER_FLOAT);
 }
@@ -402,7 +428,7 @@ static void moe_backward(mt_model_t *m, int l, const mt_layer_acts_t *a)
         return;
     }
     int64_t r0 = moe_row0(m);
-    mt_moe_backward(m, l, a->h2 + r0, m->dres + r0, m->datt);
+    mt_moe_backward(m, l, mt_act_at(m, a->h2, r0), mt_act_at(m, m->dres, r0), m->datt);
     mt_model_round(m, m->datt, m->N / m->tp * m->H);
     m->tp_allreduce(m->tp_ctx, m->datt, m->dh, m->N / m->tp * m->H, MT_TP_GATHER_FLOAT);
 }
@@ -480,7 +506,7 @@ static void layer_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, 
 /* dst = src, n floats in the backend's memory */
 static void keep(const mt_model_t *m, float *dst, const float *src, int64_t n)
 {
-    m->be->copy(dst, src, sizeof(float) * (size_t)n);
+    m->be->copy(dst, src, mt_act_bytes(m, n));
 }
 
 /* m->dres holds d(loss)/d(layer output); on return, d/d(layer input).
@@ -569,16 +595,16 @@ static void layer_weights(mt_model_t *m, int l, const mt_layer_acts_t *a)
     mt_layer_params_t *p = &m->layers[l];
     int64_t N = m->N, H = m->H, Q = m->nh * m->hd, KV = m->nkv * m->hd;
     if (!p->router) { /* a MoE layer formed its weight gradients in B */
-        be->matmul(p->wdown->grad, a->w_dmlp, a->a, H, m->I, N, true, false, 1.0f);
+        be->matmul_f32out(p->wdown->grad, a->w_dmlp, a->a, H, m->I, N, true, false, 1.0f);
         const float *h2 = regather(m, a->h2);
-        be->matmul(p->wgate->grad, a->g, h2, m->I, H, N, true, false, 1.0f);
-        be->matmul(p->wup->grad, a->u, h2, m->I, H, N, true, false, 1.0f);
+        be->matmul_f32out(p->wgate->grad, a->g, h2, m->I, H, N, true, false, 1.0f);
+        be->matmul_f32out(p->wup->grad, a->u, h2, m->I, H, N, true, false, 1.0f);
     }
-    be->matmul(p->wo->grad, a->w_datt, a->att, H, Q, N, true, false, 1.0f);
+    be->matmul_f32out(p->wo->grad, a->w_datt, a->att, H, Q, N, true, false, 1.0f);
     const float *h1 = regather(m, a->h1);
-    be->matmul(p->wq->grad, a->w_dq, h1, Q, H, N, true, false, 1.0f);
-    be->matmul(p->wk->grad, a->w_dk, h1, KV, H, N, true, false, 1.0f);
-    be->matmul(p->wv->grad, a->w_dv, h1, KV, H, N, true, false, 1.0f);
+    be->matmul_f32out(p->wq->grad, a->w_dq, h1, Q, H, N, true, false, 1.0f);
+    be->matmul_f32out(p->wk->grad, a->w_dk, h1, KV, H, N, true, false, 1.0f);
+    be->matmul_f32out(p->wv->grad, a->w_dv, h1, KV, H, N, true, false, 1.0f);
 }
 
 static void hook(const mt_model_t *m, int unit, mt_unit_event_t ev)
@@ -633,7 +659,7 @@ static double head_pass(mt_model_t *m, const int32_t *host_targets, bool backwar
     *count = 0;
     for (int64_t c0 = 0; c0 < N; c0 += m->head_chunk) {
         int64_t n = N - c0 < m->head_chunk ? N - c0 : m->head_chunk, cnt = 0;
-        const float *x = m->xf + c0 * H;
+        const float *x = mt_act_at(m, m->xf, c0 * H);
         const int32_t *t = m->targets_dev + c0;
         float *dl = backward ? m->logits : NULL;
         be->matmul(m->logits, x, m->lm_head->data, n, V, H, false, true, 0.0f);
@@ -657,8 +683,10 @@ static double head_pass(mt_model_t *m, const int32_t *host_targets, bool backwar
         if (!backward)
             continue;
         mt_model_round_out(m, m->logits, n * V); /* dlogits: written rounded by a rounding table */
-        be->matmul(m->lm_head->grad, m->logits, x, V, H, n, true, false, 1.0f); /* dW += dl^T x */
-        be->matmul(m->dh + c0 * H, m->logits, m->lm_head->data, n, H, V, false, false, 0.0f);
+        /* dW += dl^T x */
+        be->matmul_f32out(m->lm_head->grad, m->logits, x, V, H, n, true, false, 1.0f);
+        be->matmul(mt_act_at(m, m->dh, c0 * H), m->logits, m->lm_head->data, n, H, V, false,
+                   false, 0.0f);
     }
     return loss;
 }

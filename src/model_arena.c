@@ -55,6 +55,13 @@ static float *carve(float *base, int64_t *off, int64_t n)
     return p;
 }
 
+/* Carve an activation of n elements: bf16 bits under bf16 storage (in
+ * whole floats, so every buffer stays 4-byte aligned), else n floats */
+static float *carve_act(const mt_model_t *m, float *base, int64_t *off, int64_t n)
+{
+    return carve(base, off, m->bf16_storage ? (n + 1) / 2 : n);
+}
+
 static void layer_acts(const mt_model_t *m, float *base, int64_t *off, mt_layer_acts_t *a,
                        bool with_x, bool mlp)
 {
@@ -62,39 +69,39 @@ static void layer_acts(const mt_model_t *m, float *base, int64_t *off, mt_layer_
      * parallelism); N rows: the whole sequence */
     int64_t N = m->N, Ns = m->Ns, H = m->H, Q = m->nh * m->hd, KV = m->nkv * m->hd;
     if (with_x)
-        a->x = carve(base, off, Ns * H);
+        a->x = carve_act(m, base, off, Ns * H);
     a->x16 = NULL;
-    a->h1 = carve(base, off, Ns * H); /* under sp: gathered again for backward */
+    a->h1 = carve_act(m, base, off, Ns * H); /* under sp: gathered again for backward */
     a->rstd1 = carve(base, off, Ns);
     if (m->qk_norm) {
-        a->q_raw = carve(base, off, N * Q);
-        a->k_raw = carve(base, off, N * KV);
+        a->q_raw = carve_act(m, base, off, N * Q);
+        a->k_raw = carve_act(m, base, off, N * KV);
         a->q_rstd = carve(base, off, N * m->nh);
         a->k_rstd = carve(base, off, N * m->nkv);
     } else {
         a->q_raw = a->k_raw = a->q_rstd = a->k_rstd = NULL;
     }
-    a->q = carve(base, off, N * Q);
-    a->k = carve(base, off, N * KV);
-    a->v = carve(base, off, N * KV);
-    a->att = carve(base, off, N * Q);
+    a->q = carve_act(m, base, off, N * Q);
+    a->k = carve_act(m, base, off, N * KV);
+    a->v = carve_act(m, base, off, N * KV);
+    a->att = carve_act(m, base, off, N * Q);
     a->lse = carve(base, off, N * m->nh);
-    a->x_mid = carve(base, off, Ns * H);
-    a->h2 = carve(base, off, Ns * H);
+    a->x_mid = carve_act(m, base, off, Ns * H);
+    a->h2 = carve_act(m, base, off, Ns * H);
     a->rstd2 = carve(base, off, Ns);
     if (mlp) { /* a dense MLP's; a MoE layer keeps its own (model_moe.c) */
-        a->g = carve(base, off, N * m->I);
-        a->u = carve(base, off, N * m->I);
-        a->a = carve(base, off, N * m->I);
+        a->g = carve_act(m, base, off, N * m->I);
+        a->u = carve_act(m, base, off, N * m->I);
+        a->a = carve_act(m, base, off, N * m->I);
     } else {
         a->g = a->u = a->a = NULL;
     }
     if (m->split_bw) {
-        a->w_dmlp = carve(base, off, N * H);
-        a->w_datt = carve(base, off, N * H);
-        a->w_dq = carve(base, off, N * Q);
-        a->w_dk = carve(base, off, N * KV);
-        a->w_dv = carve(base, off, N * KV);
+        a->w_dmlp = carve_act(m, base, off, N * H);
+        a->w_datt = carve_act(m, base, off, N * H);
+        a->w_dq = carve_act(m, base, off, N * Q);
+        a->w_dk = carve_act(m, base, off, N * KV);
+        a->w_dv = carve_act(m, base, off, N * KV);
     } else {
         a->w_dmlp = a->w_datt = a->w_dq = a->w_dk = a->w_dv = NULL;
     }
@@ -127,7 +134,8 @@ static int64_t layout_acts(mt_model_t *m, float *base, float *shared, int c, int
          * floats) but for the stage input */
         for (int l = lo; l < hi; l++) {
             bool b = m->x_bf16 && l > lo;
-            float *x = carve(base, &off, b ? (Ns * H + 1) / 2 : Ns * H);
+            float *x = b ? carve(base, &off, (Ns * H + 1) / 2)
+                         : carve_act(m, base, &off, Ns * H);
             m->acts[l].x = b ? NULL : x;
             m->acts[l].x16 = b ? (uint16_t *)x : NULL;
         }
@@ -145,22 +153,23 @@ static int64_t layout_acts(mt_model_t *m, float *base, float *shared, int c, int
         for (int l = lo; l < hi; l++)
             layer_acts(m, base, &off, &m->acts[l], true, m->layers[l].router == NULL);
     }
-    m->x_final = carve(base, &off, Ns * H);
-    m->dres = carve(base, &off, Ns * H);
+    m->x_final = carve_act(m, base, &off, Ns * H);
+    m->dres = carve_act(m, base, &off, Ns * H);
     /* the head's forward and backward run in one pass (model.c) */
-    m->xf = head ? carve(shared, &sh, N * H) : NULL;
+    m->xf = head ? carve_act(m, shared, &sh, N * H) : NULL;
     m->rstdf = head ? carve(shared, &sh, Ns) : NULL;
     m->head_chunk = mt_model_head_chunk(N, m->V);
-    m->logits = head ? carve(shared, &sh, m->head_chunk * m->V) : NULL;
-    m->dtmp = carve(shared, &sh, Ns * H);
-    m->dh_local = m->sp ? carve(shared, &sh, Ns * H) : NULL;
-    m->gather = m->sp ? carve(shared, &sh, N * H) : NULL;
-    m->dh = carve(shared, &sh, N * H);
-    m->datt = carve(shared, &sh, N * (Q > H ? Q : H));
-    m->dq = carve(shared, &sh, N * Q);
-    m->dk = carve(shared, &sh, N * KV);
-    m->dv = carve(shared, &sh, N * KV);
-    m->dI = carve(shared, &sh, N * m->I);
+    m->logits = head ? carve_act(m, shared, &sh, m->head_chunk * m->V) : NULL;
+    m->dtmp = carve_act(m, shared, &sh, Ns * H);
+    m->dh_local = m->sp ? carve_act(m, shared, &sh, Ns * H) : NULL;
+    m->gather = m->sp ? carve_act(m, shared, &sh, N * H) : NULL;
+    m->dh = carve_act(m, shared, &sh, N * H);
+    m->dh_acc = m->bf16_storage ? carve(shared, &sh, N * H) : NULL;
+    m->datt = carve_act(m, shared, &sh, N * (Q > H ? Q : H));
+    m->dq = carve_act(m, shared, &sh, N * Q);
+    m->dk = carve_act(m, shared, &sh, N * KV);
+    m->dv = carve_act(m, shared, &sh, N * KV);
+    m->dI = carve_act(m, shared, &sh, N * m->I);
     *nshared = sh;
     return off;
 }
@@ -259,10 +268,20 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
     m->tied = mc->tie_word_embeddings, m->qk_norm = mc->qk_norm;
     m->checkpointing = cfg->distributed.activation_checkpointing;
     m->bf16 = cfg->distributed.mp_policy.param_dtype == MT_DTYPE_BFLOAT16;
-    m->x_bf16 = m->bf16 && m->checkpointing; /* the residual stream holds bf16 values */
+    /* bf16 storage: every activation is bf16 bits already (and the kept
+     * layer inputs with them) */
+    m->bf16_storage = be->stores_bf16;
+    m->x_bf16 = m->bf16 && m->checkpointing && !m->bf16_storage;
     if (be->rounds_bf16 && !m->bf16)
         MT_FAIL(MT_ERR_CONFIG, "the %s backend rounds activations to bf16: it serves "
                 "mp_policy.param_dtype bfloat16 only", be->name);
+    if (m->bf16_storage && (tp_rank >= 0 && cfg->distributed.tp_size > 1))
+        MT_FAIL(MT_ERR_UNSUPPORTED, "bf16 storage (the %s backend) with tensor parallelism is "
+                "not in this release (doc/mixed-precision.md, \"bf16 storage: the plan\")",
+                be->name);
+    if (m->bf16_storage && mc->num_experts > 0)
+        MT_FAIL(MT_ERR_UNSUPPORTED, "bf16 storage (the %s backend) with experts is not in this "
+                "release (doc/mixed-precision.md, \"bf16 storage: the plan\")", be->name);
     m->B = B, m->T = T, m->N = B * T;
     m->sp = m->tp > 1 && cfg->distributed.sequence_parallel;
     m->Ns = m->sp ? m->N / m->tp : m->N;
@@ -371,8 +390,8 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
     m->unit_lo[m->L + 1] = head_lo;
     m->unit_lo[m->L + 2] = m->numel;
 
-    if (!(flags & MT_MODEL_NO_PARAM_ARENA))
-        m->param_mem = be->device_alloc(sizeof(float) * (size_t)m->numel);
+    if (!(flags & MT_MODEL_NO_PARAM_ARENA)) /* bf16 storage: bf16 bits */
+        m->param_mem = be->device_alloc(mt_act_bytes(m, m->numel));
     if (!(flags & MT_MODEL_NO_GRAD_ARENA))
         m->grad_mem = be->device_alloc(sizeof(float) * (size_t)m->numel);
     int64_t shared = 0;
@@ -394,7 +413,7 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
     }
     for (int i = 0; i < m->nparams; i++) {
         int64_t off = m->params[i].offset;
-        m->params[i].data = m->param_mem ? m->param_mem + off : NULL;
+        m->params[i].data = m->param_mem ? mt_act_at(m, m->param_mem, off) : NULL;
         m->params[i].grad = m->grad_mem ? m->grad_mem + off : NULL;
     }
     if (m->act_mem)

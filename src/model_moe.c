@@ -544,7 +544,8 @@ void mt_moe_forward(mt_model_t *m, int l, const float *h, const float *res, floa
     int64_t N = x->N, H = m->H, E = x->E, K = x->K, El = x->El, Im = x->Im, NK = N * K;
 
     if (!(x->keep_router && m->recomputing)) { /* else: the forward's routing, kept */
-        be->matmul(rt->probs, h, m->layers[l].router->data, N, E, H, false, true, 0.0f);
+        /* the router's logits are float32 (DeepSeek-V3's gate; mt_backend.h) */
+        be->matmul_f32out(rt->probs, h, m->layers[l].router->data, N, E, H, false, true, 0.0f);
         be->moe_router_forward(rt->probs, rt->idx, rt->w, x->bias ? x->bias + l * E : NULL, N,
                                E, K, x->norm_topk);
     }
@@ -699,14 +700,14 @@ void mt_moe_backward(mt_model_t *m, int l, const float *h, const float *dout, fl
     int64_t Is = x->Is;
     if (Is > 0) { /* the shared experts behind it, but for their dh (added at the end);
                    * x->da ([rows, Im]) is too narrow: sa takes its gradient */
-        be->matmul(p->wdown->grad, dout, a->sa, H, Is, N, true, false, 1.0f);
+        be->matmul_f32out(p->wdown->grad, dout, a->sa, H, Is, N, true, false, 1.0f);
         be->matmul(a->sa, dout, p->wdown->data, N, Is, H, false, false, 0.0f);
         mt_model_round_in(m, a->sa, N * Is); /* read by SwiGLU's backward alone */
         be->swiglu_backward(a->sg, a->su, a->sa, a->sg, a->su, N * Is); /* sg, su <- d */
         mt_model_round_out(m, a->sg, N * Is);
         mt_model_round_out(m, a->su, N * Is);
-        be->matmul(p->wgate->grad, a->sg, h, Is, H, N, true, false, 1.0f);
-        be->matmul(p->wup->grad, a->su, h, Is, H, N, true, false, 1.0f);
+        be->matmul_f32out(p->wgate->grad, a->sg, h, Is, H, N, true, false, 1.0f);
+        be->matmul_f32out(p->wup->grad, a->su, h, Is, H, N, true, false, 1.0f);
     }
     exchange_end(m, moved);
     be->moe_gather_rows(x->ye, x->recvbuf, a->perm, a->R, H); /* expert-major */
@@ -720,13 +721,13 @@ void mt_moe_backward(mt_model_t *m, int l, const float *h, const float *dout, fl
             float *dy = x->ye + o * H, *g = a->g + o * Im, *u = a->u + o * Im;
             const float *xe = a->xe + o * H;
             be->matmul(x->da, dy, wd->data, n, Im, H, false, false, 0.0f);
-            be->matmul(wd->grad, dy, a->a + o * Im, H, Im, n, true, false, 1.0f);
+            be->matmul_f32out(wd->grad, dy, a->a + o * Im, H, Im, n, true, false, 1.0f);
             mt_model_round_in(m, x->da, n * Im);
             be->swiglu_backward(g, u, x->da, g, u, n * Im); /* g, u <- dg, du */
             mt_model_round_out(m, g, n * Im);
             mt_model_round_out(m, u, n * Im);
-            be->matmul(wg->grad, g, xe, Im, H, n, true, false, 1.0f);
-            be->matmul(wu->grad, u, xe, Im, H, n, true, false, 1.0f);
+            be->matmul_f32out(wg->grad, g, xe, Im, H, n, true, false, 1.0f);
+            be->matmul_f32out(wu->grad, u, xe, Im, H, n, true, false, 1.0f);
             /* dy is no longer needed: the input gradient takes its rows */
             be->matmul(dy, g, wg->data, n, H, Im, false, false, 0.0f);
             be->matmul(dy, u, wu->data, n, H, Im, false, false, 1.0f);
@@ -748,7 +749,7 @@ void mt_moe_backward(mt_model_t *m, int l, const float *h, const float *dout, fl
     be->moe_router_backward(x->dlogits, x->dw, rt->probs, rt->idx, rt->w, x->aux_dp, N, E, K,
                             x->norm_topk);
     mt_model_round(m, x->dlogits, N * E); /* an activation gradient: bf16 into the GEMMs */
-    be->matmul(router->grad, x->dlogits, h, E, H, N, true, false, 1.0f);
+    be->matmul_f32out(router->grad, x->dlogits, h, E, H, N, true, false, 1.0f);
     exchange_end(m, moved);
 
     /* dh: the routed experts', the router's, the shared experts' */

@@ -171,8 +171,22 @@ void mt_model_init_device(const mt_model_t *m, uint64_t seed, float *dst);
  * rounded once (model.c, model_moe.c). */
 static inline void mt_model_round(const mt_model_t *m, float *x, int64_t n)
 {
-    if (m->bf16)
+    if (m->bf16 && !m->bf16_storage) /* bf16 bits are rounded by their writer */
         m->be->round_bf16(x, n);
+}
+
+/* An activation's element n (bf16 bits under bf16 storage, else float32)
+ * and the bytes of n of them: every offset into and every copy of an
+ * activation buffer goes through these (the float32 buffers, rstd and
+ * lse, do not) */
+static inline float *mt_act_at(const mt_model_t *m, const float *p, int64_t n)
+{
+    return (float *)((char *)p + n * (m->bf16_storage ? 2 : 4));
+}
+
+static inline size_t mt_act_bytes(const mt_model_t *m, int64_t n)
+{
+    return (size_t)n * (m->bf16_storage ? 2u : 4u);
 }
 
 /* The same for what an entry that rounds on a rounding table

@@ -264,6 +264,16 @@ struct mt_backend {
                             float *v, int64_t n, float lr, float b1, float b2, float eps,
                             float wd, int64_t t);
 
+    /* ---- appended for bf16 storage (issue 8, doc/mixed-precision.md) ----
+     * C[M,N] = op(A) @ op(B) + beta * C with a float32 C, shapes and
+     * transposes as matmul's.  On a table with stores_bf16 (below) A and B
+     * are bf16 bits, as matmul's are there, but C stays float32: the
+     * weight gradients, the router's logits and the sums of several GEMMs
+     * rounded once after the last (doc/mixed-precision.md, "bf16 storage:
+     * the plan") take it.  On every other table it is matmul. */
+    void (*matmul_f32out)(float *c, const float *a, const float *b, int64_t m, int64_t n,
+                          int64_t k, bool trans_a, bool trans_b, float beta);
+
     /* ---- appended for fused rounding (issue 8, doc/mixed-precision.md) ----
      * true on the tables the model takes for bf16 mixed precision
      * (mt_backend_cpu_bf16, mt_backend_cuda_bf16): these entries round
@@ -300,6 +310,36 @@ struct mt_backend {
      * are compute-bound on SSE2, where a rounding per load costs more
      * than the pass it saves (doc/mixed-precision.md). */
     bool reads_bf16;
+    /* bf16 storage (mt_backend_cpu_bf16_storage; doc/mixed-precision.md):
+     * the tensors below are bf16 bits (uint16_t, round to nearest even,
+     * 2 bytes an element) behind their float pointers, and n, m, k, dim
+     * and the shapes still count elements.  Each entry computes exactly
+     * what the rounding table (rounds_bf16) computes from the widened
+     * values, and stores its bf16 outputs rounded (for matmul: the
+     * rounding table's fp32 result, then round_bf16):
+     *   matmul: a, b, c;  matmul_f32out: a, b (c float32);
+     *   embedding_forward: out, table;  embedding_backward: dout;
+     *   rmsnorm_forward: out, x, w;  rmsnorm_backward: dx, dout, x, w;
+     *   rope_forward, rope_backward: x;
+     *   attention_forward: out, q, k, v;
+     *   attention_backward: dq, dk, dv, dout, out, q, k, v;
+     *   swiglu_forward: out, gate, up;  swiglu_backward: all five;
+     *   cross_entropy, ce_shard_*: logits, dlogits;  add: y, x;
+     *   attention_block_forward: q, k, v (out float32: the ring's running
+     *   merge);  attention_block_backward: dout, out, q, k, v (dq, dk, dv
+     *   float32: sums over blocks);
+     *   moe_router_backward: dlogits;  moe_gather_rows: dst, src;
+     *   moe_combine: res, y (out float32: a sum the shared experts may add
+     *   to);  moe_combine_backward: dy, dout, y;
+     *   adamw_bf16_copy: work.
+     * Float32 everywhere: parameter gradients (dw, dtable, matmul_f32out's
+     * c), rstd, lse, the loss's mx, z and ly, the router's logits,
+     * probabilities and weights, the combine's dw, and sum_squares,
+     * scale, adamw, round_bf16, to_bf16's source and from_bf16's
+     * destination.  Such a table also sets rounds_bf16 and reads_bf16
+     * (its outputs are rounded and its inputs bf16, trivially); the model
+     * then runs no rounding pass of its own. */
+    bool stores_bf16;
 };
 
 /* The CPU reference backend. */
@@ -307,6 +347,15 @@ const mt_backend_t *mt_backend_cpu(void);
 /* The same with rounds_bf16 (name "cpu_bf16"): the table the model takes
  * for bf16 mixed precision on the CPU. */
 const mt_backend_t *mt_backend_cpu_bf16(void);
+
+/* bf16 storage on the CPU (name "cpu_bf16_storage", kernels_cpu_storage.c):
+ * each entry widens its bf16 arguments into float32 scratch, runs the
+ * rounding table's entry and narrows its bf16 outputs, exact both ways,
+ * so it computes the rounding table's bits.  It is the reference the
+ * GPU's bf16-storage kernels and the model's bf16 storage are checked
+ * against, not a fast path: its scratch is the one exception to
+ * "kernels never allocate" (grow-only, kept for the process). */
+const mt_backend_t *mt_backend_cpu_bf16_storage(void);
 
 /* The CPU backend with a guard, for tests (kernels_cpu_guard.c): the same
  * kernels, but device_alloc returns mmap'd pages that are PROT_NONE except

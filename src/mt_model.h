@@ -225,6 +225,16 @@ typedef struct {
      * writes its output), the backward unpacks the input there (the
      * stage's output is sent or used by the head before). */
     bool x_bf16;
+    /* bf16 storage (the backend's stores_bf16; doc/mixed-precision.md,
+     * "bf16 storage: the plan"): the parameter arena and every activation
+     * buffer but the float32 ones (rstd, lse, the accumulator dh_acc) hold
+     * bf16 bits, 2 bytes an element, behind their float pointers, and the
+     * model runs no rounding pass (mt_act_at, mt_act_bytes in model_moe.h).
+     * So far one device, dense: mt_model_init refuses tensor parallelism
+     * and experts with such a backend. */
+    bool bf16_storage;
+    float *dh_acc;       /* [N, H] float32 under bf16 storage: the column-parallel
+                          * layers' summed input gradient, rounded once */
     int64_t Ns;
     float *dh_local;     /* [Ns, H] under sequence parallelism */
     float *gather;       /* [N, H] under sequence parallelism: a gathered norm output */

@@ -91,8 +91,8 @@ static void bf16_passes(mt_train_device_t *d)
 {
     static mt_backend_t passes;
     const char *e = getenv("MESHTRAIN_BF16_PASSES");
-    if (!e || !*e || !strcmp(e, "0") || !d->be->rounds_bf16)
-        return;
+    if (!e || !*e || !strcmp(e, "0") || !d->be->rounds_bf16 || d->be->stores_bf16)
+        return; /* (bf16 storage has no passes to fall back to) */
     passes = *d->be;
     passes.rounds_bf16 = passes.reads_bf16 = false;
     d->be = &passes, d->bf16_passes = true;

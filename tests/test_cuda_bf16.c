@@ -100,6 +100,7 @@ static void test_table(void)
     mt_backend_t x = *c, y = *b;
     x.name = y.name = NULL;
     x.matmul = y.matmul = NULL;
+    x.matmul_f32out = y.matmul_f32out = NULL; /* matmul on float32 storage: checked below */
     x.attention_forward = y.attention_forward = NULL;
     x.attention_backward = y.attention_backward = NULL;
     x.rmsnorm_forward = y.rmsnorm_forward = NULL;
@@ -115,6 +116,9 @@ static void test_table(void)
     x.rounds_bf16 = y.rounds_bf16 = false;
     x.reads_bf16 = y.reads_bf16 = false;
     CHECK(memcmp(&x, &y, sizeof x) == 0, "every other entry is the cuda table's");
+    CHECK(b->matmul_f32out == b->matmul && c->matmul_f32out == c->matmul && !b->stores_bf16 &&
+              !c->stores_bf16,
+          "float32 storage: matmul_f32out is matmul");
 }
 
 /* the bf16 table's d_got against the cuda table's d_plain rounded by the

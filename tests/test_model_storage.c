@@ -1,0 +1,159 @@
+/* test_model_storage: the model on bf16 storage (mt_model_t.bf16_storage,
+ * the CPU table mt_backend_cpu_bf16_storage; doc/mixed-precision.md,
+ * "bf16 storage: the plan", step 3) computes the bits of the model on the
+ * CPU rounding table, where every activation is a bf16 value in float32
+ * storage.
+ *
+ * Two models of the tiny config, one on each table, same seed: the float32
+ * one's weights rounded as the trainer rounds them (src/train_mp.c), the
+ * other's initialised as bf16 bits.  Two micro-batches (the gradients
+ * accumulate), forward with the head's backward, then the backward, and
+ * an evaluation forward: the losses and token counts must be equal, the
+ * float32 gradient arenas equal byte for byte, and the last layer output
+ * and the residual gradient equal as bf16 bits.  Dense, qk_norm, tied
+ * embeddings, packed rows (document-masked attention), activation
+ * checkpointing, a split backward (zero-bubble's B then W), and the LM
+ * head in chunks of 3 rows (the offsets into xf and dh).  Also: the
+ * arenas take half the bytes, and the configurations bf16 storage does
+ * not serve yet (tensor parallelism, experts) and float32 compute are
+ * refused at init.  No MPI ranks beyond one. */
+#include <mpi.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mt_backend.h"
+#include "mt_bf16.h"
+#include "mt_config.h"
+#include "mt_model.h"
+#include "mt_test.h"
+#include "mt_test_model.h"
+
+#define BF16 "distributed.mp_policy.param_dtype=bfloat16"
+
+static void same_grads(const char *label, const mt_model_t *a, const mt_model_t *b)
+{
+    CHECK(a->numel == b->numel && memcmp(a->grad_mem, b->grad_mem,
+                                         sizeof(float) * (size_t)a->numel) == 0,
+          "%s: the gradients differ", label);
+}
+
+/* a's float32 activation (bf16 values) against b's bf16 bits */
+static void same_act(const char *label, const char *what, const float *a, const float *b,
+                     int64_t n)
+{
+    const uint16_t *bb = (const uint16_t *)b;
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        bad += mt_f32_to_bf16(a[i]) != bb[i];
+    CHECK(bad == 0, "%s: %s: %lld of %lld elements differ", label, what, (long long)bad,
+          (long long)n);
+}
+
+static void run(const char *label, const char *extra, bool packed, bool split)
+{
+    mt_config_t cfg;
+    if (!mt_test_model_cfg(&cfg, BF16, extra, MT_APP_DENSE, 1))
+        return;
+    mt_model_t a, b;
+    static int lo[1] = {0}, hi[1];
+    mt_model_part_t part = {0};
+    const mt_model_part_t *pp = NULL;
+    if (split) {
+        hi[0] = (int)cfg.model.num_hidden_layers;
+        part.nchunks = 1, part.layer_lo = lo, part.layer_hi = hi;
+        part.embed = part.head = true, part.nslots = 1, part.split_backward = true;
+        pp = &part;
+    }
+    const int64_t B = 2, T = 8, N = B * T;
+    mt_status_t sa = mt_model_init_part(&a, &cfg, mt_backend_cpu_bf16(), B, T, 0, -1, pp);
+    CHECK(sa == MT_OK, "%s: %s", label, mt_error_message());
+    mt_status_t sb = mt_model_init_part(&b, &cfg, mt_backend_cpu_bf16_storage(), B, T, 0, -1, pp);
+    CHECK(sb == MT_OK, "%s: %s", label, mt_error_message());
+    if (sa != MT_OK || sb != MT_OK)
+        return;
+    CHECK(b.bf16_storage && !a.bf16_storage, "%s: bf16_storage a %d b %d", label,
+          a.bf16_storage, b.bf16_storage);
+    /* half the activation arena but the float32 parts (rstd, lse, dh_acc) */
+    CHECK(b.act_numel < a.act_numel * 3 / 4, "%s: activation arena %lld floats, float32 %lld",
+          label, (long long)b.act_numel, (long long)a.act_numel);
+    mt_model_init_weights(&a, 5);
+    a.be->round_bf16(a.param_mem, a.numel);
+    mt_model_init_weights(&b, 5);
+    same_act(label, "initial weights", a.param_mem, b.param_mem, a.numel);
+    mt_model_zero_grad(&a);
+    mt_model_zero_grad(&b);
+    if (packed) { /* two documents in row 0, three in row 1 */
+        int32_t pos[16], ds[16];
+        for (int64_t i = 0; i < N; i++) {
+            int64_t t = i % T, start = i < T ? (t < 5 ? 0 : 5) : (t < 2 ? 0 : t < 6 ? 2 : 6);
+            ds[i] = (int32_t)start, pos[i] = (int32_t)(t - start);
+        }
+        mt_model_set_packing(&a, pos, ds);
+        mt_model_set_packing(&b, pos, ds);
+    }
+    for (int mb = 0; mb < 2; mb++) {
+        int32_t tok[16], tgt[16];
+        mt_test_batch(N, 37, tok, tgt, 21 + 2 * (uint32_t)mb);
+        int64_t ca, cb;
+        double la = mt_model_forward_chunk(&a, 0, tok, tgt, true, 1.0f / 15, &ca);
+        double lb = mt_model_forward_chunk(&b, 0, tok, tgt, true, 1.0f / 15, &cb);
+        CHECK(la == lb && ca == cb, "%s, micro-batch %d: loss %.17g (%lld) vs %.17g (%lld)", label,
+              mb, lb, (long long)cb, la, (long long)ca);
+        same_act(label, "x_final", a.x_final, b.x_final, N * a.H);
+        same_act(label, "dres after the head", a.dres, b.dres, N * a.H);
+        mt_model_backward_chunk(&a, 0, tok, split);
+        mt_model_backward_chunk(&b, 0, tok, split);
+        if (split) {
+            mt_model_weight_chunk(&a, 0);
+            mt_model_weight_chunk(&b, 0);
+        }
+        same_act(label, "dres after the backward", a.dres, b.dres, N * a.H);
+        same_grads(label, &a, &b);
+    }
+    int32_t tok[16], tgt[16];
+    mt_test_batch(N, 37, tok, tgt, 40);
+    int64_t ca, cb;
+    double la = mt_model_forward_chunk(&a, 0, tok, tgt, false, 1.0f, &ca);
+    double lb = mt_model_forward_chunk(&b, 0, tok, tgt, false, 1.0f, &cb);
+    CHECK(la == lb && ca == cb, "%s, evaluation: loss %.17g vs %.17g", label, lb, la);
+    mt_model_free(&a);
+    mt_model_free(&b);
+}
+
+static void refused(const char *label, const char *base, const char *extra, mt_app_kind_t app,
+                    int64_t world, int tp_rank, const char *needle)
+{
+    mt_config_t cfg;
+    if (!mt_test_model_cfg(&cfg, base, extra, app, world))
+        return;
+    mt_model_t m;
+    mt_status_t s = mt_model_init_ex(&m, &cfg, mt_backend_cpu_bf16_storage(), 2, 8, 0, tp_rank);
+    CHECK(s != MT_OK, "%s: accepted", label);
+    if (s != MT_OK)
+        CHECK_CONTAINS(mt_error_message(), needle);
+    else
+        mt_model_free(&m);
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    run("dense", "", false, false);
+    run("qk_norm", "model.qk_norm=true", false, false);
+    run("tied", "model.tie_word_embeddings=true", false, false);
+    run("packed rows", "", true, false);
+    run("checkpointing", "distributed.activation_checkpointing=true", false, false);
+    run("split backward", "", false, true);
+    setenv("MESHTRAIN_HEAD_CHUNK_ROWS", "3", 1);
+    run("head in chunks of 3 rows", "model.qk_norm=true", false, false);
+    unsetenv("MESHTRAIN_HEAD_CHUNK_ROWS");
+    refused("tp 2", BF16, "distributed.tp_size=2", MT_APP_DENSE, 2, 0, "tensor parallelism");
+    refused("experts", BF16,
+            "model.num_experts=4;model.num_experts_per_tok=2;model.moe_intermediate_size=8",
+            MT_APP_MOE, 1, -1, "experts");
+    refused("float32 compute", NULL, NULL, MT_APP_DENSE, 1, -1, "bfloat16 only");
+    int rc = mt_test_exit("test_model_storage");
+    MPI_Finalize();
+    return rc;
+}
