@@ -52,8 +52,11 @@ void mt_adamw_step(mt_adamw_t *opt, const mt_model_t *m, const mt_segment_t *seg
             float *pm = s->param + j, *gm = s->grad + j, *m1 = opt->exp_avg + s->state + j;
             float *m2 = opt->exp_avg_sq + s->state + j;
             const float wd = p->no_decay ? 0.0f : (float)oc->weight_decay;
-            if (s->work) /* the master weights and their bf16 compute copy, one pass */
-                m->be->adamw_bf16_copy(pm, s->work + j, gm, gscale, m1, m2, n, (float)lr,
+            /* the compute copy's element j: bf16 bits under bf16 storage */
+            float *wk = !s->work ? NULL
+                        : m->bf16_storage ? (float *)((uint16_t *)s->work + j) : s->work + j;
+            if (wk) /* the master weights and their bf16 compute copy, one pass */
+                m->be->adamw_bf16_copy(pm, wk, gm, gscale, m1, m2, n, (float)lr,
                                        (float)oc->betas[0], (float)oc->betas[1], (float)oc->eps,
                                        wd, opt->step);
             else

@@ -300,6 +300,7 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
     bool params_sharded = r->sharded && fo.shard_params;
     MT_TRY(mt_train_mp_init(&r->mp, &r->model, r->seg, r->nseg, owned, !params_sharded,
                             &r->seg));
+    mt_train_mp_init_masters(&r->mp, &r->model, (uint64_t)cfg->rng.seed); /* bf16 storage */
     MT_TRY(mt_adamw_init(&r->opt, be, owned));
     MT_TRY(mt_train_moe_init(&r->moe, &r->model, cfg, mesh));
     size_t nbuf = (size_t)(accum * r->rows * T);
@@ -400,7 +401,9 @@ static void print_memory(const run_t *r, const mt_config_t *cfg, FILE *out)
     const mt_model_t *m = &r->model;
     mt_plan_t plan;
     double mib = 1024.0 * 1024.0, act = 4.0 * (double)m->act_numel;
-    double ps = 4.0 * (double)m->numel, pw = 0, gs = ps, gw = 0;
+    /* the parameter arena: bf16 bits under bf16 storage; gradients float32 */
+    double ps = (m->bf16_storage ? 2.0 : 4.0) * (double)m->numel, pw = 0;
+    double gs = 4.0 * (double)m->numel, gw = 0;
     if (r->sharded)
         mt_fsdp_bytes(&r->fsdp, &ps, &pw, &gs, &gw);
     mt_train_moe_bytes(&r->moe, m, &ps, &pw, &gs, &gw, &act);
@@ -563,9 +566,11 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
         mt_train_device_print(&r->device, cfg, out);
         if (m->bf16) {
             const mt_mp_policy_t *mp = &cfg->distributed.mp_policy;
-            fprintf(out, "mixed precision: bf16 parameters and activations (bf16 values in "
-                         "float32 storage%s; between ranks they travel as bf16), fp32 "
-                         "master weights%s, gradients reduced in %s\n",
+            fprintf(out, "mixed precision: bf16 parameters and activations (%s%s; between "
+                         "ranks they travel as bf16), fp32 master weights%s, gradients reduced "
+                         "in %s\n",
+                    m->bf16_storage ? "bf16 storage, MESHTRAIN_BF16_STORAGE"
+                                    : "bf16 values in float32 storage",
                     m->x_bf16 ? ", the checkpointed layer inputs as bf16" : "",
                     r->mp.master ? " (a copy beside the optimizer state)" : " (the fsdp shards)",
                     mp->reduce_dtype == MT_DTYPE_BFLOAT16 ? "bf16" : "fp32");

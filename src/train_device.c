@@ -98,6 +98,36 @@ static void bf16_passes(mt_train_device_t *d)
     d->be = &passes, d->bf16_passes = true;
 }
 
+/* MESHTRAIN_BF16_STORAGE=1: bf16 storage (doc/mixed-precision.md, "bf16
+ * storage: the plan"), so far on the CPU, for one device or replicas (ddp),
+ * dense, without a pipeline or context parallelism: the table whose
+ * activation and parameter arenas hold bf16 bits.  Refused, before
+ * anything is allocated, where it is not built yet. */
+static mt_status_t bf16_storage(mt_train_device_t *d, const mt_config_t *cfg)
+{
+    const char *e = getenv("MESHTRAIN_BF16_STORAGE");
+    if (!e || !*e || !strcmp(e, "0"))
+        return MT_OK;
+    const mt_distributed_config_t *dc = &cfg->distributed;
+    const char *why = NULL;
+    if (dc->mp_policy.param_dtype != MT_DTYPE_BFLOAT16)
+        why = "it needs mp_policy.param_dtype bfloat16";
+    else if (dc->device != MT_DEVICE_CPU)
+        why = "only distributed.device cpu has a bf16-storage backend so far";
+    else if (dc->strategy != MT_STRATEGY_DDP)
+        why = "only distributed.strategy ddp so far";
+    else if (dc->tp_size > 1 || dc->pp_size > 1 || dc->cp_size > 1 || dc->ep_size > 1)
+        why = "tensor, pipeline, context and expert parallelism are not in it yet";
+    else if (cfg->model.num_experts > 0)
+        why = "experts are not in it yet";
+    if (why)
+        MT_FAIL(MT_ERR_UNSUPPORTED, "MESHTRAIN_BF16_STORAGE=%s: %s (doc/mixed-precision.md, "
+                "\"bf16 storage: the plan\"); unset it to train with bf16 values in float32 "
+                "storage", e, why);
+    d->be = mt_backend_cpu_bf16_storage(), d->bf16_storage = true;
+    return MT_OK;
+}
+
 /* MESHTRAIN_PROFILE=1: the backend timed entry by entry (mt_backend_profiled) */
 static mt_status_t profile(mt_train_device_t *d)
 {
@@ -124,6 +154,7 @@ mt_status_t mt_train_device_init(mt_train_device_t *d, const mt_config_t *cfg,
         MT_TRY(bring_up_cuda(d, cfg, mesh));
         MT_TRY(bring_up_nccl(d, cfg, mesh));
     }
+    MT_TRY(bf16_storage(d, cfg));
     bf16_passes(d);
     return profile(d);
 }

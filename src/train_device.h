@@ -28,6 +28,7 @@ typedef struct {
     int *tp_counts;   /* [2 tp]: counts, displacements */
     bool profile;     /* MESHTRAIN_PROFILE: be is mt_backend_profiled's */
     bool bf16_passes; /* MESHTRAIN_BF16_PASSES: be is a copy that rounds in passes */
+    bool bf16_storage; /* MESHTRAIN_BF16_STORAGE: be stores bf16 (mt_backend.h stores_bf16) */
     double profile_t0;
 } mt_train_device_t;
 

@@ -18,16 +18,28 @@ mt_status_t mt_train_mp_init(mt_train_mp_t *mp, const mt_model_t *m, const mt_se
     mp->seg = malloc(sizeof *mp->seg * (size_t)(nseg > 0 ? nseg : 1));
     if (!mp->master || !mp->seg)
         MT_FAIL(MT_ERR_NOMEM, "mixed precision master weights (%lld floats)", (long long)owned);
+    mp->storage = m->bf16_storage;
     for (int k = 0; k < nseg; k++) {
         mp->seg[k] = seg[k];
         mp->seg[k].param = mp->master + seg[k].state;
         mp->seg[k].work = seg[k].param; /* the optimizer writes the compute copy */
-        be->copy(mp->seg[k].param, seg[k].param, sizeof(float) * (size_t)seg[k].count);
+        if (!mp->storage) /* (bf16 storage: mt_train_mp_init_masters) */
+            be->copy(mp->seg[k].param, seg[k].param, sizeof(float) * (size_t)seg[k].count);
     }
-    if (m->param_mem)
+    if (m->param_mem && !mp->storage)
         be->round_bf16(m->param_mem, m->numel);
     *use = mp->seg;
     return MT_OK;
+}
+
+void mt_train_mp_init_masters(const mt_train_mp_t *mp, const mt_model_t *m, uint64_t seed)
+{
+    if (!mp->master || !mp->storage)
+        return;
+    for (int k = 0; k < mp->nseg; k++) {
+        const mt_segment_t *s = &mp->seg[k];
+        mt_model_init_range_device(m, seed, s->offset, s->offset + s->count, s->param);
+    }
 }
 
 void mt_train_mp_refresh(const mt_train_mp_t *mp)
@@ -37,6 +49,10 @@ void mt_train_mp_refresh(const mt_train_mp_t *mp)
     const mt_backend_t *be = mp->be;
     for (int k = 0; k < mp->nseg; k++) {
         const mt_segment_t *w = &mp->work[k];
+        if (mp->storage) { /* the arena's bf16 bits, rounded as round_bf16 rounds */
+            be->to_bf16((uint16_t *)w->param, mp->seg[k].param, w->count);
+            continue;
+        }
         be->copy(w->param, mp->seg[k].param, sizeof(float) * (size_t)w->count);
         be->round_bf16(w->param, w->count);
     }

@@ -24,6 +24,7 @@ typedef struct {
     mt_segment_t *seg;        /* the same with params in `master` */
     int nseg;
     float *master;            /* this rank's segments, fp32, backend memory */
+    bool storage;             /* bf16 storage: the arena holds bf16 bits (work too) */
 } mt_train_mp_t;
 
 /* Called once the model's weights are initialised.  For a float32 model,
@@ -36,6 +37,12 @@ typedef struct {
 mt_status_t mt_train_mp_init(mt_train_mp_t *mp, const mt_model_t *m, const mt_segment_t *seg,
                              int nseg, int64_t owned, bool in_arena,
                              const mt_segment_t **use);
+
+/* Under bf16 storage (mt_model_t.bf16_storage) the arena holds only the
+ * weights' bf16 bits, so mt_train_mp_init cannot copy the master weights
+ * from it: this writes them from the seed, the float32 values the arena
+ * holds rounded (mt_model_init_weights), after mt_train_mp_init. */
+void mt_train_mp_init_masters(const mt_train_mp_t *mp, const mt_model_t *m, uint64_t seed);
 
 /* After a checkpoint load of the master weights: this rank's segments of
  * the arena = the master rounded to bf16 (after an optimizer update the
