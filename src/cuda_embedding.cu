@@ -10,7 +10,9 @@
  * token order: exactly the CPU backend's additions, the same bits.
  * Scratch (device, from the backend): 4 int32 per token plus CUB's
  * temporary storage.  Token -1 (another vocabulary shard's) gives a zero
- * row forward and is skipped backward; a token below -1 traps the kernel. */
+ * row forward and is skipped backward; a token below -1 traps the kernel.
+ * The _bf16s launchers (bf16 storage) take the table, out and dout as bf16
+ * bits: rows copied, gradients widened exactly, dtable float32. */
 #include <cub/device/device_radix_sort.cuh>
 #include <limits.h>
 
@@ -18,7 +20,9 @@
 
 /* ------------------------------------------------------------------ kernels */
 
-__global__ void mt_k_embedding_forward(float *out, const int32_t *tokens, const float *table,
+/* T: float, or __nv_bfloat16 (bf16 storage: the rows' bits copied) */
+template <typename T>
+__global__ void mt_k_embedding_forward(T *out, const int32_t *tokens, const T *table,
                                        int64_t n_tokens, int64_t dim)
 {
     for (int64_t i = blockIdx.x; i < n_tokens; i += gridDim.x) {
@@ -28,10 +32,10 @@ __global__ void mt_k_embedding_forward(float *out, const int32_t *tokens, const 
                 printf("meshtrain cuda embedding_forward: tokens[%lld] = %d\n", (long long)i, tok);
             __trap();
         }
-        float *o = out + i * dim;
+        T *o = out + i * dim;
         if (tok == -1) /* another vocabulary shard's token */
             for (int64_t c = threadIdx.x; c < dim; c += blockDim.x)
-                o[c] = 0.0f;
+                mt_st(o, c, 0.0f);
         else
             for (int64_t c = threadIdx.x; c < dim; c += blockDim.x)
                 o[c] = table[(int64_t)tok * dim + c];
@@ -47,7 +51,8 @@ __global__ void mt_k_iota(int32_t *x, int64_t n)
 
 /* one block per sorted position; the first position of each token's run
  * owns that token's dtable row */
-__global__ void mt_k_embedding_backward(float *dtable, const float *dout, const int32_t *key,
+template <typename T>
+__global__ void mt_k_embedding_backward(float *dtable, const T *dout, const int32_t *key,
                                         const int32_t *idx, int64_t n_tokens, int64_t dim)
 {
     for (int64_t p = blockIdx.x; p < n_tokens; p += gridDim.x) {
@@ -58,7 +63,7 @@ __global__ void mt_k_embedding_backward(float *dtable, const float *dout, const 
         for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) {
             float acc = dst[c];
             for (int64_t q = p; q < n_tokens && key[q] == tok; q++)
-                acc += dout[(int64_t)idx[q] * dim + c];
+                acc += mt_ld(dout, (int64_t)idx[q] * dim + c);
             dst[c] = acc;
         }
     }
@@ -66,23 +71,23 @@ __global__ void mt_k_embedding_backward(float *dtable, const float *dout, const 
 
 /* ------------------------------------------------------------------ launchers */
 
-extern "C" void mt_cuda_launch_embedding_forward(cudaStream_t s, float *out,
-                                                 const int32_t *tokens, const float *table,
-                                                 int64_t n_tokens, int64_t dim)
+template <typename T>
+static void embedding_forward(cudaStream_t s, T *out, const int32_t *tokens, const T *table,
+                              int64_t n_tokens, int64_t dim)
 {
     MT_CUDA_REQUIRE(n_tokens >= 0 && dim > 0, "embedding_forward", "n_tokens=%lld dim=%lld",
                     (long long)n_tokens, (long long)dim);
     if (n_tokens == 0)
         return;
     const unsigned blocks = n_tokens < 65535 * 8 ? (unsigned)n_tokens : 65535 * 8;
-    mt_k_embedding_forward<<<blocks, dim >= 256 ? 256 : 64, 0, s>>>(out, tokens, table, n_tokens,
-                                                                   dim);
+    mt_k_embedding_forward<T><<<blocks, dim >= 256 ? 256 : 64, 0, s>>>(out, tokens, table,
+                                                                      n_tokens, dim);
     MT_CUDA_LAUNCH_CHECK("embedding_forward");
 }
 
-extern "C" void mt_cuda_launch_embedding_backward(cudaStream_t s, float *dtable,
-                                                  const float *dout, const int32_t *tokens,
-                                                  int64_t n_tokens, int64_t dim)
+template <typename T>
+static void embedding_backward(cudaStream_t s, float *dtable, const T *dout,
+                               const int32_t *tokens, int64_t n_tokens, int64_t dim)
 {
     MT_CUDA_REQUIRE(n_tokens >= 0 && n_tokens <= INT_MAX && dim > 0, "embedding_backward",
                     "n_tokens=%lld dim=%lld", (long long)n_tokens, (long long)dim);
@@ -104,7 +109,39 @@ extern "C" void mt_cuda_launch_embedding_backward(cudaStream_t s, float *dtable,
     MT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, tokens, key, idx_in, idx, n, 0,
                                                   32, s));
     const unsigned blocks = n < 65535 * 8 ? (unsigned)n : 65535 * 8;
-    mt_k_embedding_backward<<<blocks, dim >= 256 ? 256 : 64, 0, s>>>(dtable, dout, key, idx,
-                                                                    n_tokens, dim);
+    mt_k_embedding_backward<T><<<blocks, dim >= 256 ? 256 : 64, 0, s>>>(dtable, dout, key, idx,
+                                                                       n_tokens, dim);
     MT_CUDA_LAUNCH_CHECK("embedding_backward");
+}
+
+extern "C" void mt_cuda_launch_embedding_forward(cudaStream_t s, float *out,
+                                                 const int32_t *tokens, const float *table,
+                                                 int64_t n_tokens, int64_t dim)
+{
+    embedding_forward(s, out, tokens, table, n_tokens, dim);
+}
+
+extern "C" void mt_cuda_launch_embedding_backward(cudaStream_t s, float *dtable,
+                                                  const float *dout, const int32_t *tokens,
+                                                  int64_t n_tokens, int64_t dim)
+{
+    embedding_backward(s, dtable, dout, tokens, n_tokens, dim);
+}
+
+/* bf16 storage: table, out and dout bf16 bits; dtable float32 */
+extern "C" void mt_cuda_launch_embedding_forward_bf16s(cudaStream_t s, uint16_t *out,
+                                                       const int32_t *tokens,
+                                                       const uint16_t *table, int64_t n_tokens,
+                                                       int64_t dim)
+{
+    embedding_forward(s, (__nv_bfloat16 *)out, tokens, (const __nv_bfloat16 *)table, n_tokens,
+                      dim);
+}
+
+extern "C" void mt_cuda_launch_embedding_backward_bf16s(cudaStream_t s, float *dtable,
+                                                        const uint16_t *dout,
+                                                        const int32_t *tokens, int64_t n_tokens,
+                                                        int64_t dim)
+{
+    embedding_backward(s, dtable, (const __nv_bfloat16 *)dout, tokens, n_tokens, dim);
 }

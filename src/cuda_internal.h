@@ -89,6 +89,11 @@ void mt_cuda_launch_embedding_forward(cudaStream_t s, float *out, const int32_t 
                                       const float *table, int64_t n_tokens, int64_t dim);
 void mt_cuda_launch_embedding_backward(cudaStream_t s, float *dtable, const float *dout,
                                        const int32_t *tokens, int64_t n_tokens, int64_t dim);
+void mt_cuda_launch_embedding_forward_bf16s(cudaStream_t s, uint16_t *out, const int32_t *tokens,
+                                            const uint16_t *table, int64_t n_tokens, int64_t dim);
+void mt_cuda_launch_embedding_backward_bf16s(cudaStream_t s, float *dtable, const uint16_t *dout,
+                                             const int32_t *tokens, int64_t n_tokens,
+                                             int64_t dim);
 /* round: the activations written (not rstd, dw) are rounded to bf16 in
  * the kernel's store, for the rounding table (mt_backend_t.rounds_bf16) */
 void mt_cuda_launch_rmsnorm_forward(cudaStream_t s, float *out, float *rstd, const float *x,
@@ -97,14 +102,33 @@ void mt_cuda_launch_rmsnorm_forward(cudaStream_t s, float *out, float *rstd, con
 void mt_cuda_launch_rmsnorm_backward(cudaStream_t s, float *dx, float *dw, const float *dout,
                                      const float *x, const float *w, const float *rstd,
                                      int64_t n, int64_t dim, bool accumulate, bool round);
+/* bf16 storage: x, w, out, dout and dx bf16 bits; rstd and dw float32 */
+void mt_cuda_launch_rmsnorm_forward_bf16s(cudaStream_t s, uint16_t *out, float *rstd,
+                                          const uint16_t *x, const uint16_t *w, int64_t n,
+                                          int64_t dim, float eps);
+void mt_cuda_launch_rmsnorm_backward_bf16s(cudaStream_t s, uint16_t *dx, float *dw,
+                                           const uint16_t *dout, const uint16_t *x,
+                                           const uint16_t *w, const float *rstd, int64_t n,
+                                           int64_t dim, bool accumulate);
 void mt_cuda_launch_rope(cudaStream_t s, float *x, const int32_t *pos, int64_t n_tokens,
                          int64_t n_heads, int64_t head_dim, double theta, double sign,
                          bool round);
+void mt_cuda_launch_rope_bf16s(cudaStream_t s, uint16_t *x, const int32_t *pos,
+                               int64_t n_tokens, int64_t n_heads, int64_t head_dim,
+                               double theta, double sign);
 void mt_cuda_launch_swiglu_forward(cudaStream_t s, float *out, const float *gate,
                                    const float *up, int64_t n, bool round);
 void mt_cuda_launch_swiglu_backward(cudaStream_t s, float *dgate, float *dup, const float *dout,
                                     const float *gate, const float *up, int64_t n, bool round);
 void mt_cuda_launch_add(cudaStream_t s, float *y, const float *x, int64_t n);
+/* bf16 storage (mt_backend_t.stores_bf16): the same kernels on bf16 bits,
+ * rounding what they store; add rounds the sum */
+void mt_cuda_launch_swiglu_forward_bf16s(cudaStream_t s, uint16_t *out, const uint16_t *gate,
+                                         const uint16_t *up, int64_t n);
+void mt_cuda_launch_swiglu_backward_bf16s(cudaStream_t s, uint16_t *dgate, uint16_t *dup,
+                                          const uint16_t *dout, const uint16_t *gate,
+                                          const uint16_t *up, int64_t n);
+void mt_cuda_launch_add_bf16s(cudaStream_t s, uint16_t *y, const uint16_t *x, int64_t n);
 void mt_cuda_launch_scale(cudaStream_t s, float *x, float a, int64_t n);
 void mt_cuda_launch_round_bf16(cudaStream_t s, float *x, int64_t n);
 /* Deterministic sum of squares: writes MT_CUDA_SUMSQ_PARTS doubles to
@@ -123,6 +147,11 @@ typedef enum { MT_CUDA_CE_F32, MT_CUDA_CE_F32_AS_BF16, MT_CUDA_CE_BF16 } mt_cuda
 /* Cross-entropy: row_loss[i] (0 for ignored rows) per row; the caller sums
  * in row order.  The shard passes take float32 logits, rounded as they are
  * read and dlogits as it is written when round. */
+/* The loss's row losses (device) summed on the host in row order over the
+ * rows whose target is not -100 (waits for the stream); *count their
+ * number */
+double mt_cuda_sum_rows(const char *kernel, const double *row_loss, const int32_t *targets,
+                        int64_t n, int64_t *count);
 void mt_cuda_launch_cross_entropy(cudaStream_t s, void *dlogits, const void *logits,
                                   mt_cuda_ce_elem_t elem, const int32_t *targets, int64_t n,
                                   int64_t V, int64_t v_valid, float grad_scale,

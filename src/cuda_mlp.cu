@@ -7,7 +7,9 @@
  * backward may run in place (dgate == gate, dup == up): each thread reads
  * its element before writing it.  With round (the bf16 table) SwiGLU reads
  * its inputs as bf16 values and rounds what it writes (mt_backend_t.
- * reads_bf16, rounds_bf16).  sum_squares splits x into
+ * reads_bf16, rounds_bf16); the _bf16s launchers run the same kernels on
+ * bf16 bits (bf16 storage, mt_backend_t.stores_bf16), which gives the
+ * rounding table's bits.  sum_squares splits x into
  * MT_CUDA_SUMSQ_PARTS contiguous ranges (a function of n only), reduces
  * each in double with a fixed block tree, and the caller adds the parts in
  * order: the same bits on every run. */
@@ -21,32 +23,39 @@
 
 __device__ __forceinline__ float mt_sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }
 
-__global__ void mt_k_swiglu_forward(float *out, const float *gate, const float *up, int64_t n,
-                                    bool round)
+/* T: float (round: the rounding table's float32 holding bf16 values), or
+ * __nv_bfloat16 (bf16 storage, round true: loads exact, stores rounded);
+ * the same arithmetic either way, so bf16 storage computes the rounding
+ * table's bits */
+template <typename T>
+__global__ void mt_k_swiglu_forward(T *out, const T *gate, const T *up, int64_t n, bool round)
 {
     GRID_STRIDE(i, n)
     {
-        const float g = mt_bf16_if(gate[i], round);
-        out[i] = mt_bf16_if((g * mt_sigmoid(g)) * mt_bf16_if(up[i], round), round);
+        const float g = mt_bf16_if(mt_ld(gate, i), round);
+        mt_st(out, i, mt_bf16_if((g * mt_sigmoid(g)) * mt_bf16_if(mt_ld(up, i), round), round));
     }
 }
 
-__global__ void mt_k_swiglu_backward(float *dgate, float *dup, const float *dout,
-                                     const float *gate, const float *up, int64_t n, bool round)
+template <typename T>
+__global__ void mt_k_swiglu_backward(T *dgate, T *dup, const T *dout, const T *gate, const T *up,
+                                     int64_t n, bool round)
 {
     GRID_STRIDE(i, n)
     {
-        const float g = mt_bf16_if(gate[i], round), u = mt_bf16_if(up[i], round);
-        const float d = mt_bf16_if(dout[i], round);
+        const float g = mt_bf16_if(mt_ld(gate, i), round), u = mt_bf16_if(mt_ld(up, i), round);
+        const float d = mt_bf16_if(mt_ld(dout, i), round);
         const float sg = mt_sigmoid(g);
-        dgate[i] = mt_bf16_if(d * u * (sg * (1.0f + g * (1.0f - sg))), round);
-        dup[i] = mt_bf16_if(d * (g * sg), round);
+        mt_st(dgate, i, mt_bf16_if(d * u * (sg * (1.0f + g * (1.0f - sg))), round));
+        mt_st(dup, i, mt_bf16_if(d * (g * sg), round));
     }
 }
 
-__global__ void mt_k_add(float *y, const float *x, int64_t n)
+/* y += x; bf16 storage rounds the sum (the rounding table's add, then the
+ * model's pass) */
+template <typename T> __global__ void mt_k_add(T *y, const T *x, int64_t n)
 {
-    GRID_STRIDE(i, n) y[i] += x[i];
+    GRID_STRIDE(i, n) mt_st(y, i, mt_ld(y, i) + mt_ld(x, i));
 }
 
 __global__ void mt_k_scale(float *x, float a, int64_t n)
@@ -79,35 +88,78 @@ __global__ void mt_k_sum_squares(double *partial, const float *x, int64_t n, int
 
 #define REQUIRE_N(kernel, n) MT_CUDA_REQUIRE((n) >= 0, kernel, "n=%lld", (long long)(n))
 
-extern "C" void mt_cuda_launch_swiglu_forward(cudaStream_t s, float *out, const float *gate,
-                                              const float *up, int64_t n, bool round)
+template <typename T>
+static void swiglu_forward(cudaStream_t s, T *out, const T *gate, const T *up, int64_t n,
+                           bool round)
 {
     REQUIRE_N("swiglu_forward", n);
     if (n == 0)
         return;
-    mt_k_swiglu_forward<<<mt_cuda_blocks(n, 256), 256, 0, s>>>(out, gate, up, n, round);
+    mt_k_swiglu_forward<T><<<mt_cuda_blocks(n, 256), 256, 0, s>>>(out, gate, up, n, round);
     MT_CUDA_LAUNCH_CHECK("swiglu_forward");
+}
+
+template <typename T>
+static void swiglu_backward(cudaStream_t s, T *dgate, T *dup, const T *dout, const T *gate,
+                            const T *up, int64_t n, bool round)
+{
+    REQUIRE_N("swiglu_backward", n);
+    if (n == 0)
+        return;
+    mt_k_swiglu_backward<T><<<mt_cuda_blocks(n, 256), 256, 0, s>>>(dgate, dup, dout, gate, up, n,
+                                                                   round);
+    MT_CUDA_LAUNCH_CHECK("swiglu_backward");
+}
+
+template <typename T> static void add(cudaStream_t s, T *y, const T *x, int64_t n)
+{
+    REQUIRE_N("add", n);
+    if (n == 0)
+        return;
+    mt_k_add<T><<<mt_cuda_blocks(n, 256), 256, 0, s>>>(y, x, n);
+    MT_CUDA_LAUNCH_CHECK("add");
+}
+
+extern "C" void mt_cuda_launch_swiglu_forward(cudaStream_t s, float *out, const float *gate,
+                                              const float *up, int64_t n, bool round)
+{
+    swiglu_forward(s, out, gate, up, n, round);
 }
 
 extern "C" void mt_cuda_launch_swiglu_backward(cudaStream_t s, float *dgate, float *dup,
                                                const float *dout, const float *gate,
                                                const float *up, int64_t n, bool round)
 {
-    REQUIRE_N("swiglu_backward", n);
-    if (n == 0)
-        return;
-    mt_k_swiglu_backward<<<mt_cuda_blocks(n, 256), 256, 0, s>>>(dgate, dup, dout, gate, up, n,
-                                                                round);
-    MT_CUDA_LAUNCH_CHECK("swiglu_backward");
+    swiglu_backward(s, dgate, dup, dout, gate, up, n, round);
 }
 
 extern "C" void mt_cuda_launch_add(cudaStream_t s, float *y, const float *x, int64_t n)
 {
-    REQUIRE_N("add", n);
-    if (n == 0)
-        return;
-    mt_k_add<<<mt_cuda_blocks(n, 256), 256, 0, s>>>(y, x, n);
-    MT_CUDA_LAUNCH_CHECK("add");
+    add(s, y, x, n);
+}
+
+/* bf16 storage: the same kernels on bf16 bits */
+extern "C" void mt_cuda_launch_swiglu_forward_bf16s(cudaStream_t s, uint16_t *out,
+                                                    const uint16_t *gate, const uint16_t *up,
+                                                    int64_t n)
+{
+    swiglu_forward(s, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)gate,
+                   (const __nv_bfloat16 *)up, n, true);
+}
+
+extern "C" void mt_cuda_launch_swiglu_backward_bf16s(cudaStream_t s, uint16_t *dgate,
+                                                     uint16_t *dup, const uint16_t *dout,
+                                                     const uint16_t *gate, const uint16_t *up,
+                                                     int64_t n)
+{
+    swiglu_backward(s, (__nv_bfloat16 *)dgate, (__nv_bfloat16 *)dup, (const __nv_bfloat16 *)dout,
+                    (const __nv_bfloat16 *)gate, (const __nv_bfloat16 *)up, n, true);
+}
+
+extern "C" void mt_cuda_launch_add_bf16s(cudaStream_t s, uint16_t *y, const uint16_t *x,
+                                         int64_t n)
+{
+    add(s, (__nv_bfloat16 *)y, (const __nv_bfloat16 *)x, n);
 }
 
 extern "C" void mt_cuda_launch_scale(cudaStream_t s, float *x, float a, int64_t n)

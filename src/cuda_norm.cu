@@ -8,7 +8,9 @@
  * The bits do not depend on the GPU or the launch, only on the shapes.
  * Scratch: DW_CHUNKS * dim doubles.  With round (the bf16 table) the
  * activations x, dout and an accumulated dx are read as bf16 values and
- * out and dx are written rounded (mt_backend_t.reads_bf16, rounds_bf16). */
+ * out and dx are written rounded (mt_backend_t.reads_bf16, rounds_bf16);
+ * the _bf16s launchers run the same kernels on bf16 bits (bf16 storage,
+ * mt_backend_t.stores_bf16), which gives the rounding table's bits. */
 #include "cuda_common.cuh"
 
 #define ROW_THREADS 256
@@ -16,54 +18,60 @@
 
 /* ------------------------------------------------------------------ kernels */
 
-__global__ void mt_k_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w,
-                                     int64_t n, int64_t dim, float eps, bool round)
+/* T: float (round: the rounding table), or __nv_bfloat16 (bf16 storage,
+ * round true) for x, w, out, dout and dx; rstd and dw stay float.  The
+ * arithmetic is the same, so bf16 storage gives the rounding table's bits. */
+template <typename T>
+__global__ void mt_k_rmsnorm_forward(T *out, float *rstd, const T *x, const T *w, int64_t n,
+                                     int64_t dim, float eps, bool round)
 {
     __shared__ double buf[MT_WARP];
     for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
-        const float *xr = x + i * dim;
+        const T *xr = x + i * dim;
         double ss = 0.0;
         for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-            const double xj = mt_bf16_if(xr[j], round);
+            const double xj = mt_bf16_if(mt_ld(xr, j), round);
             ss += xj * xj;
         }
         ss = mt_block_sum(ss, buf);
         const float r = (float)(1.0 / sqrt(ss / (double)dim + (double)eps));
         if (threadIdx.x == 0)
             rstd[i] = r;
-        float *yr = out + i * dim;
-        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
-            yr[j] = mt_bf16_if((mt_bf16_if(xr[j], round) * r) * w[j], round); /* HF's order */
+        T *yr = out + i * dim;
+        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) /* HF's order */
+            mt_st(yr, j, mt_bf16_if((mt_bf16_if(mt_ld(xr, j), round) * r) * mt_ld(w, j), round));
     }
 }
 
-__global__ void mt_k_rmsnorm_backward_dx(float *dx, const float *dout, const float *x,
-                                         const float *w, const float *rstd, int64_t n,
-                                         int64_t dim, bool acc, bool round)
+template <typename T>
+__global__ void mt_k_rmsnorm_backward_dx(T *dx, const T *dout, const T *x, const T *w,
+                                         const float *rstd, int64_t n, int64_t dim, bool acc,
+                                         bool round)
 {
     __shared__ double buf[MT_WARP];
     for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
-        const float *xr = x + i * dim, *gr = dout + i * dim;
+        const T *xr = x + i * dim, *gr = dout + i * dim;
         double gx = 0.0;
         for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
-            gx += (double)mt_bf16_if(gr[j], round) * (double)w[j] *
-                  (double)mt_bf16_if(xr[j], round);
+            gx += (double)mt_bf16_if(mt_ld(gr, j), round) * (double)mt_ld(w, j) *
+                  (double)mt_bf16_if(mt_ld(xr, j), round);
         gx = mt_block_sum(gx, buf);
         const double r = rstd[i];
         const float coef = (float)(r * r * r * gx / (double)dim);
         const float rf = (float)r;
-        float *dr = dx + i * dim; /* may not alias dout: rows are read above, then written */
+        T *dr = dx + i * dim; /* may not alias dout: rows are read above, then written */
         for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-            const float g = mt_bf16_if(gr[j], round), xj = mt_bf16_if(xr[j], round);
-            const float v = rf * (g * w[j]) - coef * xj;
+            const float g = mt_bf16_if(mt_ld(gr, j), round), xj = mt_bf16_if(mt_ld(xr, j), round);
+            const float v = rf * (g * mt_ld(w, j)) - coef * xj;
             /* += : the residual's gradient */
-            dr[j] = mt_bf16_if(acc ? mt_bf16_if(dr[j], round) + v : v, round);
+            mt_st(dr, j, mt_bf16_if(acc ? mt_bf16_if(mt_ld(dr, j), round) + v : v, round));
         }
     }
 }
 
 /* partial[ch][c] = sum over the rows of chunk ch of dout * x * rstd */
-__global__ void mt_k_rmsnorm_dw_partial(double *partial, const float *dout, const float *x,
+template <typename T>
+__global__ void mt_k_rmsnorm_dw_partial(double *partial, const T *dout, const T *x,
                                         const float *rstd, int64_t n, int64_t dim,
                                         int64_t rows_per_chunk, bool round)
 {
@@ -75,8 +83,8 @@ __global__ void mt_k_rmsnorm_dw_partial(double *partial, const float *dout, cons
     const int64_t r1 = r0 + rows_per_chunk < n ? r0 + rows_per_chunk : n;
     double acc = 0.0;
     for (int64_t i = r0; i < r1; i++)
-        acc += (double)mt_bf16_if(dout[i * dim + c], round) *
-               (double)mt_bf16_if(x[i * dim + c], round) * (double)rstd[i];
+        acc += (double)mt_bf16_if(mt_ld(dout, i * dim + c), round) *
+               (double)mt_bf16_if(mt_ld(x, i * dim + c), round) * (double)rstd[i];
     partial[ch * dim + c] = acc;
 }
 
@@ -96,23 +104,23 @@ __global__ void mt_k_rmsnorm_dw_finish(float *dw, const double *partial, int64_t
 
 static unsigned row_blocks(int64_t n) { return n < 65535 * 16 ? (unsigned)n : 65535 * 16; }
 
-extern "C" void mt_cuda_launch_rmsnorm_forward(cudaStream_t s, float *out, float *rstd,
-                                               const float *x, const float *w, int64_t n,
-                                               int64_t dim, float eps, bool round)
+template <typename T>
+static void rmsnorm_forward(cudaStream_t s, T *out, float *rstd, const T *x, const T *w,
+                            int64_t n, int64_t dim, float eps, bool round)
 {
     MT_CUDA_REQUIRE(n >= 0 && dim > 0, "rmsnorm_forward", "n=%lld dim=%lld", (long long)n,
                     (long long)dim);
     if (n == 0)
         return;
-    mt_k_rmsnorm_forward<<<row_blocks(n), ROW_THREADS, 0, s>>>(out, rstd, x, w, n, dim, eps,
-                                                               round);
+    mt_k_rmsnorm_forward<T><<<row_blocks(n), ROW_THREADS, 0, s>>>(out, rstd, x, w, n, dim, eps,
+                                                                  round);
     MT_CUDA_LAUNCH_CHECK("rmsnorm_forward");
 }
 
-extern "C" void mt_cuda_launch_rmsnorm_backward(cudaStream_t s, float *dx, float *dw,
-                                                const float *dout, const float *x,
-                                                const float *w, const float *rstd, int64_t n,
-                                                int64_t dim, bool accumulate, bool round)
+template <typename T>
+static void rmsnorm_backward(cudaStream_t s, T *dx, float *dw, const T *dout, const T *x,
+                             const T *w, const float *rstd, int64_t n, int64_t dim,
+                             bool accumulate, bool round)
 {
     MT_CUDA_REQUIRE(n >= 0 && dim > 0, "rmsnorm_backward", "n=%lld dim=%lld", (long long)n,
                     (long long)dim);
@@ -124,13 +132,47 @@ extern "C" void mt_cuda_launch_rmsnorm_backward(cudaStream_t s, float *dx, float
                                                 (size_t)(nchunks * dim) * sizeof(double));
     /* dw first: it reads dout and x, which dx may overwrite when aliased */
     dim3 grid((unsigned)((dim + 255) / 256), (unsigned)nchunks);
-    mt_k_rmsnorm_dw_partial<<<grid, 256, 0, s>>>(partial, dout, x, rstd, n, dim, rows_per_chunk,
-                                                 round);
+    mt_k_rmsnorm_dw_partial<T><<<grid, 256, 0, s>>>(partial, dout, x, rstd, n, dim,
+                                                    rows_per_chunk, round);
     MT_CUDA_LAUNCH_CHECK("rmsnorm_dw_partial");
     mt_k_rmsnorm_dw_finish<<<(unsigned)((dim + 255) / 256), 256, 0, s>>>(dw, partial, nchunks,
                                                                          dim);
     MT_CUDA_LAUNCH_CHECK("rmsnorm_dw_finish");
-    mt_k_rmsnorm_backward_dx<<<row_blocks(n), ROW_THREADS, 0, s>>>(dx, dout, x, w, rstd, n, dim,
-                                                                   accumulate, round);
+    mt_k_rmsnorm_backward_dx<T><<<row_blocks(n), ROW_THREADS, 0, s>>>(dx, dout, x, w, rstd, n,
+                                                                      dim, accumulate, round);
     MT_CUDA_LAUNCH_CHECK("rmsnorm_backward_dx");
+}
+
+extern "C" void mt_cuda_launch_rmsnorm_forward(cudaStream_t s, float *out, float *rstd,
+                                               const float *x, const float *w, int64_t n,
+                                               int64_t dim, float eps, bool round)
+{
+    rmsnorm_forward(s, out, rstd, x, w, n, dim, eps, round);
+}
+
+extern "C" void mt_cuda_launch_rmsnorm_backward(cudaStream_t s, float *dx, float *dw,
+                                                const float *dout, const float *x,
+                                                const float *w, const float *rstd, int64_t n,
+                                                int64_t dim, bool accumulate, bool round)
+{
+    rmsnorm_backward(s, dx, dw, dout, x, w, rstd, n, dim, accumulate, round);
+}
+
+/* bf16 storage: the same kernels on bf16 bits (x, w, out, dout, dx) */
+extern "C" void mt_cuda_launch_rmsnorm_forward_bf16s(cudaStream_t s, uint16_t *out, float *rstd,
+                                                     const uint16_t *x, const uint16_t *w,
+                                                     int64_t n, int64_t dim, float eps)
+{
+    rmsnorm_forward(s, (__nv_bfloat16 *)out, rstd, (const __nv_bfloat16 *)x,
+                    (const __nv_bfloat16 *)w, n, dim, eps, true);
+}
+
+extern "C" void mt_cuda_launch_rmsnorm_backward_bf16s(cudaStream_t s, uint16_t *dx, float *dw,
+                                                      const uint16_t *dout, const uint16_t *x,
+                                                      const uint16_t *w, const float *rstd,
+                                                      int64_t n, int64_t dim, bool accumulate)
+{
+    rmsnorm_backward(s, (__nv_bfloat16 *)dx, dw, (const __nv_bfloat16 *)dout,
+                     (const __nv_bfloat16 *)x, (const __nv_bfloat16 *)w, rstd, n, dim,
+                     accumulate, true);
 }

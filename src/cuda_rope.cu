@@ -24,8 +24,11 @@
 
 /* ------------------------------------------------------------------ kernels */
 
-/* dynamic shared memory: cs[half] then sn[half] */
-__global__ void mt_k_rope(float *x, const int32_t *pos, int64_t n_tokens, int n_heads,
+/* dynamic shared memory: cs[half] then sn[half].  T: float (round: the
+ * rounding table), or __nv_bfloat16 (bf16 storage, round true: the same
+ * bits) */
+template <typename T>
+__global__ void mt_k_rope(T *x, const int32_t *pos, int64_t n_tokens, int n_heads,
                           int head_dim, double theta, double sign, bool round)
 {
     extern __shared__ float sm[];
@@ -41,13 +44,13 @@ __global__ void mt_k_rope(float *x, const int32_t *pos, int64_t n_tokens, int n_
             sn[i] = (float)(sign * sa);
         }
         __syncthreads();
-        float *xt = x + t * (int64_t)n_heads * head_dim;
+        T *xt = x + t * (int64_t)n_heads * head_dim;
         for (int e = threadIdx.x; e < pairs; e += blockDim.x) {
             const int h = e / half, i = e - h * half;
-            float *x1 = xt + h * head_dim, *x2 = x1 + half;
-            const float a = mt_bf16_if(x1[i], round), b = mt_bf16_if(x2[i], round);
-            x1[i] = mt_bf16_if(a * cs[i] - b * sn[i], round);
-            x2[i] = mt_bf16_if(b * cs[i] + a * sn[i], round);
+            T *x1 = xt + h * head_dim, *x2 = x1 + half;
+            const float a = mt_bf16_if(mt_ld(x1, i), round), b = mt_bf16_if(mt_ld(x2, i), round);
+            mt_st(x1, i, mt_bf16_if(a * cs[i] - b * sn[i], round));
+            mt_st(x2, i, mt_bf16_if(b * cs[i] + a * sn[i], round));
         }
         __syncthreads(); /* the table is the next token's */
     }
@@ -55,9 +58,9 @@ __global__ void mt_k_rope(float *x, const int32_t *pos, int64_t n_tokens, int n_
 
 /* ------------------------------------------------------------------ launchers */
 
-extern "C" void mt_cuda_launch_rope(cudaStream_t s, float *x, const int32_t *pos,
-                                    int64_t n_tokens, int64_t n_heads, int64_t head_dim,
-                                    double theta, double sign, bool round)
+template <typename T>
+static void rope(cudaStream_t s, T *x, const int32_t *pos, int64_t n_tokens, int64_t n_heads,
+                 int64_t head_dim, double theta, double sign, bool round)
 {
     /* head_dim/2 (cos, sin) pairs in 48 KiB of shared memory, n_heads *
      * head_dim/2 in an int */
@@ -70,7 +73,22 @@ extern "C" void mt_cuda_launch_rope(cudaStream_t s, float *x, const int32_t *pos
         return;
     const unsigned blocks = n_tokens < 65535 * 16 ? (unsigned)n_tokens : 65535 * 16;
     const size_t smem = sizeof(float) * (size_t)head_dim; /* cs and sn, half each */
-    mt_k_rope<<<blocks, ROPE_THREADS, smem, s>>>(x, pos, n_tokens, (int)n_heads, (int)head_dim,
-                                                 theta, sign, round);
+    mt_k_rope<T><<<blocks, ROPE_THREADS, smem, s>>>(x, pos, n_tokens, (int)n_heads, (int)head_dim,
+                                                    theta, sign, round);
     MT_CUDA_LAUNCH_CHECK("rope");
+}
+
+extern "C" void mt_cuda_launch_rope(cudaStream_t s, float *x, const int32_t *pos,
+                                    int64_t n_tokens, int64_t n_heads, int64_t head_dim,
+                                    double theta, double sign, bool round)
+{
+    rope(s, x, pos, n_tokens, n_heads, head_dim, theta, sign, round);
+}
+
+/* bf16 storage: the same kernel on bf16 bits */
+extern "C" void mt_cuda_launch_rope_bf16s(cudaStream_t s, uint16_t *x, const int32_t *pos,
+                                          int64_t n_tokens, int64_t n_heads, int64_t head_dim,
+                                          double theta, double sign)
+{
+    rope(s, (__nv_bfloat16 *)x, pos, n_tokens, n_heads, head_dim, theta, sign, true);
 }

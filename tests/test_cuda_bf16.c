@@ -25,6 +25,11 @@
  *    values, after round_bf16; head dim 48 falls back to the
  *    fp32 kernels and must equal mt_backend_cuda()'s bits (out, dq, dk,
  *    dv) rounded by its round_bf16.
+ *  - bf16 storage (mt_backend_cuda_bf16_storage, partial): on bf16 bits,
+ *    RMSNorm, RoPE, SwiGLU (also in place), add, the embedding, the loss
+ *    and AdamW's compute copy give the rounding table's bits on the same
+ *    values; its GEMMs (cuBLASLt bf16) are within bf16 tolerance of the
+ *    rounding table's (1.6e-2 for a bf16 result, 1e-4 for float32).
  * Exits 77 (skip) without a CUDA device (the build machines): there it
  * proves that the test builds and links.  One file, so mt_test.h's
  * counters are all of it and reach the exit code directly (the
@@ -491,6 +496,181 @@ static void test_attention(uint64_t *s)
     attention_case(s, 1, 90, 4, 2, 64, 1, 1);   /* partial tile, documents, scalar loads */
 }
 
+
+/* ---- bf16 storage (mt_backend_cuda_bf16_storage, cuda_storage.cu) ----
+ * On bf16 bits, each built entry gives the bits of the rounding table's
+ * entry (tc_gpu) on the same values in float32 storage; the GEMMs are
+ * cuBLASLt's bf16 ones, so they are checked to bf16 tolerance instead. */
+
+/* a device copy of host x's bf16 bits */
+static void *up16(const float *x, int64_t n)
+{
+    uint16_t *h = malloc(sizeof(uint16_t) * (size_t)(n > 0 ? n : 1));
+    for (int64_t i = 0; i < n; i++)
+        h[i] = mt_f32_to_bf16(x[i]);
+    void *d = tc_up(h, sizeof(uint16_t) * (size_t)n);
+    free(h);
+    return d;
+}
+
+/* the device bf16 bits at d16 must be those of the device floats d_ref */
+static void check16(const char *what, const void *d16, const float *d_ref, int64_t n)
+{
+    uint16_t *g = tc_down(d16, sizeof(uint16_t) * (size_t)n);
+    float *r = tc_down(d_ref, F(n));
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        bad += g[i] != mt_f32_to_bf16(r[i]) && !(isnan(r[i]) && (g[i] & 0x7fffu) > 0x7f80u);
+    CHECK(bad == 0, "bf16 storage %s: %lld of %lld elements differ from the rounding table's",
+          what, (long long)bad, (long long)n);
+    free(g), free(r);
+}
+
+/* the device bf16 bits at d16 widened, within tol normwise of the floats */
+static void close16(const char *what, const void *d16, const float *d_ref, int64_t n, double tol)
+{
+    uint16_t *g = tc_down(d16, sizeof(uint16_t) * (size_t)n);
+    float *r = tc_down(d_ref, F(n)), *w = malloc(F(n));
+    for (int64_t i = 0; i < n; i++)
+        w[i] = mt_bf16_to_f32(g[i]);
+    char name[96];
+    snprintf(name, sizeof name, "bf16 storage %s", what);
+    CHECK_CLOSE(name, w, r, n, tol);
+    free(g), free(r), free(w);
+}
+
+static void test_storage(uint64_t *s)
+{
+    const mt_backend_t *b = tc_gpu, *st = mt_backend_cuda_bf16_storage();
+    CHECK(st->stores_bf16 && st->rounds_bf16 && st->reads_bf16 && !b->stores_bf16 &&
+              !strcmp(st->name, "cuda_bf16_storage"),
+          "bf16 storage table flags");
+    CHECK(st->sum_squares == b->sum_squares && st->adamw == b->adamw &&
+              st->to_bf16 == b->to_bf16 && st->copy == b->copy &&
+              st->device_alloc == b->device_alloc,
+          "bf16 storage: a float32 entry is not the rounding table's");
+    const int64_t n = 70, dim = 136, nh = 3, hd = 64, ntok = 41, ne = 5001;
+    /* RMSNorm */
+    float *x = rand_bf16(s, n * dim, 3.0f), *w = rand_bf16(s, dim, 2.0f);
+    float *dout = rand_bf16(s, n * dim, 1.0f), *res = rand_bf16(s, n * dim, 1.0f);
+    float *dx = tc_up(x, F(n * dim)), *dw = tc_up(w, F(dim));
+    void *sx = up16(x, n * dim), *sw = up16(w, dim);
+    float *o1 = tc_dev(F(n * dim)), *r1 = tc_dev(F(n)), *r2 = tc_dev(F(n));
+    void *o2 = tc_dev(2 * (size_t)(n * dim));
+    b->rmsnorm_forward(o1, r1, dx, dw, n, dim, 1e-5f);
+    st->rmsnorm_forward(o2, r2, sx, sw, n, dim, 1e-5f);
+    check16("rmsnorm_forward", o2, o1, n * dim);
+    check_same("bf16 storage rmsnorm_forward rstd", r2, r1, n);
+    for (int acc = 0; acc < 2; acc++) {
+        float *dd = tc_up(dout, F(n * dim)), *gx1 = tc_up(res, F(n * dim));
+        void *sd = up16(dout, n * dim), *gx2 = up16(res, n * dim);
+        float *gw1 = tc_up(w, F(dim)), *gw2 = tc_up(w, F(dim));
+        b->rmsnorm_backward(gx1, gw1, dd, dx, dw, r1, n, dim, acc);
+        st->rmsnorm_backward(gx2, gw2, sd, sx, sw, r1, n, dim, acc);
+        check16(acc ? "rmsnorm_backward dx (accumulated)" : "rmsnorm_backward dx", gx2, gx1,
+                n * dim);
+        check_same("bf16 storage rmsnorm_backward dw", gw2, gw1, dim);
+    }
+    /* RoPE both ways */
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)ntok);
+    for (int64_t i = 0; i < ntok; i++)
+        pos[i] = (int32_t)(i * 37 % 500);
+    int32_t *d_pos = tc_up(pos, sizeof(int32_t) * (size_t)ntok);
+    float *q = rand_bf16(s, ntok * nh * hd, 2.0f);
+    float *q1 = tc_up(q, F(ntok * nh * hd));
+    void *q2 = up16(q, ntok * nh * hd);
+    b->rope_forward(q1, d_pos, ntok, nh, hd, 10000.0);
+    st->rope_forward(q2, d_pos, ntok, nh, hd, 10000.0);
+    check16("rope_forward", q2, q1, ntok * nh * hd);
+    b->rope_backward(q1, d_pos, ntok, nh, hd, 500000.0);
+    st->rope_backward(q2, d_pos, ntok, nh, hd, 500000.0);
+    check16("rope_backward", q2, q1, ntok * nh * hd);
+    /* SwiGLU, add */
+    float *g = rand_bf16(s, ne, 4.0f), *u = rand_bf16(s, ne, 4.0f), *d = rand_bf16(s, ne, 1.0f);
+    float *g1 = tc_up(g, F(ne)), *u1 = tc_up(u, F(ne)), *d1 = tc_up(d, F(ne));
+    void *g2 = up16(g, ne), *u2 = up16(u, ne), *d2 = up16(d, ne);
+    float *a1 = tc_dev(F(ne));
+    void *a2 = tc_dev(2 * (size_t)ne);
+    b->swiglu_forward(a1, g1, u1, ne);
+    st->swiglu_forward(a2, g2, u2, ne);
+    check16("swiglu_forward", a2, a1, ne);
+    b->swiglu_backward(g1, u1, d1, g1, u1, ne); /* in place, as the model calls it */
+    st->swiglu_backward(g2, u2, d2, g2, u2, ne);
+    check16("swiglu_backward dgate", g2, g1, ne);
+    check16("swiglu_backward dup", u2, u1, ne);
+    b->add(a1, d1, ne);
+    mt_backend_cuda()->round_bf16(a1, ne); /* the model's pass after the rounding table's add */
+    st->add(a2, d2, ne);
+    check16("add", a2, a1, ne);
+    /* embedding: a token of another vocabulary shard; the backward's dtable float32 */
+    const int64_t V = 29, edim = 40, etok = 9;
+    int32_t tok[9] = {3, -1, 28, 3, 0, 7, 7, 1, 28};
+    int32_t *d_tok = tc_up(tok, sizeof tok);
+    float *table = rand_bf16(s, V * edim, 1.0f), *eg = rand_bf16(s, etok * edim, 1.0f);
+    float *t1 = tc_up(table, F(V * edim)), *e1 = tc_dev(F(etok * edim));
+    void *t2 = up16(table, V * edim), *e2 = tc_dev(2 * (size_t)(etok * edim));
+    b->embedding_forward(e1, d_tok, t1, etok, edim);
+    st->embedding_forward(e2, d_tok, t2, etok, edim);
+    check16("embedding_forward", e2, e1, etok * edim);
+    float *eg1 = tc_up(eg, F(etok * edim));
+    void *eg2 = up16(eg, etok * edim);
+    float *dt1 = tc_up(table, F(V * edim)), *dt2 = tc_up(table, F(V * edim));
+    b->embedding_backward(dt1, eg1, d_tok, etok, edim);
+    st->embedding_backward(dt2, eg2, d_tok, etok, edim);
+    check_same("bf16 storage embedding_backward dtable", dt2, dt1, V * edim);
+    /* the loss, its gradient in place */
+    const int64_t cn = 7, cV = 53, cvv = 50;
+    int32_t tg[7] = {2, -100, 49, 0, 13, 7, 30};
+    int32_t *d_tg = tc_up(tg, sizeof tg);
+    float *l = rand_bf16(s, cn * cV, 6.0f), *l1 = tc_up(l, F(cn * cV));
+    void *l2 = up16(l, cn * cV);
+    int64_t c1, c2;
+    double ls1 = b->cross_entropy(l1, l1, d_tg, cn, cV, cvv, 0.25f, &c1);
+    double ls2 = st->cross_entropy(l2, l2, d_tg, cn, cV, cvv, 0.25f, &c2);
+    CHECK(ls1 == ls2 && c1 == c2, "bf16 storage cross_entropy: %.17g (%lld) vs %.17g (%lld)", ls2,
+          (long long)c2, ls1, (long long)c1);
+    check16("cross_entropy dlogits", l2, l1, cn * cV);
+    /* AdamW's compute copy as bf16 bits */
+    float *p = rand_bf16(s, ne, 1.0f), *gr = tc_rand(s, ne, 1.0f), *mm = tc_rand(s, ne, 0.1f);
+    float *vv = tc_rand(s, ne, 0.1f);
+    for (int64_t i = 0; i < ne; i++)
+        vv[i] = fabsf(vv[i]);
+    float *p1 = tc_up(p, F(ne)), *p2 = tc_up(p, F(ne)), *dg = tc_up(gr, F(ne));
+    float *m1 = tc_up(mm, F(ne)), *m2 = tc_up(mm, F(ne)), *v1 = tc_up(vv, F(ne)),
+          *v2 = tc_up(vv, F(ne));
+    float *w1 = tc_dev(F(ne));
+    void *w2 = tc_dev(2 * (size_t)ne);
+    b->adamw_bf16_copy(p1, w1, dg, 0.5f, m1, v1, ne, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+    st->adamw_bf16_copy(p2, w2, dg, 0.5f, m2, v2, ne, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+    check_same("bf16 storage adamw_bf16_copy p", p2, p1, ne);
+    check_same("bf16 storage adamw_bf16_copy m", m2, m1, ne);
+    check_same("bf16 storage adamw_bf16_copy v", v2, v1, ne);
+    check16("adamw_bf16_copy work", w2, w1, ne);
+    /* the GEMMs: cuBLASLt bf16 against FAST_16BF (then the model's pass) */
+    for (int t = 0; t < 8; t++) {
+        const int64_t mm_ = 67, nn = 45, kk = 33;
+        bool ta = t & 1, tb = t & 2;
+        float beta = t & 4 ? 1.0f : 0.0f;
+        float *A = rand_bf16(s, mm_ * kk, 1.0f), *B = rand_bf16(s, kk * nn, 1.0f),
+              *C = rand_bf16(s, mm_ * nn, 1.0f);
+        float *A1 = tc_up(A, F(mm_ * kk)), *B1 = tc_up(B, F(kk * nn)), *C1 = tc_up(C, F(mm_ * nn));
+        float *C3 = tc_up(C, F(mm_ * nn)), *C4 = tc_up(C, F(mm_ * nn));
+        void *A2 = up16(A, mm_ * kk), *B2 = up16(B, kk * nn), *C2 = up16(C, mm_ * nn);
+        b->matmul(C1, A1, B1, mm_, nn, kk, ta, tb, beta);
+        mt_backend_cuda()->round_bf16(C1, mm_ * nn);
+        st->matmul(C2, A2, B2, mm_, nn, kk, ta, tb, beta);
+        close16("matmul", C2, C1, mm_ * nn, 1.6e-2);
+        b->matmul(C3, A1, B1, mm_, nn, kk, ta, tb, beta);
+        st->matmul_f32out(C4, A2, B2, mm_, nn, kk, ta, tb, beta);
+        float *h3 = tc_down(C3, F(mm_ * nn)), *h4 = tc_down(C4, F(mm_ * nn));
+        CHECK_CLOSE("bf16 storage matmul_f32out", h4, h3, mm_ * nn, MM_TOL);
+        free(A), free(B), free(C), free(h3), free(h4);
+    }
+    free(x), free(w), free(dout), free(res), free(pos), free(q), free(g), free(u), free(d),
+        free(table), free(eg), free(l), free(p), free(gr), free(mm), free(vv);
+    mt_cuda_arena_reset(&tc_arena);
+}
+
 int main(void)
 {
     tc_setup("test_cuda_bf16", mt_backend_cuda_bf16);
@@ -500,6 +680,7 @@ int main(void)
     test_loss_rounding(&seed);
     test_matmul(&seed);
     test_attention(&seed);
+    test_storage(&seed);
     tc_teardown();
     return mt_test_exit("test_cuda_bf16");
 }
