@@ -125,7 +125,8 @@ __global__ void mt_k_attention_forward(float *out, float *lse, const float *q, c
 
 /* D[(b*nh + h)*T + t] = dout . out over the row's head dims (rows of
  * nh*hd floats); a warp per row */
-__global__ void mt_k_attention_rowdot(float *D, const float *dout, const float *out, int64_t B,
+template <typename E>
+__global__ void mt_k_attention_rowdot(float *D, const E *dout, const E *out, int64_t B,
                                       int64_t T, int64_t nh, int64_t hd, bool round)
 {
     const int lane = threadIdx.x % MT_WARP;
@@ -136,7 +137,7 @@ __global__ void mt_k_attention_rowdot(float *D, const float *dout, const float *
         const int64_t off = (b * T + t) * nh * hd + h * hd;
         float acc = 0.0f;
         for (int64_t d = lane; d < hd; d += MT_WARP)
-            acc += mt_bf16_if(dout[off + d], round) * mt_bf16_if(out[off + d], round);
+            acc += mt_bf16_if(mt_ld(dout, off + d), round) * mt_bf16_if(mt_ld(out, off + d), round);
         acc = mt_warp_sum(acc);
         if (lane == 0)
             D[row] = acc;
@@ -261,8 +262,22 @@ extern "C" void mt_cuda_launch_attention_rowdot(cudaStream_t s, float *D, const 
     const int64_t rows = B * nh * T;
     if (rows == 0)
         return;
-    mt_k_attention_rowdot<<<mt_cuda_blocks(rows * MT_WARP, 256), 256, 0, s>>>(D, dout, out, B, T,
-                                                                             nh, hd, round);
+    mt_k_attention_rowdot<float><<<mt_cuda_blocks(rows * MT_WARP, 256), 256, 0, s>>>(
+        D, dout, out, B, T, nh, hd, round);
+    MT_CUDA_LAUNCH_CHECK("attention_rowdot");
+}
+
+/* bf16 storage: dout and out bf16 bits (exact loads) */
+extern "C" void mt_cuda_launch_attention_rowdot_bf16s(cudaStream_t s, float *D,
+                                                      const uint16_t *dout, const uint16_t *out,
+                                                      int64_t B, int64_t T, int64_t nh,
+                                                      int64_t hd)
+{
+    const int64_t rows = B * nh * T;
+    if (rows == 0)
+        return;
+    mt_k_attention_rowdot<__nv_bfloat16><<<mt_cuda_blocks(rows * MT_WARP, 256), 256, 0, s>>>(
+        D, (const __nv_bfloat16 *)dout, (const __nv_bfloat16 *)out, B, T, nh, hd, true);
     MT_CUDA_LAUNCH_CHECK("attention_rowdot");
 }
 

@@ -55,6 +55,8 @@
  * on machines without a GPU. */
 #include <mma.h>
 
+#include <string.h>
+
 #include "cuda_common.cuh"
 namespace wm = nvcuda::wmma;
 #define TC_DECLARE_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
@@ -102,24 +104,46 @@ __device__ __forceinline__ void tc_first_keys(const tc_geom_t &G, int64_t b, int
     }
 }
 
+/* four consecutive elements at p as floats: float32 (vec: one 16-byte
+ * load), or bf16 bits (bf16 storage; vec: one 8-byte load), exact */
+__device__ __forceinline__ float4 tc_load4(const float *p, int vec)
+{
+    return vec ? *(const float4 *)p : make_float4(p[0], p[1], p[2], p[3]);
+}
+
+/* the float of bf16 bits h (exact) */
+__device__ __forceinline__ float tc_bits_f32(unsigned long long h)
+{
+    const unsigned int b = (unsigned int)(h & 0xffffu) << 16;
+    float f;
+    memcpy(&f, &b, sizeof f);
+    return f;
+}
+
+__device__ __forceinline__ float4 tc_load4(const __nv_bfloat16 *p, int vec)
+{
+    if (vec) { /* element i in bits 16 i .. 16 i + 15 (little-endian) */
+        const unsigned long long u = *(const unsigned long long *)p;
+        return make_float4(tc_bits_f32(u), tc_bits_f32(u >> 16), tc_bits_f32(u >> 32),
+                           tc_bits_f32(u >> 48));
+    }
+    return make_float4(__bfloat162float(p[0]), __bfloat162float(p[1]), __bfloat162float(p[2]),
+                       __bfloat162float(p[3]));
+}
+
 /* Block-cooperative: rows 0..n of src (row r at src + r*stride, HD
- * floats) into the bf16 tile dst [R][HD + 8]; rows n..R are zeroed so
- * products over them give 0, never NaN. */
-template <int HD, int R>
-__device__ __forceinline__ void tc_load_tile(tc_bf16 *dst, const float *src, int64_t stride,
+ * elements, float32 or bf16 bits) into the bf16 tile dst [R][HD + 8];
+ * rows n..R are zeroed so products over them give 0, never NaN. */
+template <int HD, int R, typename T>
+__device__ __forceinline__ void tc_load_tile(tc_bf16 *dst, const T *src, int64_t stride,
                                              int64_t n, int vec)
 {
     const int LD = HD + 8, C4 = HD / 4;
     for (int e = threadIdx.x; e < R * C4; e += blockDim.x) {
         const int r = e / C4, c = (e % C4) * 4;
         float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (r < n) {
-            const float *p = src + r * stride + c;
-            if (vec)
-                x = *(const float4 *)p;
-            else
-                x = make_float4(p[0], p[1], p[2], p[3]);
-        }
+        if (r < n)
+            x = tc_load4(src + r * stride + c, vec);
         __nv_bfloat162 *d = (__nv_bfloat162 *)(dst + r * LD + c);
         d[0] = __floats2bfloat162_rn(x.x, x.y);
         d[1] = __floats2bfloat162_rn(x.z, x.w);
@@ -164,8 +188,8 @@ __device__ __forceinline__ void tc_accum(tc_fc_t *acc, const tc_bf16 *P, int ldp
  * [16][lds] and write them to global rows dst + r*stride (r < nrows),
  * times s (or divided by rdiv[r] when rdiv), rounded to bf16 when rnd,
  * coalesced row by row */
-template <int HD>
-__device__ __forceinline__ void tc_store_rows(float *dst, int64_t stride, int nrows,
+template <int HD, typename T>
+__device__ __forceinline__ void tc_store_rows(T *dst, int64_t stride, int nrows,
                                               const tc_fc_t *acc, float *W, int lds, float s,
                                               const float *rdiv, bool rnd)
 {
@@ -176,7 +200,7 @@ __device__ __forceinline__ void tc_store_rows(float *dst, int64_t stride, int nr
     for (int r = 0; r < nrows && r < 16; r++) {
         const float f = rdiv ? 1.0f / rdiv[r] : s;
         for (int c = lane; c < HD; c += 32)
-            dst[r * stride + c] = mt_bf16_if(W[r * lds + c] * f, rnd);
+            mt_st(dst, r * stride + c, mt_bf16_if(W[r * lds + c] * f, rnd));
     }
     __syncwarp();
 }
@@ -185,10 +209,10 @@ __device__ __forceinline__ void tc_store_rows(float *dst, int64_t stride, int nr
 
 /* shared: Qs, Ks, Vs bf16 [64][HD+8]; Sf fp32 [64][LDS] (scores, then the
  * output staging); Pb bf16 [64][72]; sRow fp32 [64] (corr, then l) */
-template <int HD>
+template <int HD, typename T>
 __global__ void __launch_bounds__(TC_THREADS)
-    mt_k_attention_tc_forward(float *out, float *lse, const float *q, const float *k,
-                              const float *v, tc_geom_t G)
+    mt_k_attention_tc_forward(T *out, float *lse, const T *q, const T *k, const T *v,
+                              tc_geom_t G)
 {
     const int LDH = HD + 8, LDS = (TC_BK > HD ? TC_BK : HD) + 4, LDP = TC_BK + 8;
     TC_DECLARE_SMEM(smem);
@@ -293,10 +317,10 @@ __global__ void __launch_bounds__(TC_THREADS)
 /* dq of 64 query rows.  Shared: Qs, dOs, Ks, Vs bf16 [64][HD+8]; Sf fp32
  * [64][LDS] (scores, then the dq staging); dPf fp32 [64][68]; dSb bf16
  * [64][72] */
-template <int HD>
+template <int HD, typename T>
 __global__ void __launch_bounds__(TC_THREADS)
-    mt_k_attention_tc_dq(float *dq, const float *dout, const float *lse, const float *D,
-                         const float *q, const float *k, const float *v, tc_geom_t G)
+    mt_k_attention_tc_dq(T *dq, const T *dout, const float *lse, const float *D, const T *q,
+                         const T *k, const T *v, tc_geom_t G)
 {
     const int LDH = HD + 8, LDS = (TC_BK > HD ? TC_BK : HD) + 4, LDD = TC_BK + 4,
               LDP = TC_BK + 8;
@@ -375,10 +399,10 @@ __global__ void __launch_bounds__(TC_THREADS)
  * (query tile) bf16 [64][HD+8]; St fp32 [64][LDS] (S^T, then the staging);
  * dPt fp32 [64][68]; Pt, dSt bf16 [64][72]; per query of the tile sL, sD
  * (fp32) and sLo (int) [64] */
-template <int HD>
+template <int HD, typename T>
 __global__ void __launch_bounds__(TC_THREADS)
-    mt_k_attention_tc_dkdv(float *dk, float *dv, const float *dout, const float *lse,
-                           const float *D, const float *q, const float *k, const float *v,
+    mt_k_attention_tc_dkdv(T *dk, T *dv, const T *dout, const float *lse, const float *D,
+                           const T *q, const T *k, const T *v,
                            tc_geom_t G)
 {
     const int LDH = HD + 8, LDS = (TC_BQ > HD ? TC_BQ : HD) + 4, LDD = TC_BQ + 4,
@@ -545,32 +569,32 @@ template <typename K> static void tc_prepare(K kernel, size_t smem, bool *done)
     }
 }
 
-template <int HD>
-static void tc_forward(cudaStream_t s, float *out, float *lse, const float *q, const float *k,
-                       const float *v, const tc_geom_t &G)
+template <int HD, typename T>
+static void tc_forward(cudaStream_t s, T *out, float *lse, const T *q, const T *k, const T *v,
+                       const tc_geom_t &G)
 {
     static bool ready = false;
     const size_t smem = tc_smem_forward<HD>();
-    tc_prepare(mt_k_attention_tc_forward<HD>, smem, &ready);
+    tc_prepare(mt_k_attention_tc_forward<HD, T>, smem, &ready);
     dim3 grid((unsigned)((G.T + TC_BQ - 1) / TC_BQ), (unsigned)G.nh, (unsigned)G.B);
-    mt_k_attention_tc_forward<HD><<<grid, TC_THREADS, smem, s>>>(out, lse, q, k, v, G);
+    mt_k_attention_tc_forward<HD, T><<<grid, TC_THREADS, smem, s>>>(out, lse, q, k, v, G);
     MT_CUDA_LAUNCH_CHECK("attention_tc_forward");
 }
 
-template <int HD>
-static void tc_backward(cudaStream_t s, float *dq, float *dk, float *dv, const float *dout,
-                        const float *lse, const float *D, const float *q, const float *k,
-                        const float *v, const tc_geom_t &G)
+template <int HD, typename T>
+static void tc_backward(cudaStream_t s, T *dq, T *dk, T *dv, const T *dout, const float *lse,
+                        const float *D, const T *q, const T *k, const T *v, const tc_geom_t &G)
 {
     static bool ready_dq = false, ready_kv = false;
     const size_t smem_dq = tc_smem_dq<HD>(), smem_kv = tc_smem_dkdv<HD>();
-    tc_prepare(mt_k_attention_tc_dq<HD>, smem_dq, &ready_dq);
-    tc_prepare(mt_k_attention_tc_dkdv<HD>, smem_kv, &ready_kv);
+    tc_prepare(mt_k_attention_tc_dq<HD, T>, smem_dq, &ready_dq);
+    tc_prepare(mt_k_attention_tc_dkdv<HD, T>, smem_kv, &ready_kv);
     dim3 gq((unsigned)((G.T + TC_BQ - 1) / TC_BQ), (unsigned)G.nh, (unsigned)G.B);
-    mt_k_attention_tc_dq<HD><<<gq, TC_THREADS, smem_dq, s>>>(dq, dout, lse, D, q, k, v, G);
+    mt_k_attention_tc_dq<HD, T><<<gq, TC_THREADS, smem_dq, s>>>(dq, dout, lse, D, q, k, v, G);
     MT_CUDA_LAUNCH_CHECK("attention_tc_dq");
     dim3 gk((unsigned)((G.T + TC_BK - 1) / TC_BK), (unsigned)G.nkv, (unsigned)G.B);
-    mt_k_attention_tc_dkdv<HD><<<gk, TC_THREADS, smem_kv, s>>>(dk, dv, dout, lse, D, q, k, v, G);
+    mt_k_attention_tc_dkdv<HD, T><<<gk, TC_THREADS, smem_kv, s>>>(dk, dv, dout, lse, D, q, k, v,
+                                                                  G);
     MT_CUDA_LAUNCH_CHECK("attention_tc_dkdv");
 }
 
@@ -626,4 +650,57 @@ extern "C" void mt_cuda_launch_attention_tc_backward(
         tc_backward<64>(s, dq, dk, dv, dout, lse, D, q, k, v, G);
     else
         tc_backward<128>(s, dq, dk, dv, dout, lse, D, q, k, v, G);
+}
+
+/* bf16 storage (mt_backend_t.stores_bf16): the same kernels on bf16 bits
+ * (out, q, k, v, dout, dq, dk, dv; lse float32), rounding what they store:
+ * the rounding table's bits.  Head dims the tensor-core kernels serve
+ * only (64, 128, compute capability 8.0 and up): the fp32 fallback reads
+ * float32 */
+static void tc_require_storage(const char *kernel, int64_t hd)
+{
+    MT_CUDA_REQUIRE(tc_usable(hd), kernel,
+                    "head_dim %lld on bf16 storage: only the tensor-core kernels (head dims 64 "
+                    "and 128, sm_80 and up) read bf16 so far",
+                    (long long)hd);
+}
+
+extern "C" void mt_cuda_launch_attention_tc_forward_bf16s(cudaStream_t s, uint16_t *out,
+                                                         float *lse, const uint16_t *q,
+                                                         const uint16_t *k, const uint16_t *v,
+                                                         const int32_t *doc_start, int64_t B,
+                                                         int64_t T, int64_t nh, int64_t nkv,
+                                                         int64_t hd)
+{
+    tc_require_storage("attention_forward", hd);
+    const void *ptrs[] = {out, q, k, v};
+    const tc_geom_t G =
+        tc_make_geom("attention_tc_forward", doc_start, B, T, nh, nkv, hd, true, ptrs, 4);
+    typedef __nv_bfloat16 bf;
+    if (hd == 64)
+        tc_forward<64>(s, (bf *)out, lse, (const bf *)q, (const bf *)k, (const bf *)v, G);
+    else
+        tc_forward<128>(s, (bf *)out, lse, (const bf *)q, (const bf *)k, (const bf *)v, G);
+}
+
+extern "C" void mt_cuda_launch_attention_tc_backward_bf16s(
+    cudaStream_t s, uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout,
+    const uint16_t *out, const float *lse, const uint16_t *q, const uint16_t *k,
+    const uint16_t *v, const int32_t *doc_start, int64_t B, int64_t T, int64_t nh, int64_t nkv,
+    int64_t hd)
+{
+    tc_require_storage("attention_backward", hd);
+    const void *ptrs[] = {dq, dk, dv, dout, q, k, v};
+    const tc_geom_t G =
+        tc_make_geom("attention_tc_backward", doc_start, B, T, nh, nkv, hd, true, ptrs, 7);
+    float *D = (float *)mt_cuda_scratch("attention_tc_backward",
+                                        (size_t)(B * nh * T) * sizeof(float));
+    mt_cuda_launch_attention_rowdot_bf16s(s, D, dout, out, B, T, nh, hd);
+    typedef __nv_bfloat16 bf;
+    if (hd == 64)
+        tc_backward<64>(s, (bf *)dq, (bf *)dk, (bf *)dv, (const bf *)dout, lse, D, (const bf *)q,
+                        (const bf *)k, (const bf *)v, G);
+    else
+        tc_backward<128>(s, (bf *)dq, (bf *)dk, (bf *)dv, (const bf *)dout, lse, D,
+                         (const bf *)q, (const bf *)k, (const bf *)v, G);
 }

@@ -200,6 +200,23 @@ void mt_cuda_launch_attention_tc_backward(cudaStream_t s, float *dq, float *dk, 
 void mt_cuda_launch_attention_rowdot(cudaStream_t s, float *D, const float *dout,
                                      const float *out, int64_t B, int64_t T, int64_t nh,
                                      int64_t hd, bool round);
+void mt_cuda_launch_attention_rowdot_bf16s(cudaStream_t s, float *D, const uint16_t *dout,
+                                           const uint16_t *out, int64_t B, int64_t T, int64_t nh,
+                                           int64_t hd);
+/* bf16 storage: the tensor-core attention on bf16 bits (head dims 64 and
+ * 128 on sm_80 and up; others stop the program with a message) */
+void mt_cuda_launch_attention_tc_forward_bf16s(cudaStream_t s, uint16_t *out, float *lse,
+                                              const uint16_t *q, const uint16_t *k,
+                                              const uint16_t *v, const int32_t *doc_start,
+                                              int64_t B, int64_t T, int64_t nh, int64_t nkv,
+                                              int64_t hd);
+void mt_cuda_launch_attention_tc_backward_bf16s(cudaStream_t s, uint16_t *dq, uint16_t *dk,
+                                               uint16_t *dv, const uint16_t *dout,
+                                               const uint16_t *out, const float *lse,
+                                               const uint16_t *q, const uint16_t *k,
+                                               const uint16_t *v, const int32_t *doc_start,
+                                               int64_t B, int64_t T, int64_t nh, int64_t nkv,
+                                               int64_t hd);
 void mt_cuda_launch_attention_block_forward(cudaStream_t s, float *out, float *lse,
                                             int64_t lse_stride, const float *q, const float *k,
                                             const float *v, const int32_t *doc_start, int64_t nq,

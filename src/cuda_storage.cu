@@ -11,10 +11,12 @@
  * bits.  The float32 entries (sum_squares, scale, adamw, the conversions,
  * copies, device memory, the router's forward) are the rounding table's.
  *
- * Not built yet, and so dying with a message that says so: attention
- * (forward, backward and the ring-attention blocks), the sharded loss
- * (ce_shard_*) and the MoE row entries.  tests/test_cuda_bf16 checks the
- * others against the rounding table. */
+ * Attention runs the tensor-core kernels on bf16 tiles loaded straight
+ * from bf16 bits: head dims 64 and 128 on sm_80 and up (others stop the
+ * program with a message: the fp32 fallback reads float32).  Not built
+ * yet, and so dying with a message that says so: the ring-attention
+ * blocks, the sharded loss (ce_shard_*) and the MoE row entries.
+ * tests/test_cuda_bf16 checks the others against the rounding table. */
 #include "cuda_common.cuh"
 
 #include <stdio.h>
@@ -107,6 +109,24 @@ static void s_adamw_bf16_copy(float *p, float *work, const float *g, float gscal
     mt_cuda_launch_adamw(ST, p, U16(work), NULL, g, gscale, m, v, n, lr, b1, b2, eps, wd, t);
 }
 
+static void s_attention_forward(float *out, float *lse, const float *q, const float *k,
+                                const float *v, const int32_t *doc_start, int64_t B, int64_t T,
+                                int64_t nh, int64_t nkv, int64_t hd)
+{
+    mt_cuda_launch_attention_tc_forward_bf16s(ST, U16(out), lse, CU16(q), CU16(k), CU16(v),
+                                              doc_start, B, T, nh, nkv, hd);
+}
+
+static void s_attention_backward(float *dq, float *dk, float *dv, const float *dout,
+                                 const float *out, const float *lse, const float *q,
+                                 const float *k, const float *v, const int32_t *doc_start,
+                                 int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd)
+{
+    mt_cuda_launch_attention_tc_backward_bf16s(ST, U16(dq), U16(dk), U16(dv), CU16(dout),
+                                               CU16(out), lse, CU16(q), CU16(k), CU16(v),
+                                               doc_start, B, T, nh, nkv, hd);
+}
+
 /* the entries not built yet */
 static void not_yet(const char *entry)
 {
@@ -116,17 +136,6 @@ static void not_yet(const char *entry)
     mt_cuda_die(entry, msg, __FILE__, __LINE__);
 }
 
-static void n_attention_forward(float *, float *, const float *, const float *, const float *,
-                                const int32_t *, int64_t, int64_t, int64_t, int64_t, int64_t)
-{
-    not_yet("attention_forward");
-}
-static void n_attention_backward(float *, float *, float *, const float *, const float *,
-                                 const float *, const float *, const float *, const float *,
-                                 const int32_t *, int64_t, int64_t, int64_t, int64_t, int64_t)
-{
-    not_yet("attention_backward");
-}
 static void n_attention_block_forward(float *, float *, int64_t, const float *, const float *,
                                       const float *, const int32_t *, int64_t, int64_t, int64_t,
                                       int64_t, int64_t, int64_t, int64_t)
@@ -193,8 +202,8 @@ static mt_backend_t make_storage_table(void)
     t.add = s_add;
     t.cross_entropy = s_cross_entropy;
     t.adamw_bf16_copy = s_adamw_bf16_copy;
-    t.attention_forward = n_attention_forward;
-    t.attention_backward = n_attention_backward;
+    t.attention_forward = s_attention_forward;
+    t.attention_backward = s_attention_backward;
     t.attention_block_forward = n_attention_block_forward;
     t.attention_block_backward = n_attention_block_backward;
     t.ce_shard_max = n_ce_shard_max;

@@ -80,6 +80,8 @@ static void s_embedding_forward(float *out, const int32_t *tokens, const float *
     uint16_t *o = (uint16_t *)out;
     const uint16_t *t = (const uint16_t *)table;
     for (int64_t i = 0; i < n; i++) {
+        MT_CPU_REQUIRE(tokens[i] >= -1, "embedding_forward", "tokens[%lld] = %d",
+                       (long long)i, tokens[i]);
         if (tokens[i] < 0)
             memset(o + i * dim, 0, sizeof(uint16_t) * (size_t)dim);
         else

@@ -300,6 +300,11 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
         mt_model_free(m);
         return st;
     }
+    if (m->bf16_storage && (m->nchunks > 1 || !m->has_embed || !m->has_head)) {
+        mt_model_free(m);
+        MT_FAIL(MT_ERR_UNSUPPORTED, "bf16 storage with pipeline stages is not in this release "
+                "(doc/mixed-precision.md, \"bf16 storage: the plan\")");
+    }
     /* per layer at most: 2 norms, q, k, v, o, q_norm, k_norm, router, gate, up, down */
     int maxp = 3 + 12 * (int)m->L;
     m->params = calloc((size_t)maxp, sizeof *m->params);

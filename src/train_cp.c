@@ -50,6 +50,9 @@ mt_status_t mt_train_cp_init(mt_train_cp_t *cp, const mt_mesh_t *mesh, mt_model_
     cp->comm = mesh->group[MT_GROUP_CP];
     if (cp->size <= 1)
         return MT_OK;
+    if (m->bf16_storage) /* (train_device.c refuses it first) */
+        MT_FAIL(MT_ERR_UNSUPPORTED, "context parallelism on bf16 storage is not in this release "
+                "(doc/mixed-precision.md, \"bf16 storage: the plan\")");
     if (m->T * cp->size != T)
         MT_FAIL(MT_ERR_INTERNAL, "context parallelism: the model holds %lld tokens per row, "
                 "not %lld / %d", (long long)m->T, (long long)T, cp->size);

@@ -99,8 +99,9 @@ static void bf16_passes(mt_train_device_t *d)
 }
 
 /* MESHTRAIN_BF16_STORAGE=1: bf16 storage (doc/mixed-precision.md, "bf16
- * storage: the plan"), so far on the CPU, for one device or replicas (ddp),
- * dense, without a pipeline or context parallelism: the table whose
+ * storage: the plan"), so far on the CPU and on CUDA (head dims 64 and 128:
+ * the tensor-core attention), for one device or replicas (ddp), dense,
+ * without tensor, pipeline, context or expert parallelism: the table whose
  * activation and parameter arenas hold bf16 bits.  Refused, before
  * anything is allocated, where it is not built yet. */
 static mt_status_t bf16_storage(mt_train_device_t *d, const mt_config_t *cfg)
@@ -112,8 +113,11 @@ static mt_status_t bf16_storage(mt_train_device_t *d, const mt_config_t *cfg)
     const char *why = NULL;
     if (dc->mp_policy.param_dtype != MT_DTYPE_BFLOAT16)
         why = "it needs mp_policy.param_dtype bfloat16";
-    else if (dc->device != MT_DEVICE_CPU)
-        why = "only distributed.device cpu has a bf16-storage backend so far";
+    else if (dc->device == MT_DEVICE_CPU_GUARDED)
+        why = "distributed.device cpu_guarded has no bf16-storage backend";
+    else if (dc->device == MT_DEVICE_CUDA && cfg->derived.head_dim != 64 &&
+             cfg->derived.head_dim != 128)
+        why = "on cuda its attention serves head dims 64 and 128 so far";
     else if (dc->strategy != MT_STRATEGY_DDP)
         why = "only distributed.strategy ddp so far";
     else if (dc->tp_size > 1 || dc->pp_size > 1 || dc->cp_size > 1 || dc->ep_size > 1)
@@ -124,6 +128,16 @@ static mt_status_t bf16_storage(mt_train_device_t *d, const mt_config_t *cfg)
         MT_FAIL(MT_ERR_UNSUPPORTED, "MESHTRAIN_BF16_STORAGE=%s: %s (doc/mixed-precision.md, "
                 "\"bf16 storage: the plan\"); unset it to train with bf16 values in float32 "
                 "storage", e, why);
+#ifdef MT_HAVE_CUDA
+    if (dc->device == MT_DEVICE_CUDA) {
+        if (!mt_cuda_attention_tc_supported(cfg->derived.head_dim))
+            MT_FAIL(MT_ERR_UNSUPPORTED, "MESHTRAIN_BF16_STORAGE=%s: this GPU does not run the "
+                    "tensor-core attention (compute capability 8.0 and up), which bf16 storage "
+                    "needs; unset it", e);
+        d->be = mt_backend_cuda_bf16_storage(), d->bf16_storage = true;
+        return MT_OK;
+    }
+#endif
     d->be = mt_backend_cpu_bf16_storage(), d->bf16_storage = true;
     return MT_OK;
 }

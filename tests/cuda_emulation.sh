@@ -19,6 +19,9 @@
 #    and load) give the same bits: dense at head dim 64 (tensor-core
 #    attention) and 16 with qk_norm (the fp32 fallback), and the MoE; on
 #    two ranks tp 2 + SP, cp 2, a MoE under tp 2 and one under ep 2;
+#  - bf16 storage (MESHTRAIN_BF16_STORAGE=1, the cuda_bf16_storage table)
+#    gives the dense head-dim-64 bf16 run's bits, with and without
+#    activation checkpointing;
 #  - two ranks on emulated NCCL with these kernels against the 1-rank CPU
 #    runs: tp 2 with sequence parallelism and cp 2 (the ring-attention
 #    block kernels) in fp32 (1e-5), the MoE under ep 2 in bf16 (2e-3).
@@ -88,6 +91,30 @@ same() {
 same dense-bf16-hd64-passes meshtrain-dense dense-bf16-hd64-cuda 1 $hd64 $bf16
 # shellcheck disable=SC2086
 same moe-bf16-passes meshtrain-moe moe-bf16-cuda 1 $moe $bf16
+# bf16 storage (MESHTRAIN_BF16_STORAGE=1): activations and weights as bf16
+# bits, the kernels instantiated on bf16, the GEMMs cuBLASLt's bf16 ones,
+# give the float32-storage run's bits here (the emulated bf16 GEMM sums in
+# the order of the emulated FAST_16BF one; on a GPU the two differ, and
+# tests/gpu/run.sh compares to bf16 tolerance), with activation
+# checkpointing too
+app="$emu/meshtrain-dense"
+ddp=distributed.strategy=ddp # (what bf16 storage serves so far)
+# shellcheck disable=SC2086
+train dense-bf16-hd64-ddp 1 $hd64 $bf16 $ddp distributed.device=cuda
+MESHTRAIN_BF16_STORAGE=1
+export MESHTRAIN_BF16_STORAGE
+# shellcheck disable=SC2086
+train dense-bf16-hd64-storage 1 $hd64 $bf16 $ddp distributed.device=cuda
+expect_in "$(cat "$workdir/dense-bf16-hd64-storage.log")" "device: cuda_bf16_storage backend" \
+    "bf16 storage: on the cuda_bf16_storage table"
+compare_losses "$workdir/dense-bf16-hd64-ddp.jsonl" "$workdir/dense-bf16-hd64-storage.jsonl" \
+    "bf16 storage on the emulated GPU" 0 0 0
+# shellcheck disable=SC2086
+train dense-bf16-hd64-storage-ac 1 $hd64 $bf16 $ddp distributed.device=cuda \
+    distributed.activation_checkpointing=true
+compare_losses "$workdir/dense-bf16-hd64-ddp.jsonl" "$workdir/dense-bf16-hd64-storage-ac.jsonl" \
+    "bf16 storage with checkpointing on the emulated GPU" 0 0 0
+unset MESHTRAIN_BF16_STORAGE
 # head dim 16 (the fp32 attention fallback) and the q/k norms
 app="$emu/meshtrain-dense"
 # shellcheck disable=SC2086

@@ -145,6 +145,14 @@ expect_rc 1 np 2 "$bindir/meshtrain-dense" --config "$small_cfg" $common $bf \
     checkpoint.checkpoint_dir="$workdir/srefused" distributed.strategy=fsdp2
 expect_in "$out$err" "MESHTRAIN_BF16_STORAGE=1: only distributed.strategy ddp so far" \
     "bf16 storage refuses fsdp2"
+# (tp, pp and cp need fsdp2 or megatron_fsdp, refused above; experts:)
+expect_rc 1 np 1 "$bindir/meshtrain-moe" --config "$small_cfg" $common $bf \
+    distributed.strategy=ddp checkpoint.checkpoint_dir="$workdir/srefused" model.num_experts=4 \
+    model.num_experts_per_tok=2 model.moe_intermediate_size=32
+expect_in "$out$err" "experts are not in it yet" "bf16 storage refuses experts"
+expect_rc 1 np 1 "$bindir/meshtrain-dense" --config "$small_cfg" $common \
+    distributed.strategy=ddp checkpoint.checkpoint_dir="$workdir/srefused"
+expect_in "$out$err" "it needs mp_policy.param_dtype bfloat16" "bf16 storage refuses float32"
 unset MESHTRAIN_BF16_STORAGE
 
 # resume: the step-6 checkpoint of r1 continues exactly like r1

@@ -214,6 +214,17 @@ static void w_matmul(float *c, const float *a, const float *b, int64_t m, int64_
     inner->matmul(c, a, b, m, n, k, ta, tb, beta);
 }
 
+/* a float32 result (weight gradients, the router's logits, the summed
+ * input gradient of the column-parallel layers): its operands are
+ * activations all the same */
+static void w_matmul_f32out(float *c, const float *a, const float *b, int64_t m, int64_t n,
+                            int64_t k, bool ta, bool tb, float beta)
+{
+    inspect("matmul_f32out", "A", a, m * k, false);
+    inspect("matmul_f32out", "B", b, k * n, false);
+    inner->matmul_f32out(c, a, b, m, n, k, ta, tb, beta);
+}
+
 static void w_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int64_t n,
                               int64_t dim, float eps)
 {
@@ -353,6 +364,7 @@ static void make_checked(bool reads)
     checked.name = "cpu_bf16 (checked)";
     checked.reads_bf16 = reads;
     checked.matmul = w_matmul;
+    checked.matmul_f32out = w_matmul_f32out;
     checked.rmsnorm_forward = w_rmsnorm_forward;
     checked.rmsnorm_backward = w_rmsnorm_backward;
     checked.rope_forward = w_rope_forward;

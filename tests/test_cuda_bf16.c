@@ -26,9 +26,10 @@
  *    fp32 kernels and must equal mt_backend_cuda()'s bits (out, dq, dk,
  *    dv) rounded by its round_bf16.
  *  - bf16 storage (mt_backend_cuda_bf16_storage, partial): on bf16 bits,
- *    RMSNorm, RoPE, SwiGLU (also in place), add, the embedding, the loss
- *    and AdamW's compute copy give the rounding table's bits on the same
- *    values; its GEMMs (cuBLASLt bf16) are within bf16 tolerance of the
+ *    RMSNorm, RoPE, SwiGLU (also in place), add, the embedding, the loss,
+ *    AdamW's compute copy and the tensor-core attention (head dims 64 with
+ *    GQA and 128 with documents, T not a multiple of the tile) give the
+ *    rounding table's bits on the same values; its GEMMs (cuBLASLt bf16) are within bf16 tolerance of the
  *    rounding table's (1.6e-2 for a bf16 result, 1e-4 for float32).
  * Exits 77 (skip) without a CUDA device (the build machines): there it
  * proves that the test builds and links.  One file, so mt_test.h's
@@ -646,6 +647,45 @@ static void test_storage(uint64_t *s)
     check_same("bf16 storage adamw_bf16_copy m", m2, m1, ne);
     check_same("bf16 storage adamw_bf16_copy v", v2, v1, ne);
     check16("adamw_bf16_copy work", w2, w1, ne);
+    /* attention on bf16 tiles loaded from bf16 bits: the rounding table's
+     * tensor-core kernels on the same values, bit for bit (plain causal
+     * with GQA at head dim 64, documents at 128, T not a multiple of 64) */
+    if (mt_cuda_attention_tc_supported(64) && mt_cuda_attention_tc_supported(128)) {
+        const int64_t cases[2][5] = {{2, 70, 4, 2, 64}, {1, 100, 2, 1, 128}};
+        for (int c = 0; c < 2; c++) {
+            const int64_t B = cases[c][0], T = cases[c][1], ah = cases[c][2], akv = cases[c][3],
+                          ahd = cases[c][4], NQ = B * T * ah * ahd, NK = B * T * akv * ahd;
+            int32_t *ds = NULL;
+            if (c == 1) { /* three documents */
+                int32_t *h = malloc(sizeof(int32_t) * (size_t)(B * T));
+                for (int64_t i = 0; i < B * T; i++)
+                    h[i] = (int32_t)(i % T < 30 ? 0 : i % T < 71 ? 30 : 71);
+                ds = tc_up(h, sizeof(int32_t) * (size_t)(B * T));
+                free(h);
+            }
+            float *hq = rand_bf16(s, NQ, 1.0f), *hk = rand_bf16(s, NK, 1.0f),
+                  *hv = rand_bf16(s, NK, 1.0f), *hdo = rand_bf16(s, NQ, 1.0f);
+            float *q1 = tc_up(hq, F(NQ)), *k1 = tc_up(hk, F(NK)), *v1 = tc_up(hv, F(NK)),
+                  *do1 = tc_up(hdo, F(NQ));
+            void *q2 = up16(hq, NQ), *k2 = up16(hk, NK), *v2 = up16(hv, NK), *do2 = up16(hdo, NQ);
+            float *o1 = tc_dev(F(NQ)), *lse1 = tc_dev(F(B * ah * T)), *lse2 = tc_dev(F(B * ah * T));
+            void *o2 = tc_dev(2 * (size_t)NQ);
+            b->attention_forward(o1, lse1, q1, k1, v1, ds, B, T, ah, akv, ahd);
+            st->attention_forward(o2, lse2, q2, k2, v2, ds, B, T, ah, akv, ahd);
+            check16("attention_forward out", o2, o1, NQ);
+            check_same("bf16 storage attention_forward lse", lse2, lse1, B * ah * T);
+            float *dq1 = tc_dev(F(NQ)), *dk1 = tc_dev(F(NK)), *dv1 = tc_dev(F(NK));
+            void *dq2 = tc_dev(2 * (size_t)NQ), *dk2 = tc_dev(2 * (size_t)NK),
+                 *dv2 = tc_dev(2 * (size_t)NK);
+            b->attention_backward(dq1, dk1, dv1, do1, o1, lse1, q1, k1, v1, ds, B, T, ah, akv, ahd);
+            st->attention_backward(dq2, dk2, dv2, do2, o2, lse1, q2, k2, v2, ds, B, T, ah, akv,
+                                   ahd);
+            check16("attention_backward dq", dq2, dq1, NQ);
+            check16("attention_backward dk", dk2, dk1, NK);
+            check16("attention_backward dv", dv2, dv1, NK);
+            free(hq), free(hk), free(hv), free(hdo);
+        }
+    }
     /* the GEMMs: cuBLASLt bf16 against FAST_16BF (then the model's pass) */
     for (int t = 0; t < 8; t++) {
         const int64_t mm_ = 67, nn = 45, kk = 33;

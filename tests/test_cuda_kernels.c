@@ -162,25 +162,31 @@ static void test_rmsnorm(uint64_t *s)
     mt_cuda_arena_reset(&tc_arena);
 }
 
+/* RoPE at three shapes: few pairs per token; more pairs than the block's
+ * 256 threads (32 heads of 128); head_dim/2 = 512 table entries, more
+ * than the block fills in one pass */
 static void test_rope(uint64_t *s)
 {
-    const int64_t n = 40, nh = 3, hd = 16;
-    int32_t pos[40];
-    for (int64_t i = 0; i < n; i++)
-        pos[i] = (int32_t)(i * 97 % 5000);
-    float *x = tc_rand(s, n * nh * hd, 1.0f);
-    float *dx = tc_up(x, F(n * nh * hd));
-    int32_t *dp = tc_up(pos, sizeof pos);
-    tc_cpu->rope_forward(x, pos, n, nh, hd, 500000.0);
-    tc_gpu->rope_forward(dx, dp, n, nh, hd, 500000.0);
-    float *g = tc_down(dx, F(n * nh * hd));
-    CHECK_CLOSE("rope_forward", g, x, n * nh * hd, 1e-6);
-    tc_cpu->rope_backward(x, pos, n, nh, hd, 500000.0);
-    tc_gpu->rope_backward(dx, dp, n, nh, hd, 500000.0);
-    float *g2 = tc_down(dx, F(n * nh * hd));
-    CHECK_CLOSE("rope_backward", g2, x, n * nh * hd, 1e-6);
-    free(x), free(g), free(g2);
-    mt_cuda_arena_reset(&tc_arena);
+    const int64_t shapes[3][3] = {{40, 3, 16}, {5, 32, 128}, {3, 2, 1024}};
+    for (int c = 0; c < 3; c++) {
+        const int64_t n = shapes[c][0], nh = shapes[c][1], hd = shapes[c][2], ne = n * nh * hd;
+        int32_t pos[40];
+        for (int64_t i = 0; i < n; i++)
+            pos[i] = (int32_t)(i * 97 % 5000);
+        float *x = tc_rand(s, ne, 1.0f);
+        float *dx = tc_up(x, F(ne));
+        int32_t *dp = tc_up(pos, sizeof(int32_t) * (size_t)n);
+        tc_cpu->rope_forward(x, pos, n, nh, hd, 500000.0);
+        tc_gpu->rope_forward(dx, dp, n, nh, hd, 500000.0);
+        float *g = tc_down(dx, F(ne));
+        CHECK_CLOSE("rope_forward", g, x, ne, 1e-6);
+        tc_cpu->rope_backward(x, pos, n, nh, hd, 500000.0);
+        tc_gpu->rope_backward(dx, dp, n, nh, hd, 500000.0);
+        float *g2 = tc_down(dx, F(ne));
+        CHECK_CLOSE("rope_backward", g2, x, ne, 1e-6);
+        free(x), free(g), free(g2);
+        mt_cuda_arena_reset(&tc_arena);
+    }
 }
 
 static void test_elementwise(uint64_t *s)

@@ -1,6 +1,7 @@
 /* emu_backend.c: the CUDA backend's C entry points for the host emulation
  * (`make emulate-nccl`), in place of the .cu files: the tables of
  * mt_backend_cuda() and mt_backend_cuda_bf16() are the CPU backend's
+ * (mt_backend_cuda_bf16_storage() the CPU storage table's)
  * kernels on "device" memory from the trainer's pool (cuda_device.c,
  * compiled as is against the emulated runtime), each entry run once its
  * compute stream is drained; the stream, the bf16 conversions the NCCL
@@ -27,17 +28,30 @@ static void enter(void)
     mt_emu_kernel();
 }
 
+/* each entry twice: on the CPU table (e_), and on the CPU's bf16-storage
+ * table (s_, for mt_backend_cuda_bf16_storage) */
+static const mt_backend_t *cpu_storage;
 #define MT_BACKEND_VOID(name, params, args, ...)                              \
     static void e_##name params                                               \
     {                                                                         \
         enter();                                                              \
         cpu->name args;                                                       \
+    }                                                                         \
+    static void s_##name params                                               \
+    {                                                                         \
+        enter();                                                              \
+        cpu_storage->name args;                                               \
     }
 #define MT_BACKEND_DOUBLE(name, params, args, ...)                            \
     static double e_##name params                                             \
     {                                                                         \
         enter();                                                              \
         return cpu->name args;                                                \
+    }                                                                         \
+    static double s_##name params                                             \
+    {                                                                         \
+        enter();                                                              \
+        return cpu_storage->name args;                                        \
     }
 #include "backend_entries.def"
 #undef MT_BACKEND_VOID
@@ -76,6 +90,19 @@ static mt_backend_t bf16_table = {
 };
 #undef MT_BACKEND_VOID
 #undef MT_BACKEND_DOUBLE
+#define MT_BACKEND_VOID(name, ...) .name = s_##name,
+#define MT_BACKEND_DOUBLE(name, ...) .name = s_##name,
+static mt_backend_t storage_table = {
+#include "backend_entries.def"
+    .device_alloc = e_device_alloc,
+    .device_free = e_device_free,
+    .name = "cuda_bf16_storage",
+    .rounds_bf16 = true,
+    .reads_bf16 = true,
+    .stores_bf16 = true,
+};
+#undef MT_BACKEND_VOID
+#undef MT_BACKEND_DOUBLE
 
 mt_status_t mt_cuda_backend_init(mt_cuda_arena_t *arena, size_t scratch_bytes)
 {
@@ -83,8 +110,10 @@ mt_status_t mt_cuda_backend_init(mt_cuda_arena_t *arena, size_t scratch_bytes)
     MT_TRY(mt_cuda_arena_alloc(arena, MT_CUDA_LT_WORKSPACE_BYTES, &p));
     MT_TRY(mt_cuda_arena_alloc(arena, scratch_bytes, &p));
     cpu = mt_backend_cpu();
+    cpu_storage = mt_backend_cpu_bf16_storage();
     fp32_table.synchronize = e_synchronize_all;
     bf16_table.synchronize = e_synchronize_all;
+    storage_table.synchronize = e_synchronize_all;
     return MT_OK;
 }
 
@@ -94,6 +123,7 @@ void mt_cuda_backend_free(void) {}
  * CPU kernels they call are there once it ran */
 const mt_backend_t *mt_backend_cuda(void) { return &fp32_table; }
 const mt_backend_t *mt_backend_cuda_bf16(void) { return &bf16_table; }
+const mt_backend_t *mt_backend_cuda_bf16_storage(void) { return &storage_table; }
 
 bool mt_cuda_attention_tc_supported(int64_t hd)
 {
