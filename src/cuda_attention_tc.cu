@@ -539,7 +539,7 @@ static bool tc_usable(int64_t hd)
 
 static tc_geom_t tc_make_geom(const char *kernel, const int32_t *doc_start, int64_t B, int64_t T,
                               int64_t nh, int64_t nkv, int64_t hd, bool round,
-                              const void *const *ptrs, int nptrs)
+                              const void *const *ptrs, int nptrs, int esize)
 {
     MT_CUDA_REQUIRE(B > 0 && T > 0 && nh > 0 && nkv > 0 && nh % nkv == 0, kernel,
                     "B=%lld T=%lld nh=%lld nkv=%lld (nh must be a multiple of nkv)",
@@ -555,7 +555,9 @@ static tc_geom_t tc_make_geom(const char *kernel, const int32_t *doc_start, int6
     uintptr_t bits = 0;
     for (int i = 0; i < nptrs; i++)
         bits |= (uintptr_t)ptrs[i];
-    G.vec = (bits % 16) == 0; /* strides nh*hd, nkv*hd are multiples of 4 floats */
+    /* 4-element loads (16 bytes of float32, 8 of bf16); the strides nh*hd,
+     * nkv*hd are multiples of 4 elements */
+    G.vec = (bits % (uintptr_t)(4 * esize)) == 0;
     return G;
 }
 
@@ -618,7 +620,7 @@ extern "C" void mt_cuda_launch_attention_tc_forward(cudaStream_t s, float *out, 
     }
     const void *ptrs[] = {out, q, k, v};
     const tc_geom_t G =
-        tc_make_geom("attention_tc_forward", doc_start, B, T, nh, nkv, hd, round, ptrs, 4);
+        tc_make_geom("attention_tc_forward", doc_start, B, T, nh, nkv, hd, round, ptrs, 4, 4);
     if (hd == 64)
         tc_forward<64>(s, out, lse, q, k, v, G);
     else
@@ -642,7 +644,7 @@ extern "C" void mt_cuda_launch_attention_tc_backward(
     }
     const void *ptrs[] = {dq, dk, dv, dout, q, k, v};
     const tc_geom_t G =
-        tc_make_geom("attention_tc_backward", doc_start, B, T, nh, nkv, hd, round, ptrs, 7);
+        tc_make_geom("attention_tc_backward", doc_start, B, T, nh, nkv, hd, round, ptrs, 7, 4);
     float *D = (float *)mt_cuda_scratch("attention_tc_backward",
                                         (size_t)(B * nh * T) * sizeof(float));
     mt_cuda_launch_attention_rowdot(s, D, dout, out, B, T, nh, hd, round);
@@ -675,7 +677,7 @@ extern "C" void mt_cuda_launch_attention_tc_forward_bf16s(cudaStream_t s, uint16
     tc_require_storage("attention_forward", hd);
     const void *ptrs[] = {out, q, k, v};
     const tc_geom_t G =
-        tc_make_geom("attention_tc_forward", doc_start, B, T, nh, nkv, hd, true, ptrs, 4);
+        tc_make_geom("attention_tc_forward", doc_start, B, T, nh, nkv, hd, true, ptrs, 4, 2);
     typedef __nv_bfloat16 bf;
     if (hd == 64)
         tc_forward<64>(s, (bf *)out, lse, (const bf *)q, (const bf *)k, (const bf *)v, G);
@@ -692,7 +694,7 @@ extern "C" void mt_cuda_launch_attention_tc_backward_bf16s(
     tc_require_storage("attention_backward", hd);
     const void *ptrs[] = {dq, dk, dv, dout, q, k, v};
     const tc_geom_t G =
-        tc_make_geom("attention_tc_backward", doc_start, B, T, nh, nkv, hd, true, ptrs, 7);
+        tc_make_geom("attention_tc_backward", doc_start, B, T, nh, nkv, hd, true, ptrs, 7, 2);
     float *D = (float *)mt_cuda_scratch("attention_tc_backward",
                                         (size_t)(B * nh * T) * sizeof(float));
     mt_cuda_launch_attention_rowdot_bf16s(s, D, dout, out, B, T, nh, hd);

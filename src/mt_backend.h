@@ -310,7 +310,8 @@ struct mt_backend {
      * are compute-bound on SSE2, where a rounding per load costs more
      * than the pass it saves (doc/mixed-precision.md). */
     bool reads_bf16;
-    /* bf16 storage (mt_backend_cpu_bf16_storage; doc/mixed-precision.md):
+    /* bf16 storage (mt_backend_cpu_bf16_storage, mt_backend_cuda_bf16_storage;
+     * doc/mixed-precision.md):
      * the tensors below are bf16 bits (uint16_t, round to nearest even,
      * 2 bytes an element) behind their float pointers, and n, m, k, dim
      * and the shapes still count elements.  Each entry computes exactly

@@ -104,7 +104,8 @@ static void bf16_passes(mt_train_device_t *d)
  * without tensor, pipeline, context or expert parallelism: the table whose
  * activation and parameter arenas hold bf16 bits.  Refused, before
  * anything is allocated, where it is not built yet. */
-static mt_status_t bf16_storage(mt_train_device_t *d, const mt_config_t *cfg)
+static mt_status_t bf16_storage(mt_train_device_t *d, const mt_config_t *cfg,
+                                const mt_mesh_t *mesh)
 {
     const char *e = getenv("MESHTRAIN_BF16_STORAGE");
     if (!e || !*e || !strcmp(e, "0"))
@@ -129,14 +130,19 @@ static mt_status_t bf16_storage(mt_train_device_t *d, const mt_config_t *cfg)
                 "\"bf16 storage: the plan\"); unset it to train with bf16 values in float32 "
                 "storage", e, why);
 #ifdef MT_HAVE_CUDA
-    if (dc->device == MT_DEVICE_CUDA) {
+    if (dc->device == MT_DEVICE_CUDA) { /* a property of each rank's GPU: agreed on */
+        mt_status_t s = MT_OK;
         if (!mt_cuda_attention_tc_supported(cfg->derived.head_dim))
-            MT_FAIL(MT_ERR_UNSUPPORTED, "MESHTRAIN_BF16_STORAGE=%s: this GPU does not run the "
-                    "tensor-core attention (compute capability 8.0 and up), which bf16 storage "
-                    "needs; unset it", e);
+            s = mt_error_set(MT_ERR_UNSUPPORTED, __FILE__, __LINE__,
+                             "MESHTRAIN_BF16_STORAGE=%s: this GPU does not run the tensor-core "
+                             "attention (compute capability 8.0 and up), which bf16 storage "
+                             "needs; unset it", e);
+        MT_TRY(mt_agree(mesh->comm, s));
         d->be = mt_backend_cuda_bf16_storage(), d->bf16_storage = true;
         return MT_OK;
     }
+#else
+    (void)mesh;
 #endif
     d->be = mt_backend_cpu_bf16_storage(), d->bf16_storage = true;
     return MT_OK;
@@ -168,7 +174,7 @@ mt_status_t mt_train_device_init(mt_train_device_t *d, const mt_config_t *cfg,
         MT_TRY(bring_up_cuda(d, cfg, mesh));
         MT_TRY(bring_up_nccl(d, cfg, mesh));
     }
-    MT_TRY(bf16_storage(d, cfg));
+    MT_TRY(bf16_storage(d, cfg, mesh));
     bf16_passes(d);
     return profile(d);
 }

@@ -28,7 +28,8 @@
  *  - bf16 storage (mt_backend_cuda_bf16_storage, partial): on bf16 bits,
  *    RMSNorm, RoPE, SwiGLU (also in place), add, the embedding, the loss,
  *    AdamW's compute copy and the tensor-core attention (head dims 64 with
- *    GQA and 128 with documents, T not a multiple of the tile) give the
+ *    GQA and 128 with documents, T not a multiple of the tile, and bf16
+ *    tensors off 8-byte alignment: the scalar loads) give the
  *    rounding table's bits on the same values; its GEMMs (cuBLASLt bf16) are within bf16 tolerance of the
  *    rounding table's (1.6e-2 for a bf16 result, 1e-4 for float32).
  * Exits 77 (skip) without a CUDA device (the build machines): there it
@@ -514,6 +515,18 @@ static void *up16(const float *x, int64_t n)
     return d;
 }
 
+/* the same, shifted by `skew` bf16 elements (2 bytes each) from an
+ * aligned start: the tile loaders' scalar path */
+static void *up16_skewed(const float *x, int64_t n, int skew)
+{
+    uint16_t *h = calloc((size_t)(n + skew > 0 ? n + skew : 1), sizeof(uint16_t));
+    for (int64_t i = 0; i < n; i++)
+        h[skew + i] = mt_f32_to_bf16(x[i]);
+    uint16_t *d = tc_up(h, sizeof(uint16_t) * (size_t)(n + skew));
+    free(h);
+    return d + skew;
+}
+
 /* the device bf16 bits at d16 must be those of the device floats d_ref */
 static void check16(const char *what, const void *d16, const float *d_ref, int64_t n)
 {
@@ -651,8 +664,11 @@ static void test_storage(uint64_t *s)
      * tensor-core kernels on the same values, bit for bit (plain causal
      * with GQA at head dim 64, documents at 128, T not a multiple of 64) */
     if (mt_cuda_attention_tc_supported(64) && mt_cuda_attention_tc_supported(128)) {
-        const int64_t cases[2][5] = {{2, 70, 4, 2, 64}, {1, 100, 2, 1, 128}};
-        for (int c = 0; c < 2; c++) {
+        /* the third: the first with every bf16 tensor 2 bytes off 8-byte
+         * alignment (the loaders' scalar path) */
+        const int64_t cases[3][5] = {{2, 70, 4, 2, 64}, {1, 100, 2, 1, 128}, {2, 70, 4, 2, 64}};
+        for (int c = 0; c < 3; c++) {
+            const int skew = c == 2;
             const int64_t B = cases[c][0], T = cases[c][1], ah = cases[c][2], akv = cases[c][3],
                           ahd = cases[c][4], NQ = B * T * ah * ahd, NK = B * T * akv * ahd;
             int32_t *ds = NULL;
@@ -667,16 +683,18 @@ static void test_storage(uint64_t *s)
                   *hv = rand_bf16(s, NK, 1.0f), *hdo = rand_bf16(s, NQ, 1.0f);
             float *q1 = tc_up(hq, F(NQ)), *k1 = tc_up(hk, F(NK)), *v1 = tc_up(hv, F(NK)),
                   *do1 = tc_up(hdo, F(NQ));
-            void *q2 = up16(hq, NQ), *k2 = up16(hk, NK), *v2 = up16(hv, NK), *do2 = up16(hdo, NQ);
+            void *q2 = up16_skewed(hq, NQ, skew), *k2 = up16_skewed(hk, NK, skew),
+                 *v2 = up16_skewed(hv, NK, skew), *do2 = up16_skewed(hdo, NQ, skew);
             float *o1 = tc_dev(F(NQ)), *lse1 = tc_dev(F(B * ah * T)), *lse2 = tc_dev(F(B * ah * T));
-            void *o2 = tc_dev(2 * (size_t)NQ);
+            void *o2 = (uint16_t *)tc_dev(2 * (size_t)(NQ + skew)) + skew;
             b->attention_forward(o1, lse1, q1, k1, v1, ds, B, T, ah, akv, ahd);
             st->attention_forward(o2, lse2, q2, k2, v2, ds, B, T, ah, akv, ahd);
             check16("attention_forward out", o2, o1, NQ);
             check_same("bf16 storage attention_forward lse", lse2, lse1, B * ah * T);
             float *dq1 = tc_dev(F(NQ)), *dk1 = tc_dev(F(NK)), *dv1 = tc_dev(F(NK));
-            void *dq2 = tc_dev(2 * (size_t)NQ), *dk2 = tc_dev(2 * (size_t)NK),
-                 *dv2 = tc_dev(2 * (size_t)NK);
+            void *dq2 = (uint16_t *)tc_dev(2 * (size_t)(NQ + skew)) + skew,
+                 *dk2 = (uint16_t *)tc_dev(2 * (size_t)(NK + skew)) + skew,
+                 *dv2 = (uint16_t *)tc_dev(2 * (size_t)(NK + skew)) + skew;
             b->attention_backward(dq1, dk1, dv1, do1, o1, lse1, q1, k1, v1, ds, B, T, ah, akv, ahd);
             st->attention_backward(dq2, dk2, dv2, do2, o2, lse1, q2, k2, v2, ds, B, T, ah, akv,
                                    ahd);
