@@ -211,12 +211,6 @@ static double sum_rows(const char *kernel, const double *row_loss, const int32_t
     return sum_rows_onto(kernel, 0.0, row_loss, targets, n, count, false);
 }
 
-extern "C" double mt_cuda_sum_rows(const char *kernel, const double *row_loss,
-                                   const int32_t *targets, int64_t n, int64_t *count)
-{
-    return sum_rows(kernel, row_loss, targets, n, count);
-}
-
 /* cross-entropy and its shard passes; with round (the bf16 table) the
  * logits are read as bf16 values and dlogits written as bf16 values */
 static double ce(float *dlogits, const float *logits, const int32_t *targets, int64_t n,

@@ -147,11 +147,6 @@ typedef enum { MT_CUDA_CE_F32, MT_CUDA_CE_F32_AS_BF16, MT_CUDA_CE_BF16 } mt_cuda
 /* Cross-entropy: row_loss[i] (0 for ignored rows) per row; the caller sums
  * in row order.  The shard passes take float32 logits, rounded as they are
  * read and dlogits as it is written when round. */
-/* The loss's row losses (device) summed on the host in row order over the
- * rows whose target is not -100 (waits for the stream); *count their
- * number */
-double mt_cuda_sum_rows(const char *kernel, const double *row_loss, const int32_t *targets,
-                        int64_t n, int64_t *count);
 void mt_cuda_launch_cross_entropy(cudaStream_t s, void *dlogits, const void *logits,
                                   mt_cuda_ce_elem_t elem, const int32_t *targets, int64_t n,
                                   int64_t V, int64_t v_valid, float grad_scale,

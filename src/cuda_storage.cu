@@ -98,10 +98,8 @@ static double s_cross_entropy(float *dlogits, const float *logits, const int32_t
                               int64_t n, int64_t V, int64_t v_valid, float grad_scale,
                               int64_t *count)
 {
-    double *rows = (double *)mt_cuda_scratch("cross_entropy", (size_t)n * sizeof(double));
-    mt_cuda_launch_cross_entropy(ST, dlogits, logits, MT_CUDA_CE_BF16, targets, n, V, v_valid,
-                                 grad_scale, rows);
-    return mt_cuda_sum_rows("cross_entropy", rows, targets, n, count);
+    return mt_cuda_cross_entropy_bf16(U16(dlogits), CU16(logits), targets, n, V, v_valid,
+                                      grad_scale, count);
 }
 
 static void s_adamw_bf16_copy(float *p, float *work, const float *g, float gscale, float *m,

@@ -79,22 +79,42 @@ void mt_model_init_range(const mt_model_t *m, uint64_t seed, int64_t lo, int64_t
     }
 }
 
-void mt_model_init_range_device(const mt_model_t *m, uint64_t seed, int64_t lo, int64_t hi,
-                                float *dst)
+/* Elements [lo, hi) of the initial weights into backend memory at dst, in
+ * host chunks: float32, or with bf16 their bf16 bits (bf16 storage: the
+ * values a float32 arena holds after the trainer's rounding, src/train_mp.c) */
+static void init_to_device(const mt_model_t *m, uint64_t seed, int64_t lo, int64_t hi, void *dst,
+                           bool bf16)
 {
-    enum { CHUNK = 1 << 20, SMALL = 1 << 10 }; /* floats per copy */
+    enum { CHUNK = 1 << 20, SMALL = 1 << 10 }; /* elements per copy */
     float small[SMALL];
+    uint16_t small16[SMALL];
     int64_t chunk = hi - lo < CHUNK ? hi - lo : CHUNK;
     float *buf = chunk > SMALL ? malloc(sizeof(float) * (size_t)chunk) : NULL;
-    if (!buf) /* short of host memory (or a small range): smaller copies */
-        buf = small, chunk = SMALL;
+    uint16_t *bits = buf && bf16 ? malloc(sizeof *bits * (size_t)chunk) : NULL;
+    if (!buf || (bf16 && !bits)) { /* short of host memory (or a small range): smaller copies */
+        free(buf);
+        buf = small, bits = small16, chunk = SMALL;
+    }
     for (int64_t a = lo; a < hi; a += chunk) {
         int64_t b = a + chunk < hi ? a + chunk : hi;
         mt_model_init_range(m, seed, a, b, buf);
-        m->be->copy_to_device(dst + (a - lo), buf, sizeof(float) * (size_t)(b - a));
+        if (bf16) {
+            for (int64_t i = 0; i < b - a; i++)
+                bits[i] = mt_f32_to_bf16(buf[i]);
+            m->be->copy_to_device((uint16_t *)dst + (a - lo), bits,
+                                  sizeof *bits * (size_t)(b - a));
+        } else {
+            m->be->copy_to_device((float *)dst + (a - lo), buf, sizeof(float) * (size_t)(b - a));
+        }
     }
     if (buf != small)
-        free(buf);
+        free(buf), free(bits);
+}
+
+void mt_model_init_range_device(const mt_model_t *m, uint64_t seed, int64_t lo, int64_t hi,
+                                float *dst)
+{
+    init_to_device(m, seed, lo, hi, dst, false);
 }
 
 void mt_model_init_device(const mt_model_t *m, uint64_t seed, float *dst)
@@ -102,30 +122,10 @@ void mt_model_init_device(const mt_model_t *m, uint64_t seed, float *dst)
     mt_model_init_range_device(m, seed, 0, m->numel, dst);
 }
 
-/* The initial weights as bf16 bits (bf16 storage): the float32 values
- * rounded, what a float32 parameter arena holds after the trainer's
- * rounding (src/train_mp.c) */
-static void init_weights_bf16(const mt_model_t *m, uint64_t seed)
-{
-    enum { CHUNK = 1 << 16 };
-    static float buf[CHUNK];
-    static uint16_t bits[CHUNK];
-    for (int64_t a = 0; a < m->numel; a += CHUNK) {
-        int64_t b = a + CHUNK < m->numel ? a + CHUNK : m->numel;
-        mt_model_init_range(m, seed, a, b, buf);
-        for (int64_t i = 0; i < b - a; i++)
-            bits[i] = mt_f32_to_bf16(buf[i]);
-        m->be->copy_to_device(mt_act_at(m, m->param_mem, a), bits,
-                              sizeof bits[0] * (size_t)(b - a));
-    }
-}
-
 void mt_model_init_weights(mt_model_t *m, uint64_t seed)
 {
-    if (m->param_mem && m->bf16_storage)
-        init_weights_bf16(m, seed);
-    else if (m->param_mem)
-        mt_model_init_device(m, seed, m->param_mem);
+    if (m->param_mem) /* bf16 storage: the arena holds bf16 bits */
+        init_to_device(m, seed, 0, m->numel, m->param_mem, m->bf16_storage);
     if (m->moe)
         mt_moe_init_weights(m, seed);
 }

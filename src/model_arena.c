@@ -275,13 +275,7 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
     if (be->rounds_bf16 && !m->bf16)
         MT_FAIL(MT_ERR_CONFIG, "the %s backend rounds activations to bf16: it serves "
                 "mp_policy.param_dtype bfloat16 only", be->name);
-    if (m->bf16_storage && (tp_rank >= 0 && cfg->distributed.tp_size > 1))
-        MT_FAIL(MT_ERR_UNSUPPORTED, "bf16 storage (the %s backend) with tensor parallelism is "
-                "not in this release (doc/mixed-precision.md, \"bf16 storage: the plan\")",
-                be->name);
-    if (m->bf16_storage && mc->num_experts > 0)
-        MT_FAIL(MT_ERR_UNSUPPORTED, "bf16 storage (the %s backend) with experts is not in this "
-                "release (doc/mixed-precision.md, \"bf16 storage: the plan\")", be->name);
+
     m->B = B, m->T = T, m->N = B * T;
     m->sp = m->tp > 1 && cfg->distributed.sequence_parallel;
     m->Ns = m->sp ? m->N / m->tp : m->N;
@@ -300,10 +294,17 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
         mt_model_free(m);
         return st;
     }
-    if (m->bf16_storage && (m->nchunks > 1 || !m->has_embed || !m->has_head)) {
+    /* bf16 storage serves one device, dense, so far (src/train_device.c
+     * refuses the rest first) */
+    const char *unserved = m->tp > 1 ? "tensor parallelism"
+                           : mc->num_experts > 0 ? "experts"
+                           : m->nchunks > 1 || !m->has_embed || !m->has_head ? "pipeline stages"
+                                                                              : NULL;
+    if (m->bf16_storage && unserved) {
         mt_model_free(m);
-        MT_FAIL(MT_ERR_UNSUPPORTED, "bf16 storage with pipeline stages is not in this release "
-                "(doc/mixed-precision.md, \"bf16 storage: the plan\")");
+        MT_FAIL(MT_ERR_UNSUPPORTED, "bf16 storage (the %s backend) with %s is not in this "
+                "release (doc/mixed-precision.md, \"bf16 storage: the plan\")", be->name,
+                unserved);
     }
     /* per layer at most: 2 norms, q, k, v, o, q_norm, k_norm, router, gate, up, down */
     int maxp = 3 + 12 * (int)m->L;

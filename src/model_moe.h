@@ -175,20 +175,6 @@ static inline void mt_model_round(const mt_model_t *m, float *x, int64_t n)
         m->be->round_bf16(x, n);
 }
 
-/* An activation's element n (bf16 bits under bf16 storage, else float32)
- * and the bytes of n of them: every offset into and every copy of an
- * activation buffer goes through these (the float32 buffers, rstd and
- * lse, do not) */
-static inline float *mt_act_at(const mt_model_t *m, const float *p, int64_t n)
-{
-    return (float *)((char *)p + n * (m->bf16_storage ? 2 : 4));
-}
-
-static inline size_t mt_act_bytes(const mt_model_t *m, int64_t n)
-{
-    return (size_t)n * (m->bf16_storage ? 2u : 4u);
-}
-
 /* The same for what an entry that rounds on a rounding table
  * (mt_backend_t.rounds_bf16: RMSNorm, RoPE, SwiGLU, attention, the loss)
  * has just written, or what the loss is about to read: a pass only when

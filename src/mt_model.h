@@ -229,7 +229,7 @@ typedef struct {
      * "bf16 storage: the plan"): the parameter arena and every activation
      * buffer but the float32 ones (rstd, lse, the accumulator dh_acc) hold
      * bf16 bits, 2 bytes an element, behind their float pointers, and the
-     * model runs no rounding pass (mt_act_at, mt_act_bytes in model_moe.h).
+     * model runs no rounding pass (mt_act_at, mt_act_bytes below).
      * So far one device, dense: mt_model_init refuses tensor parallelism
      * and experts with such a backend. */
     bool bf16_storage;
@@ -294,6 +294,21 @@ typedef struct {
     int32_t *targets_dev, *doc_mem;
     int32_t *host_i32;
 } mt_model_t;
+
+/* An activation's element n (bf16 bits under bf16 storage, else float32)
+ * and the bytes of n of them: every offset into and every copy of an
+ * activation buffer, and into the parameter arena, goes through these (the
+ * float32 buffers, rstd, lse and dh_acc, do not) */
+static inline float *mt_act_at(const mt_model_t *m, const float *p, int64_t n)
+{
+    return (float *)((char *)p + n * (m->bf16_storage ? 2 : 4));
+}
+
+static inline size_t mt_act_bytes(const mt_model_t *m, int64_t n)
+{
+    return (size_t)n * (m->bf16_storage ? 2u : 4u);
+}
+
 
 /* Shape from a validated config (padded vocabulary, head_dim, ...), for a
  * micro-batch of B x T tokens.  Allocates every arena. */

@@ -53,8 +53,7 @@ void mt_adamw_step(mt_adamw_t *opt, const mt_model_t *m, const mt_segment_t *seg
             float *m2 = opt->exp_avg_sq + s->state + j;
             const float wd = p->no_decay ? 0.0f : (float)oc->weight_decay;
             /* the compute copy's element j: bf16 bits under bf16 storage */
-            float *wk = !s->work ? NULL
-                        : m->bf16_storage ? (float *)((uint16_t *)s->work + j) : s->work + j;
+            float *wk = s->work ? mt_act_at(m, s->work, j) : NULL;
             if (wk) /* the master weights and their bf16 compute copy, one pass */
                 m->be->adamw_bf16_copy(pm, wk, gm, gscale, m1, m2, n, (float)lr,
                                        (float)oc->betas[0], (float)oc->betas[1], (float)oc->eps,

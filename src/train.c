@@ -299,8 +299,7 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
      * (everything but sharded parameters), the master weights move out */
     bool params_sharded = r->sharded && fo.shard_params;
     MT_TRY(mt_train_mp_init(&r->mp, &r->model, r->seg, r->nseg, owned, !params_sharded,
-                            &r->seg));
-    mt_train_mp_init_masters(&r->mp, &r->model, (uint64_t)cfg->rng.seed); /* bf16 storage */
+                            (uint64_t)cfg->rng.seed, &r->seg));
     MT_TRY(mt_adamw_init(&r->opt, be, owned));
     MT_TRY(mt_train_moe_init(&r->moe, &r->model, cfg, mesh));
     size_t nbuf = (size_t)(accum * r->rows * T);

@@ -81,6 +81,14 @@ static mt_status_t bring_up_nccl(mt_train_device_t *d, const mt_config_t *cfg,
 #endif
 }
 
+/* Environment variable name's value when it is set to something but 0,
+ * else NULL */
+static const char *env_on(const char *name)
+{
+    const char *e = getenv(name);
+    return e && *e && strcmp(e, "0") != 0 ? e : NULL;
+}
+
 /* MESHTRAIN_BF16_PASSES=1: the bf16 table with rounds_bf16 and reads_bf16
  * cleared, so the model rounds every activation in a pass of its own, as
  * before the roundings moved into the kernels.  The kernels' own roundings
@@ -90,8 +98,7 @@ static mt_status_t bring_up_nccl(mt_train_device_t *d, const mt_config_t *cfg,
 static void bf16_passes(mt_train_device_t *d)
 {
     static mt_backend_t passes;
-    const char *e = getenv("MESHTRAIN_BF16_PASSES");
-    if (!e || !*e || !strcmp(e, "0") || !d->be->rounds_bf16 || d->be->stores_bf16)
+    if (!env_on("MESHTRAIN_BF16_PASSES") || !d->be->rounds_bf16 || d->be->stores_bf16)
         return; /* (bf16 storage has no passes to fall back to) */
     passes = *d->be;
     passes.rounds_bf16 = passes.reads_bf16 = false;
@@ -107,8 +114,8 @@ static void bf16_passes(mt_train_device_t *d)
 static mt_status_t bf16_storage(mt_train_device_t *d, const mt_config_t *cfg,
                                 const mt_mesh_t *mesh)
 {
-    const char *e = getenv("MESHTRAIN_BF16_STORAGE");
-    if (!e || !*e || !strcmp(e, "0"))
+    const char *e = env_on("MESHTRAIN_BF16_STORAGE");
+    if (!e)
         return MT_OK;
     const mt_distributed_config_t *dc = &cfg->distributed;
     const char *why = NULL;
@@ -121,9 +128,7 @@ static mt_status_t bf16_storage(mt_train_device_t *d, const mt_config_t *cfg,
         why = "on cuda its attention serves head dims 64 and 128 so far";
     else if (dc->strategy != MT_STRATEGY_DDP)
         why = "only distributed.strategy ddp so far";
-    else if (dc->tp_size > 1 || dc->pp_size > 1 || dc->cp_size > 1 || dc->ep_size > 1)
-        why = "tensor, pipeline, context and expert parallelism are not in it yet";
-    else if (cfg->model.num_experts > 0)
+    else if (cfg->model.num_experts > 0) /* (ddp has no tp, pp or cp: config validation) */
         why = "experts are not in it yet";
     if (why)
         MT_FAIL(MT_ERR_UNSUPPORTED, "MESHTRAIN_BF16_STORAGE=%s: %s (doc/mixed-precision.md, "
@@ -151,8 +156,7 @@ static mt_status_t bf16_storage(mt_train_device_t *d, const mt_config_t *cfg,
 /* MESHTRAIN_PROFILE=1: the backend timed entry by entry (mt_backend_profiled) */
 static mt_status_t profile(mt_train_device_t *d)
 {
-    const char *e = getenv("MESHTRAIN_PROFILE");
-    if (!e || !*e || !strcmp(e, "0"))
+    if (!env_on("MESHTRAIN_PROFILE"))
         return MT_OK;
     const mt_backend_t *p = mt_backend_profiled(d->be);
     if (!p)

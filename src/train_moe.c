@@ -175,7 +175,8 @@ mt_status_t mt_train_moe_init(mt_train_moe_t *t, mt_model_t *m, const mt_config_
         m->unit_hook = chain_hook, m->hook_ctx = t;
     }
     MT_TRY(mt_train_mp_init(&t->mp, &t->view, t->seg, t->nseg, owned,
-                            !(t->sharded && t->fsdp.opt.shard_params), &t->seg));
+                            !(t->sharded && t->fsdp.opt.shard_params), (uint64_t)cfg->rng.seed,
+                            &t->seg));
     MT_TRY(mt_adamw_init(&t->opt, m->be, owned));
     return MT_OK;
 }

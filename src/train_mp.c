@@ -5,7 +5,7 @@
 #include <string.h>
 
 mt_status_t mt_train_mp_init(mt_train_mp_t *mp, const mt_model_t *m, const mt_segment_t *seg,
-                             int nseg, int64_t owned, bool in_arena,
+                             int nseg, int64_t owned, bool in_arena, uint64_t seed,
                              const mt_segment_t **use)
 {
     memset(mp, 0, sizeof *mp);
@@ -23,23 +23,16 @@ mt_status_t mt_train_mp_init(mt_train_mp_t *mp, const mt_model_t *m, const mt_se
         mp->seg[k] = seg[k];
         mp->seg[k].param = mp->master + seg[k].state;
         mp->seg[k].work = seg[k].param; /* the optimizer writes the compute copy */
-        if (!mp->storage) /* (bf16 storage: mt_train_mp_init_masters) */
+        if (mp->storage) /* the arena holds only bf16 bits: the masters from the seed */
+            mt_model_init_range_device(m, seed, seg[k].offset, seg[k].offset + seg[k].count,
+                                       mp->seg[k].param);
+        else
             be->copy(mp->seg[k].param, seg[k].param, sizeof(float) * (size_t)seg[k].count);
     }
     if (m->param_mem && !mp->storage)
         be->round_bf16(m->param_mem, m->numel);
     *use = mp->seg;
     return MT_OK;
-}
-
-void mt_train_mp_init_masters(const mt_train_mp_t *mp, const mt_model_t *m, uint64_t seed)
-{
-    if (!mp->master || !mp->storage)
-        return;
-    for (int k = 0; k < mp->nseg; k++) {
-        const mt_segment_t *s = &mp->seg[k];
-        mt_model_init_range_device(m, seed, s->offset, s->offset + s->count, s->param);
-    }
 }
 
 void mt_train_mp_refresh(const mt_train_mp_t *mp)

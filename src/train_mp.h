@@ -33,16 +33,13 @@ typedef struct {
  * segments, the arena rounded to bf16 values (all of it: under zero 1
  * and 2 every rank holds the whole initial model), and *use = segments
  * whose params are the master copy and whose work is the arena: the
- * optimizer's update writes the bf16 compute copy itself (mt_segment_t). */
+ * optimizer's update writes the bf16 compute copy itself (mt_segment_t).
+ * Under bf16 storage (mt_model_t.bf16_storage) the arena holds only the
+ * weights' bf16 bits, so the master copy comes from seed instead (the
+ * values mt_model_init_weights rounded into the arena). */
 mt_status_t mt_train_mp_init(mt_train_mp_t *mp, const mt_model_t *m, const mt_segment_t *seg,
-                             int nseg, int64_t owned, bool in_arena,
+                             int nseg, int64_t owned, bool in_arena, uint64_t seed,
                              const mt_segment_t **use);
-
-/* Under bf16 storage (mt_model_t.bf16_storage) the arena holds only the
- * weights' bf16 bits, so mt_train_mp_init cannot copy the master weights
- * from it: this writes them from the seed, the float32 values the arena
- * holds rounded (mt_model_init_weights), after mt_train_mp_init. */
-void mt_train_mp_init_masters(const mt_train_mp_t *mp, const mt_model_t *m, uint64_t seed);
 
 /* After a checkpoint load of the master weights: this rank's segments of
  * the arena = the master rounded to bf16 (after an optimizer update the
