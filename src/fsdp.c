@@ -24,7 +24,9 @@
  * regions (w_param, w_grad, w_own, laid out like the staging buffers) when
  * the collective starts, from the backend's memory through the staging
  * buffer when it needs staging, and widened back after the wait, so every
- * request in flight still owns its buffer until it completes. */
+ * request in flight still owns its buffer until it completes.  Under bf16
+ * storage (mt_fsdp.h) the widening is a copy of the bits, and a unit's
+ * place in p_work or the arena is counted in bf16 elements (mt_act_at). */
 /* MPICH annotates MPI_STATUSES_IGNORE arguments with access sizes that
  * GCC 12 misreads as an overflow of a zero-sized region. */
 #pragma GCC diagnostic ignored "-Wstringop-overflow"
@@ -128,11 +130,10 @@ static void point(mt_fsdp_t *f, int u, float *base, bool grads)
         mt_param_t *p = &m->params[i];
         if (p->offset < lo || p->offset >= hi)
             continue;
-        float *at = base ? base + (p->offset - lo) : NULL;
-        if (grads)
-            p->grad = at;
+        if (grads) /* (float32 always; parameters bf16 bits under bf16 storage) */
+            p->grad = base ? base + (p->offset - lo) : NULL;
         else
-            p->data = at;
+            p->data = base ? mt_act_at(m, base, p->offset - lo) : NULL;
     }
 }
 
@@ -147,9 +148,12 @@ static void gather(mt_fsdp_t *f, int u)
     int rc;
 #ifdef MT_HAVE_NCCL
     if (f->nccl) { /* on device memory, the unit's parts padded to equal counts */
+        int how = !f->opt.gather_bf16        ? 0
+                  : !f->model->bf16_storage ? MT_NCCL_BF16 /* bf16 storage: bits land */
+                  : MT_NCCL_BF16 | MT_NCCL_UNIT_BITS |
+                        (f->opt.shard_params ? 0 : MT_NCCL_MINE_BITS);
         if (mt_nccl_all_gatherv(f->nccl, s->param, f->p_at[u], f->counts + u * f->nshard,
-                                f->displs + u * f->nshard, f->pad, f->opt.gather_bf16,
-                                CS) != MT_OK)
+                                f->displs + u * f->nshard, f->pad, how, CS) != MT_OK)
             note_error(f, MPI_ERR_OTHER, "parameter all-gather (NCCL)", u);
         f->p_ev[u] = mt_nccl_last_event(f->nccl);
         f->p_state[u] = GATHERING;
@@ -157,8 +161,11 @@ static void gather(mt_fsdp_t *f, int u)
     }
 #endif
     if (f->w_param) { /* this rank's part, rounded, into its place in the unit's bf16 region */
-        mt_bf16_pack_from(f->be, f->w_param + mine, s->param, f->h_param ? f->h_param + mine : NULL,
-                          s->count);
+        if (f->model->bf16_storage && !f->opt.shard_params) /* the arena's bits already */
+            f->be->copy_to_host(f->w_param + mine, s->param, sizeof(uint16_t) * (size_t)s->count);
+        else
+            mt_bf16_pack_from(f->be, f->w_param + mine, s->param,
+                              f->h_param ? f->h_param + mine : NULL, s->count);
         rc = MPI_Iallgatherv(MPI_IN_PLACE, (int)s->count, f->bf16.type, f->w_param + lo,
                              f->counts + u * f->nshard, f->displs + u * f->nshard, f->bf16.type,
                              f->shard, &f->p_req[u]);
@@ -199,7 +206,10 @@ static void wait_gathered(mt_fsdp_t *f, int u)
         if (mt_wait_all(1, &f->p_req[u]) != MT_OK)
             note_error(f, MPI_ERR_OTHER, "waiting for the parameter all-gather", u);
         int64_t lo = f->model->unit_lo[u];
-        if (f->w_param)
+        if (f->w_param && f->model->bf16_storage) /* bf16 bits where they belong */
+            f->be->copy_to_device(f->p_at[u], f->w_param + lo,
+                                  sizeof(uint16_t) * (size_t)unit_numel(f, u));
+        else if (f->w_param)
             mt_bf16_unpack_to(f->be, f->p_at[u], f->w_param + lo,
                               f->h_param ? f->h_param + lo : NULL, unit_numel(f, u));
         else if (f->h_param)
@@ -531,8 +541,8 @@ mt_status_t mt_fsdp_init(mt_fsdp_t *f, mt_model_t *m, MPI_Comm shard, MPI_Comm r
         f->p_shard = f->be->device_alloc(sizeof(float) * own);
     if (opt->shard_grads)
         f->g_shard = f->be->device_alloc(sizeof(float) * own);
-    if (f->p_work_numel)
-        f->p_work = f->be->device_alloc(sizeof(float) * (size_t)f->p_work_numel);
+    if (f->p_work_numel) /* gathered units: bf16 bits under bf16 storage */
+        f->p_work = f->be->device_alloc(mt_act_bytes(m, f->p_work_numel));
     if (f->g_work_numel)
         f->g_work = f->be->device_alloc(sizeof(float) * (size_t)f->g_work_numel);
     if (f->rs_tmp_numel)
@@ -575,14 +585,15 @@ mt_status_t mt_fsdp_init(mt_fsdp_t *f, mt_model_t *m, MPI_Comm shard, MPI_Comm r
         f->p_req[u] = f->g_req[u] = MPI_REQUEST_NULL;
         int64_t slot_at = (int64_t)slot_of(u, m->tied) * ring;
         if (!opt->shard_params)
-            f->p_at[u] = m->param_mem + lo;
+            f->p_at[u] = mt_act_at(m, m->param_mem, lo);
         else
-            f->p_at[u] = f->p_work + (f->opt.reshard_after_forward ? slot_at : lo);
+            f->p_at[u] = mt_act_at(m, f->p_work, f->opt.reshard_after_forward ? slot_at : lo);
         if (!opt->shard_grads)
             f->g_at[u] = m->grad_mem + lo;
         else
             f->g_at[u] = f->g_work + (f->ring ? slot_at : lo);
-        s->param = opt->shard_params ? f->p_shard + s->state : m->param_mem + s->offset;
+        s->param = opt->shard_params ? f->p_shard + s->state
+                                     : mt_act_at(m, m->param_mem, s->offset);
         s->grad = opt->shard_grads ? f->g_shard + s->state : m->grad_mem + s->offset;
         /* Unsharded parameters are whole already; deferred gradients sit
          * in place for the whole step. */
@@ -735,10 +746,11 @@ void mt_fsdp_bytes(const mt_fsdp_t *f, double *params_shard, double *params_work
                    double *grads_shard, double *grads_work)
 {
     double numel = (double)f->model->numel, own = (double)f->owned;
-    *params_shard = 4.0 * (f->opt.shard_params ? own : numel);
+    double el = f->model->bf16_storage ? 2.0 : 4.0; /* the arena's and the gathered units' */
+    *params_shard = f->opt.shard_params ? 4.0 * own : el * numel;
     /* NCCL's pad is not a parameter buffer: meshtrain-plan counts it with
      * the device's NCCL wire buffers, and the pool's peak has it */
-    *params_work = 4.0 * (double)f->p_work_numel;
+    *params_work = el * (double)f->p_work_numel;
     *grads_shard = 4.0 * (f->opt.shard_grads ? own : numel);
     *grads_work = 4.0 * (double)(f->g_work_numel + f->rs_tmp_numel);
 }

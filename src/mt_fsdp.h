@@ -27,7 +27,14 @@
  * bf16 values (the owned float32 shard, the master, is not touched); with
  * reduce_bf16 every gradient reduction (reduce-scatter, zero 1 all-reduce,
  * HSDP replicate all-reduce) sends bf16 and sums in bf16, and the results
- * are float32 copies of bf16 values. */
+ * are float32 copies of bf16 values.
+ *
+ * bf16 storage (the model's bf16_storage, doc/mixed-precision.md): the
+ * gathered units (p_work) and an unsharded model's parameter arena hold
+ * bf16 bits, 2 bytes an element, so a gather lands the wire's bits as
+ * they are, and unsharded parameters (zero 1 and 2, masters apart) send
+ * their own rows as they are.  Owned shards and every gradient buffer
+ * stay float32. */
 #ifndef MT_FSDP_H
 #define MT_FSDP_H
 

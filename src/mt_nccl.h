@@ -123,13 +123,19 @@ mt_status_t mt_nccl_recv(mt_nccl_group_t *g, void *buf, size_t count, ncclDataTy
  * float32 holding bf16 values.  `pad` is device memory of g->size x
  * max(counts) wire elements (n for the all-reduce), reused in stream order.
  *  all_gatherv:     rank r's counts[r] elements land at unit + displs[r];
- *                   mine is this rank's part (it may lie inside unit);
+ *                   mine is this rank's part (it may lie inside unit).
+ *                   `how` is 0 (float32) or MT_NCCL_BF16 on the wire, and
+ *                   under bf16 storage (doc/mixed-precision.md) also
+ *                   MT_NCCL_UNIT_BITS: unit holds bf16 bits, which land as
+ *                   they travelled (displs count bf16 elements), and
+ *                   MT_NCCL_MINE_BITS: so does mine, sent as it is;
  *  reduce_scatterv: the sum over ranks of unit's part r lands in rank r's
  *                   mine (counts[r] elements); NCCL needs equal parts, so
  *                   they are padded to the largest;
  *  all_reduce_f32:  x summed in place over n elements. */
-mt_status_t mt_nccl_all_gatherv(mt_nccl_group_t *g, const float *mine, float *unit,
-                                const int *counts, const int *displs, void *pad, int bf16,
+enum { MT_NCCL_BF16 = 1, MT_NCCL_UNIT_BITS = 2, MT_NCCL_MINE_BITS = 4 };
+mt_status_t mt_nccl_all_gatherv(mt_nccl_group_t *g, const void *mine, void *unit,
+                                const int *counts, const int *displs, void *pad, int how,
                                 cudaStream_t compute);
 mt_status_t mt_nccl_reduce_scatterv(mt_nccl_group_t *g, const float *unit, float *mine,
                                     const int *counts, const int *displs, void *pad, int bf16,

@@ -39,6 +39,7 @@ typedef struct {
     int64_t layers_on_worst;    /* decoder layers held by that rank */
     double bytes_params, bytes_grads, bytes_optim, bytes_activations, bytes_total;
     double inflight_microbatches; /* stage-microbatches alive on the worst rank */
+    bool bf16_storage;          /* the estimate is for bf16 storage (MT_PLAN_BF16_STORAGE) */
 
     /* distributed.device cuda (doc/plan.md): device memory beside the
      * arenas above, on the same worst rank, included in bytes_total: the
@@ -60,8 +61,12 @@ typedef struct {
     mt_plan_pp_row_t pp_table[MT_PP_NUM_SCHEDULES];
 } mt_plan_t;
 
-/* Estimate for a validated config. */
+/* Estimate for a validated config.  _ex takes flags: MT_PLAN_BF16_STORAGE
+ * for bf16 storage (MESHTRAIN_BF16_STORAGE=1 under bf16 mixed precision,
+ * doc/mixed-precision.md), whose arenas hold bf16 bits. */
+enum { MT_PLAN_BF16_STORAGE = 1 };
 mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan);
+mt_status_t mt_plan_compute_ex(const mt_config_t *cfg, unsigned flags, mt_plan_t *plan);
 
 /* What the plan puts in the trainer's device pool: the total less the
  * backend's workspace (taken from the reservation before the pool); the

@@ -483,18 +483,36 @@ static char *slot(void *pad, int r, size_t mc, int bf16)
 
 static ncclDataType_t wire_type(int bf16) { return bf16 ? ncclBfloat16 : ncclFloat32; }
 
-mt_status_t mt_nccl_all_gatherv(mt_nccl_group_t *g, const float *mine, float *unit,
-                                const int *counts, const int *displs, void *pad, int bf16,
+/* n bf16 bits copied as they are (a side of a bf16 gather that holds them) */
+static mt_status_t move_bits(mt_nccl_group_t *g, void *dst, const void *src, int64_t n)
+{
+    if (n > 0)
+        MT_CUDA_TRY(cudaMemcpyAsync(dst, src, sizeof(uint16_t) * (size_t)n,
+                                    cudaMemcpyDeviceToDevice, g->stream));
+    return MT_OK;
+}
+
+mt_status_t mt_nccl_all_gatherv(mt_nccl_group_t *g, const void *mine, void *unit,
+                                const int *counts, const int *displs, void *pad, int how,
                                 cudaStream_t compute)
 {
+    const int bf16 = (how & MT_NCCL_BF16) != 0;
     const char *what = bf16 ? "all_gather (bf16)" : "all_gather";
-    const size_t mc = (size_t)max_count(counts, g->size);
+    const size_t mc = (size_t)max_count(counts, g->size), ue = how & MT_NCCL_UNIT_BITS ? 2 : 4;
     char *own = slot(pad, g->rank, mc, bf16);
     MT_TRY(begin(g, compute, what));
-    MT_TRY(move(g, own, mine, counts[g->rank], 1, bf16));
+    if (how & MT_NCCL_MINE_BITS)
+        MT_TRY(move_bits(g, own, mine, counts[g->rank]));
+    else
+        MT_TRY(move(g, own, mine, counts[g->rank], 1, bf16));
     MT_TRY(nccl_poll(g, ncclAllGather(own, pad, mc, wire_type(bf16), g->comm, g->stream), what));
-    for (int r = 0; r < g->size; r++)
-        MT_TRY(move(g, unit + displs[r], slot(pad, r, mc, bf16), counts[r], 0, bf16));
+    for (int r = 0; r < g->size; r++) {
+        char *at = (char *)unit + ue * (size_t)displs[r];
+        if (how & MT_NCCL_UNIT_BITS)
+            MT_TRY(move_bits(g, at, slot(pad, r, mc, bf16), counts[r]));
+        else
+            MT_TRY(move(g, at, slot(pad, r, mc, bf16), counts[r], 0, bf16));
+    }
     return end(g, ncclSuccess, what);
 }
 

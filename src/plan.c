@@ -186,6 +186,11 @@ static double nccl_wire_bytes(const mt_config_t *cfg, int msg_bufs, bool fsdp,
 
 mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
 {
+    return mt_plan_compute_ex(cfg, 0, plan);
+}
+
+mt_status_t mt_plan_compute_ex(const mt_config_t *cfg, unsigned flags, mt_plan_t *plan)
+{
     memset(plan, 0, sizeof *plan);
     if (!cfg->validated)
         MT_FAIL(MT_ERR_RANGE, "mt_plan_compute needs a validated config");
@@ -224,13 +229,19 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
         fg = d->zero_dp_strategy >= 2 ? all : 1;
         fp = d->zero_dp_strategy >= 3 ? all : 1;
     }
-    /* Storage is float32 in this release, also under bf16 mixed precision
+    /* Storage is float32 by default, also under bf16 mixed precision
      * (bf16 values held in float32: doc/mixed-precision.md), but for the
      * checkpointed layer inputs and the bf16 wire buffers below; bf16 adds
      * fp32 master weights beside the optimizer state where the parameters
-     * the optimizer updates are the model's own (not fsdp shards). */
-    double pbytes = 4, gbytes = 4, act_bytes = 4;
+     * the optimizer updates are the model's own (not fsdp shards).  Under
+     * bf16 storage (MT_PLAN_BF16_STORAGE) the parameter arena, the gathered
+     * units and the activations are bf16 bits; fsdp's owned shards (the
+     * masters), gradients and the column-parallel dh accumulator float32. */
     bool bf16 = d->mp_policy.param_dtype != MT_DTYPE_FLOAT32;
+    bool storage = bf16 && (flags & MT_PLAN_BF16_STORAGE);
+    plan->bf16_storage = storage;
+    double pbytes = storage ? 2 : 4, gbytes = 4, act_bytes = storage ? 2 : 4;
+    double sbytes = storage && fsdp && fso.shard_params ? 4 : pbytes; /* owned parameters */
     bool master = bf16 && !(fsdp && fso.shard_params);
     double obytes = 8 + (master ? 4 : 0); /* m, v (+master) */
 
@@ -330,7 +341,7 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
             pw += (double)p_work, gw += (double)(g_work + rs_tmp);
             xunit = lexp / (double)d->ep_size;
         }
-        double params = (p_rank / fp + expert / e_shard) * pbytes + pw * pbytes;
+        double params = (p_rank / fp + expert / e_shard) * sbytes + pw * pbytes;
         double grads = (p_rank / fg + expert / e_shard) * gbytes + gw * gbytes;
         /* experts keep a master copy unless fsdp shards them (train_moe.c) */
         double obytes_exp = 8 + (bf16 && !exp_sharded ? 4 : 0);
@@ -369,7 +380,7 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
          * runs right after its forward, so only one is ever alive */
         if (last) /* in row chunks (mt_model_head_chunk) */
             acts += (double)mt_model_head_chunk((int64_t)tokens, (int64_t)((double)V / tp)) *
-                    (double)V / tp * 4.0;
+                    (double)V / tp * act_bytes; /* (bf16 bits under bf16 storage) */
         { /* backward working buffers of one microbatch: the final norm's input
            * and output and four residual-stream gradients, plus the q, k, v
            * and MLP gradients (doc/plan.md) */
@@ -382,6 +393,8 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
             double stream_b = sp > 1 ? 4.0 * (double)H / sp + 4.0 * (double)H : 6.0 * (double)H;
             acts += tokens * (stream_b + (Q + 2.0 * KV + (double)m->intermediate_size) / tp) *
                     act_bytes;
+            if (storage) /* dh's float32 accumulator (model_arena.c) */
+                acts += tokens * (double)H * 4.0;
             if (moe_share(cfg) > 0) /* the MoE layers' send, receive, expert-output and
                                      * activation-gradient rows (model_moe.c), and under
                                      * ep in bf16 the wire's rows both ways */

@@ -146,7 +146,10 @@ int mt_plan_main(int argc, char **argv, FILE *out, FILE *err)
         goto done;
     }
     mt_plan_t plan;
-    if (mt_plan_compute(cfg, &plan) != MT_OK) {
+    /* MESHTRAIN_BF16_STORAGE=1, as the trainer reads it (train_device.c) */
+    const char *st = getenv("MESHTRAIN_BF16_STORAGE");
+    unsigned flags = st && *st && strcmp(st, "0") != 0 ? MT_PLAN_BF16_STORAGE : 0;
+    if (mt_plan_compute_ex(cfg, flags, &plan) != MT_OK) {
         fprintf(err, "meshtrain-plan: %s\n", mt_error_message());
         goto done;
     }

@@ -83,8 +83,10 @@ void mt_plan_write_text(const mt_config_t *cfg, const mt_plan_t *plan, FILE *out
         fprintf(out, "  vocabulary           %lld padded to %lld for tp %lld\n",
                 (long long)cfg->model.vocab_size, (long long)dv->padded_vocab, (long long)d->tp_size);
 
-    fprintf(out, "\nmemory per rank, estimate (worst rank: pp rank %d, %lld layers; doc/plan.md)\n",
-            plan->worst_pp_rank, (long long)plan->layers_on_worst);
+    fprintf(out, "\nmemory per rank, estimate (worst rank: pp rank %d, %lld layers%s; "
+                 "doc/plan.md)\n",
+            plan->worst_pp_rank, (long long)plan->layers_on_worst,
+            plan->bf16_storage ? "; bf16 storage, MESHTRAIN_BF16_STORAGE" : "");
     char hb[32];
     fprintf(out, "  parameters          %s\n", human_bytes(plan->bytes_params, hb, sizeof hb));
     fprintf(out, "  gradients           %s\n", human_bytes(plan->bytes_grads, hb, sizeof hb));
@@ -182,11 +184,12 @@ void mt_plan_write_json(const mt_config_t *cfg, const mt_plan_t *plan, FILE *out
     fprintf(out, "  \"memory_per_rank_bytes\": {\"worst_pp_rank\": %d, \"parameters\": %.0f, "
                  "\"gradients\": %.0f, \"optimizer\": %.0f, \"activations\": %.0f, "
                  "\"device_workspace\": %.0f, \"nccl_wire\": %.0f, \"total\": %.0f, "
-                 "\"gpu_needed\": %.0f},\n",
+                 "\"gpu_needed\": %.0f, \"bf16_storage\": %s},\n",
             plan->worst_pp_rank, plan->bytes_params, plan->bytes_grads, plan->bytes_optim,
             plan->bytes_activations, plan->bytes_device_workspace, plan->bytes_device_nccl,
             plan->bytes_total,
-            cfg->distributed.device == MT_DEVICE_CUDA ? mt_plan_gpu_bytes_needed(plan) : 0.0);
+            cfg->distributed.device == MT_DEVICE_CUDA ? mt_plan_gpu_bytes_needed(plan) : 0.0,
+            plan->bf16_storage ? "true" : "false");
     fprintf(out, "  \"pipeline\": {\"schedule\": \"%s\", \"bubble_fraction\": %.6f, "
                  "\"bubble_ratio\": %.6f, \"formula\": \"%s\", \"schedules\": [",
             d->pp_size > 1 ? mt_pp_schedule_name(d->pipeline.pp_schedule) : "none",

@@ -408,7 +408,7 @@ static void print_memory(const run_t *r, const mt_config_t *cfg, FILE *out)
     mt_train_moe_bytes(&r->moe, m, &ps, &pw, &gs, &gw, &act);
     if (r->cp.size > 1) /* the ring's shards */
         act += mt_ring_attention_bytes(&r->cp.ring);
-    if (mt_plan_compute(cfg, &plan) != MT_OK)
+    if (mt_plan_compute_ex(cfg, m->bf16_storage ? MT_PLAN_BF16_STORAGE : 0, &plan) != MT_OK)
         return;
     fprintf(out, "memory per rank (MiB, measured / plan estimate): parameters %.3f / %.3f, "
                  "gradients %.3f / %.3f, optimizer state %.3f / %.3f, activations %.3f / %.3f\n",
@@ -754,7 +754,9 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
         double mine = (double)peak, most = 0;
         mt_plan_t plan;
         s = mt_allreduce(&mine, &most, 1, MPI_DOUBLE, MPI_MAX, comm);
-        if (s == MT_OK && rank == 0 && out && mt_plan_compute(cfg, &plan) == MT_OK)
+        if (s == MT_OK && rank == 0 && out &&
+            mt_plan_compute_ex(cfg, r->model.bf16_storage ? MT_PLAN_BF16_STORAGE : 0,
+                               &plan) == MT_OK)
             fprintf(out, "device memory peak (MiB, the largest of the ranks): %.3f, plan "
                          "estimate %.3f, pool %.1f\n", most / 1048576.0,
                     mt_plan_device_pool_bytes(&plan) / 1048576.0, (double)size / 1048576.0);

@@ -107,8 +107,9 @@ static void bf16_passes(mt_train_device_t *d)
 
 /* MESHTRAIN_BF16_STORAGE=1: bf16 storage (doc/mixed-precision.md, "bf16
  * storage: the plan"), so far on the CPU and on CUDA (head dims 64 and 128:
- * the tensor-core attention), for one device or replicas (ddp), dense,
- * without tensor, pipeline, context or expert parallelism: the table whose
+ * the tensor-core attention), for data parallelism of every strategy (fsdp2
+ * with HSDP, megatron_fsdp, ddp), dense, without tensor, pipeline, context
+ * or expert parallelism: the table whose
  * activation and parameter arenas hold bf16 bits.  Refused, before
  * anything is allocated, where it is not built yet. */
 static mt_status_t bf16_storage(mt_train_device_t *d, const mt_config_t *cfg,
@@ -126,9 +127,13 @@ static mt_status_t bf16_storage(mt_train_device_t *d, const mt_config_t *cfg,
     else if (dc->device == MT_DEVICE_CUDA && cfg->derived.head_dim != 64 &&
              cfg->derived.head_dim != 128)
         why = "on cuda its attention serves head dims 64 and 128 so far";
-    else if (dc->strategy != MT_STRATEGY_DDP)
-        why = "only distributed.strategy ddp so far";
-    else if (cfg->model.num_experts > 0) /* (ddp has no tp, pp or cp: config validation) */
+    else if (dc->tp_size > 1)
+        why = "tensor parallelism (tp_size > 1) is not in it yet";
+    else if (dc->pp_size > 1)
+        why = "pipeline parallelism (pp_size > 1) is not in it yet";
+    else if (dc->cp_size > 1)
+        why = "context parallelism (cp_size > 1) is not in it yet";
+    else if (cfg->model.num_experts > 0)
         why = "experts are not in it yet";
     if (why)
         MT_FAIL(MT_ERR_UNSUPPORTED, "MESHTRAIN_BF16_STORAGE=%s: %s (doc/mixed-precision.md, "
@@ -238,7 +243,7 @@ static mt_status_t tp_bf16(mt_train_device_t *d, mt_nccl_group_t *g, const void 
     for (int r = 0; r < g->size; r++)
         counts[r] = (int)n, displs[r] = (int)(r * n);
     if (op == MT_TP_GATHER_FLOAT)
-        return mt_nccl_all_gatherv(g, in, out, counts, displs, d->tp_pad, 1, cs);
+        return mt_nccl_all_gatherv(g, in, out, counts, displs, d->tp_pad, MT_NCCL_BF16, cs);
     if (op == MT_TP_SCATTER_FLOAT)
         return mt_nccl_reduce_scatterv(g, in, out, counts, displs, d->tp_pad, 1, cs);
     if (in != out)

@@ -21,7 +21,8 @@
 #    two ranks tp 2 + SP, cp 2, a MoE under tp 2 and one under ep 2;
 #  - bf16 storage (MESHTRAIN_BF16_STORAGE=1, the cuda_bf16_storage table)
 #    gives the dense head-dim-64 bf16 run's bits, with and without
-#    activation checkpointing;
+#    activation checkpointing, and on two ranks its gathers of bf16 bits:
+#    fsdp2 and megatron_fsdp zero 1 on emulated NCCL, fsdp2 staged (MPI);
 #  - two ranks on emulated NCCL with these kernels against the 1-rank CPU
 #    runs: tp 2 with sequence parallelism and cp 2 (the ring-attention
 #    block kernels) in fp32 (1e-5), the MoE under ep 2 in bf16 (2e-3).
@@ -115,6 +116,26 @@ train dense-bf16-hd64-storage-ac 1 $hd64 $bf16 $ddp distributed.device=cuda \
 compare_losses "$workdir/dense-bf16-hd64-ddp.jsonl" "$workdir/dense-bf16-hd64-storage-ac.jsonl" \
     "bf16 storage with checkpointing on the emulated GPU" 0 0 0
 unset MESHTRAIN_BF16_STORAGE
+# two ranks: the sharded gathers land bf16 bits (fsdp2: from the float32
+# shards; zero 1: the arena's own rows as they are), on NCCL and staged
+for c in "fsdp2-nccl|distributed.strategy=fsdp2 distributed.collectives=nccl" \
+    "zero1-nccl|distributed.strategy=megatron_fsdp distributed.zero_dp_strategy=1 \
+distributed.collectives=nccl" \
+    "fsdp2-mpi|distributed.strategy=fsdp2 distributed.collectives=mpi"; do
+    cname=${c%%|*} cargs=${c#*|}
+    # shellcheck disable=SC2086
+    train "dense-bf16-hd64-$cname" 2 $hd64 $bf16 $cargs distributed.device=cuda
+    MESHTRAIN_BF16_STORAGE=1
+    export MESHTRAIN_BF16_STORAGE
+    # shellcheck disable=SC2086
+    train "storage-$cname" 2 $hd64 $bf16 $cargs distributed.device=cuda
+    unset MESHTRAIN_BF16_STORAGE
+    want="collectives NCCL"
+    case $cname in *mpi) want="MPI on host copies (staged)" ;; esac
+    expect_in "$(cat "$workdir/storage-$cname.log")" "$want" "storage-$cname: $want"
+    compare_losses "$workdir/dense-bf16-hd64-$cname.jsonl" "$workdir/storage-$cname.jsonl" \
+        "bf16 storage, $cname, on the emulated GPU" 0 0 0
+done
 # head dim 16 (the fp32 attention fallback) and the q/k norms
 app="$emu/meshtrain-dense"
 # shellcheck disable=SC2086

@@ -18,8 +18,10 @@
 #  - a bf16 run resumed from its checkpoint continues bit for bit, and the
 #    checkpoint holds the fp32 master weights, not bf16 values;
 #  - bf16 storage (MESHTRAIN_BF16_STORAGE=1) gives the same bits, the same
-#    checkpoints and a bit-for-bit resume, on 1 rank and ddp 2, with half
-#    the parameter bytes and about half the activations', and refuses fsdp2;
+#    checkpoints and a bit-for-bit resume, on 1 rank, ddp 2, fsdp2 2 and
+#    megatron_fsdp zero 1 on 4, with half the parameter bytes (the gathered
+#    units' under fsdp2) and about half the activations', as meshtrain-plan
+#    estimates them, and refuses tensor parallelism and experts;
 #  - activation checkpointing keeps its layer inputs as bf16 bits (but a
 #    stage's first): the run is bit for bit the one without it, and on 4
 #    layers its measured activations are 3 inputs of [128, 64] x 2 bytes
@@ -108,9 +110,11 @@ app=
 # bf16 storage (MESHTRAIN_BF16_STORAGE=1, doc/mixed-precision.md "bf16
 # storage: the plan"): bf16 bits in the activation and parameter arenas
 # compute the bits of bf16 values in float32 storage, on 1 rank (with
-# activation checkpointing too) and ddp 2, with the same checkpoints and
-# half the parameter bytes; a resume continues bit for bit; what it does
-# not serve yet is refused by name.
+# activation checkpointing too), ddp 2, fsdp2 2 (bf16 bits gathered into
+# bf16 units) and megatron_fsdp zero 1 on 4 (the arena's own rows
+# gathered as they are), with the same checkpoints and half the parameter
+# bytes; a resume continues bit for bit; what it does not serve yet is
+# refused by name.
 MESHTRAIN_BF16_STORAGE=1
 export MESHTRAIN_BF16_STORAGE
 train s1 1 distributed.strategy=ddp $bf
@@ -136,16 +140,38 @@ train sac 1 distributed.strategy=ddp $bf distributed.activation_checkpointing=tr
 compare_losses "$workdir/r1.jsonl" "$workdir/sac.jsonl" "bf16 storage, checkpointing" 0 0
 train sddp2 2 distributed.strategy=ddp $bf
 compare_losses "$workdir/ddp2.jsonl" "$workdir/sddp2.jsonl" "bf16 storage, ddp 2" 0 0
+train sf2 2 distributed.strategy=fsdp2 $bf
+compare_losses "$workdir/f2.jsonl" "$workdir/sf2.jsonl" "bf16 storage, fsdp2 2" 0 0
+train sz1 4 distributed.strategy=megatron_fsdp distributed.zero_dp_strategy=1 $bf
+compare_losses "$workdir/z1.jsonl" "$workdir/sz1.jsonl" "bf16 storage, megatron_fsdp zero 1" 0 0
+for g in /model /optim; do
+    checks=$((checks + 1))
+    h5diff "$workdir/f2/step_00000012/model.h5" "$workdir/sf2/step_00000012/model.h5" $g $g \
+        >/dev/null || fail "bf16 storage, fsdp2 2: $g at step 12 differs from float32 storage's"
+done
+checks=$((checks + 1))
+python3 - "$workdir/f2.log" "$workdir/sf2.log" <<'PY' || fail "bf16 storage, fsdp2: memory"
+import re, sys
+def mem(p):
+    m = re.search(r"parameters ([0-9.]+) / ([0-9.]+), .*activations ([0-9.]+) / ([0-9.]+)",
+                  open(p).read())
+    return [float(g) for g in m.groups()]
+(p32, _, a32, _), (p16, e16, a16, ea16) = mem(sys.argv[1]), mem(sys.argv[2])
+# the float32 shard stays; the gathered units (2 slots of the largest)
+# halve, and meshtrain-plan says so
+assert p16 < p32 and abs(p16 - e16) < 2e-3, f"parameters: {p16} MiB (plan {e16}), fp32 {p32}"
+assert a16 < 0.6 * a32 and abs(a16 - ea16) < 0.05 * a16, f"activations {a16} (plan {ea16})"
+print(f"bf16 storage, fsdp2 2: parameters {p32} -> {p16} MiB, activations {a32} -> {a16} MiB")
+PY
 rm -rf "$workdir/s1/step_00000012"; echo step_00000006 > "$workdir/s1/latest"
 cp "$workdir/s1.jsonl" "$workdir/s1r.jsonl"
 train s1 1 distributed.strategy=ddp $bf logging.metrics_file="$workdir/s1r.jsonl"
 expect_in "$out" "resumed from $workdir/s1/step_00000006 at step 6" "bf16 storage resume"
 compare_losses "$workdir/r1.jsonl" "$workdir/s1r.jsonl" "bf16 storage resume, steps 7-12" 7 0
 expect_rc 1 np 2 "$bindir/meshtrain-dense" --config "$small_cfg" $common $bf \
-    checkpoint.checkpoint_dir="$workdir/srefused" distributed.strategy=fsdp2
-expect_in "$out$err" "MESHTRAIN_BF16_STORAGE=1: only distributed.strategy ddp so far" \
-    "bf16 storage refuses fsdp2"
-# (tp, pp and cp need fsdp2 or megatron_fsdp, refused above; experts:)
+    checkpoint.checkpoint_dir="$workdir/srefused" distributed.tp_size=2
+expect_in "$out$err" "MESHTRAIN_BF16_STORAGE=1: tensor parallelism (tp_size > 1) is not in it" \
+    "bf16 storage refuses tp"
 expect_rc 1 np 1 "$bindir/meshtrain-moe" --config "$small_cfg" $common $bf \
     distributed.strategy=ddp checkpoint.checkpoint_dir="$workdir/srefused" model.num_experts=4 \
     model.num_experts_per_tok=2 model.moe_intermediate_size=32

@@ -105,6 +105,29 @@ static void test_params(void)
     CHECK(near(p.bytes_params, 4.0 * (double)total) && near(p.bytes_optim, 12.0 * (double)total),
           "bf16 params %.0f optim %.0f", p.bytes_params, p.bytes_optim);
 
+    /* bf16 storage (MT_PLAN_BF16_STORAGE): the arena and the activations
+     * take 2 bytes an element, plus dh's float32 accumulator; fsdp2's
+     * owned shards stay float32 (the masters), its gathered units halve;
+     * under float32 compute the flag changes nothing. */
+    mt_plan_compute_ex(&cfg, MT_PLAN_BF16_STORAGE, &p);
+    CHECK(p.bf16_storage && near(p.bytes_params, 2.0 * (double)total) &&
+              near(p.bytes_grads, 4.0 * (double)total) && near(p.bytes_optim, 12.0 * (double)total),
+          "bf16 storage params %.0f grads %.0f optim %.0f", p.bytes_params, p.bytes_grads,
+          p.bytes_optim);
+    CHECK(near(p.bytes_activations, 2 * per * tokens * 4 + tokens * 512 * 2 + tokens * work * 2 +
+                                        tokens * 128 * 4),
+          "bf16 storage activations %.0f", p.bytes_activations);
+    if (!setup(4, "step_scheduler.global_batch_size=8;distributed.mp_policy.param_dtype=bfloat16"))
+        return;
+    mt_plan_compute_ex(&cfg, MT_PLAN_BF16_STORAGE, &p);
+    CHECK(near(p.bytes_params, 4.0 * (double)total / 4 + 2 * 2.0 * (double)layer),
+          "bf16 storage fsdp2 params %.0f", p.bytes_params);
+    if (!setup(1, "distributed.strategy=ddp"))
+        return;
+    mt_plan_compute_ex(&cfg, MT_PLAN_BF16_STORAGE, &p);
+    CHECK(!p.bf16_storage && near(p.bytes_params, 4.0 * (double)total),
+          "bf16 storage under float32 compute");
+
     /* megatron_fsdp zero levels shard progressively. */
     for (int z = 0; z <= 3; z++) {
         char ov[256];
@@ -328,6 +351,12 @@ static void test_cli(void)
     CHECK_CONTAINS(out, "\"tp\": 8");
     CHECK_CONTAINS(out, "\"pp\": [[0, 16, 32, 48], [1, 17, 33, 49]");
     CHECK_CONTAINS(out, "\"bubble_fraction\": 0.085714");
+    CHECK_CONTAINS(out, "\"bf16_storage\": false");
+    setenv("MESHTRAIN_BF16_STORAGE", "1", 1); /* as the trainer reads it */
+    rc = run_plan(out, sizeof out, err, sizeof err, 6, a3);
+    unsetenv("MESHTRAIN_BF16_STORAGE");
+    CHECK(rc == 0, "json rc %d: %s", rc, err);
+    CHECK_CONTAINS(out, "\"bf16_storage\": true");
     CHECK_CONTAINS(out, "{\"schedule\": \"interleaved_1f1b\", \"v\": 2, \"chosen\": true, "
                         "\"valid\": true, \"bubble_fraction\": 0.085714, \"bubble_ratio\": 0.093750");
 
