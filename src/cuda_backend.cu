@@ -580,6 +580,19 @@ extern "C" double mt_cuda_cross_entropy_bf16(uint16_t *dlogits, const uint16_t *
     return sum_rows("cross_entropy_bf16", rows, targets, n, count);
 }
 
+/* the vocabulary-parallel loss's last pass on bf16 bits (bf16 storage) */
+extern "C" double mt_cuda_ce_shard_finish_bf16(uint16_t *dlogits, const uint16_t *logits,
+                                               const int32_t *targets, const float *mx,
+                                               const double *z, const double *ly, int64_t n,
+                                               int64_t V, int64_t v_lo, int64_t v_valid,
+                                               float grad_scale, int64_t *count)
+{
+    double *rows = (double *)mt_cuda_scratch("ce_shard_finish_bf16", (size_t)n * sizeof(double));
+    mt_cuda_launch_ce_shard_finish_bf16s(S, dlogits, logits, targets, mx, z, ly, n, V, v_lo,
+                                         v_valid, grad_scale, rows);
+    return sum_rows("ce_shard_finish_bf16", rows, targets, n, count);
+}
+
 extern "C" void mt_cuda_matmul_bf16_f32out(float *c, const uint16_t *a, const uint16_t *b,
                                            int64_t m, int64_t n, int64_t k, bool trans_a,
                                            bool trans_b, float beta)

@@ -161,6 +161,24 @@ void mt_cuda_launch_ce_shard_finish(cudaStream_t s, float *dlogits, const float 
                                     const double *ly, int64_t n, int64_t V, int64_t v_lo,
                                     int64_t v_valid, float grad_scale, double *row_loss,
                                     bool round);
+/* The shard passes on bf16 bits (bf16 storage, cuda_storage.cu). */
+void mt_cuda_launch_ce_shard_max_bf16s(cudaStream_t s, float *mx, const uint16_t *logits,
+                                       int64_t n, int64_t V, int64_t v_valid);
+void mt_cuda_launch_ce_shard_sum_bf16s(cudaStream_t s, double *z, double *ly,
+                                       const uint16_t *logits, const int32_t *targets,
+                                       const float *mx, int64_t n, int64_t V, int64_t v_lo,
+                                       int64_t v_valid);
+void mt_cuda_launch_ce_shard_finish_bf16s(cudaStream_t s, uint16_t *dlogits,
+                                          const uint16_t *logits, const int32_t *targets,
+                                          const float *mx, const double *z, const double *ly,
+                                          int64_t n, int64_t V, int64_t v_lo, int64_t v_valid,
+                                          float grad_scale, double *row_loss);
+/* ce_shard_finish on bf16 bits, its row losses summed in row order as
+ * the tables' (cuda_backend.cu) */
+double mt_cuda_ce_shard_finish_bf16(uint16_t *dlogits, const uint16_t *logits,
+                                    const int32_t *targets, const float *mx, const double *z,
+                                    const double *ly, int64_t n, int64_t V, int64_t v_lo,
+                                    int64_t v_valid, float grad_scale, int64_t *count);
 /* round_in: q, k, v, dout, out read as bf16 values (the bf16 table's
  * fallback, mt_backend_t.reads_bf16); false: as they are */
 void mt_cuda_launch_attention_forward(cudaStream_t s, float *out, float *lse, const float *q,

@@ -251,3 +251,49 @@ extern "C" void mt_cuda_launch_ce_shard_finish(cudaStream_t s, float *dlogits,
             dlogits, logits, targets, mx, z, ly, n, V, v_lo, v_valid, grad_scale, row_loss);
     MT_CUDA_LAUNCH_CHECK("ce_shard_finish");
 }
+
+/* the shard passes on bf16 bits (bf16 storage): logits read, dlogits
+ * written as bf16, the same arithmetic as the rounding table's */
+#define AS_NV(p) ((__nv_bfloat16 *)(p))
+#define AS_NV_C(p) ((const __nv_bfloat16 *)(p))
+
+extern "C" void mt_cuda_launch_ce_shard_max_bf16s(cudaStream_t s, float *mx,
+                                                  const uint16_t *logits, int64_t n, int64_t V,
+                                                  int64_t v_valid)
+{
+    REQUIRE_SHARD("ce_shard_max");
+    if (n == 0)
+        return;
+    mt_k_ce_shard_max<__nv_bfloat16><<<row_blocks(n), CE_THREADS, 0, s>>>(mx, AS_NV_C(logits), n,
+                                                                          V, v_valid);
+    MT_CUDA_LAUNCH_CHECK("ce_shard_max");
+}
+
+extern "C" void mt_cuda_launch_ce_shard_sum_bf16s(cudaStream_t s, double *z, double *ly,
+                                                  const uint16_t *logits, const int32_t *targets,
+                                                  const float *mx, int64_t n, int64_t V,
+                                                  int64_t v_lo, int64_t v_valid)
+{
+    REQUIRE_SHARD("ce_shard_sum");
+    if (n == 0)
+        return;
+    mt_k_ce_shard_sum<__nv_bfloat16><<<row_blocks(n), CE_THREADS, 0, s>>>(
+        z, ly, AS_NV_C(logits), targets, mx, n, V, v_lo, v_valid);
+    MT_CUDA_LAUNCH_CHECK("ce_shard_sum");
+}
+
+extern "C" void mt_cuda_launch_ce_shard_finish_bf16s(cudaStream_t s, uint16_t *dlogits,
+                                                     const uint16_t *logits,
+                                                     const int32_t *targets, const float *mx,
+                                                     const double *z, const double *ly, int64_t n,
+                                                     int64_t V, int64_t v_lo, int64_t v_valid,
+                                                     float grad_scale, double *row_loss)
+{
+    REQUIRE_SHARD("ce_shard_finish");
+    if (n == 0)
+        return;
+    mt_k_ce_shard_finish<__nv_bfloat16><<<row_blocks(n), CE_THREADS, 0, s>>>(
+        AS_NV(dlogits), AS_NV_C(logits), targets, mx, z, ly, n, V, v_lo, v_valid, grad_scale,
+        row_loss);
+    MT_CUDA_LAUNCH_CHECK("ce_shard_finish");
+}

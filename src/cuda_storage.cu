@@ -17,7 +17,7 @@
  * from bf16 bits: head dims 64 and 128 on sm_80 and up (others stop the
  * program with a message: the fp32 fallback reads float32).  Not built
  * yet, and so dying with a message that says so: the ring-attention
- * blocks, the sharded loss (ce_shard_*) and the MoE row entries.
+ * blocks and the MoE row entries.
  * tests/test_cuda_bf16 checks the others against the rounding table. */
 #include "cuda_common.cuh"
 
@@ -102,6 +102,27 @@ static double s_cross_entropy(float *dlogits, const float *logits, const int32_t
                                       grad_scale, count);
 }
 
+/* the vocabulary-parallel loss (tensor parallelism) */
+static void s_ce_shard_max(float *mx, const float *logits, int64_t n, int64_t V, int64_t v_valid)
+{
+    mt_cuda_launch_ce_shard_max_bf16s(ST, mx, CU16(logits), n, V, v_valid);
+}
+
+static void s_ce_shard_sum(double *z, double *ly, const float *logits, const int32_t *targets,
+                           const float *mx, int64_t n, int64_t V, int64_t v_lo, int64_t v_valid)
+{
+    mt_cuda_launch_ce_shard_sum_bf16s(ST, z, ly, CU16(logits), targets, mx, n, V, v_lo, v_valid);
+}
+
+static double s_ce_shard_finish(float *dlogits, const float *logits, const int32_t *targets,
+                                const float *mx, const double *z, const double *ly, int64_t n,
+                                int64_t V, int64_t v_lo, int64_t v_valid, float grad_scale,
+                                int64_t *count)
+{
+    return mt_cuda_ce_shard_finish_bf16(U16(dlogits), CU16(logits), targets, mx, z, ly, n, V,
+                                        v_lo, v_valid, grad_scale, count);
+}
+
 static void s_adamw_bf16_copy(float *p, float *work, const float *g, float gscale, float *m,
                               float *v, int64_t n, float lr, float b1, float b2, float eps,
                               float wd, int64_t t)
@@ -149,22 +170,6 @@ static void n_attention_block_backward(float *, float *, float *, const float *,
 {
     not_yet("attention_block_backward");
 }
-static void n_ce_shard_max(float *, const float *, int64_t, int64_t, int64_t)
-{
-    not_yet("ce_shard_max");
-}
-static void n_ce_shard_sum(double *, double *, const float *, const int32_t *, const float *,
-                           int64_t, int64_t, int64_t, int64_t)
-{
-    not_yet("ce_shard_sum");
-}
-static double n_ce_shard_finish(float *, const float *, const int32_t *, const float *,
-                                const double *, const double *, int64_t, int64_t, int64_t,
-                                int64_t, float, int64_t *)
-{
-    not_yet("ce_shard_finish");
-    return 0.0;
-}
 static void n_moe_router_backward(float *, const float *, const float *, const int32_t *,
                                   const float *, const float *, int64_t, int64_t, int64_t, bool)
 {
@@ -206,9 +211,9 @@ static mt_backend_t make_storage_table(void)
     t.attention_backward = s_attention_backward;
     t.attention_block_forward = n_attention_block_forward;
     t.attention_block_backward = n_attention_block_backward;
-    t.ce_shard_max = n_ce_shard_max;
-    t.ce_shard_sum = n_ce_shard_sum;
-    t.ce_shard_finish = n_ce_shard_finish;
+    t.ce_shard_max = s_ce_shard_max;
+    t.ce_shard_sum = s_ce_shard_sum;
+    t.ce_shard_finish = s_ce_shard_finish;
     t.moe_router_backward = n_moe_router_backward;
     t.moe_gather_rows = n_moe_gather_rows;
     t.moe_combine = n_moe_combine;

@@ -294,10 +294,9 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
         mt_model_free(m);
         return st;
     }
-    /* bf16 storage serves one device, dense, so far (src/train_device.c
-     * refuses the rest first) */
-    const char *unserved = m->tp > 1 ? "tensor parallelism"
-                           : mc->num_experts > 0 ? "experts"
+    /* bf16 storage serves dense models, whole or split over TP, so far
+     * (src/train_device.c refuses the rest first) */
+    const char *unserved = mc->num_experts > 0 ? "experts"
                            : m->nchunks > 1 || !m->has_embed || !m->has_head ? "pipeline stages"
                                                                               : NULL;
     if (m->bf16_storage && unserved) {

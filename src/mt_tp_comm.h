@@ -12,7 +12,8 @@
  * partial sum, as NCCL's bf16 sum does; on two ranks that is the
  * float32 sum of the two rounded once, bit for bit.  The maximum and the
  * double sums (the vocabulary-parallel loss) stay as they are.  Half the
- * bytes of the float32 path. */
+ * bytes of the float32 path.  Under bf16 storage (mt_backend_t.stores_bf16)
+ * those operands hold bf16 bits already: no conversion either way. */
 #ifndef MT_TP_COMM_H
 #define MT_TP_COMM_H
 
@@ -36,6 +37,8 @@ typedef struct {
     const mt_backend_t *be;
     bool staged;           /* be's memory is not host memory */
     bool bf16;             /* bf16 on the wire for float sums and gathers */
+    bool bits;             /* bf16 storage (be->stores_bf16): their operands
+                            * are bf16 bits, sent and received as they are */
     mt_bf16_comm_t wire;   /* its type and op */
     mt_stage_buf_t host;   /* staging: floats, then the bf16 messages */
     int64_t bytes_sent;    /* bytes this rank handed to MPI, for the tests */

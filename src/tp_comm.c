@@ -12,6 +12,7 @@ mt_status_t mt_tp_comm_init(mt_tp_comm_t *c, MPI_Comm tp, const mt_backend_t *be
     c->tp = tp, c->be = be, c->size = 1;
     c->staged = mt_stage_needed(be);
     c->bf16 = bf16;
+    c->bits = bf16 && be->stores_bf16;
     if (tp != MPI_COMM_NULL)
         MT_MPI_TRY(MPI_Comm_size(tp, &c->size));
     if (bf16 && c->size > 1)
@@ -67,20 +68,22 @@ mt_status_t mt_tp_comm_run(mt_tp_comm_t *c, const void *in, void *out, int64_t n
     int64_t ni = in_count(c, n, op), no = out_count(c, n, op);
     size_t el = wire ? 2 : op == MT_TP_SUM_DOUBLE ? sizeof(double) : sizeof(float);
     c->bytes_sent += (int64_t)el * ni;
-    if (!wire && !c->staged)
-        return mpi_collective(c, in, out, n, op, false);
+    /* bf16 storage: the operands are the wire's bf16 bits already */
+    bool as_is = !wire || c->bits;
+    if (as_is && !c->staged)
+        return mpi_collective(c, in, out, n, op, wire);
     const mt_backend_t *be = c->be;
-    if (!wire) { /* host copies of the operands; in place for the all-reduces */
+    if (as_is) { /* host copies of the operands; in place for the all-reduces */
         size_t in_b = el * (size_t)ni, out_b = el * (size_t)no;
         char *h = mt_stage_reserve(&c->host, in_b + out_b);
         if (!h)
             MT_FAIL(MT_ERR_NOMEM, "host staging buffer of a tensor-parallel collective");
         if (in == out) { /* in_b == out_b */
             be->copy_to_host(h + in_b, in, out_b);
-            MT_TRY(mpi_collective(c, h + in_b, h + in_b, n, op, false));
+            MT_TRY(mpi_collective(c, h + in_b, h + in_b, n, op, wire));
         } else {
             be->copy_to_host(h, in, in_b);
-            MT_TRY(mpi_collective(c, h, h + in_b, n, op, false));
+            MT_TRY(mpi_collective(c, h, h + in_b, n, op, wire));
         }
         be->copy_to_device(out, h + in_b, out_b);
         return MT_OK;

@@ -108,8 +108,8 @@ static void bf16_passes(mt_train_device_t *d)
 /* MESHTRAIN_BF16_STORAGE=1: bf16 storage (doc/mixed-precision.md, "bf16
  * storage: the plan"), so far on the CPU and on CUDA (head dims 64 and 128:
  * the tensor-core attention), for data parallelism of every strategy (fsdp2
- * with HSDP, megatron_fsdp, ddp), dense, without tensor, pipeline, context
- * or expert parallelism: the table whose
+ * with HSDP, megatron_fsdp, ddp) and tensor parallelism (with SP), dense,
+ * without pipeline, context or expert parallelism: the table whose
  * activation and parameter arenas hold bf16 bits.  Refused, before
  * anything is allocated, where it is not built yet. */
 static mt_status_t bf16_storage(mt_train_device_t *d, const mt_config_t *cfg,
@@ -127,8 +127,6 @@ static mt_status_t bf16_storage(mt_train_device_t *d, const mt_config_t *cfg,
     else if (dc->device == MT_DEVICE_CUDA && cfg->derived.head_dim != 64 &&
              cfg->derived.head_dim != 128)
         why = "on cuda its attention serves head dims 64 and 128 so far";
-    else if (dc->tp_size > 1)
-        why = "tensor parallelism (tp_size > 1) is not in it yet";
     else if (dc->pp_size > 1)
         why = "pipeline parallelism (pp_size > 1) is not in it yet";
     else if (dc->cp_size > 1)
@@ -266,6 +264,15 @@ bool mt_train_device_tp(mt_train_device_t *d, MPI_Comm tp, const void *in, void 
     case MT_TP_SUM_FLOAT:
     case MT_TP_GATHER_FLOAT:
     case MT_TP_SCATTER_FLOAT:
+        if (d->tp_bf16 && d->bf16_storage) { /* bf16 bits already: NCCL's bf16 as it is */
+            if (op == MT_TP_GATHER_FLOAT)
+                s = mt_nccl_all_gather(g, in, out, c, ncclBfloat16, cs);
+            else if (op == MT_TP_SCATTER_FLOAT)
+                s = mt_nccl_reduce_scatter(g, in, out, c, ncclBfloat16, ncclSum, cs);
+            else
+                s = mt_nccl_all_reduce(g, in, out, c, ncclBfloat16, ncclSum, cs);
+            break;
+        }
         if (d->tp_bf16) {
             s = tp_bf16(d, g, in, out, n, op, cs);
             break;

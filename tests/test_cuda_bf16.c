@@ -644,6 +644,30 @@ static void test_storage(uint64_t *s)
     CHECK(ls1 == ls2 && c1 == c2, "bf16 storage cross_entropy: %.17g (%lld) vs %.17g (%lld)", ls2,
           (long long)c2, ls1, (long long)c1);
     check16("cross_entropy dlogits", l2, l1, cn * cV);
+    /* the vocabulary-parallel passes on a shard [20, 70) of 50 valid
+     * columns (targets outside it too), dlogits in place */
+    {
+        float *sl = rand_bf16(s, cn * cV, 6.0f), *sl1 = tc_up(sl, F(cn * cV));
+        void *sl2 = up16(sl, cn * cV);
+        float *mx1 = tc_dev(F(cn)), *mx2 = tc_dev(F(cn));
+        double *z1 = tc_dev(8 * (size_t)cn), *z2 = tc_dev(8 * (size_t)cn);
+        double *y1 = tc_dev(8 * (size_t)cn), *y2 = tc_dev(8 * (size_t)cn);
+        b->ce_shard_max(mx1, sl1, cn, cV, cvv);
+        st->ce_shard_max(mx2, sl2, cn, cV, cvv);
+        check_same("bf16 storage ce_shard_max", mx2, mx1, cn);
+        b->ce_shard_sum(z1, y1, sl1, d_tg, mx1, cn, cV, 20, cvv);
+        st->ce_shard_sum(z2, y2, sl2, d_tg, mx1, cn, cV, 20, cvv);
+        double *hz1 = tc_down(z1, 8 * (size_t)cn), *hz2 = tc_down(z2, 8 * (size_t)cn);
+        double *hy1 = tc_down(y1, 8 * (size_t)cn), *hy2 = tc_down(y2, 8 * (size_t)cn);
+        CHECK_SAME_BYTES("bf16 storage ce_shard_sum z", hz2, hz1, (size_t)cn * 8);
+        CHECK_SAME_BYTES("bf16 storage ce_shard_sum ly", hy2, hy1, (size_t)cn * 8);
+        double f1 = b->ce_shard_finish(sl1, sl1, d_tg, mx1, z1, y1, cn, cV, 20, cvv, 0.25f, &c1);
+        double f2 = st->ce_shard_finish(sl2, sl2, d_tg, mx1, z1, y1, cn, cV, 20, cvv, 0.25f, &c2);
+        CHECK(f1 == f2 && c1 == c2, "bf16 storage ce_shard_finish: %.17g (%lld) vs %.17g (%lld)",
+              f2, (long long)c2, f1, (long long)c1);
+        check16("ce_shard_finish dlogits", sl2, sl1, cn * cV);
+        free(sl), free(hz1), free(hz2), free(hy1), free(hy2);
+    }
     /* AdamW's compute copy as bf16 bits */
     float *p = rand_bf16(s, ne, 1.0f), *gr = tc_rand(s, ne, 1.0f), *mm = tc_rand(s, ne, 0.1f);
     float *vv = tc_rand(s, ne, 0.1f);

@@ -15,8 +15,8 @@
  * checkpointing, a split backward (zero-bubble's B then W), and the LM
  * head in chunks of 3 rows (the offsets into xf and dh).  Also: the
  * arenas take half the bytes, and the configurations bf16 storage does
- * not serve yet (tensor parallelism, experts) and float32 compute are
- * refused at init.  No MPI ranks beyond one. */
+ * not serve yet (pipeline stages, experts) and float32 compute are
+ * refused at init (tensor parallelism: tests/mixed_precision.sh).  No MPI ranks beyond one. */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -122,13 +122,14 @@ static void run(const char *label, const char *extra, bool packed, bool split)
 }
 
 static void refused(const char *label, const char *base, const char *extra, mt_app_kind_t app,
-                    int64_t world, int tp_rank, const char *needle)
+                    int64_t world, int tp_rank, const mt_model_part_t *part, const char *needle)
 {
     mt_config_t cfg;
     if (!mt_test_model_cfg(&cfg, base, extra, app, world))
         return;
     mt_model_t m;
-    mt_status_t s = mt_model_init_ex(&m, &cfg, mt_backend_cpu_bf16_storage(), 2, 8, 0, tp_rank);
+    mt_status_t s = mt_model_init_part(&m, &cfg, mt_backend_cpu_bf16_storage(), 2, 8, 0, tp_rank,
+                                       part);
     CHECK(s != MT_OK, "%s: accepted", label);
     if (s != MT_OK)
         CHECK_CONTAINS(mt_error_message(), needle);
@@ -148,11 +149,14 @@ int main(int argc, char **argv)
     setenv("MESHTRAIN_HEAD_CHUNK_ROWS", "3", 1);
     run("head in chunks of 3 rows", "model.qk_norm=true", false, false);
     unsetenv("MESHTRAIN_HEAD_CHUNK_ROWS");
-    refused("tp 2", BF16, "distributed.tp_size=2", MT_APP_DENSE, 2, 0, "tensor parallelism");
+    /* a pipeline's first stage: layers [0, 1) and the embedding */
+    const int lo = 0, hi = 1;
+    const mt_model_part_t first = {1, &lo, &hi, true, false, 1, false};
+    refused("a pipeline stage", BF16, NULL, MT_APP_DENSE, 1, -1, &first, "pipeline stages");
     refused("experts", BF16,
             "model.num_experts=4;model.num_experts_per_tok=2;model.moe_intermediate_size=8",
-            MT_APP_MOE, 1, -1, "experts");
-    refused("float32 compute", NULL, NULL, MT_APP_DENSE, 1, -1, "bfloat16 only");
+            MT_APP_MOE, 1, -1, NULL, "experts");
+    refused("float32 compute", NULL, NULL, MT_APP_DENSE, 1, -1, NULL, "bfloat16 only");
     int rc = mt_test_exit("test_model_storage");
     MPI_Finalize();
     return rc;
