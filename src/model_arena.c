@@ -294,16 +294,12 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
         mt_model_free(m);
         return st;
     }
-    /* bf16 storage serves dense models, whole or split over TP, so far
-     * (src/train_device.c refuses the rest first) */
-    const char *unserved = mc->num_experts > 0 ? "experts"
-                           : m->nchunks > 1 || !m->has_embed || !m->has_head ? "pipeline stages"
-                                                                              : NULL;
-    if (m->bf16_storage && unserved) {
+    /* bf16 storage serves dense models so far (src/train_device.c refuses
+     * the rest first) */
+    if (m->bf16_storage && mc->num_experts > 0) {
         mt_model_free(m);
-        MT_FAIL(MT_ERR_UNSUPPORTED, "bf16 storage (the %s backend) with %s is not in this "
-                "release (doc/mixed-precision.md, \"bf16 storage: the plan\")", be->name,
-                unserved);
+        MT_FAIL(MT_ERR_UNSUPPORTED, "bf16 storage (the %s backend) with experts is not in this "
+                "release (doc/mixed-precision.md, \"bf16 storage: the plan\")", be->name);
     }
     /* per layer at most: 2 norms, q, k, v, o, q_norm, k_norm, router, gate, up, down */
     int maxp = 3 + 12 * (int)m->L;

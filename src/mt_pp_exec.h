@@ -87,6 +87,7 @@ typedef struct {
     int nlinks;
     const mt_backend_t *be;   /* owner of the device send buffers */
     bool bf16;                /* activations and gradients travel as bf16 */
+    bool bits;                /* ... and are bf16 bits already (bf16 storage) */
     bool failed;              /* a run failed: transfers may be pending */
     mt_pp_dbufs_t dsend, drecv; /* NCCL sends' and receives' device buffers */
     void **ev;                /* cuda: timing events of a run's passes, 2 per action */

@@ -282,7 +282,7 @@ static mt_status_t run_list(mt_pp_exec_t *x, mt_model_t *m, const int32_t *token
                 const double *route = m->route;
                 MT_TRY(acquire(x, next, mb, &k));
                 use(x, m, next, mb);
-                m->be->copy(mt_model_stage_input(m, next), out, sizeof(float) * (size_t)act);
+                m->be->copy(mt_model_stage_input(m, next), out, mt_act_bytes(m, act));
                 pass_route(m, route);
             }
             break;
@@ -303,7 +303,7 @@ static mt_status_t run_list(mt_pp_exec_t *x, mt_model_t *m, const int32_t *token
                 float *g = m->dres;
                 const double *route = m->route;
                 use(x, m, prev, mb);
-                m->be->copy(m->dres, g, sizeof(float) * (size_t)act);
+                m->be->copy(m->dres, g, mt_act_bytes(m, act));
                 pass_route(m, route);
             }
             if (a->kind == MT_PP_BACKWARD)
@@ -354,7 +354,7 @@ mt_status_t mt_pp_exec_forward(mt_pp_exec_t *x, mt_model_t *m, const int32_t *to
     mt_pp_schedule_t sch = x->sched.schedule;
     int64_t act = m->Ns * m->H, nr = m->nroute, nf = act + 2 * nr;
     double part[2] = {0, 0}, sum[2];
-    if (!x->handoff && !(x->handoff = malloc(sizeof(float) * (size_t)nf)))
+    if (!x->handoff && !(x->handoff = calloc((size_t)nf, sizeof(float))))
         MT_FAIL(MT_ERR_NOMEM, "pipeline hand-off buffer");
     /* Stage by stage in order: a rank waits only for the stage before.
      * Every message goes through handoff: the activation, then the
@@ -369,8 +369,7 @@ mt_status_t mt_pp_exec_forward(mt_pp_exec_t *x, mt_model_t *m, const int32_t *to
             if (from != x->rank)
                 MT_MPI_TRY(MPI_Recv(x->handoff, (int)nf, MPI_FLOAT, from, s, x->pp,
                                     MPI_STATUS_IGNORE));
-            m->be->copy_to_device(mt_model_stage_input(m, c), x->handoff,
-                                  sizeof(float) * (size_t)act);
+            m->be->copy_to_device(mt_model_stage_input(m, c), x->handoff, mt_act_bytes(m, act));
             pass_route(m, x->handoff + act); /* not aligned for doubles */
         }
         int64_t cnt = 0;
@@ -379,7 +378,7 @@ mt_status_t mt_pp_exec_forward(mt_pp_exec_t *x, mt_model_t *m, const int32_t *to
             part[0] = l, part[1] = (double)cnt;
         } else {
             int to = mt_pp_stage_rank(sch, p, s + 1);
-            m->be->copy_to_host(x->handoff, m->x_final, sizeof(float) * (size_t)act);
+            m->be->copy_to_host(x->handoff, m->x_final, mt_act_bytes(m, act));
             if (nr > 0)
                 memcpy(x->handoff + act, m->route, sizeof(double) * (size_t)nr);
             if (to != x->rank)

@@ -3,7 +3,9 @@
  *
  * MPI: a message is host memory, the activation (float32, or bf16 padded
  * to 8 bytes) then the MoE routing totals; sends are non-blocking from a
- * buffer of their own, receives block the host.
+ * buffer of their own, receives block the host.  Under bf16 storage
+ * (mt_backend_t.stores_bf16) the activation is bf16 bits already and is
+ * copied, not converted, both ways and on NCCL too.
  *
  * NCCL: the activation stays on the device.  A send converts or copies it
  * into a device buffer of its own on the compute stream (the slot may be
@@ -129,6 +131,7 @@ mt_status_t mt_pp_exec_connect(mt_pp_exec_t *x, const mt_backend_t *be, bool ncc
                                int64_t act)
 {
     x->bf16 = bf16;
+    x->bits = bf16 && be->stores_bf16;
     x->be = be;
     mt_pp_channel_t *ch = NULL;
     int n = 0;
@@ -287,7 +290,7 @@ static mt_status_t nccl_transfer(mt_pp_exec_t *x, const mt_pp_link_t *l, bool se
         MT_TRY(dbuf_next(&x->dsend, "send", &k));
         /* the buffer's previous send has read it */
         MT_CUDA_TRY(cudaStreamWaitEvent(cs, (cudaEvent_t)x->dsend.free_ev[k], 0));
-        if (x->bf16)
+        if (x->bf16 && !x->bits)
             mt_cuda_f32_to_bf16(x->dsend.buf[k], buf, n);
         else
             x->be->copy(x->dsend.buf[k], buf, bytes);
@@ -300,7 +303,7 @@ static mt_status_t nccl_transfer(mt_pp_exec_t *x, const mt_pp_link_t *l, bool se
     MT_CUDA_TRY(cudaStreamWaitEvent(g->stream, (cudaEvent_t)x->drecv.free_ev[k], 0));
     MT_TRY(mt_nccl_recv(g, x->drecv.buf[k], (size_t)n, t, l->peer, NULL));
     MT_TRY(mt_nccl_join(g, cs)); /* the channel's stream holds this rank's receives only */
-    if (x->bf16)
+    if (x->bf16 && !x->bits)
         mt_cuda_bf16_to_f32(buf, x->drecv.buf[k], n);
     else
         x->be->copy(buf, x->drecv.buf[k], bytes);
@@ -339,11 +342,12 @@ static mt_status_t send_buffer(mt_pp_exec_t *x, size_t bytes, int *k)
 static mt_status_t move_act(mt_pp_exec_t *x, const mt_backend_t *be, char *h, float *buf,
                             int64_t n, bool out)
 {
-    if (!x->bf16) {
+    if (!x->bf16 || x->bits) { /* float32, or bf16 storage's bits: as they are */
+        size_t bytes = (x->bits ? 2 : 4) * (size_t)n;
         if (out)
-            be->copy_to_host(h, buf, sizeof(float) * (size_t)n);
+            be->copy_to_host(h, buf, bytes);
         else
-            be->copy_to_device(buf, h, sizeof(float) * (size_t)n);
+            be->copy_to_device(buf, h, bytes);
         return MT_OK;
     }
     if (mt_stage_needed(be) && !x->scratch &&
