@@ -22,8 +22,10 @@
  *             (dv += P^T dout, dk += dS^T (c q)).
  * Every output row is owned by one warp adding in a fixed order: no
  * atomics, deterministic.  Rows and keys that see nothing are left
- * untouched.  Limits as in the dense kernels: head_dim <= 128, fp32,
- * CUDA cores.  Not done: skipping fully masked blocks before launch (the
+ * untouched.  Limits as in the dense kernels: head_dim <= 128, fp32
+ * arithmetic, CUDA cores.  The inputs are float32, or under bf16 storage
+ * bf16 bits (the _bf16s launchers: the same kernels on __nv_bfloat16
+ * loads; out in the forward and the gradients stay float32 sums).  Not done: skipping fully masked blocks before launch (the
  * caller, ring_attention.c, already skips them; here a block of rows
  * that sees nothing returns after its range scan). */
 #include "cuda_attention_tile.cuh"
@@ -89,8 +91,9 @@ __device__ __forceinline__ brow_t block_row(const bgeom_t &G)
 
 /* rows: FWD_WARPS queries (h, i0 + warp); shared: Qs [FWD_WARPS][hd],
  * K and V tiles [TILE][hd + 1]. */
-__global__ void mt_k_attention_block_forward(float *out, float *lse, const float *q,
-                                             const float *k, const float *v, bgeom_t G)
+template <typename T>
+__global__ void mt_k_attention_block_forward(float *out, float *lse, const T *q, const T *k,
+                                             const T *v, bgeom_t G)
 {
     extern __shared__ float sm[];
     const int64_t hd = G.hd, ld = hd + 1;
@@ -143,9 +146,10 @@ __global__ void mt_k_attention_block_forward(float *out, float *lse, const float
 }
 
 /* dq of FWD_WARPS query rows; the forward's layout plus dO [FWD_WARPS][hd] */
-__global__ void mt_k_attention_block_dq(float *dq, const float *dout, const float *lse,
-                                        const float *D, const float *q, const float *k,
-                                        const float *v, bgeom_t G)
+template <typename T>
+__global__ void mt_k_attention_block_dq(float *dq, const T *dout, const float *lse,
+                                        const float *D, const T *q, const T *k, const T *v,
+                                        bgeom_t G)
 {
     extern __shared__ float sm[];
     const int64_t hd = G.hd, ld = hd + 1;
@@ -183,9 +187,10 @@ __global__ void mt_k_attention_block_dq(float *dq, const float *dout, const floa
 /* dk, dv of KV_WARPS key rows (g, c0 + warp).  Shared: own K and V rows
  * [KV_WARPS][hd]; query tiles Qs (scaled) and dO [TILE][hd + 1]; per
  * query L, D and first visible (global) key. */
-__global__ void mt_k_attention_block_dkdv(float *dk, float *dv, const float *dout,
-                                          const float *lse, const float *D, const float *q,
-                                          const float *k, const float *v, bgeom_t G)
+template <typename T>
+__global__ void mt_k_attention_block_dkdv(float *dk, float *dv, const T *dout,
+                                          const float *lse, const float *D, const T *q,
+                                          const T *k, const T *v, bgeom_t G)
 {
     extern __shared__ float sm[];
     __shared__ float sL[TILE], sD[TILE];
@@ -254,12 +259,10 @@ static bgeom_t make_bgeom(const char *kernel, const int32_t *doc_start, int64_t 
     return G;
 }
 
-extern "C" void mt_cuda_launch_attention_block_forward(cudaStream_t s, float *out, float *lse,
-                                                       int64_t lse_stride, const float *q,
-                                                       const float *k, const float *v,
-                                                       const int32_t *doc_start, int64_t nq,
-                                                       int64_t nk, int64_t q0, int64_t k0,
-                                                       int64_t nh, int64_t nkv, int64_t hd)
+template <typename T>
+static void block_forward(cudaStream_t s, float *out, float *lse, int64_t lse_stride, const T *q,
+                          const T *k, const T *v, const int32_t *doc_start, int64_t nq,
+                          int64_t nk, int64_t q0, int64_t k0, int64_t nh, int64_t nkv, int64_t hd)
 {
     const bgeom_t G = make_bgeom("attention_block_forward", doc_start, nq, nk, q0, k0, nh, nkv,
                                  hd, lse_stride);
@@ -267,8 +270,71 @@ extern "C" void mt_cuda_launch_attention_block_forward(cudaStream_t s, float *ou
         return;
     const size_t smem = (size_t)(FWD_WARPS * hd + 2 * TILE * (hd + 1)) * sizeof(float);
     dim3 grid((unsigned)((nq + FWD_WARPS - 1) / FWD_WARPS), (unsigned)nh);
-    mt_k_attention_block_forward<<<grid, FWD_WARPS * MT_WARP, smem, s>>>(out, lse, q, k, v, G);
+    mt_k_attention_block_forward<T><<<grid, FWD_WARPS * MT_WARP, smem, s>>>(out, lse, q, k, v, G);
     MT_CUDA_LAUNCH_CHECK("attention_block_forward");
+}
+
+extern "C" void mt_cuda_launch_attention_block_forward(cudaStream_t s, float *out, float *lse,
+                                                       int64_t lse_stride, const float *q,
+                                                       const float *k, const float *v,
+                                                       const int32_t *doc_start, int64_t nq,
+                                                       int64_t nk, int64_t q0, int64_t k0,
+                                                       int64_t nh, int64_t nkv, int64_t hd)
+{
+    block_forward<float>(s, out, lse, lse_stride, q, k, v, doc_start, nq, nk, q0, k0, nh, nkv, hd);
+}
+
+/* bf16 storage: q, k, v bf16 bits (exact loads), out float32 (the merge) */
+extern "C" void mt_cuda_launch_attention_block_forward_bf16s(
+    cudaStream_t s, float *out, float *lse, int64_t lse_stride, const uint16_t *q,
+    const uint16_t *k, const uint16_t *v, const int32_t *doc_start, int64_t nq, int64_t nk,
+    int64_t q0, int64_t k0, int64_t nh, int64_t nkv, int64_t hd)
+{
+    block_forward<__nv_bfloat16>(s, out, lse, lse_stride, (const __nv_bfloat16 *)q,
+                                 (const __nv_bfloat16 *)k, (const __nv_bfloat16 *)v, doc_start, nq,
+                                 nk, q0, k0, nh, nkv, hd);
+}
+
+/* D = dout . out per (head, query) of the block: the dense rowdot with
+ * B = 1, T = nq, on float32 or bf16 bits */
+static void block_rowdot(cudaStream_t s, float *D, const float *dout, const float *out,
+                         int64_t nq, int64_t nh, int64_t hd)
+{
+    mt_cuda_launch_attention_rowdot(s, D, dout, out, 1, nq, nh, hd, false);
+}
+static void block_rowdot(cudaStream_t s, float *D, const __nv_bfloat16 *dout,
+                         const __nv_bfloat16 *out, int64_t nq, int64_t nh, int64_t hd)
+{
+    mt_cuda_launch_attention_rowdot_bf16s(s, D, (const uint16_t *)dout, (const uint16_t *)out, 1,
+                                          nq, nh, hd);
+}
+
+template <typename T>
+static void block_backward(cudaStream_t s, float *dq, float *dk, float *dv, const T *dout,
+                           const T *out, const float *lse, int64_t lse_stride, const T *q,
+                           const T *k, const T *v, const int32_t *doc_start, int64_t nq,
+                           int64_t nk, int64_t q0, int64_t k0, int64_t nh, int64_t nkv,
+                           int64_t hd)
+{
+    const bgeom_t G = make_bgeom("attention_block_backward", doc_start, nq, nk, q0, k0, nh, nkv,
+                                 hd, lse_stride);
+    if (nq == 0 || nk == 0)
+        return;
+    float *D = (float *)mt_cuda_scratch("attention_block_backward",
+                                        (size_t)(nh * nq) * sizeof(float));
+    block_rowdot(s, D, dout, out, nq, nh, hd); /* D[h * nq + i] */
+
+    const size_t smem_dq = (size_t)(2 * FWD_WARPS * hd + 2 * TILE * (hd + 1)) * sizeof(float);
+    dim3 gq((unsigned)((nq + FWD_WARPS - 1) / FWD_WARPS), (unsigned)nh);
+    mt_k_attention_block_dq<T><<<gq, FWD_WARPS * MT_WARP, smem_dq, s>>>(dq, dout, lse, D, q, k,
+                                                                         v, G);
+    MT_CUDA_LAUNCH_CHECK("attention_block_dq");
+
+    const size_t smem_kv = (size_t)(2 * KV_WARPS * hd + 2 * TILE * (hd + 1)) * sizeof(float);
+    dim3 gk((unsigned)((nk + KV_WARPS - 1) / KV_WARPS), (unsigned)nkv);
+    mt_k_attention_block_dkdv<T><<<gk, KV_WARPS * MT_WARP, smem_kv, s>>>(dk, dv, dout, lse, D, q,
+                                                                          k, v, G);
+    MT_CUDA_LAUNCH_CHECK("attention_block_dkdv");
 }
 
 extern "C" void mt_cuda_launch_attention_block_backward(
@@ -277,23 +343,18 @@ extern "C" void mt_cuda_launch_attention_block_backward(
     const int32_t *doc_start, int64_t nq, int64_t nk, int64_t q0, int64_t k0, int64_t nh,
     int64_t nkv, int64_t hd)
 {
-    const bgeom_t G = make_bgeom("attention_block_backward", doc_start, nq, nk, q0, k0, nh, nkv,
-                                 hd, lse_stride);
-    if (nq == 0 || nk == 0)
-        return;
-    float *D = (float *)mt_cuda_scratch("attention_block_backward",
-                                        (size_t)(nh * nq) * sizeof(float));
-    mt_cuda_launch_attention_rowdot(s, D, dout, out, 1, nq, nh, hd, false); /* D[h * nq + i] */
+    block_backward<float>(s, dq, dk, dv, dout, out, lse, lse_stride, q, k, v, doc_start, nq, nk,
+                          q0, k0, nh, nkv, hd);
+}
 
-    const size_t smem_dq = (size_t)(2 * FWD_WARPS * hd + 2 * TILE * (hd + 1)) * sizeof(float);
-    dim3 gq((unsigned)((nq + FWD_WARPS - 1) / FWD_WARPS), (unsigned)nh);
-    mt_k_attention_block_dq<<<gq, FWD_WARPS * MT_WARP, smem_dq, s>>>(dq, dout, lse, D, q, k, v,
-                                                                      G);
-    MT_CUDA_LAUNCH_CHECK("attention_block_dq");
-
-    const size_t smem_kv = (size_t)(2 * KV_WARPS * hd + 2 * TILE * (hd + 1)) * sizeof(float);
-    dim3 gk((unsigned)((nk + KV_WARPS - 1) / KV_WARPS), (unsigned)nkv);
-    mt_k_attention_block_dkdv<<<gk, KV_WARPS * MT_WARP, smem_kv, s>>>(dk, dv, dout, lse, D, q, k,
-                                                                       v, G);
-    MT_CUDA_LAUNCH_CHECK("attention_block_dkdv");
+/* bf16 storage: dout, out, q, k, v bf16 bits; dq, dk, dv float32 (sums) */
+extern "C" void mt_cuda_launch_attention_block_backward_bf16s(
+    cudaStream_t s, float *dq, float *dk, float *dv, const uint16_t *dout, const uint16_t *out,
+    const float *lse, int64_t lse_stride, const uint16_t *q, const uint16_t *k, const uint16_t *v,
+    const int32_t *doc_start, int64_t nq, int64_t nk, int64_t q0, int64_t k0, int64_t nh,
+    int64_t nkv, int64_t hd)
+{
+    typedef const __nv_bfloat16 *P;
+    block_backward<__nv_bfloat16>(s, dq, dk, dv, (P)dout, (P)out, lse, lse_stride, (P)q, (P)k,
+                                  (P)v, doc_start, nq, nk, q0, k0, nh, nkv, hd);
 }

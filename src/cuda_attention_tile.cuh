@@ -19,35 +19,41 @@
 #define MT_ATT_MAX_HD 128
 #define MT_ATT_MAX_R (MT_ATT_MAX_HD / MT_WARP) /* head dims per lane */
 
+/* The loaders read their global tensors as T: float (as they are, or as
+ * bf16 values with rnd) or __nv_bfloat16 (bf16 storage: exact). */
+
 /* Block-cooperative: rows 0..n of a and b (element offsets base + j *
  * stride) into the padded shared tiles A and B; A's values times sa.
  * With rnd every value is read as its bf16 value (before the scaling):
  * mt_backend_t.reads_bf16. */
-__device__ __forceinline__ void mt_att_load_tiles(float *A, float *B, const float *a,
-                                                  const float *b, int64_t base, int64_t stride,
-                                                  int64_t n, int64_t hd, float sa, bool rnd)
+template <typename T>
+__device__ __forceinline__ void mt_att_load_tiles(float *A, float *B, const T *a, const T *b,
+                                                  int64_t base, int64_t stride, int64_t n,
+                                                  int64_t hd, float sa, bool rnd)
 {
     const int64_t ld = hd + 1;
     for (int64_t e = threadIdx.x; e < n * hd; e += blockDim.x) {
         const int64_t j = e / hd, d = e % hd;
-        A[j * ld + d] = mt_bf16_if(a[base + j * stride + d], rnd) * sa;
-        B[j * ld + d] = mt_bf16_if(b[base + j * stride + d], rnd);
+        A[j * ld + d] = mt_bf16_if(mt_ld(a, base + j * stride + d), rnd) * sa;
+        B[j * ld + d] = mt_bf16_if(mt_ld(b, base + j * stride + d), rnd);
     }
 }
 
 /* Warp-cooperative: one row of hd values (times s) into shared memory,
  * read as bf16 values with rnd. */
-__device__ __forceinline__ void mt_att_load_row(float *dst, const float *src, int64_t hd, float s,
+template <typename T>
+__device__ __forceinline__ void mt_att_load_row(float *dst, const T *src, int64_t hd, float s,
                                                 bool rnd)
 {
     for (int64_t d = threadIdx.x % MT_WARP; d < hd; d += MT_WARP)
-        dst[d] = mt_bf16_if(src[d], rnd) * s;
+        dst[d] = mt_bf16_if(mt_ld(src, d), rnd) * s;
 }
 
 /* dk/dv kernels: the warp's own key and value rows into shared memory
  * (when active) and its accumulators to 0 */
-__device__ __forceinline__ void mt_att_key_row_init(float *Kr, float *Vr, const float *krow,
-                                                    const float *vrow, int64_t hd, bool active,
+template <typename T>
+__device__ __forceinline__ void mt_att_key_row_init(float *Kr, float *Vr, const T *krow,
+                                                    const T *vrow, int64_t hd, bool active,
                                                     float *adk, float *adv, bool rnd)
 {
     if (active) {

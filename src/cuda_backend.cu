@@ -424,6 +424,7 @@ static mt_backend_t make_table(void)
     t.name = "cuda";
     t.matmul = t_matmul;
     t.matmul_f32out = t_matmul; /* float32 storage: matmul itself (mt_backend.h) */
+    t.add_f32 = t_add; /* float32 storage: add itself */
     t.embedding_forward = t_embedding_forward;
     t.embedding_backward = t_embedding_backward;
     t.rmsnorm_forward = t_rmsnorm_forward;

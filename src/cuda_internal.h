@@ -242,6 +242,22 @@ void mt_cuda_launch_attention_block_backward(cudaStream_t s, float *dq, float *d
                                              const int32_t *doc_start, int64_t nq, int64_t nk,
                                              int64_t q0, int64_t k0, int64_t nh, int64_t nkv,
                                              int64_t hd);
+/* The same on bf16 storage: the inputs bf16 bits, out (forward) and dq,
+ * dk, dv float32 sums (mt_backend.h's stores_bf16 contract). */
+void mt_cuda_launch_attention_block_forward_bf16s(cudaStream_t s, float *out, float *lse,
+                                                  int64_t lse_stride, const uint16_t *q,
+                                                  const uint16_t *k, const uint16_t *v,
+                                                  const int32_t *doc_start, int64_t nq, int64_t nk,
+                                                  int64_t q0, int64_t k0, int64_t nh, int64_t nkv,
+                                                  int64_t hd);
+void mt_cuda_launch_attention_block_backward_bf16s(cudaStream_t s, float *dq, float *dk,
+                                                   float *dv, const uint16_t *dout,
+                                                   const uint16_t *out, const float *lse,
+                                                   int64_t lse_stride, const uint16_t *q,
+                                                   const uint16_t *k, const uint16_t *v,
+                                                   const int32_t *doc_start, int64_t nq,
+                                                   int64_t nk, int64_t q0, int64_t k0, int64_t nh,
+                                                   int64_t nkv, int64_t hd);
 void mt_cuda_launch_moe_route(cudaStream_t s, int32_t *pos, int32_t *offsets,
                               const int32_t *expert, int64_t n_assign, int64_t n_experts);
 void mt_cuda_launch_moe_permute(cudaStream_t s, float *out, const float *x, const int32_t *pos,

@@ -16,8 +16,7 @@
  * Attention runs the tensor-core kernels on bf16 tiles loaded straight
  * from bf16 bits: head dims 64 and 128 on sm_80 and up (others stop the
  * program with a message: the fp32 fallback reads float32).  Not built
- * yet, and so dying with a message that says so: the ring-attention
- * blocks and the MoE row entries.
+ * yet, and so dying with a message that says so: the MoE row entries.
  * tests/test_cuda_bf16 checks the others against the rounding table. */
 #include "cuda_common.cuh"
 
@@ -102,6 +101,28 @@ static double s_cross_entropy(float *dlogits, const float *logits, const int32_t
                                       grad_scale, count);
 }
 
+/* ring attention's blocks (context parallelism): out and the gradients
+ * float32 sums */
+static void s_attention_block_forward(float *out, float *lse, int64_t ls, const float *q,
+                                      const float *k, const float *v, const int32_t *ds,
+                                      int64_t nq, int64_t nk, int64_t q0, int64_t k0, int64_t nh,
+                                      int64_t nkv, int64_t hd)
+{
+    mt_cuda_launch_attention_block_forward_bf16s(ST, out, lse, ls, CU16(q), CU16(k), CU16(v), ds,
+                                                 nq, nk, q0, k0, nh, nkv, hd);
+}
+
+static void s_attention_block_backward(float *dq, float *dk, float *dv, const float *dout,
+                                       const float *out, const float *lse, int64_t ls,
+                                       const float *q, const float *k, const float *v,
+                                       const int32_t *ds, int64_t nq, int64_t nk, int64_t q0,
+                                       int64_t k0, int64_t nh, int64_t nkv, int64_t hd)
+{
+    mt_cuda_launch_attention_block_backward_bf16s(ST, dq, dk, dv, CU16(dout), CU16(out), lse, ls,
+                                                  CU16(q), CU16(k), CU16(v), ds, nq, nk, q0, k0,
+                                                  nh, nkv, hd);
+}
+
 /* the vocabulary-parallel loss (tensor parallelism) */
 static void s_ce_shard_max(float *mx, const float *logits, int64_t n, int64_t V, int64_t v_valid)
 {
@@ -157,19 +178,6 @@ static void not_yet(const char *entry)
     mt_cuda_die(entry, msg, __FILE__, __LINE__);
 }
 
-static void n_attention_block_forward(float *, float *, int64_t, const float *, const float *,
-                                      const float *, const int32_t *, int64_t, int64_t, int64_t,
-                                      int64_t, int64_t, int64_t, int64_t)
-{
-    not_yet("attention_block_forward");
-}
-static void n_attention_block_backward(float *, float *, float *, const float *, const float *,
-                                       const float *, int64_t, const float *, const float *,
-                                       const float *, const int32_t *, int64_t, int64_t, int64_t,
-                                       int64_t, int64_t, int64_t, int64_t)
-{
-    not_yet("attention_block_backward");
-}
 static void n_moe_router_backward(float *, const float *, const float *, const int32_t *,
                                   const float *, const float *, int64_t, int64_t, int64_t, bool)
 {
@@ -209,8 +217,8 @@ static mt_backend_t make_storage_table(void)
     t.adamw_bf16_copy = s_adamw_bf16_copy;
     t.attention_forward = s_attention_forward;
     t.attention_backward = s_attention_backward;
-    t.attention_block_forward = n_attention_block_forward;
-    t.attention_block_backward = n_attention_block_backward;
+    t.attention_block_forward = s_attention_block_forward;
+    t.attention_block_backward = s_attention_block_backward;
     t.ce_shard_max = s_ce_shard_max;
     t.ce_shard_sum = s_ce_shard_sum;
     t.ce_shard_finish = s_ce_shard_finish;

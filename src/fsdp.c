@@ -327,7 +327,7 @@ static void wait_reduced(mt_fsdp_t *f, int u)
             note_error(f, MPI_ERR_OTHER, "waiting for the gradient reduction (NCCL)", u);
         f->g_pending[u] = false;
         if (f->g_into_tmp[u])
-            f->model->be->add(s->grad, f->rs_tmp + s->state, s->count);
+            f->model->be->add_f32(s->grad, f->rs_tmp + s->state, s->count);
         return;
     }
 #endif
@@ -347,7 +347,7 @@ static void wait_reduced(mt_fsdp_t *f, int u)
         f->be->copy_to_device(reduced_at(f, u), f->h_own + f->seg[u].state,
                               sizeof(float) * (size_t)f->seg[u].count);
     if (f->g_into_tmp[u]) /* later micro-steps add onto the shard */
-        f->model->be->add(f->seg[u].grad, f->rs_tmp + f->seg[u].state, f->seg[u].count);
+        f->model->be->add_f32(f->seg[u].grad, f->rs_tmp + f->seg[u].state, f->seg[u].count);
 }
 
 /* A ring slot's gradient buffer for unit u: wait until the slot's last

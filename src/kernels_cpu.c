@@ -322,6 +322,7 @@ static double cpu_ce_shard_finish_bf16(float *dlogits, const float *logits,
     .embedding_backward = mt_cpu_embedding_backward, .add = mt_cpu_add,                      \
     .sum_squares = mt_cpu_sum_squares, .scale = mt_cpu_scale, .adamw = mt_cpu_adamw,         \
     .adamw_bf16_copy = mt_cpu_adamw_bf16_copy, .matmul_f32out = mt_cpu_matmul,               \
+    .add_f32 = mt_cpu_add,                                                                   \
     /* context parallelism (issue 7) */                                                      \
     .attention_block_forward = mt_cpu_attention_block_forward,                               \
     .attention_block_backward = mt_cpu_attention_block_backward,                             \

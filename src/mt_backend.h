@@ -273,6 +273,11 @@ struct mt_backend {
      * the plan") take it.  On every other table it is matmul. */
     void (*matmul_f32out)(float *c, const float *a, const float *b, int64_t m, int64_t n,
                           int64_t k, bool trans_a, bool trans_b, float beta);
+    /* y[i] += x[i] on float32 on every table: the sums that are float32
+     * under bf16 storage too (gradient shards over micro-steps, the ring
+     * attention's dK/dV partial sums), where add's y and x are bf16 bits.
+     * On every other table it is add. */
+    void (*add_f32)(float *y, const float *x, int64_t n);
 
     /* ---- appended for fused rounding (issue 8, doc/mixed-precision.md) ----
      * true on the tables the model takes for bf16 mixed precision
@@ -334,7 +339,7 @@ struct mt_backend {
      *   to);  moe_combine_backward: dy, dout, y;
      *   adamw_bf16_copy: work.
      * Float32 everywhere: parameter gradients (dw, dtable, matmul_f32out's
-     * c), rstd, lse, the loss's mx, z and ly, the router's logits,
+     * c, add_f32), rstd, lse, the loss's mx, z and ly, the router's logits,
      * probabilities and weights, the combine's dw, and sum_squares,
      * scale, adamw, round_bf16, to_bf16's source and from_bf16's
      * destination.  Such a table also sets rounds_bf16 and reads_bf16

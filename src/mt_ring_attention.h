@@ -59,6 +59,14 @@ typedef struct {
     /* K/V as bf16 bits (mt_ring_attention_bf16): kv16[buffer][k or v] of
      * kv_numel each, the backend's memory; NULL otherwise. */
     uint16_t *kv16[2][2];
+    /* bf16 storage (the backend's stores_bf16, mt_ring_attention_bf16):
+     * q, k, v, out and dout are bf16 bits, the K/V shards travel and are
+     * computed on as they are (kv NULL from init), and the block sums run in
+     * float32 accumulators of acc_numel (B * Tl * nh * hd) each, out32 and
+     * dq32, rounded once into out and dq, as dk and dv are from theirs. */
+    bool bits;
+    float *out32, *dq32;
+    int64_t acc_numel;
     int64_t bytes_sent;  /* K/V and dK/dV bytes this rank sent, since init */
     /* Counters since init (or mt_ring_attention_reset_stats), for the
      * benchmark and the tests: block pairs computed and skipped, visible
@@ -79,10 +87,12 @@ mt_status_t mt_ring_attention_init(mt_ring_attention_t *ra, MPI_Comm comm, const
 void mt_ring_attention_free(mt_ring_attention_t *ra);
 /* K and V hold bf16 values (mixed precision: q, k after RoPE and v are
  * rounded): from now on the K/V shifts send them as bf16 bits, half the
- * bytes, exactly (the dK/dV partial sums stay float32). */
-mt_status_t mt_ring_attention_bf16(mt_ring_attention_t *ra);
+ * bytes, exactly (the dK/dV partial sums stay float32).  nh query heads:
+ * on a bf16-storage backend (bits above) the accumulators' size. */
+mt_status_t mt_ring_attention_bf16(mt_ring_attention_t *ra, int64_t nh);
 /* The backend memory the ring holds: 10 float32 shards of kv_numel (K/V
- * and dK/dV in flight), and 4 of bf16 bits after mt_ring_attention_bf16
+ * and dK/dV in flight), and 4 of bf16 bits after mt_ring_attention_bf16;
+ * under bf16 storage 6 float32 and 4 bf16 shards and the two accumulators
  * (meshtrain-plan counts the same). */
 double mt_ring_attention_bytes(const mt_ring_attention_t *ra);
 void mt_ring_attention_reset_stats(mt_ring_attention_t *ra);

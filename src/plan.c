@@ -373,9 +373,12 @@ mt_status_t mt_plan_compute_ex(const mt_config_t *cfg, unsigned flags, mt_plan_t
         else
             acts = nflight * stage_layers_avg * per_layer;
         if (d->cp_size > 1) /* the ring's K/V and dK/dV shards (10 float32, ring_attention.c)
-                             * and under bf16 4 of bf16 bits */
-            acts += tokens * (double)m->num_key_value_heads.value / tp * (double)dv->head_dim *
-                    (40.0 + (bf16 ? 8.0 : 0.0));
+                             * and under bf16 4 of bf16 bits; under bf16 storage 6 float32
+                             * and 4 bf16, and the out and dq sums (float32) */
+            acts += tokens * (double)dv->head_dim / tp *
+                    (storage ? 32.0 * (double)m->num_key_value_heads.value +
+                                   8.0 * (double)m->num_attention_heads
+                             : (double)m->num_key_value_heads.value * (40.0 + (bf16 ? 8.0 : 0.0)));
         /* fp32 logits of one microbatch for the loss: the head's backward
          * runs right after its forward, so only one is ever alive */
         if (last) /* in row chunks (mt_model_head_chunk) */

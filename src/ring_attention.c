@@ -78,10 +78,10 @@ mt_status_t mt_ring_attention_init(mt_ring_attention_t *ra, MPI_Comm comm, const
     for (int i = 0; i < 2; i++) {
         ra->dkv_in[i] = be->device_alloc(bytes);
         ok = ok && ra->dkv_in[i];
-        for (int j = 0; j < 2; j++) {
-            ra->kv[i][j] = be->device_alloc(bytes);
+        for (int j = 0; j < 2; j++) { /* (bf16 storage: the K/V shards only as bf16 bits) */
+            ra->kv[i][j] = be->stores_bf16 ? NULL : be->device_alloc(bytes);
             ra->dkv[i][j] = be->device_alloc(bytes);
-            ok = ok && ra->kv[i][j] && ra->dkv[i][j];
+            ok = ok && (ra->kv[i][j] || be->stores_bf16) && ra->dkv[i][j];
         }
     }
     for (int i = 0; staged && !ra->nccl && i < 2; i++) {
@@ -102,7 +102,7 @@ mt_status_t mt_ring_attention_init(mt_ring_attention_t *ra, MPI_Comm comm, const
     return MT_OK;
 }
 
-mt_status_t mt_ring_attention_bf16(mt_ring_attention_t *ra)
+mt_status_t mt_ring_attention_bf16(mt_ring_attention_t *ra, int64_t nh)
 {
     if (ra->kv_numel % 2) /* sent as kv_numel / 2 floats' worth of bytes */
         MT_FAIL(MT_ERR_RANGE, "ring attention: bf16 K/V of an odd %lld elements",
@@ -112,12 +112,22 @@ mt_status_t mt_ring_attention_bf16(mt_ring_attention_t *ra)
             if (!ra->kv16[i][j] &&
                 !(ra->kv16[i][j] = ra->be->device_alloc(sizeof(uint16_t) * (size_t)ra->kv_numel)))
                 MT_FAIL(MT_ERR_NOMEM, "ring attention: bf16 K/V buffers");
+    if (!ra->be->stores_bf16 || ra->bits)
+        return MT_OK;
+    /* bf16 storage: the shards stay bf16 bits (init made no float32 ones);
+     * the block sums need float32 */
+    ra->bits = true;
+    ra->acc_numel = ra->B * ra->Tl * nh * ra->hd;
+    size_t bytes = sizeof(float) * (size_t)ra->acc_numel;
+    if (!(ra->out32 = ra->be->device_alloc(bytes)) || !(ra->dq32 = ra->be->device_alloc(bytes)))
+        MT_FAIL(MT_ERR_NOMEM, "ring attention: float32 accumulators (2 x %zu bytes)", bytes);
     return MT_OK;
 }
 
 double mt_ring_attention_bytes(const mt_ring_attention_t *ra)
 {
-    return (double)ra->kv_numel * (40.0 + (ra->kv16[0][0] ? 8.0 : 0.0));
+    return (double)ra->kv_numel * ((ra->bits ? 24.0 : 40.0) + (ra->kv16[0][0] ? 8.0 : 0.0)) +
+           8.0 * (double)ra->acc_numel;
 }
 
 void mt_ring_attention_free(mt_ring_attention_t *ra)
@@ -130,6 +140,8 @@ void mt_ring_attention_free(mt_ring_attention_t *ra)
         free(ra->h_kv_out[i]), free(ra->h_kv_in[i]), free(ra->h_dkv_in[i]);
         free(ra->h_dkv_out[i][0]), free(ra->h_dkv_out[i][1]);
     }
+    if (ra->be)
+        ra->be->device_free(ra->out32), ra->be->device_free(ra->dq32);
     free(ra->h_doc), free(ra->h_lse);
     memset(ra, 0, sizeof *ra);
 }
@@ -204,10 +216,18 @@ static void poke(int n, MPI_Request *rq)
         }
 }
 
+/* Element i of an input tensor: bf16 bits under bf16 storage */
+static const float *in_at(const mt_ring_attention_t *ra, const float *p, int64_t i)
+{
+    return (const float *)((const char *)p + (ra->bits ? 2 : 4) * i);
+}
+
 /* The 2 x 2 block pairs of this rank's queries against the K/V shard of
  * rank src: forward (dq NULL) merges into out/lse, backward adds into dq
  * and the accumulators dk/dv.  doc_start is the kernels' (backend memory),
- * h_doc the same on the host (for the skipping), both NULL unpacked. */
+ * h_doc the same on the host (for the skipping), both NULL unpacked.
+ * Under bf16 storage q, k, v, dout and backward's out are bf16 bits;
+ * forward's out and dq, dk, dv are float32 (the block sums). */
 static void compute_shard(mt_ring_attention_t *ra, int src, float *out, float *lse, float *dq,
                           float *dk, float *dv, const float *dout, const float *q, const float *k,
                           const float *v, const int32_t *doc_start, const int32_t *h_doc,
@@ -241,15 +261,16 @@ static void compute_shard(mt_ring_attention_t *ra, int src, float *out, float *l
                         continue;
                     double t0 = MPI_Wtime();
                     float *lse_b = (float *)lse + b * nh * Tl + qc * C + p0;
+                    const float *qb = in_at(ra, q, qp * qs), *kb = in_at(ra, k, ki * kvs);
+                    const float *vb = in_at(ra, v, ki * kvs);
                     if (!dq)
-                        be->attention_block_forward(out + qp * qs, lse_b, Tl, q + qp * qs,
-                                                    k + ki * kvs, v + ki * kvs, dsp, np, C,
-                                                    q0 + p0, k0, nh, nkv, hd);
+                        be->attention_block_forward(out + qp * qs, lse_b, Tl, qb, kb, vb, dsp, np,
+                                                    C, q0 + p0, k0, nh, nkv, hd);
                     else
                         be->attention_block_backward(dq + qp * qs, dk + ki * kvs, dv + ki * kvs,
-                                                     dout + qp * qs, out + qp * qs, lse_b, Tl,
-                                                     q + qp * qs, k + ki * kvs, v + ki * kvs, dsp,
-                                                     np, C, q0 + p0, k0, nh, nkv, hd);
+                                                     in_at(ra, dout, qp * qs),
+                                                     in_at(ra, out, qp * qs), lse_b, Tl, qb, kb,
+                                                     vb, dsp, np, C, q0 + p0, k0, nh, nkv, hd);
                     ra->t_compute += MPI_Wtime() - t0;
                     poke(npend, pend);
                 }
@@ -305,7 +326,8 @@ static void finish_pair(mt_ring_attention_t *ra, float *const h_in[2], float *co
 /* The K/V shift (rq[0..3]): the shard in hand out, the next into buffer
  * nb.  Float32: (k, v) out, into kv[nb].  bf16: the shard's bits out
  * (step 0: k and v packed into kv16[nb ^ 1]; later: the bits received),
- * into kv16[nb]; shift_done widens them into kv[nb]. */
+ * into kv16[nb]; shift_done widens them into kv[nb] (under bf16 storage
+ * k and v are copied at step 0, and nothing is widened). */
 static mt_status_t post_shift(mt_ring_attention_t *ra, const float *k, const float *v, int nb,
                               int s, MPI_Request *rq)
 {
@@ -315,23 +337,33 @@ static mt_status_t post_shift(mt_ring_attention_t *ra, const float *k, const flo
                          TAG_K, rq, rq + 2);
     }
     uint16_t *const *cur = ra->kv16[nb ^ 1];
-    if (s == 0)
+    if (s == 0 && ra->bits) { /* bf16 storage: k and v are the bits already */
+        ra->be->copy(cur[0], k, sizeof(uint16_t) * (size_t)ra->kv_numel);
+        ra->be->copy(cur[1], v, sizeof(uint16_t) * (size_t)ra->kv_numel);
+    } else if (s == 0) {
         ra->be->to_bf16(cur[0], k, ra->kv_numel), ra->be->to_bf16(cur[1], v, ra->kv_numel);
+    }
     const float *const out[2] = {(const float *)cur[0], (const float *)cur[1]};
     float *const in[2] = {(float *)ra->kv16[nb][0], (float *)ra->kv16[nb][1]};
     return post_pair(ra, out, ra->h_kv_out, in, ra->h_kv_in, (int)(ra->kv_numel / 2), TAG_K, rq,
                      rq + 2);
 }
 
-/* After the K/V shift's wait: the received shard, float32, in kv[nb]. */
-static void shift_done(mt_ring_attention_t *ra, int nb)
+/* After the K/V shift's wait: the received shard, float32, in kv[nb]
+ * (under bf16 storage its bits in kv16[nb]); *ck, *cv point at it. */
+static void shift_done(mt_ring_attention_t *ra, int nb, const float **ck, const float **cv)
 {
+    *ck = ra->kv[nb][0], *cv = ra->kv[nb][1];
     if (!ra->kv16[0][0]) {
         finish_pair(ra, ra->h_kv_in, ra->kv[nb], (int)ra->kv_numel);
         return;
     }
     float *const in[2] = {(float *)ra->kv16[nb][0], (float *)ra->kv16[nb][1]};
     finish_pair(ra, ra->h_kv_in, in, (int)(ra->kv_numel / 2));
+    if (ra->bits) {
+        *ck = in[0], *cv = in[1];
+        return;
+    }
     for (int i = 0; i < 2; i++)
         ra->be->from_bf16(ra->kv[nb][i], ra->kv16[nb][i], ra->kv_numel);
 }
@@ -352,7 +384,11 @@ mt_status_t mt_ring_attention_forward(mt_ring_attention_t *ra, float *out, float
     const int P = ra->size;
     const int64_t nq = ra->B * ra->Tl, nl = nq * nh;
     ra->nposted = 0;
-    ra->be->zero(out, sizeof(float) * (size_t)(nq * nh * ra->hd));
+    if (ra->bits && nq * nh * ra->hd != ra->acc_numel)
+        MT_FAIL(MT_ERR_RANGE, "ring attention: %lld query heads, the accumulators hold %lld",
+                (long long)nh, (long long)(ra->acc_numel / (nq * ra->hd)));
+    float *merged = ra->bits ? ra->out32 : out; /* the running merge */
+    ra->be->zero(merged, sizeof(float) * (size_t)(nq * nh * ra->hd));
     /* lse starts at -inf: written in place, or on the host and copied in */
     float *l0 = lse;
     if (mt_stage_needed(ra->be)) {
@@ -376,15 +412,16 @@ mt_status_t mt_ring_attention_forward(mt_ring_attention_t *ra, float *out, float
                              MPI_REQUEST_NULL};
         if (s < P - 1)
             MT_TRY(post_shift(ra, ck, cv, nb, s, rq));
-        compute_shard(ra, (ra->rank - s + P) % P, out, lse, NULL, NULL, NULL, NULL, q, ck, cv,
+        compute_shard(ra, (ra->rank - s + P) % P, merged, lse, NULL, NULL, NULL, NULL, q, ck, cv,
                       doc_start, h_doc, nh, s < P - 1 ? 4 : 0, rq);
         if (s < P - 1) {
             MT_TRY(wait_timed(ra, 4, rq, 0));
-            shift_done(ra, nb);
-            ck = ra->kv[nb][0], cv = ra->kv[nb][1];
+            shift_done(ra, nb, &ck, &cv);
             nb ^= 1;
         }
     }
+    if (ra->bits) /* rounded once, as the model rounds the float32 merge */
+        ra->be->to_bf16((uint16_t *)out, merged, nq * nh * ra->hd);
     return MT_OK;
 }
 
@@ -398,7 +435,12 @@ mt_status_t mt_ring_attention_backward(mt_ring_attention_t *ra, float *dq, float
     ra->nposted = 0;
     const size_t bytes = sizeof(float) * (size_t)n;
     const mt_backend_t *be = ra->be;
-    be->zero(dq, sizeof(float) * (size_t)(ra->B * ra->Tl * nh * ra->hd));
+    const int64_t nqe = ra->B * ra->Tl * nh * ra->hd;
+    if (ra->bits && nqe != ra->acc_numel)
+        MT_FAIL(MT_ERR_RANGE, "ring attention: %lld query heads, the accumulators hold %lld",
+                (long long)nh, (long long)(ra->acc_numel / (ra->B * ra->Tl * ra->hd)));
+    float *dq_sum = ra->bits ? ra->dq32 : dq; /* the sum over blocks */
+    be->zero(dq_sum, sizeof(float) * (size_t)nqe);
     const int32_t *h_doc = host_doc(ra, doc_start);
     /* rq[0..3] the K/V shift, [4..5] the incoming dK/dV, [6..9] the
      * outgoing dK/dV of the last two steps (buffer ab at 6 + 2 * ab) */
@@ -421,27 +463,32 @@ mt_status_t mt_ring_attention_backward(mt_ring_attention_t *ra, float *dq, float
             MT_TRY(wait_timed(ra, 2, rq + 6 + 2 * ab, -1));
         be->zero(acc_k, bytes);
         be->zero(acc_v, bytes);
-        compute_shard(ra, (ra->rank - s + P) % P, (float *)out, (float *)lse, dq, acc_k, acc_v,
+        compute_shard(ra, (ra->rank - s + P) % P, (float *)out, (float *)lse, dq_sum, acc_k, acc_v,
                       dout, q, ck, cv, doc_start, h_doc, nh, 10, rq);
         if (s > 0) { /* the shard's partial sum from the ranks before */
             MT_TRY(wait_timed(ra, 2, rq + 4, 1));
             finish_pair(ra, ra->h_dkv_in, ra->dkv_in, (int)n);
-            be->add(acc_k, ra->dkv_in[0], n);
-            be->add(acc_v, ra->dkv_in[1], n);
+            be->add_f32(acc_k, ra->dkv_in[0], n);
+            be->add_f32(acc_v, ra->dkv_in[1], n);
         }
         const float *const acc[2] = {acc_k, acc_v};
         MT_TRY(post_pair(ra, acc, ra->h_dkv_out[ab], ra->dkv_in, ra->h_dkv_in, (int)n, TAG_DK,
                          rq + 4, rq + 6 + 2 * ab));
         if (s < P - 1) {
             MT_TRY(wait_timed(ra, 4, rq, 0));
-            shift_done(ra, nb);
-            ck = ra->kv[nb][0], cv = ra->kv[nb][1];
+            shift_done(ra, nb, &ck, &cv);
             nb ^= 1;
         }
     }
     /* after P steps this rank's own shard has come home, summed over all */
     MT_TRY(wait_timed(ra, 6, rq + 4, 1));
     finish_pair(ra, ra->h_dkv_in, ra->dkv_in, (int)n);
+    if (ra->bits) { /* each sum rounded once, as the model rounds them */
+        be->to_bf16((uint16_t *)dq, dq_sum, nqe);
+        be->to_bf16((uint16_t *)dk, ra->dkv_in[0], n);
+        be->to_bf16((uint16_t *)dv, ra->dkv_in[1], n);
+        return MT_OK;
+    }
     be->copy(dk, ra->dkv_in[0], bytes);
     be->copy(dv, ra->dkv_in[1], bytes);
     return MT_OK;

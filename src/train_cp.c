@@ -50,16 +50,13 @@ mt_status_t mt_train_cp_init(mt_train_cp_t *cp, const mt_mesh_t *mesh, mt_model_
     cp->comm = mesh->group[MT_GROUP_CP];
     if (cp->size <= 1)
         return MT_OK;
-    if (m->bf16_storage) /* (train_device.c refuses it first) */
-        MT_FAIL(MT_ERR_UNSUPPORTED, "context parallelism on bf16 storage is not in this release "
-                "(doc/mixed-precision.md, \"bf16 storage: the plan\")");
     if (m->T * cp->size != T)
         MT_FAIL(MT_ERR_INTERNAL, "context parallelism: the model holds %lld tokens per row, "
                 "not %lld / %d", (long long)m->T, (long long)T, cp->size);
     cp->B = rows, cp->T = T;
     MT_TRY(mt_ring_attention_init(&cp->ring, cp->comm, m->be, m->B, m->T, m->nkv, m->hd));
-    if (m->bf16) /* K and V hold bf16 values: they travel as bf16 */
-        MT_TRY(mt_ring_attention_bf16(&cp->ring));
+    if (m->bf16) /* K and V hold bf16 values: they travel as bf16 (bits under bf16 storage) */
+        MT_TRY(mt_ring_attention_bf16(&cp->ring, m->nh));
     size_t n = sizeof(int32_t) * (size_t)(rows * T);
     cp->tokens = malloc(n), cp->targets = malloc(n), cp->pos = malloc(n), cp->docs = malloc(n);
     if (!cp->tokens || !cp->targets || !cp->pos || !cp->docs)

@@ -127,8 +127,6 @@ static mt_status_t bf16_storage(mt_train_device_t *d, const mt_config_t *cfg,
     else if (dc->device == MT_DEVICE_CUDA && cfg->derived.head_dim != 64 &&
              cfg->derived.head_dim != 128)
         why = "on cuda its attention serves head dims 64 and 128 so far";
-    else if (dc->cp_size > 1)
-        why = "context parallelism (cp_size > 1) is not in it yet";
     else if (cfg->model.num_experts > 0)
         why = "experts are not in it yet";
     if (why)

@@ -23,7 +23,8 @@
 #    gives the dense head-dim-64 bf16 run's bits, with and without
 #    activation checkpointing, and on two ranks its collectives of bf16
 #    bits: fsdp2 and megatron_fsdp zero 1 on emulated NCCL, fsdp2 staged
-#    (MPI), tp 2 with SP on NCCL and tp 2 staged, pp 2 on NCCL and staged;
+#    (MPI), tp 2 with SP on NCCL and tp 2 staged, pp 2 and cp 2 (the ring
+#    on bf16 bits, float32 sums) on NCCL and staged;
 #  - two ranks on emulated NCCL with these kernels against the 1-rank CPU
 #    runs: tp 2 with sequence parallelism and cp 2 (the ring-attention
 #    block kernels) in fp32 (1e-5), the MoE under ep 2 in bf16 (2e-3).
@@ -121,7 +122,8 @@ unset MESHTRAIN_BF16_STORAGE
 # shards; zero 1: the arena's own rows as they are), on NCCL and staged;
 # tp 2 with SP sends the bf16 bits as they are, its loss the
 # vocabulary-parallel passes on bf16 logits (4 heads of 64, 2 kv heads);
-# pp 2's messages are the bits of the stage outputs and gradients
+# pp 2's messages are the bits of the stage outputs and gradients; cp 2's
+# ring shifts K/V bits and sums blocks in float32
 hd64tp="model.hidden_size=256 model.num_attention_heads=4 model.num_key_value_heads=2
  model.intermediate_size=256"
 for c in "fsdp2-nccl|$hd64 distributed.strategy=fsdp2 distributed.collectives=nccl" \
@@ -134,7 +136,9 @@ distributed.collectives=nccl" \
     "pp2-nccl|$hd64 distributed.pp_size=2 distributed.pipeline.pp_microbatch_size=1 \
 distributed.collectives=nccl" \
     "pp2-mpi|$hd64 distributed.pp_size=2 distributed.pipeline.pp_microbatch_size=1 \
-distributed.collectives=mpi"; do
+distributed.collectives=mpi" \
+    "cp2-nccl|$hd64 distributed.cp_size=2 distributed.collectives=nccl" \
+    "cp2-mpi|$hd64 distributed.cp_size=2 distributed.collectives=mpi"; do
     cname=${c%%|*} cargs=${c#*|}
     # shellcheck disable=SC2086
     train "dense-bf16-hd64-$cname" 2 $bf16 $cargs distributed.device=cuda

@@ -668,6 +668,57 @@ static void test_storage(uint64_t *s)
         check16("ce_shard_finish dlogits", sl2, sl1, cn * cV);
         free(sl), free(hz1), free(hz2), free(hy1), free(hy2);
     }
+    /* ring attention's blocks: the float32 table's kernels on the same
+     * values, bit for bit (out and the gradients are float32 sums); a
+     * diagonal block with documents, then one of earlier keys merged and
+     * added onto it */
+    {
+        const int64_t bq = 37, bh = 4, bkv = 2, bd = 64, NQ = bq * bh * bd, NK = bq * bkv * bd;
+        const mt_backend_t *f = mt_backend_cuda();
+        int32_t hds[37];
+        for (int64_t i = 0; i < bq; i++)
+            hds[i] = (int32_t)(37 + (i < 11 ? 0 : 11)); /* global first keys: two documents */
+        int32_t *d_ds = tc_up(hds, sizeof hds);
+        float *hq = rand_bf16(s, NQ, 1.0f), *hk = rand_bf16(s, NK, 1.0f);
+        float *hv = rand_bf16(s, NK, 1.0f), *hdo = rand_bf16(s, NQ, 1.0f);
+        float *q1 = tc_up(hq, F(NQ)), *k1 = tc_up(hk, F(NK)), *v1 = tc_up(hv, F(NK));
+        float *do1 = tc_up(hdo, F(NQ));
+        void *q2 = up16(hq, NQ), *k2 = up16(hk, NK), *v2 = up16(hv, NK), *do2 = up16(hdo, NQ);
+        float *linit = malloc(F(bh * bq));
+        for (int64_t i = 0; i < bh * bq; i++)
+            linit[i] = -INFINITY;
+        float *o1 = tc_dev(F(NQ)), *o2 = tc_dev(F(NQ));
+        float *l1 = tc_up(linit, F(bh * bq)), *l2 = tc_up(linit, F(bh * bq));
+        f->zero(o1, F(NQ)), f->zero(o2, F(NQ));
+        for (int blk = 0; blk < 2; blk++) { /* keys [37, 74) (diagonal), then [0, 37) */
+            const int64_t k0 = blk ? 0 : 37;
+            f->attention_block_forward(o1, l1, bq, q1, k1, v1, blk ? NULL : d_ds, bq, bq, 37, k0,
+                                       bh, bkv, bd);
+            st->attention_block_forward(o2, l2, bq, q2, k2, v2, blk ? NULL : d_ds, bq, bq, 37, k0,
+                                        bh, bkv, bd);
+        }
+        check_same("bf16 storage attention_block_forward out", o2, o1, NQ);
+        check_same("bf16 storage attention_block_forward lse", l2, l1, bh * bq);
+        /* backward reads out as the model stores it: rounded, bf16 bits */
+        float *ho = tc_down(o1, F(NQ));
+        float *hob = bf16_copy(ho, NQ), *ob1 = tc_up(hob, F(NQ));
+        void *ob2 = up16(hob, NQ);
+        float *dq1 = tc_dev(F(NQ)), *dq2 = tc_dev(F(NQ)), *dk1 = tc_dev(F(NK)), *dk2 = tc_dev(F(NK));
+        float *dv1 = tc_dev(F(NK)), *dv2 = tc_dev(F(NK));
+        f->zero(dq1, F(NQ)), f->zero(dq2, F(NQ)), f->zero(dk1, F(NK)), f->zero(dk2, F(NK));
+        f->zero(dv1, F(NK)), f->zero(dv2, F(NK));
+        for (int blk = 0; blk < 2; blk++) {
+            const int64_t k0 = blk ? 0 : 37;
+            f->attention_block_backward(dq1, dk1, dv1, do1, ob1, l1, bq, q1, k1, v1,
+                                        blk ? NULL : d_ds, bq, bq, 37, k0, bh, bkv, bd);
+            st->attention_block_backward(dq2, dk2, dv2, do2, ob2, l1, bq, q2, k2, v2,
+                                         blk ? NULL : d_ds, bq, bq, 37, k0, bh, bkv, bd);
+        }
+        check_same("bf16 storage attention_block_backward dq", dq2, dq1, NQ);
+        check_same("bf16 storage attention_block_backward dk", dk2, dk1, NK);
+        check_same("bf16 storage attention_block_backward dv", dv2, dv1, NK);
+        free(hq), free(hk), free(hv), free(hdo), free(linit), free(ho), free(hob);
+    }
     /* AdamW's compute copy as bf16 bits */
     float *p = rand_bf16(s, ne, 1.0f), *gr = tc_rand(s, ne, 1.0f), *mm = tc_rand(s, ne, 0.1f);
     float *vv = tc_rand(s, ne, 0.1f);

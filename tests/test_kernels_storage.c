@@ -336,12 +336,20 @@ static void test_table(void)
               st->from_bf16 == rt->from_bf16 && st->copy == rt->copy && st->zero == rt->zero &&
               st->moe_router_forward == rt->moe_router_forward &&
               st->moe_prob_sums == rt->moe_prob_sums && st->device_alloc == rt->device_alloc &&
-              st->matmul_bf16 == rt->matmul_bf16,
+              st->matmul_bf16 == rt->matmul_bf16 && st->add_f32 == rt->add_f32,
           "a float32 entry is not the rounding table's");
-    /* on float32 storage matmul_f32out is matmul */
+    /* on float32 storage matmul_f32out is matmul, add_f32 add */
     CHECK(rt->matmul_f32out == rt->matmul && mt_backend_cpu()->matmul_f32out ==
                                                   mt_backend_cpu()->matmul,
           "matmul_f32out is not matmul on a float32 table");
+    CHECK(rt->add_f32 == rt->add && mt_backend_cpu()->add_f32 == mt_backend_cpu()->add &&
+              st->add != st->add_f32,
+          "add_f32 is not add on a float32 table, or is on the storage table");
+    /* add_f32 on the storage table: float32 sums, not bf16 bits */
+    float y[3] = {1.0f, 1e-3f, -2.5f}, x[3] = {1e-4f, 3.0f, 0.25f};
+    st->add_f32(y, x, 3);
+    CHECK(y[0] == 1.0f + 1e-4f && y[1] == 1e-3f + 3.0f && y[2] == -2.25f,
+          "storage add_f32: %g %g %g", y[0], y[1], y[2]);
 }
 
 int main(void)

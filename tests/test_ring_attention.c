@@ -82,7 +82,7 @@ static void ring_run(MPI_Comm comm, const mt_backend_t *be, bool bf16, int64_t B
     mt_ring_attention_t ra;
     CHECK(mt_ring_attention_init(&ra, comm, be, B, Tl, nkv, hd) == MT_OK, "init");
     if (bf16)
-        CHECK(mt_ring_attention_bf16(&ra) == MT_OK, "bf16: %s", mt_error_message());
+        CHECK(mt_ring_attention_bf16(&ra, nh) == MT_OK, "bf16: %s", mt_error_message());
     CHECK(mt_ring_attention_forward(&ra, o->out, o->lse, q, k, v, ds, nh) == MT_OK, "forward");
     CHECK(mt_ring_attention_backward(&ra, o->dq, o->dk, o->dv, dout, o->out, o->lse, q, k, v, ds,
                                      nh) == MT_OK, "backward");
