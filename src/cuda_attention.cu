@@ -27,8 +27,12 @@
  * kernels do not serve): q, k, v, dout and out are read as bf16 values
  * (mt_backend_t.reads_bf16).
  *
+ * bf16 storage (the _bf16s launchers): the same kernels loading bf16
+ * bits and storing out, dq, dk, dv rounded; the fallback of
+ * mt_backend_cuda_bf16_storage where the tensor-core kernels do not serve.
+ *
  * Limits: head_dim <= 128 (MAX_HD: registers and shared memory as sized
- * here), fp32 only, CUDA-core FMAs (no tensor cores).  This is the
+ * here), fp32 arithmetic, CUDA-core FMAs (no tensor cores).  This is the
  * reference-quality GPU path, correct first; the bf16 tensor-core
  * kernel (mma tiles of 64-128 queries, FA2's split of the work) is the
  * performance item left open in doc/gpu.md. */
@@ -83,8 +87,9 @@ __device__ __forceinline__ block_rows_t block_rows(const geom_t &G, int64_t b, i
 /* rows: FWD_WARPS queries (b, h, t0 + warp); shared: Qs [FWD_WARPS][hd],
  * K and V tiles [TILE][hd + 1] (the pad keeps lane j's row reads
  * conflict-free). */
-__global__ void mt_k_attention_forward(float *out, float *lse, const float *q, const float *k,
-                                       const float *v, geom_t G)
+template <typename T>
+__global__ void mt_k_attention_forward(T *out, float *lse, const T *q, const T *k, const T *v,
+                                       geom_t G)
 {
     extern __shared__ float sm[];
     const int64_t hd = G.hd, ld = hd + 1;
@@ -145,8 +150,9 @@ __global__ void mt_k_attention_rowdot(float *D, const E *dout, const E *out, int
 }
 
 /* dq of FWD_WARPS query rows; the forward's layout plus dO [FWD_WARPS][hd] */
-__global__ void mt_k_attention_dq(float *dq, const float *dout, const float *lse, const float *D,
-                                  const float *q, const float *k, const float *v, geom_t G)
+template <typename T>
+__global__ void mt_k_attention_dq(T *dq, const T *dout, const float *lse, const float *D,
+                                  const T *q, const T *k, const T *v, geom_t G)
 {
     extern __shared__ float sm[];
     const int64_t hd = G.hd, ld = hd + 1;
@@ -189,9 +195,10 @@ __global__ void mt_k_attention_dq(float *dq, const float *dout, const float *lse
 /* dk, dv of KV_WARPS key rows (b, g, j0 + warp).  Shared: own K and V
  * rows [KV_WARPS][hd]; query tiles Qs (scaled) and dO [TILE][hd + 1];
  * per query L, D and first visible key. */
-__global__ void mt_k_attention_dkdv(float *dk, float *dv, const float *dout, const float *lse,
-                                    const float *D, const float *q, const float *k,
-                                    const float *v, geom_t G)
+template <typename T>
+__global__ void mt_k_attention_dkdv(T *dk, T *dv, const T *dout, const float *lse,
+                                    const float *D, const T *q, const T *k, const T *v,
+                                    geom_t G)
 {
     extern __shared__ float sm[];
     __shared__ float sL[TILE], sD[TILE];
@@ -281,17 +288,76 @@ extern "C" void mt_cuda_launch_attention_rowdot_bf16s(cudaStream_t s, float *D,
     MT_CUDA_LAUNCH_CHECK("attention_rowdot");
 }
 
+template <typename T>
+static void forward(cudaStream_t s, T *out, float *lse, const T *q, const T *k, const T *v,
+                    const int32_t *doc_start, int64_t B, int64_t Tn, int64_t nh, int64_t nkv,
+                    int64_t hd, bool round_in)
+{
+    const geom_t G = make_geom("attention_forward", doc_start, B, Tn, nh, nkv, hd, round_in);
+    const size_t smem = (size_t)(FWD_WARPS * hd + 2 * TILE * (hd + 1)) * sizeof(float);
+    dim3 grid((unsigned)((Tn + FWD_WARPS - 1) / FWD_WARPS), (unsigned)nh, (unsigned)B);
+    mt_k_attention_forward<T><<<grid, FWD_WARPS * MT_WARP, smem, s>>>(out, lse, q, k, v, G);
+    MT_CUDA_LAUNCH_CHECK("attention_forward");
+}
+
 extern "C" void mt_cuda_launch_attention_forward(cudaStream_t s, float *out, float *lse,
                                                  const float *q, const float *k, const float *v,
                                                  const int32_t *doc_start, int64_t B, int64_t T,
                                                  int64_t nh, int64_t nkv, int64_t hd,
                                                  bool round_in)
 {
-    const geom_t G = make_geom("attention_forward", doc_start, B, T, nh, nkv, hd, round_in);
-    const size_t smem = (size_t)(FWD_WARPS * hd + 2 * TILE * (hd + 1)) * sizeof(float);
-    dim3 grid((unsigned)((T + FWD_WARPS - 1) / FWD_WARPS), (unsigned)nh, (unsigned)B);
-    mt_k_attention_forward<<<grid, FWD_WARPS * MT_WARP, smem, s>>>(out, lse, q, k, v, G);
-    MT_CUDA_LAUNCH_CHECK("attention_forward");
+    forward<float>(s, out, lse, q, k, v, doc_start, B, T, nh, nkv, hd, round_in);
+}
+
+/* bf16 storage: the same kernel on bf16 bits (exact loads, out rounded as
+ * stored): the bf16 table's fallback bits (its round_in, then a rounding
+ * pass over out) */
+extern "C" void mt_cuda_launch_attention_forward_bf16s(cudaStream_t s, uint16_t *out,
+                                                      float *lse, const uint16_t *q,
+                                                      const uint16_t *k, const uint16_t *v,
+                                                      const int32_t *doc_start, int64_t B,
+                                                      int64_t T, int64_t nh, int64_t nkv,
+                                                      int64_t hd)
+{
+    typedef __nv_bfloat16 bf;
+    forward<bf>(s, (bf *)out, lse, (const bf *)q, (const bf *)k, (const bf *)v, doc_start, B, T,
+                nh, nkv, hd, false);
+}
+
+static void rowdot(cudaStream_t s, float *D, const float *dout, const float *out, int64_t B,
+                   int64_t Tn, int64_t nh, int64_t hd, bool round_in)
+{
+    mt_cuda_launch_attention_rowdot(s, D, dout, out, B, Tn, nh, hd, round_in);
+}
+static void rowdot(cudaStream_t s, float *D, const __nv_bfloat16 *dout, const __nv_bfloat16 *out,
+                   int64_t B, int64_t Tn, int64_t nh, int64_t hd, bool)
+{
+    mt_cuda_launch_attention_rowdot_bf16s(s, D, (const uint16_t *)dout, (const uint16_t *)out, B,
+                                          Tn, nh, hd);
+}
+
+template <typename T>
+static void backward(cudaStream_t s, T *dq, T *dk, T *dv, const T *dout, const T *out,
+                     const float *lse, const T *q, const T *k, const T *v,
+                     const int32_t *doc_start, int64_t B, int64_t Tn, int64_t nh, int64_t nkv,
+                     int64_t hd, bool round_in)
+{
+    const int64_t T_ = Tn;
+    const geom_t G = make_geom("attention_backward", doc_start, B, T_, nh, nkv, hd, round_in);
+    float *D = (float *)mt_cuda_scratch("attention_backward",
+                                        (size_t)(B * nh * T_) * sizeof(float));
+    rowdot(s, D, dout, out, B, T_, nh, hd, round_in);
+
+    const size_t smem_dq = (size_t)(2 * FWD_WARPS * hd + 2 * TILE * (hd + 1)) * sizeof(float);
+    dim3 gq((unsigned)((T_ + FWD_WARPS - 1) / FWD_WARPS), (unsigned)nh, (unsigned)B);
+    mt_k_attention_dq<T><<<gq, FWD_WARPS * MT_WARP, smem_dq, s>>>(dq, dout, lse, D, q, k, v, G);
+    MT_CUDA_LAUNCH_CHECK("attention_dq");
+
+    const size_t smem_kv = (size_t)(2 * KV_WARPS * hd + 2 * TILE * (hd + 1)) * sizeof(float);
+    dim3 gk((unsigned)((T_ + KV_WARPS - 1) / KV_WARPS), (unsigned)nkv, (unsigned)B);
+    mt_k_attention_dkdv<T><<<gk, KV_WARPS * MT_WARP, smem_kv, s>>>(dk, dv, dout, lse, D, q, k, v,
+                                                                    G);
+    MT_CUDA_LAUNCH_CHECK("attention_dkdv");
 }
 
 extern "C" void mt_cuda_launch_attention_backward(cudaStream_t s, float *dq, float *dk, float *dv,
@@ -302,18 +368,20 @@ extern "C" void mt_cuda_launch_attention_backward(cudaStream_t s, float *dq, flo
                                                   int64_t nh, int64_t nkv, int64_t hd,
                                                   bool round_in)
 {
-    const geom_t G = make_geom("attention_backward", doc_start, B, T, nh, nkv, hd, round_in);
-    float *D = (float *)mt_cuda_scratch("attention_backward",
-                                        (size_t)(B * nh * T) * sizeof(float));
-    mt_cuda_launch_attention_rowdot(s, D, dout, out, B, T, nh, hd, round_in);
+    backward<float>(s, dq, dk, dv, dout, out, lse, q, k, v, doc_start, B, T, nh, nkv, hd,
+                    round_in);
+}
 
-    const size_t smem_dq = (size_t)(2 * FWD_WARPS * hd + 2 * TILE * (hd + 1)) * sizeof(float);
-    dim3 gq((unsigned)((T + FWD_WARPS - 1) / FWD_WARPS), (unsigned)nh, (unsigned)B);
-    mt_k_attention_dq<<<gq, FWD_WARPS * MT_WARP, smem_dq, s>>>(dq, dout, lse, D, q, k, v, G);
-    MT_CUDA_LAUNCH_CHECK("attention_dq");
-
-    const size_t smem_kv = (size_t)(2 * KV_WARPS * hd + 2 * TILE * (hd + 1)) * sizeof(float);
-    dim3 gk((unsigned)((T + KV_WARPS - 1) / KV_WARPS), (unsigned)nkv, (unsigned)B);
-    mt_k_attention_dkdv<<<gk, KV_WARPS * MT_WARP, smem_kv, s>>>(dk, dv, dout, lse, D, q, k, v, G);
-    MT_CUDA_LAUNCH_CHECK("attention_dkdv");
+/* bf16 storage: dq, dk, dv rounded as stored (the bf16 table's fallback
+ * bits: its round_in, then rounding passes) */
+extern "C" void mt_cuda_launch_attention_backward_bf16s(
+    cudaStream_t s, uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout,
+    const uint16_t *out, const float *lse, const uint16_t *q, const uint16_t *k,
+    const uint16_t *v, const int32_t *doc_start, int64_t B, int64_t T, int64_t nh, int64_t nkv,
+    int64_t hd)
+{
+    typedef __nv_bfloat16 bf;
+    typedef const __nv_bfloat16 *P;
+    backward<bf>(s, (bf *)dq, (bf *)dk, (bf *)dv, (P)dout, (P)out, lse, (P)q, (P)k, (P)v,
+                 doc_start, B, T, nh, nkv, hd, false);
 }

@@ -656,16 +656,9 @@ extern "C" void mt_cuda_launch_attention_tc_backward(
 
 /* bf16 storage (mt_backend_t.stores_bf16): the same kernels on bf16 bits
  * (out, q, k, v, dout, dq, dk, dv; lse float32), rounding what they store:
- * the rounding table's bits.  Head dims the tensor-core kernels serve
- * only (64, 128, compute capability 8.0 and up): the fp32 fallback reads
- * float32 */
-static void tc_require_storage(const char *kernel, int64_t hd)
-{
-    MT_CUDA_REQUIRE(tc_usable(hd), kernel,
-                    "head_dim %lld on bf16 storage: only the tensor-core kernels (head dims 64 "
-                    "and 128, sm_80 and up) read bf16 so far",
-                    (long long)hd);
-}
+ * the rounding table's bits.  Head dims the tensor-core kernels do not
+ * serve (64 and 128 on compute capability 8.0 and up) take the CUDA-core
+ * kernels on bf16 bits (cuda_attention.cu), as the float32 path does. */
 
 extern "C" void mt_cuda_launch_attention_tc_forward_bf16s(cudaStream_t s, uint16_t *out,
                                                          float *lse, const uint16_t *q,
@@ -674,7 +667,11 @@ extern "C" void mt_cuda_launch_attention_tc_forward_bf16s(cudaStream_t s, uint16
                                                          int64_t T, int64_t nh, int64_t nkv,
                                                          int64_t hd)
 {
-    tc_require_storage("attention_forward", hd);
+    if (!tc_usable(hd)) {
+        mt_cuda_launch_attention_forward_bf16s(s, out, lse, q, k, v, doc_start, B, T, nh, nkv,
+                                               hd);
+        return;
+    }
     const void *ptrs[] = {out, q, k, v};
     const tc_geom_t G =
         tc_make_geom("attention_tc_forward", doc_start, B, T, nh, nkv, hd, true, ptrs, 4, 2);
@@ -691,7 +688,11 @@ extern "C" void mt_cuda_launch_attention_tc_backward_bf16s(
     const uint16_t *v, const int32_t *doc_start, int64_t B, int64_t T, int64_t nh, int64_t nkv,
     int64_t hd)
 {
-    tc_require_storage("attention_backward", hd);
+    if (!tc_usable(hd)) {
+        mt_cuda_launch_attention_backward_bf16s(s, dq, dk, dv, dout, out, lse, q, k, v, doc_start,
+                                                B, T, nh, nkv, hd);
+        return;
+    }
     const void *ptrs[] = {dq, dk, dv, dout, q, k, v};
     const tc_geom_t G =
         tc_make_geom("attention_tc_backward", doc_start, B, T, nh, nkv, hd, true, ptrs, 7, 2);

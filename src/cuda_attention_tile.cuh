@@ -148,15 +148,17 @@ __device__ __forceinline__ bool mt_att_dkdv_tile(bool vis, const float *Kr, cons
     return vis;
 }
 
-/* row[d] = acc * s, or row[d] += acc * s when add, for the lane's dims */
-__device__ __forceinline__ void mt_att_store_row(float *row, const float *acc, float s, int64_t hd,
+/* row[d] = acc * s, or row[d] += acc * s when add, for the lane's dims;
+ * a row of T (bf16 storage: rounded as stored) */
+template <typename T>
+__device__ __forceinline__ void mt_att_store_row(T *row, const float *acc, float s, int64_t hd,
                                                  bool add)
 {
     const int lane = threadIdx.x % MT_WARP;
     for (int r = 0; r < MT_ATT_MAX_R; r++) {
         const int64_t d = lane + r * MT_WARP;
         if (d < hd)
-            row[d] = add ? row[d] + acc[r] * s : acc[r] * s;
+            mt_st(row, d, add ? mt_ld(row, d) + acc[r] * s : acc[r] * s);
     }
 }
 

@@ -161,6 +161,21 @@ void mt_cuda_launch_ce_shard_finish(cudaStream_t s, float *dlogits, const float 
                                     const double *ly, int64_t n, int64_t V, int64_t v_lo,
                                     int64_t v_valid, float grad_scale, double *row_loss,
                                     bool round);
+/* The CUDA-core attention on bf16 bits (bf16 storage: exact loads, out,
+ * dq, dk, dv rounded as stored); the tensor-core _bf16s launchers fall
+ * back to them. */
+void mt_cuda_launch_attention_forward_bf16s(cudaStream_t s, uint16_t *out, float *lse,
+                                            const uint16_t *q, const uint16_t *k,
+                                            const uint16_t *v, const int32_t *doc_start,
+                                            int64_t B, int64_t T, int64_t nh, int64_t nkv,
+                                            int64_t hd);
+void mt_cuda_launch_attention_backward_bf16s(cudaStream_t s, uint16_t *dq, uint16_t *dk,
+                                             uint16_t *dv, const uint16_t *dout,
+                                             const uint16_t *out, const float *lse,
+                                             const uint16_t *q, const uint16_t *k,
+                                             const uint16_t *v, const int32_t *doc_start,
+                                             int64_t B, int64_t T, int64_t nh, int64_t nkv,
+                                             int64_t hd);
 /* The shard passes on bf16 bits (bf16 storage, cuda_storage.cu). */
 void mt_cuda_launch_ce_shard_max_bf16s(cudaStream_t s, float *mx, const uint16_t *logits,
                                        int64_t n, int64_t V, int64_t v_valid);

@@ -106,14 +106,11 @@ static void bf16_passes(mt_train_device_t *d)
 }
 
 /* MESHTRAIN_BF16_STORAGE=1: bf16 storage (doc/mixed-precision.md, "bf16
- * storage: the plan"), so far on the CPU and on CUDA (head dims 64 and 128:
- * the tensor-core attention), for data parallelism of every strategy (fsdp2
- * with HSDP, megatron_fsdp, ddp) and tensor parallelism (with SP), dense,
- * without pipeline, context or expert parallelism: the table whose
- * activation and parameter arenas hold bf16 bits.  Refused, before
- * anything is allocated, where it is not built yet. */
-static mt_status_t bf16_storage(mt_train_device_t *d, const mt_config_t *cfg,
-                                const mt_mesh_t *mesh)
+ * storage: the plan"), on the CPU and on CUDA, for every parallelism but
+ * experts: the table whose activation and parameter arenas hold bf16
+ * bits.  Refused, before anything is allocated, where it is not built
+ * yet. */
+static mt_status_t bf16_storage(mt_train_device_t *d, const mt_config_t *cfg)
 {
     const char *e = env_on("MESHTRAIN_BF16_STORAGE");
     if (!e)
@@ -124,9 +121,6 @@ static mt_status_t bf16_storage(mt_train_device_t *d, const mt_config_t *cfg,
         why = "it needs mp_policy.param_dtype bfloat16";
     else if (dc->device == MT_DEVICE_CPU_GUARDED)
         why = "distributed.device cpu_guarded has no bf16-storage backend";
-    else if (dc->device == MT_DEVICE_CUDA && cfg->derived.head_dim != 64 &&
-             cfg->derived.head_dim != 128)
-        why = "on cuda its attention serves head dims 64 and 128 so far";
     else if (cfg->model.num_experts > 0)
         why = "experts are not in it yet";
     if (why)
@@ -134,19 +128,10 @@ static mt_status_t bf16_storage(mt_train_device_t *d, const mt_config_t *cfg,
                 "\"bf16 storage: the plan\"); unset it to train with bf16 values in float32 "
                 "storage", e, why);
 #ifdef MT_HAVE_CUDA
-    if (dc->device == MT_DEVICE_CUDA) { /* a property of each rank's GPU: agreed on */
-        mt_status_t s = MT_OK;
-        if (!mt_cuda_attention_tc_supported(cfg->derived.head_dim))
-            s = mt_error_set(MT_ERR_UNSUPPORTED, __FILE__, __LINE__,
-                             "MESHTRAIN_BF16_STORAGE=%s: this GPU does not run the tensor-core "
-                             "attention (compute capability 8.0 and up), which bf16 storage "
-                             "needs; unset it", e);
-        MT_TRY(mt_agree(mesh->comm, s));
+    if (dc->device == MT_DEVICE_CUDA) {
         d->be = mt_backend_cuda_bf16_storage(), d->bf16_storage = true;
         return MT_OK;
     }
-#else
-    (void)mesh;
 #endif
     d->be = mt_backend_cpu_bf16_storage(), d->bf16_storage = true;
     return MT_OK;
@@ -177,7 +162,7 @@ mt_status_t mt_train_device_init(mt_train_device_t *d, const mt_config_t *cfg,
         MT_TRY(bring_up_cuda(d, cfg, mesh));
         MT_TRY(bring_up_nccl(d, cfg, mesh));
     }
-    MT_TRY(bf16_storage(d, cfg, mesh));
+    MT_TRY(bf16_storage(d, cfg));
     bf16_passes(d);
     return profile(d);
 }

@@ -21,7 +21,8 @@
 #    two ranks tp 2 + SP, cp 2, a MoE under tp 2 and one under ep 2;
 #  - bf16 storage (MESHTRAIN_BF16_STORAGE=1, the cuda_bf16_storage table)
 #    gives the dense head-dim-64 bf16 run's bits, with and without
-#    activation checkpointing, and on two ranks its collectives of bf16
+#    activation checkpointing, the head-dim-16 qk_norm run's (the CUDA-core
+#    attention on bf16 bits), and on two ranks its collectives of bf16
 #    bits: fsdp2 and megatron_fsdp zero 1 on emulated NCCL, fsdp2 staged
 #    (MPI), tp 2 with SP on NCCL and tp 2 staged, pp 2 and cp 2 (the ring
 #    on bf16 bits, float32 sums) on NCCL and staged;
@@ -159,6 +160,14 @@ app="$emu/meshtrain-dense"
 train dense-bf16-qk-cuda 1 $bf16 model.qk_norm=true distributed.device=cuda
 # shellcheck disable=SC2086
 same dense-bf16-qk-passes meshtrain-dense dense-bf16-qk-cuda 1 $bf16 model.qk_norm=true
+# the same on bf16 storage: the CUDA-core attention on bf16 bits
+MESHTRAIN_BF16_STORAGE=1
+export MESHTRAIN_BF16_STORAGE
+# shellcheck disable=SC2086
+train dense-bf16-qk-storage 1 $bf16 model.qk_norm=true distributed.device=cuda
+unset MESHTRAIN_BF16_STORAGE
+compare_losses "$workdir/dense-bf16-qk-cuda.jsonl" "$workdir/dense-bf16-qk-storage.jsonl" \
+    "bf16 storage at head dim 16 on the emulated GPU" 0 0 0
 # two ranks in bf16, fused and in passes: tp 2 + SP, cp 2, and a MoE
 # under tp 2 without SP (its layer gathers the rows each rank routed)
 for c in "tp2-sp-bf16|meshtrain-dense|distributed.tp_size=2 distributed.sequence_parallel=true" \

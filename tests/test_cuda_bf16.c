@@ -668,6 +668,38 @@ static void test_storage(uint64_t *s)
         check16("ce_shard_finish dlogits", sl2, sl1, cn * cV);
         free(sl), free(hz1), free(hz2), free(hy1), free(hy2);
     }
+    /* the CUDA-core attention (head dims the tensor-core kernels do not
+     * serve) on bf16 bits: the rounding table's fallback bits (its
+     * rounded loads, then rounding passes), GQA with documents at head
+     * dim 32 */
+    {
+        const int64_t B = 2, T = 45, ah = 4, akv = 2, ahd = 32, NQ = B * T * ah * ahd,
+                      NK = B * T * akv * ahd;
+        int32_t *h = malloc(sizeof(int32_t) * (size_t)(B * T));
+        for (int64_t i = 0; i < B * T; i++)
+            h[i] = (int32_t)(i % T < 20 ? 0 : 20);
+        int32_t *ds = tc_up(h, sizeof(int32_t) * (size_t)(B * T));
+        float *hq = rand_bf16(s, NQ, 1.0f), *hk = rand_bf16(s, NK, 1.0f),
+              *hv = rand_bf16(s, NK, 1.0f), *hdo = rand_bf16(s, NQ, 1.0f);
+        float *q1 = tc_up(hq, F(NQ)), *k1 = tc_up(hk, F(NK)), *v1 = tc_up(hv, F(NK)),
+              *do1 = tc_up(hdo, F(NQ));
+        void *q2 = up16(hq, NQ), *k2 = up16(hk, NK), *v2 = up16(hv, NK), *do2 = up16(hdo, NQ);
+        float *o1 = tc_dev(F(NQ)), *l1 = tc_dev(F(B * ah * T)), *l2 = tc_dev(F(B * ah * T));
+        void *o2 = tc_dev(2 * (size_t)NQ);
+        b->attention_forward(o1, l1, q1, k1, v1, ds, B, T, ah, akv, ahd);
+        st->attention_forward(o2, l2, q2, k2, v2, ds, B, T, ah, akv, ahd);
+        check16("attention_forward out (CUDA cores)", o2, o1, NQ);
+        check_same("bf16 storage attention_forward lse (CUDA cores)", l2, l1, B * ah * T);
+        float *dq1 = tc_dev(F(NQ)), *dk1 = tc_dev(F(NK)), *dv1 = tc_dev(F(NK));
+        void *dq2 = tc_dev(2 * (size_t)NQ), *dk2 = tc_dev(2 * (size_t)NK),
+             *dv2 = tc_dev(2 * (size_t)NK);
+        b->attention_backward(dq1, dk1, dv1, do1, o1, l1, q1, k1, v1, ds, B, T, ah, akv, ahd);
+        st->attention_backward(dq2, dk2, dv2, do2, o2, l1, q2, k2, v2, ds, B, T, ah, akv, ahd);
+        check16("attention_backward dq (CUDA cores)", dq2, dq1, NQ);
+        check16("attention_backward dk (CUDA cores)", dk2, dk1, NK);
+        check16("attention_backward dv (CUDA cores)", dv2, dv1, NK);
+        free(h), free(hq), free(hk), free(hv), free(hdo);
+    }
     /* ring attention's blocks: the float32 table's kernels on the same
      * values, bit for bit (out and the gradients are float32 sums); a
      * diagonal block with documents, then one of earlier keys merged and
