@@ -161,6 +161,21 @@ void mt_cuda_launch_ce_shard_finish(cudaStream_t s, float *dlogits, const float 
                                     const double *ly, int64_t n, int64_t V, int64_t v_lo,
                                     int64_t v_valid, float grad_scale, double *row_loss,
                                     bool round);
+/* The MoE row entries on bf16 bits (bf16 storage, cuda_storage.cu): the
+ * same kernels; dlogits and de rounded as stored, y and dw float32. */
+void mt_cuda_launch_moe_router_backward_bf16s(cudaStream_t s, uint16_t *dlogits, const float *dw,
+                                              const float *probs, const int32_t *idx,
+                                              const float *w, const float *dp_all, int64_t n,
+                                              int64_t E, int64_t k, bool norm_topk);
+void mt_cuda_launch_moe_gather_rows_bf16s(cudaStream_t s, uint16_t *dst, const uint16_t *src,
+                                          const int32_t *rows, int64_t n, int64_t width);
+void mt_cuda_launch_moe_unpermute_bf16s(cudaStream_t s, float *y, const uint16_t *res,
+                                        const uint16_t *e, const int32_t *pos, const float *w,
+                                        int64_t n_tokens, int64_t top_k, int64_t dim);
+void mt_cuda_launch_moe_unpermute_backward_bf16s(cudaStream_t s, uint16_t *de, float *dw,
+                                                 const uint16_t *dy, const uint16_t *e,
+                                                 const int32_t *pos, const float *w,
+                                                 int64_t n_tokens, int64_t top_k, int64_t dim);
 /* The CUDA-core attention on bf16 bits (bf16 storage: exact loads, out,
  * dq, dk, dv rounded as stored); the tensor-core _bf16s launchers fall
  * back to them. */

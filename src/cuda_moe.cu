@@ -103,26 +103,29 @@ __global__ void mt_k_moe_permute(float *out, const float *x, const int32_t *pos,
 }
 
 /* y[t] = res[t] (0 if NULL) + sum over kk in order of w * e[pos]; pos -1
- * (a dropped slot) adds nothing.  y may alias res.  A block per token. */
-__global__ void mt_k_moe_unpermute(float *y, const float *res, const float *e,
-                                   const int32_t *pos, const float *w, int64_t n_tokens,
-                                   int64_t top_k, int64_t dim)
+ * (a dropped slot) adds nothing.  y may alias res.  A block per token.
+ * y is float32; res and e are T (bf16 bits under bf16 storage). */
+template <typename T>
+__global__ void mt_k_moe_unpermute(float *y, const T *res, const T *e, const int32_t *pos,
+                                   const float *w, int64_t n_tokens, int64_t top_k, int64_t dim)
 {
     for (int64_t t = blockIdx.x; t < n_tokens; t += gridDim.x)
         for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) {
-            float acc = res ? res[t * dim + c] : 0.0f;
+            float acc = res ? mt_ld(res, t * dim + c) : 0.0f;
             for (int64_t kk = 0; kk < top_k; kk++) {
                 const int64_t a = t * top_k + kk;
                 if (pos[a] >= 0)
-                    acc += (w ? w[a] : 1.0f) * e[(int64_t)pos[a] * dim + c];
+                    acc += (w ? w[a] : 1.0f) * mt_ld(e, (int64_t)pos[a] * dim + c);
             }
             y[t * dim + c] = acc;
         }
 }
 
 /* de[pos[a]] = w[a] dy[token]; dw[a] = dy[token] . e[pos[a]] (double sum,
- * one rounding); pos -1: dw 0, no row.  A block per assignment. */
-__global__ void mt_k_moe_unpermute_backward(float *de, float *dw, const float *dy, const float *e,
+ * one rounding); pos -1: dw 0, no row.  A block per assignment.  de, dy
+ * and e are T (bf16 storage: de rounded as stored), dw float32. */
+template <typename T>
+__global__ void mt_k_moe_unpermute_backward(T *de, float *dw, const T *dy, const T *e,
                                             const int32_t *pos, const float *w, int64_t n_assign,
                                             int64_t top_k, int64_t dim)
 {
@@ -133,13 +136,14 @@ __global__ void mt_k_moe_unpermute_backward(float *de, float *dw, const float *d
                 dw[a] = 0.0f;
             continue;
         }
-        const float *g = dy + (a / top_k) * dim;
+        const int64_t grow = (a / top_k) * dim;
         const int64_t row = (int64_t)pos[a] * dim;
         const float wa = w ? w[a] : 1.0f;
         double dot = 0.0;
         for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) {
-            dot += (double)g[c] * (double)e[row + c];
-            de[row + c] = wa * g[c];
+            const float gc = mt_ld(dy, grow + c);
+            dot += (double)gc * (double)mt_ld(e, row + c);
+            mt_st(de, row + c, wa * gc);
         }
         if (dw) {
             dot = mt_block_sum(dot, buf);
@@ -149,12 +153,13 @@ __global__ void mt_k_moe_unpermute_backward(float *de, float *dw, const float *d
     }
 }
 
-/* dst[i] = src[rows[i]]; a block per row */
-__global__ void mt_k_moe_gather_rows(float *dst, const float *src, const int32_t *rows, int64_t n,
+/* dst[i] = src[rows[i]]; a block per row; rows of T */
+template <typename T>
+__global__ void mt_k_moe_gather_rows(T *dst, const T *src, const int32_t *rows, int64_t n,
                                      int64_t width)
 {
     for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
-        const float *s = src + (int64_t)rows[i] * width;
+        const T *s = src + (int64_t)rows[i] * width;
         for (int64_t c = threadIdx.x; c < width; c += blockDim.x)
             dst[i * width + c] = s[c];
     }
@@ -219,9 +224,25 @@ __global__ void mt_k_moe_router_forward(float *probs, int32_t *idx, float *w, co
     }
 }
 
+/* dl of expert e: dp_all + the routing-weight terms of the selected
+ * experts (c, s: the norm_topk sums) */
+__device__ __forceinline__ float router_dl(int64_t e, const float *dp_all, const int32_t *it,
+                                           const float *dwt, int64_t k, bool norm_topk, double c,
+                                           double s)
+{
+    float d = dp_all ? dp_all[e] : 0.0f;
+    for (int64_t j = 0; j < k; j++)
+        if (it[j] == e)
+            d += norm_topk ? (float)(((double)dwt[j] - c) / s) : dwt[j];
+    return d;
+}
+
 /* A warp per token row: dl = dp_all + the routing-weight terms of the
- * selected experts, then the softmax backward p (dl - p . dl). */
-__global__ void mt_k_moe_router_backward(float *dlogits, const float *dw, const float *probs,
+ * selected experts, then the softmax backward p (dl - p . dl).  dlogits
+ * is T (bf16 storage: rounded as stored; dl is formed again for the
+ * second pass, never read back). */
+template <typename T>
+__global__ void mt_k_moe_router_backward(T *dlogits, const float *dw, const float *probs,
                                          const int32_t *idx, const float *w, const float *dp_all,
                                          int64_t n, int64_t E, int64_t k, bool norm_topk)
 {
@@ -231,7 +252,7 @@ __global__ void mt_k_moe_router_backward(float *dlogits, const float *dw, const 
          t += wstride) {
         const float *p = probs + t * E, *dwt = dw + t * k;
         const int32_t *it = idx + t * k;
-        float *dl = dlogits + t * E;
+        T *dl = dlogits + t * E;
         double s = 0.0, c = 0.0; /* every lane, in the CPU's order */
         for (int64_t j = 0; j < k; j++) {
             if (it[j] < 0 || it[j] >= E) {
@@ -245,17 +266,13 @@ __global__ void mt_k_moe_router_backward(float *dlogits, const float *dw, const 
             }
         }
         double dot = 0.0;
-        for (int64_t e = lane; e < E; e += MT_WARP) {
-            float d = dp_all ? dp_all[e] : 0.0f;
-            for (int64_t j = 0; j < k; j++)
-                if (it[j] == e)
-                    d += norm_topk ? (float)(((double)dwt[j] - c) / s) : dwt[j];
-            dl[e] = d;
-            dot += (double)p[e] * (double)d;
-        }
+        for (int64_t e = lane; e < E; e += MT_WARP)
+            dot += (double)p[e] * (double)router_dl(e, dp_all, it, dwt, k, norm_topk, c, s);
         dot = mt_warp_sum(dot);
-        for (int64_t e = lane; e < E; e += MT_WARP) /* the lane's own writes */
-            dl[e] = (float)((double)p[e] * ((double)dl[e] - dot));
+        for (int64_t e = lane; e < E; e += MT_WARP) {
+            const float d = router_dl(e, dp_all, it, dwt, k, norm_topk, c, s);
+            mt_st(dl, e, (float)((double)p[e] * ((double)d - dot)));
+        }
     }
 }
 
@@ -306,8 +323,8 @@ extern "C" void mt_cuda_launch_moe_unpermute(cudaStream_t s, float *y, const flo
     REQUIRE_MOE("moe_unpermute");
     if (n_tokens == 0 || dim == 0)
         return;
-    mt_k_moe_unpermute<<<row_blocks(n_tokens), 256, 0, s>>>(y, res, e, pos, w, n_tokens, top_k,
-                                                            dim);
+    mt_k_moe_unpermute<float><<<row_blocks(n_tokens), 256, 0, s>>>(y, res, e, pos, w, n_tokens,
+                                                                   top_k, dim);
     MT_CUDA_LAUNCH_CHECK("moe_unpermute");
 }
 
@@ -320,7 +337,7 @@ extern "C" void mt_cuda_launch_moe_unpermute_backward(cudaStream_t s, float *de,
     REQUIRE_MOE("moe_unpermute_backward");
     if (n_tokens == 0)
         return;
-    mt_k_moe_unpermute_backward<<<row_blocks(n_tokens * top_k), 256, 0, s>>>(
+    mt_k_moe_unpermute_backward<float><<<row_blocks(n_tokens * top_k), 256, 0, s>>>(
         de, dw, dy, e, pos, w, n_tokens * top_k, top_k, dim);
     MT_CUDA_LAUNCH_CHECK("moe_unpermute_backward");
 }
@@ -332,7 +349,7 @@ extern "C" void mt_cuda_launch_moe_gather_rows(cudaStream_t s, float *dst, const
                     (long long)width);
     if (n == 0 || width == 0)
         return;
-    mt_k_moe_gather_rows<<<row_blocks(n), 256, 0, s>>>(dst, src, rows, n, width);
+    mt_k_moe_gather_rows<float><<<row_blocks(n), 256, 0, s>>>(dst, src, rows, n, width);
     MT_CUDA_LAUNCH_CHECK("moe_gather_rows");
 }
 
@@ -385,7 +402,72 @@ extern "C" void mt_cuda_launch_moe_router_backward(cudaStream_t s, float *dlogit
     REQUIRE_ROUTER("moe_router_backward");
     if (n == 0)
         return;
-    mt_k_moe_router_backward<<<mt_cuda_blocks(n * MT_WARP, ROW_THREADS), ROW_THREADS, 0, s>>>(
-        dlogits, dw, probs, idx, w, dp_all, n, E, k, norm_topk);
+    mt_k_moe_router_backward<float><<<mt_cuda_blocks(n * MT_WARP, ROW_THREADS), ROW_THREADS, 0,
+                                       s>>>(dlogits, dw, probs, idx, w, dp_all, n, E, k,
+                                            norm_topk);
     MT_CUDA_LAUNCH_CHECK("moe_router_backward");
+}
+
+/* ------------------------------------------------ bf16 storage (_bf16s) */
+
+typedef __nv_bfloat16 bf16_t;
+
+/* dlogits as bf16 bits (rounded as stored) */
+extern "C" void mt_cuda_launch_moe_router_backward_bf16s(cudaStream_t s, uint16_t *dlogits,
+                                                         const float *dw, const float *probs,
+                                                         const int32_t *idx, const float *w,
+                                                         const float *dp_all, int64_t n,
+                                                         int64_t E, int64_t k, bool norm_topk)
+{
+    REQUIRE_ROUTER("moe_router_backward");
+    if (n == 0)
+        return;
+    mt_k_moe_router_backward<bf16_t><<<mt_cuda_blocks(n * MT_WARP, ROW_THREADS), ROW_THREADS, 0,
+                                        s>>>((bf16_t *)dlogits, dw, probs, idx, w, dp_all, n, E,
+                                             k, norm_topk);
+    MT_CUDA_LAUNCH_CHECK("moe_router_backward");
+}
+
+/* rows of bf16 bits */
+extern "C" void mt_cuda_launch_moe_gather_rows_bf16s(cudaStream_t s, uint16_t *dst,
+                                                     const uint16_t *src, const int32_t *rows,
+                                                     int64_t n, int64_t width)
+{
+    MT_CUDA_REQUIRE(n >= 0 && width >= 0, "moe_gather_rows", "n=%lld width=%lld", (long long)n,
+                    (long long)width);
+    if (n == 0 || width == 0)
+        return;
+    mt_k_moe_gather_rows<bf16_t><<<row_blocks(n), 256, 0, s>>>((bf16_t *)dst, (const bf16_t *)src,
+                                                               rows, n, width);
+    MT_CUDA_LAUNCH_CHECK("moe_gather_rows");
+}
+
+/* res and e bf16 bits, y float32 (the sum the shared experts add to) */
+extern "C" void mt_cuda_launch_moe_unpermute_bf16s(cudaStream_t s, float *y, const uint16_t *res,
+                                                   const uint16_t *e, const int32_t *pos,
+                                                   const float *w, int64_t n_tokens,
+                                                   int64_t top_k, int64_t dim)
+{
+    REQUIRE_MOE("moe_unpermute");
+    if (n_tokens == 0 || dim == 0)
+        return;
+    mt_k_moe_unpermute<bf16_t><<<row_blocks(n_tokens), 256, 0, s>>>(
+        y, (const bf16_t *)res, (const bf16_t *)e, pos, w, n_tokens, top_k, dim);
+    MT_CUDA_LAUNCH_CHECK("moe_unpermute");
+}
+
+/* de, dy, e bf16 bits; dw float32 */
+extern "C" void mt_cuda_launch_moe_unpermute_backward_bf16s(cudaStream_t s, uint16_t *de,
+                                                            float *dw, const uint16_t *dy,
+                                                            const uint16_t *e, const int32_t *pos,
+                                                            const float *w, int64_t n_tokens,
+                                                            int64_t top_k, int64_t dim)
+{
+    REQUIRE_MOE("moe_unpermute_backward");
+    if (n_tokens == 0)
+        return;
+    mt_k_moe_unpermute_backward<bf16_t><<<row_blocks(n_tokens * top_k), 256, 0, s>>>(
+        (bf16_t *)de, dw, (const bf16_t *)dy, (const bf16_t *)e, pos, w, n_tokens * top_k, top_k,
+        dim);
+    MT_CUDA_LAUNCH_CHECK("moe_unpermute_backward");
 }

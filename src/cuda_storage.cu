@@ -1,7 +1,6 @@
 /* cuda_storage.cu: bf16 storage on the GPU, mt_backend_cuda_bf16_storage
  * (mt_backend.h's stores_bf16; doc/mixed-precision.md, "bf16 storage: the
- * plan").  Partial (below); the trainer takes it under
- * MESHTRAIN_BF16_STORAGE=1 where the missing entries are not needed
+ * plan"); the trainer takes it under MESHTRAIN_BF16_STORAGE=1
  * (src/train_device.c).
  *
  * The activation and weight arguments are bf16 bits.  The entries run the
@@ -10,17 +9,16 @@
  * rounding table's, so each gives the rounding table's bits.  The GEMMs
  * are cuBLASLt's bf16 ones (fp32 accumulation), which sum in their own
  * order: bf16 tolerance against the rounding table's FAST_16BF GEMM, not
- * bits.  The float32 entries (sum_squares, scale, adamw, the conversions,
- * copies, device memory, the router's forward) are the rounding table's.
+ * bits.  The float32 entries (sum_squares, scale, adamw, add_f32, the
+ * conversions, copies, device memory, the router's forward and
+ * probability sums) are the rounding table's.
  *
  * Attention runs the tensor-core kernels on bf16 tiles loaded straight
- * from bf16 bits: head dims 64 and 128 on sm_80 and up (others stop the
- * program with a message: the fp32 fallback reads float32).  Not built
- * yet, and so dying with a message that says so: the MoE row entries.
- * tests/test_cuda_bf16 checks the others against the rounding table. */
+ * from bf16 bits for head dims 64 and 128 on sm_80 and up, and the
+ * CUDA-core kernels on bf16 bits otherwise; the ring-attention blocks, the
+ * vocabulary-parallel loss and the MoE rows are bf16 instantiations too.
+ * tests/test_cuda_bf16 checks every entry against the rounding table. */
 #include "cuda_common.cuh"
-
-#include <stdio.h>
 
 #define ST (mt_cuda_ctx(__func__)->stream)
 #define U16(p) ((uint16_t *)(p))
@@ -169,33 +167,33 @@ static void s_attention_backward(float *dq, float *dk, float *dv, const float *d
                                                doc_start, B, T, nh, nkv, hd);
 }
 
-/* the entries not built yet */
-static void not_yet(const char *entry)
+/* the MoE rows (model_moe.c): the combine's sum and dw float32 */
+static void s_moe_router_backward(float *dlogits, const float *dw, const float *probs,
+                                  const int32_t *idx, const float *w, const float *dp_all,
+                                  int64_t n, int64_t E, int64_t k, bool norm_topk)
 {
-    char msg[200];
-    snprintf(msg, sizeof msg, "%s on bf16 storage is not built yet (doc/mixed-precision.md, "
-                              "\"bf16 storage: the plan\")", entry);
-    mt_cuda_die(entry, msg, __FILE__, __LINE__);
+    mt_cuda_launch_moe_router_backward_bf16s(ST, U16(dlogits), dw, probs, idx, w, dp_all, n, E, k,
+                                             norm_topk);
 }
 
-static void n_moe_router_backward(float *, const float *, const float *, const int32_t *,
-                                  const float *, const float *, int64_t, int64_t, int64_t, bool)
+static void s_moe_gather_rows(float *dst, const float *src, const int32_t *rows, int64_t n,
+                              int64_t width)
 {
-    not_yet("moe_router_backward");
+    mt_cuda_launch_moe_gather_rows_bf16s(ST, U16(dst), CU16(src), rows, n, width);
 }
-static void n_moe_gather_rows(float *, const float *, const int32_t *, int64_t, int64_t)
+
+static void s_moe_combine(float *out, const float *res, const float *y, const int32_t *slot_row,
+                          const float *w, int64_t n, int64_t k, int64_t width)
 {
-    not_yet("moe_gather_rows");
+    mt_cuda_launch_moe_unpermute_bf16s(ST, out, CU16(res), CU16(y), slot_row, w, n, k, width);
 }
-static void n_moe_combine(float *, const float *, const float *, const int32_t *, const float *,
-                          int64_t, int64_t, int64_t)
+
+static void s_moe_combine_backward(float *dw, float *dy, const float *dout, const float *y,
+                                   const int32_t *slot_row, const float *w, int64_t n, int64_t k,
+                                   int64_t width)
 {
-    not_yet("moe_combine");
-}
-static void n_moe_combine_backward(float *, float *, const float *, const float *,
-                                   const int32_t *, const float *, int64_t, int64_t, int64_t)
-{
-    not_yet("moe_combine_backward");
+    mt_cuda_launch_moe_unpermute_backward_bf16s(ST, U16(dy), dw, CU16(dout), CU16(y), slot_row, w,
+                                                n, k, width);
 }
 
 static mt_backend_t make_storage_table(void)
@@ -222,10 +220,10 @@ static mt_backend_t make_storage_table(void)
     t.ce_shard_max = s_ce_shard_max;
     t.ce_shard_sum = s_ce_shard_sum;
     t.ce_shard_finish = s_ce_shard_finish;
-    t.moe_router_backward = n_moe_router_backward;
-    t.moe_gather_rows = n_moe_gather_rows;
-    t.moe_combine = n_moe_combine;
-    t.moe_combine_backward = n_moe_combine_backward;
+    t.moe_router_backward = s_moe_router_backward;
+    t.moe_gather_rows = s_moe_gather_rows;
+    t.moe_combine = s_moe_combine;
+    t.moe_combine_backward = s_moe_combine_backward;
     t.rounds_bf16 = t.reads_bf16 = t.stores_bf16 = true;
     return t;
 }

@@ -119,7 +119,7 @@ void mt_model_init_range_device(const mt_model_t *m, uint64_t seed, int64_t lo, 
 
 void mt_model_init_device(const mt_model_t *m, uint64_t seed, float *dst)
 {
-    mt_model_init_range_device(m, seed, 0, m->numel, dst);
+    init_to_device(m, seed, 0, m->numel, dst, m->bf16_storage);
 }
 
 void mt_model_init_weights(mt_model_t *m, uint64_t seed)

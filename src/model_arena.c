@@ -294,13 +294,6 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
         mt_model_free(m);
         return st;
     }
-    /* bf16 storage serves dense models so far (src/train_device.c refuses
-     * the rest first) */
-    if (m->bf16_storage && mc->num_experts > 0) {
-        mt_model_free(m);
-        MT_FAIL(MT_ERR_UNSUPPORTED, "bf16 storage (the %s backend) with experts is not in this "
-                "release (doc/mixed-precision.md, \"bf16 storage: the plan\")", be->name);
-    }
     /* per layer at most: 2 norms, q, k, v, o, q_norm, k_norm, router, gate, up, down */
     int maxp = 3 + 12 * (int)m->L;
     m->params = calloc((size_t)maxp, sizeof *m->params);

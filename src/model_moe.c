@@ -120,9 +120,17 @@ static void *moe_alloc(mt_moe_t *x, size_t bytes, bool device)
     return p;
 }
 
-/* n elements of *ptr in host memory (ALLOC) or the backend's (DALLOC) */
+/* n elements of *ptr in host memory (ALLOC) or the backend's (DALLOC);
+ * DALLOC_ACT: n activation elements (bf16 bits under bf16 storage) */
 #define ALLOC(ptr, n) ((ptr) = moe_alloc(x, sizeof *(ptr) * (size_t)(n), false), ok &= (ptr) != NULL)
 #define DALLOC(ptr, n) ((ptr) = moe_alloc(x, sizeof *(ptr) * (size_t)(n), true), ok &= (ptr) != NULL)
+#define DALLOC_ACT(ptr, n) ((ptr) = moe_alloc(x, (size_t)x->es * (size_t)(n), true), ok &= (ptr) != NULL)
+
+/* Element n of an activation buffer (mt_act_at's rule for the experts) */
+static float *at(const mt_moe_t *x, const float *p, int64_t n)
+{
+    return (float *)((char *)p + (size_t)x->es * (size_t)n);
+}
 
 static void out_of_memory(const char *what, size_t bytes)
 {
@@ -159,10 +167,10 @@ static void reserve_rows(mt_moe_t *x, moe_acts_t *a, int64_t R, int64_t H)
     const mt_backend_t *be = x->be;
     if (R > a->cap) {
         int64_t c = R + R / 4;
-        /* bytes of a row of indices, of H floats, of Im floats: now, then */
+        /* bytes of a row of indices, of H activations, of Im: now, then */
         size_t o = (size_t)a->cap, n = (size_t)c, i4 = sizeof(int32_t);
-        size_t fh = sizeof(float) * (size_t)H, fi = sizeof(float) * (size_t)x->Im;
-        x->act_numel += (c - a->cap) * (1 + 3 * x->Im + H);
+        size_t fh = (size_t)x->es * (size_t)H, fi = (size_t)x->es * (size_t)x->Im;
+        x->act_numel += (c - a->cap) * (1 + (3 * x->Im + H) * x->es / 4);
         a->perm = grow_dev(be, a->perm, i4 * o, i4 * n, "row permutation");
         a->iperm = grow_dev(be, a->iperm, i4 * o, i4 * n, "row permutation");
         a->xe = grow_dev(be, a->xe, fh * o, fh * n, "expert inputs");
@@ -174,11 +182,13 @@ static void reserve_rows(mt_moe_t *x, moe_acts_t *a, int64_t R, int64_t H)
     if (R > x->scap) {
         int64_t c = R + R / 4;
         size_t o = (size_t)x->scap, n = (size_t)c, i4 = sizeof(int32_t);
-        size_t fh = sizeof(float) * (size_t)H, fi = sizeof(float) * (size_t)x->Im;
-        x->act_numel += (c - x->scap) * (2 * H + x->Im);
+        size_t fh = (size_t)x->es * (size_t)H, fi = (size_t)x->es * (size_t)x->Im;
+        x->act_numel += (c - x->scap) * ((2 * H + x->Im) * x->es / 4 + (x->es == 2 ? H : 0));
         x->recvbuf = grow_dev(be, x->recvbuf, fh * o, fh * n, "receive buffer");
         x->ye = grow_dev(be, x->ye, fh * o, fh * n, "expert outputs");
         x->da = grow_dev(be, x->da, fi * o, fi * n, "expert scratch");
+        if (x->es == 2) /* its contents need not survive a growth */
+            x->acc32 = grow_dev(be, x->acc32, 0, sizeof(float) * (size_t)H * n, "expert sums");
         x->h_perm = grow(x->h_perm, i4 * n, "row permutation");
         x->h_iperm = grow(x->h_iperm, i4 * n, "row permutation");
         x->scap = c;
@@ -202,11 +212,11 @@ static bool acts_alloc(mt_moe_t *x, moe_acts_t *a, int64_t H)
     ALLOC(a->scnt, x->ep);
     ALLOC(a->rcnt, x->ep);
     ALLOC(a->ecnt, x->ep * x->El);
-    DALLOC(a->y, NK * H);
+    DALLOC_ACT(a->y, NK * H);
     if (x->Is > 0) {
-        DALLOC(a->sg, N * x->Is);
-        DALLOC(a->su, N * x->Is);
-        DALLOC(a->sa, N * x->Is);
+        DALLOC_ACT(a->sg, N * x->Is);
+        DALLOC_ACT(a->su, N * x->Is);
+        DALLOC_ACT(a->sa, N * x->Is);
     }
     /* the balanced load to begin with: every rank receives N K rows (at
      * most ep N min(K, El), when every token picks this rank's experts) */
@@ -231,6 +241,7 @@ mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int 
         MT_FAIL(MT_ERR_NOMEM, "MoE state");
     m->moe = x;
     x->be = m->be;
+    x->es = m->bf16_storage ? 2 : 4;
     int L = (int)m->L;
     int64_t H = m->H;
     x->N = m->N / m->tp;
@@ -263,9 +274,9 @@ mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int 
     ALLOC(x->off, x->E);
     if (!no_acts) {
         DALLOC(x->src_tok, N * x->K);
-        DALLOC(x->sendbuf, N * x->K * H);
+        DALLOC_ACT(x->sendbuf, N * x->K * H);
         DALLOC(x->dw, N * x->K);
-        DALLOC(x->dlogits, N * x->E);
+        DALLOC_ACT(x->dlogits, N * x->E); /* an activation gradient: bf16 into the GEMMs */
         DALLOC(x->aux_dp, x->E);
         DALLOC(x->psum, x->E);
         ALLOC(x->h_idx, N * x->K);
@@ -302,14 +313,14 @@ mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int 
                 x->numel += p->numel;
             }
     }
-    if (!no_arenas) {
-        DALLOC(x->param_mem, x->numel);
+    if (!no_arenas) { /* the parameters bf16 bits under bf16 storage, as the model's */
+        DALLOC_ACT(x->param_mem, x->numel);
         DALLOC(x->grad_mem, x->numel);
-        x->act_numel -= 2 * x->numel;
+        x->act_numel -= x->numel + x->numel * x->es / 4;
         if (!ok)
             MT_FAIL(MT_ERR_NOMEM, "%lld expert parameters", (long long)x->numel);
         for (int i = 0; i < x->nxp; i++) {
-            x->xp[i].data = x->param_mem + x->xp[i].offset;
+            x->xp[i].data = at(x, x->param_mem, x->xp[i].offset);
             x->xp[i].grad = x->grad_mem + x->xp[i].offset;
         }
     }
@@ -367,6 +378,7 @@ void mt_moe_free(mt_model_t *m)
             a->perm = a->iperm = NULL, a->xe = a->g = a->u = a->a = NULL;
         }
     x->be->device_free(x->recvbuf), x->be->device_free(x->ye), x->be->device_free(x->da);
+    x->be->device_free(x->acc32);
     free(x->h_perm), free(x->h_iperm);
     for (int i = 0; i < x->nalloc; i++) {
         if (x->allocs[i].device)
@@ -389,7 +401,7 @@ void mt_moe_init_weights(mt_model_t *m, uint64_t seed)
      * mt_model_init_range draws it for a whole (tp_dim -1) tensor */
     mt_model_t v;
     memset(&v, 0, sizeof v);
-    v.be = m->be, v.init_std = m->init_std;
+    v.be = m->be, v.init_std = m->init_std, v.bf16_storage = m->bf16_storage;
     v.params = x->xp, v.nparams = x->nxp, v.numel = x->numel;
     mt_model_init_device(&v, seed, x->param_mem);
 }
@@ -446,6 +458,7 @@ mt_model_t mt_moe_param_view(const mt_model_t *m, int64_t *unit_lo)
     memset(&v, 0, sizeof v);
     v.be = m->be;
     v.bf16 = m->bf16; /* mixed precision: the experts' masters too (train_mp.c) */
+    v.bf16_storage = m->bf16_storage; /* and their arena's bf16 bits */
     v.L = m->L;
     v.init_std = m->init_std; /* mt_model_init_range reads it */
     v.params = x->xp, v.nparams = x->nxp, v.numel = x->numel;
@@ -470,7 +483,7 @@ static void exchange(const mt_model_t *m, mt_ep_op_t op, const void *send, const
         if (op == MT_EP_COUNTS)
             memcpy(recv, send, sizeof(int64_t) * (size_t)width);
         else
-            m->be->copy(recv, send, sizeof(float) * (size_t)(scnt[0] * width));
+            m->be->copy(recv, send, (size_t)m->moe->es * (size_t)(scnt[0] * width));
         return;
     }
     m->ep_alltoall(m->ep_ctx, op, send, scnt, recv, rcnt, width);
@@ -493,6 +506,17 @@ static void exchange_end(const mt_model_t *m, void *ticket)
 {
     if (ticket)
         m->ep_join(m->ep_ctx, ticket);
+}
+
+/* c += a op(b): onto a float32 sum under bf16 storage (matmul_f32out),
+ * else onto c as it is (matmul, the same on float32 storage) */
+static void sum_gemm(const mt_model_t *m, float *c, const float *a, const float *b, int64_t rows,
+                     int64_t n, int64_t k, bool ta, bool tb)
+{
+    if (m->bf16_storage)
+        m->be->matmul_f32out(c, a, b, rows, n, k, ta, tb, 1.0f);
+    else
+        m->be->matmul(c, a, b, rows, n, k, ta, tb, 1.0f);
 }
 
 static const mt_param_t *expert_w(const mt_moe_t *x, int l, int64_t i, int k)
@@ -654,16 +678,16 @@ void mt_moe_forward(mt_model_t *m, int l, const float *h, const float *res, floa
     for (int64_t e = 0; e < El; e++) {
         int64_t n = expert_rows(x, a, e);
         if (n > 0) {
-            be->matmul(a->g + o * Im, a->xe + o * H, expert_w(x, l, e, 0)->data, n, Im, H, false,
-                       true, 0.0f);
-            be->matmul(a->u + o * Im, a->xe + o * H, expert_w(x, l, e, 1)->data, n, Im, H, false,
-                       true, 0.0f);
-            mt_model_round_in(m, a->g + o * Im, n * Im); /* read by SwiGLU alone */
-            mt_model_round_in(m, a->u + o * Im, n * Im);
-            be->swiglu_forward(a->a + o * Im, a->g + o * Im, a->u + o * Im, n * Im);
-            mt_model_round_out(m, a->a + o * Im, n * Im);
-            be->matmul(x->ye + o * H, a->a + o * Im, expert_w(x, l, e, 2)->data, n, H, Im, false,
-                       true, 0.0f);
+            float *g = at(x, a->g, o * Im), *u = at(x, a->u, o * Im), *ae = at(x, a->a, o * Im);
+            const float *xe = at(x, a->xe, o * H);
+            be->matmul(g, xe, expert_w(x, l, e, 0)->data, n, Im, H, false, true, 0.0f);
+            be->matmul(u, xe, expert_w(x, l, e, 1)->data, n, Im, H, false, true, 0.0f);
+            mt_model_round_in(m, g, n * Im); /* read by SwiGLU alone */
+            mt_model_round_in(m, u, n * Im);
+            be->swiglu_forward(ae, g, u, n * Im);
+            mt_model_round_out(m, ae, n * Im);
+            be->matmul(at(x, x->ye, o * H), ae, expert_w(x, l, e, 2)->data, n, H, Im, false, true,
+                       0.0f);
         }
         o += n;
     }
@@ -672,9 +696,12 @@ void mt_moe_forward(mt_model_t *m, int l, const float *h, const float *res, floa
     /* back to the received order, back to the senders, weighted sum */
     be->moe_gather_rows(x->recvbuf, x->ye, a->iperm, a->R, H);
     exchange(m, MT_EP_ROWS, x->recvbuf, a->rcnt, a->y, a->scnt, H);
-    be->moe_combine(out, res, a->y, a->slot_row, rt->w, N, K, H);
+    float *sum = x->es == 2 ? m->dh_acc : out; /* bf16 storage: in float32, rounded once */
+    be->moe_combine(sum, res, a->y, a->slot_row, rt->w, N, K, H);
     if (x->Is > 0) /* the shared experts' output, after the routed sum */
-        be->matmul(out, a->sa, p->wdown->data, N, H, x->Is, false, true, 1.0f);
+        sum_gemm(m, sum, a->sa, p->wdown->data, N, H, x->Is, false, true);
+    if (sum != out)
+        be->to_bf16((uint16_t *)out, sum, N * H);
 }
 
 void mt_moe_backward(mt_model_t *m, int l, const float *h, const float *dout, float *dh)
@@ -718,19 +745,24 @@ void mt_moe_backward(mt_model_t *m, int l, const float *h, const float *dout, fl
         if (n > 0) {
             const mt_param_t *wg = expert_w(x, l, e, 0), *wu = expert_w(x, l, e, 1);
             const mt_param_t *wd = expert_w(x, l, e, 2);
-            float *dy = x->ye + o * H, *g = a->g + o * Im, *u = a->u + o * Im;
-            const float *xe = a->xe + o * H;
+            float *dy = at(x, x->ye, o * H), *g = at(x, a->g, o * Im), *u = at(x, a->u, o * Im);
+            const float *xe = at(x, a->xe, o * H);
             be->matmul(x->da, dy, wd->data, n, Im, H, false, false, 0.0f);
-            be->matmul_f32out(wd->grad, dy, a->a + o * Im, H, Im, n, true, false, 1.0f);
+            be->matmul_f32out(wd->grad, dy, at(x, a->a, o * Im), H, Im, n, true, false, 1.0f);
             mt_model_round_in(m, x->da, n * Im);
             be->swiglu_backward(g, u, x->da, g, u, n * Im); /* g, u <- dg, du */
             mt_model_round_out(m, g, n * Im);
             mt_model_round_out(m, u, n * Im);
             be->matmul_f32out(wg->grad, g, xe, Im, H, n, true, false, 1.0f);
             be->matmul_f32out(wu->grad, u, xe, Im, H, n, true, false, 1.0f);
-            /* dy is no longer needed: the input gradient takes its rows */
-            be->matmul(dy, g, wg->data, n, H, Im, false, false, 0.0f);
-            be->matmul(dy, u, wu->data, n, H, Im, false, false, 1.0f);
+            /* dy is no longer needed: the input gradient takes its rows
+             * (summed in float32 under bf16 storage, then rounded once) */
+            float *dx = x->es == 2 ? x->acc32 : dy;
+            (dx != dy ? be->matmul_f32out : be->matmul)(dx, g, wg->data, n, H, Im, false, false,
+                                                        0.0f);
+            sum_gemm(m, dx, u, wu->data, n, H, Im, false, false);
+            if (dx != dy)
+                be->to_bf16((uint16_t *)dy, dx, n * H);
         }
         o += n;
     }
@@ -752,11 +784,15 @@ void mt_moe_backward(mt_model_t *m, int l, const float *h, const float *dout, fl
     be->matmul_f32out(router->grad, x->dlogits, h, E, H, N, true, false, 1.0f);
     exchange_end(m, moved);
 
-    /* dh: the routed experts', the router's, the shared experts' */
-    be->moe_combine(dh, NULL, x->sendbuf, a->slot_row, NULL, N, K, H);
-    be->matmul(dh, x->dlogits, router->data, N, H, E, false, false, 1.0f);
+    /* dh: the routed experts', the router's, the shared experts' (in
+     * float32 under bf16 storage, rounded once) */
+    float *sum = x->es == 2 ? m->dh_acc : dh;
+    be->moe_combine(sum, NULL, x->sendbuf, a->slot_row, NULL, N, K, H);
+    sum_gemm(m, sum, x->dlogits, router->data, N, H, E, false, false);
     if (Is > 0) {
-        be->matmul(dh, a->sg, p->wgate->data, N, H, Is, false, false, 1.0f);
-        be->matmul(dh, a->su, p->wup->data, N, H, Is, false, false, 1.0f);
+        sum_gemm(m, sum, a->sg, p->wgate->data, N, H, Is, false, false);
+        sum_gemm(m, sum, a->su, p->wup->data, N, H, Is, false, false);
     }
+    if (sum != dh)
+        be->to_bf16((uint16_t *)dh, sum, N * H);
 }

@@ -82,7 +82,11 @@ typedef struct mt_moe {
      * each moe_acts_t) grow when a step routes more rows to this rank
      * than they hold (dropless routing has no fixed bound short of every
      * token choosing this rank) */
-    int64_t scap;             /* rows recvbuf, ye and da hold */
+    int64_t scap;             /* rows recvbuf, ye and da hold (and acc32) */
+    int es;                   /* bytes of an activation element: 2 under bf16
+                               * storage (bf16 bits), else 4 */
+    float *acc32;             /* bf16 storage: [scap, H] float32, an expert's
+                               * input gradient summed over its two GEMMs */
     int64_t *off;             /* [E] (host) */
     int32_t *src_tok;         /* [N K] token of each send row */
     float *sendbuf, *recvbuf, *ye, *da, *dw, *dlogits, *aux_dp;
@@ -162,7 +166,7 @@ mt_model_t mt_moe_param_view(const mt_model_t *m, int64_t *unit_lo);
 
 /* (model.c) The initial values of m's flat elements [0, m->numel)
  * (mt_model_init_range) into dst, backend memory: generated on the host
- * and copied in chunks. */
+ * and copied in chunks; as bf16 bits under m->bf16_storage (an arena). */
 void mt_model_init_device(const mt_model_t *m, uint64_t seed, float *dst);
 
 /* Mixed precision (doc/mixed-precision.md): an activation or activation

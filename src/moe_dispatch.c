@@ -6,7 +6,8 @@
  * goes where; this file only ships it and counts the bytes and seconds
  * (bench/moe_bench.sh reads them).  The counts are host memory; the rows
  * are the backend's and go through mt_stage_alltoallv (host copies off
- * the plain CPU backend, MPI on the rows themselves on it). */
+ * the plain CPU backend, MPI on the rows themselves on it).  Under bf16
+ * storage the rows are bf16 bits already and go as they are. */
 #include "moe_dispatch.h"
 
 #include <stdlib.h>
@@ -21,6 +22,7 @@ mt_status_t mt_moe_dispatch_init(mt_moe_dispatch_t *d, MPI_Comm ep, const mt_bac
 {
     memset(d, 0, sizeof *d);
     d->comm = ep, d->be = be, d->bf16 = bf16;
+    d->bits = bf16 && be->stores_bf16;
     d->row = MPI_DATATYPE_NULL;
     MT_MPI_TRY(MPI_Comm_size(ep, &d->size));
     MT_MPI_TRY(MPI_Comm_rank(ep, &d->rank));
@@ -106,7 +108,7 @@ void *mt_moe_dispatch_start(void *ctx, const void *send, const int64_t *scounts,
     }
     const void *s = send;
     void *r = recv;
-    if (d->bf16) { /* bf16 values: packed exactly, widened at the join */
+    if (d->bf16 && !d->bits) { /* bf16 values: packed exactly, widened at the join */
         if (d->unpack_to || !bf16_buffer(d->be, &d->s16, &d->s16_cap, so * width) ||
             !bf16_buffer(d->be, &d->r16, &d->r16_cap, ro * width))
             mt_comm_fatal(d->comm, MPI_ERR_NO_MEM, d->unpack_to

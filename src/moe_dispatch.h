@@ -26,6 +26,8 @@ typedef struct {
      * exchange, received into r16 and widened into the caller's rows at
      * the join (unpack_to, unpack_n elements; NULL: nothing pending). */
     bool bf16;
+    bool bits;                /* bf16 storage (be->stores_bf16): the rows are
+                               * bf16 bits already, sent as they are */
     uint16_t *s16, *r16;
     int64_t s16_cap, r16_cap; /* elements */
     float *unpack_to;

@@ -341,7 +341,9 @@ mt_status_t mt_plan_compute_ex(const mt_config_t *cfg, unsigned flags, mt_plan_t
             pw += (double)p_work, gw += (double)(g_work + rs_tmp);
             xunit = lexp / (double)d->ep_size;
         }
-        double params = (p_rank / fp + expert / e_shard) * sbytes + pw * pbytes;
+        /* (experts: their fsdp's float32 shards, or an arena like the model's) */
+        double params = p_rank / fp * sbytes + expert / e_shard * (exp_sharded ? 4 : pbytes) +
+                        pw * pbytes;
         double grads = (p_rank / fg + expert / e_shard) * gbytes + gw * gbytes;
         /* experts keep a master copy unless fsdp shards them (train_moe.c) */
         double obytes_exp = 8 + (bf16 && !exp_sharded ? 4 : 0);
@@ -403,7 +405,9 @@ mt_status_t mt_plan_compute_ex(const mt_config_t *cfg, unsigned flags, mt_plan_t
                                      * ep in bf16 the wire's rows both ways */
                 acts += tokens * (double)m->num_experts_per_tok *
                         ((3.0 * (double)H + (double)m->moe_intermediate_size) * act_bytes +
-                         (d->ep_size > 1 && bf16 ? 4.0 * (double)H : 0.0)) / tp;
+                         (d->ep_size > 1 && bf16 && !storage ? 4.0 * (double)H : 0.0) +
+                         (storage ? 4.0 * (double)H : 0.0)) / tp; /* (storage: the experts'
+                                                                    * float32 input-gradient sums) */
         }
         double ws = 0, wire = 0;
         if (gpu)

@@ -121,8 +121,6 @@ static mt_status_t bf16_storage(mt_train_device_t *d, const mt_config_t *cfg)
         why = "it needs mp_policy.param_dtype bfloat16";
     else if (dc->device == MT_DEVICE_CPU_GUARDED)
         why = "distributed.device cpu_guarded has no bf16-storage backend";
-    else if (cfg->model.num_experts > 0)
-        why = "experts are not in it yet";
     if (why)
         MT_FAIL(MT_ERR_UNSUPPORTED, "MESHTRAIN_BF16_STORAGE=%s: %s (doc/mixed-precision.md, "
                 "\"bf16 storage: the plan\"); unset it to train with bf16 values in float32 "

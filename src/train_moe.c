@@ -450,8 +450,9 @@ void mt_train_moe_bytes(const mt_train_moe_t *t, const mt_model_t *m, double *pa
     *activations += 4.0 * (double)mt_moe_act_numel(m);
     if (t->ep > 1) /* the bf16 wire's row buffers (moe_dispatch.c; 0 before the first step) */
         *activations += 2.0 * (double)(t->dispatch.s16_cap + t->dispatch.r16_cap);
-    if (!t->sharded) {
-        *params_own += 4.0 * (double)t->view.numel, *grads_own += 4.0 * (double)t->view.numel;
+    if (!t->sharded) { /* the experts' arena: bf16 bits under bf16 storage */
+        *params_own += (m->bf16_storage ? 2.0 : 4.0) * (double)t->view.numel;
+        *grads_own += 4.0 * (double)t->view.numel;
         return;
     }
     double ps, pw, gs, gw;

@@ -25,7 +25,8 @@
 #    attention on bf16 bits), and on two ranks its collectives of bf16
 #    bits: fsdp2 and megatron_fsdp zero 1 on emulated NCCL, fsdp2 staged
 #    (MPI), tp 2 with SP on NCCL and tp 2 staged, pp 2 and cp 2 (the ring
-#    on bf16 bits, float32 sums) on NCCL and staged;
+#    on bf16 bits, float32 sums) on NCCL and staged, and the MoE on 1
+#    rank and under ep 2 on NCCL (the rows as bf16 bits);
 #  - two ranks on emulated NCCL with these kernels against the 1-rank CPU
 #    runs: tp 2 with sequence parallelism and cp 2 (the ring-attention
 #    block kernels) in fp32 (1e-5), the MoE under ep 2 in bf16 (2e-3).
@@ -196,4 +197,19 @@ two cp2 meshtrain-dense dense 1e-5 distributed.cp_size=2
 two ep2-bf16 meshtrain-moe moe-bf16 2e-3 $moe $bf16 distributed.ep_size=2
 # shellcheck disable=SC2086
 same ep2-bf16-passes meshtrain-moe ep2-bf16 2 $moe $bf16 distributed.ep_size=2
+# the MoE on bf16 storage (the MoE rows on bf16 bits, the combine and the
+# expert input gradients summed in float32): the same bits, 1 rank and ep 2
+MESHTRAIN_BF16_STORAGE=1
+export MESHTRAIN_BF16_STORAGE
+app="$emu/meshtrain-moe"
+# shellcheck disable=SC2086
+train moe-bf16-storage 1 $moe $bf16 distributed.device=cuda
+compare_losses "$workdir/moe-bf16-cuda.jsonl" "$workdir/moe-bf16-storage.jsonl" \
+    "MoE on bf16 storage on the emulated GPU" 0 0 0
+# shellcheck disable=SC2086
+train ep2-bf16-storage 2 $moe $bf16 distributed.ep_size=2 distributed.device=cuda \
+    distributed.collectives=nccl
+compare_losses "$workdir/ep2-bf16.jsonl" "$workdir/ep2-bf16-storage.jsonl" \
+    "MoE ep 2 on bf16 storage on emulated NCCL" 0 0 0
+unset MESHTRAIN_BF16_STORAGE
 finish

@@ -21,9 +21,9 @@
 #    checkpoints and a bit-for-bit resume, on 1 rank, ddp 2, fsdp2 2 and
 #    megatron_fsdp zero 1 on 4, tp 2 + SP, pp 2 (the wire's bf16 bits
 #    sent as they are, the same bytes), cp 2 and fsdp2 accumulating over
-#    micro-steps, with half the parameter bytes (the gathered units' under
-#    fsdp2) and about half the activations', as meshtrain-plan estimates
-#    them, and refuses experts;
+#    micro-steps, and the MoE on 1 rank and ep 2, with half the parameter
+#    bytes (the gathered units' under fsdp2) and about half the
+#    activations', as meshtrain-plan estimates them;
 #  - activation checkpointing keeps its layer inputs as bf16 bits (but a
 #    stage's first): the run is bit for bit the one without it, and on 4
 #    layers its measured activations are 3 inputs of [128, 64] x 2 bytes
@@ -114,9 +114,9 @@ app=
 # compute the bits of bf16 values in float32 storage, on 1 rank (with
 # activation checkpointing too), ddp 2, fsdp2 2 (bf16 bits gathered into
 # bf16 units) and megatron_fsdp zero 1 on 4 (the arena's own rows
-# gathered as they are), tp 2 + SP, pp 2 and cp 2, with the same
-# checkpoints and half the parameter bytes; a resume continues bit for
-# bit; what it does not serve yet (experts) is refused by name.
+# gathered as they are), tp 2 + SP, pp 2, cp 2 and the MoE (1 rank, ep 2),
+# with the same checkpoints and half the parameter bytes; a resume
+# continues bit for bit; float32 compute is refused.
 MESHTRAIN_BF16_STORAGE=1
 export MESHTRAIN_BF16_STORAGE
 train s1 1 distributed.strategy=ddp $bf
@@ -190,10 +190,19 @@ cp "$workdir/s1.jsonl" "$workdir/s1r.jsonl"
 train s1 1 distributed.strategy=ddp $bf logging.metrics_file="$workdir/s1r.jsonl"
 expect_in "$out" "resumed from $workdir/s1/step_00000006 at step 6" "bf16 storage resume"
 compare_losses "$workdir/r1.jsonl" "$workdir/s1r.jsonl" "bf16 storage resume, steps 7-12" 7 0
-expect_rc 1 np 1 "$bindir/meshtrain-moe" --config "$small_cfg" $common $bf \
-    distributed.strategy=ddp checkpoint.checkpoint_dir="$workdir/srefused" model.num_experts=4 \
-    model.num_experts_per_tok=2 model.moe_intermediate_size=32
-expect_in "$out$err" "experts are not in it yet" "bf16 storage refuses experts"
+# MoE (2 layers of 4 experts and a shared one): 1 rank and ep 2 under
+# fsdp2, the same bits and checkpoints
+app="$bindir/meshtrain-moe"
+train sm1 1 $moe $bf
+compare_losses "$workdir/m1.jsonl" "$workdir/sm1.jsonl" "bf16 storage, MoE" 0 0
+train smep 2 $moe $bf distributed.ep_size=2
+compare_losses "$workdir/mep.jsonl" "$workdir/smep.jsonl" "bf16 storage, MoE ep 2" 0 0
+for g in /model /optim; do
+    checks=$((checks + 1))
+    h5diff "$workdir/mep/step_00000012/model.h5" "$workdir/smep/step_00000012/model.h5" $g $g \
+        >/dev/null || fail "bf16 storage, MoE ep 2: $g at step 12 differs from float32 storage's"
+done
+app=
 expect_rc 1 np 1 "$bindir/meshtrain-dense" --config "$small_cfg" $common \
     distributed.strategy=ddp checkpoint.checkpoint_dir="$workdir/srefused"
 expect_in "$out$err" "it needs mp_policy.param_dtype bfloat16" "bf16 storage refuses float32"

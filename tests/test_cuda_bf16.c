@@ -700,6 +700,60 @@ static void test_storage(uint64_t *s)
         check16("attention_backward dv (CUDA cores)", dv2, dv1, NK);
         free(h), free(hq), free(hk), free(hv), free(hdo);
     }
+    /* the MoE rows: 9 tokens, top 2 of 5 experts, width 40, one slot
+     * dropped; the combine's sum and dw float32, the rest bf16 bits */
+    {
+        const int64_t n = 9, k = 2, E = 5, wd = 40, rows = n * k - 1;
+        int32_t slot[18], idx[18], rsel[17];
+        for (int64_t a = 0; a < n * k; a++) {
+            slot[a] = a == 7 ? -1 : (int32_t)(a < 7 ? a : a - 1);
+            idx[a] = (int32_t)((a * 3 + a / k) % E);
+        }
+        for (int64_t i = 0; i < rows; i++)
+            rsel[i] = (int32_t)((i * 5) % rows);
+        int32_t *d_slot = tc_up(slot, sizeof slot), *d_idx = tc_up(idx, sizeof idx);
+        int32_t *d_rsel = tc_up(rsel, sizeof rsel);
+        float *hy = rand_bf16(s, rows * wd, 1.0f), *hres = rand_bf16(s, n * wd, 1.0f);
+        float *hdo = rand_bf16(s, n * wd, 1.0f), *hw = tc_rand(s, n * k, 1.0f);
+        float *y1 = tc_up(hy, F(rows * wd)), *res1 = tc_up(hres, F(n * wd));
+        float *do1 = tc_up(hdo, F(n * wd)), *dw_ = tc_up(hw, F(n * k));
+        void *y2 = up16(hy, rows * wd), *res2 = up16(hres, n * wd), *do2 = up16(hdo, n * wd);
+        /* gather */
+        float *g1 = tc_dev(F(rows * wd));
+        void *g2 = tc_dev(2 * (size_t)(rows * wd));
+        b->moe_gather_rows(g1, y1, d_rsel, rows, wd);
+        st->moe_gather_rows(g2, y2, d_rsel, rows, wd);
+        check16("moe_gather_rows", g2, g1, rows * wd);
+        /* combine, with the residual and without (the backward's form) */
+        for (int r = 0; r < 2; r++) {
+            float *o1 = tc_dev(F(n * wd)), *o2 = tc_dev(F(n * wd));
+            b->moe_combine(o1, r ? NULL : res1, y1, d_slot, r ? NULL : dw_, n, k, wd);
+            st->moe_combine(o2, r ? NULL : res2, y2, d_slot, r ? NULL : dw_, n, k, wd);
+            check_same(r ? "bf16 storage moe_combine (no weights)" : "bf16 storage moe_combine",
+                       o2, o1, n * wd);
+        }
+        /* combine's backward */
+        float *de1 = tc_dev(F(rows * wd)), *dww1 = tc_dev(F(n * k)), *dww2 = tc_dev(F(n * k));
+        void *de2 = tc_dev(2 * (size_t)(rows * wd));
+        b->moe_combine_backward(dww1, de1, do1, y1, d_slot, dw_, n, k, wd);
+        st->moe_combine_backward(dww2, de2, do2, y2, d_slot, dw_, n, k, wd);
+        check16("moe_combine_backward dy", de2, de1, rows * wd);
+        check_same("bf16 storage moe_combine_backward dw", dww2, dww1, n * k);
+        /* the router's backward, normalised top-k and not */
+        float *hp = tc_rand(s, n * E, 1.0f), *hdp = tc_rand(s, E, 0.1f);
+        for (int64_t i = 0; i < n * E; i++)
+            hp[i] = fabsf(hp[i]) + 0.01f;
+        float *p1 = tc_up(hp, F(n * E)), *dp1 = tc_up(hdp, F(E));
+        for (int norm = 0; norm < 2; norm++) {
+            float *l1 = tc_dev(F(n * E));
+            void *l2 = tc_dev(2 * (size_t)(n * E));
+            b->moe_router_backward(l1, dww1, p1, d_idx, dw_, dp1, n, E, k, norm);
+            st->moe_router_backward(l2, dww1, p1, d_idx, dw_, dp1, n, E, k, norm);
+            check16(norm ? "moe_router_backward dlogits (norm_topk)" : "moe_router_backward dlogits",
+                    l2, l1, n * E);
+        }
+        free(hy), free(hres), free(hdo), free(hw), free(hp), free(hdp);
+    }
     /* ring attention's blocks: the float32 table's kernels on the same
      * values, bit for bit (out and the gradients are float32 sums); a
      * diagonal block with documents, then one of earlier keys merged and

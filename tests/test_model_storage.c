@@ -12,11 +12,12 @@
  * float32 gradient arenas equal byte for byte, and the last layer output
  * and the residual gradient equal as bf16 bits.  Dense, qk_norm, tied
  * embeddings, packed rows (document-masked attention), activation
- * checkpointing, a split backward (zero-bubble's B then W), and the LM
- * head in chunks of 3 rows (the offsets into xf and dh).  Also: the
- * arenas take half the bytes, and the configurations bf16 storage does
- * not serve yet (pipeline stages, experts) and float32 compute are
- * refused at init (tensor parallelism: tests/mixed_precision.sh).  No MPI ranks beyond one. */
+ * checkpointing, a split backward (zero-bubble's B then W), the LM head
+ * in chunks of 3 rows (the offsets into xf and dh), and MoE layers with a
+ * shared expert and with checkpointing (the experts' arena and gradients
+ * too).  Also: the arenas take half the bytes, and float32 compute is
+ * refused at init.  The parallel paths are tests/mixed_precision.sh's.
+ * No MPI ranks beyond one. */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -28,6 +29,7 @@
 #include "mt_model.h"
 #include "mt_test.h"
 #include "mt_test_model.h"
+#include "model_moe.h"
 
 #define BF16 "distributed.mp_policy.param_dtype=bfloat16"
 
@@ -36,6 +38,11 @@ static void same_grads(const char *label, const mt_model_t *a, const mt_model_t 
     CHECK(a->numel == b->numel && memcmp(a->grad_mem, b->grad_mem,
                                          sizeof(float) * (size_t)a->numel) == 0,
           "%s: the gradients differ", label);
+    if (a->moe)
+        CHECK(a->moe->numel == b->moe->numel &&
+                  memcmp(a->moe->grad_mem, b->moe->grad_mem,
+                         sizeof(float) * (size_t)a->moe->numel) == 0,
+              "%s: the experts' gradients differ", label);
 }
 
 /* a's float32 activation (bf16 values) against b's bf16 bits */
@@ -53,7 +60,8 @@ static void same_act(const char *label, const char *what, const float *a, const 
 static void run(const char *label, const char *extra, bool packed, bool split)
 {
     mt_config_t cfg;
-    if (!mt_test_model_cfg(&cfg, BF16, extra, MT_APP_DENSE, 1))
+    if (!mt_test_model_cfg(&cfg, BF16, extra, strstr(extra, "experts") ? MT_APP_MOE : MT_APP_DENSE,
+                           1))
         return;
     mt_model_t a, b;
     static int lo[1] = {0}, hi[1];
@@ -81,6 +89,11 @@ static void run(const char *label, const char *extra, bool packed, bool split)
     a.be->round_bf16(a.param_mem, a.numel);
     mt_model_init_weights(&b, 5);
     same_act(label, "initial weights", a.param_mem, b.param_mem, a.numel);
+    if (a.moe) { /* the experts' arena too */
+        a.be->round_bf16(a.moe->param_mem, a.moe->numel);
+        same_act(label, "initial expert weights", a.moe->param_mem, b.moe->param_mem,
+                 a.moe->numel);
+    }
     mt_model_zero_grad(&a);
     mt_model_zero_grad(&b);
     if (packed) { /* two documents in row 0, three in row 1 */
@@ -122,14 +135,13 @@ static void run(const char *label, const char *extra, bool packed, bool split)
 }
 
 static void refused(const char *label, const char *base, const char *extra, mt_app_kind_t app,
-                    int64_t world, int tp_rank, const mt_model_part_t *part, const char *needle)
+                    int64_t world, int tp_rank, const char *needle)
 {
     mt_config_t cfg;
     if (!mt_test_model_cfg(&cfg, base, extra, app, world))
         return;
     mt_model_t m;
-    mt_status_t s = mt_model_init_part(&m, &cfg, mt_backend_cpu_bf16_storage(), 2, 8, 0, tp_rank,
-                                       part);
+    mt_status_t s = mt_model_init_ex(&m, &cfg, mt_backend_cpu_bf16_storage(), 2, 8, 0, tp_rank);
     CHECK(s != MT_OK, "%s: accepted", label);
     if (s != MT_OK)
         CHECK_CONTAINS(mt_error_message(), needle);
@@ -149,14 +161,17 @@ int main(int argc, char **argv)
     setenv("MESHTRAIN_HEAD_CHUNK_ROWS", "3", 1);
     run("head in chunks of 3 rows", "model.qk_norm=true", false, false);
     unsetenv("MESHTRAIN_HEAD_CHUNK_ROWS");
-    /* a pipeline's first stage: layers [0, 1) and the embedding */
-    const int lo = 0, hi = 1;
-    const mt_model_part_t first = {1, &lo, &hi, true, false, 1, false};
-    refused("a pipeline stage", BF16, NULL, MT_APP_DENSE, 1, -1, &first, "pipeline stages");
-    refused("experts", BF16,
-            "model.num_experts=4;model.num_experts_per_tok=2;model.moe_intermediate_size=8",
-            MT_APP_MOE, 1, -1, NULL, "experts");
-    refused("float32 compute", NULL, NULL, MT_APP_DENSE, 1, -1, NULL, "bfloat16 only");
+    /* MoE: the rows as bf16 bits, the combine, the shared expert's sum and
+     * the experts' input gradients in float32 */
+    run("moe with a shared expert",
+        "model.num_experts=4;model.num_experts_per_tok=2;model.moe_intermediate_size=8;"
+        "model.num_shared_experts=1;model.router_aux_loss_coef=0.01",
+        false, false);
+    run("moe, checkpointing",
+        "model.num_experts=4;model.num_experts_per_tok=2;model.moe_intermediate_size=8;"
+        "distributed.activation_checkpointing=true",
+        false, false);
+    refused("float32 compute", NULL, NULL, MT_APP_DENSE, 1, -1, "bfloat16 only");
     int rc = mt_test_exit("test_model_storage");
     MPI_Finalize();
     return rc;
