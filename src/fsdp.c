@@ -148,10 +148,11 @@ static void gather(mt_fsdp_t *f, int u)
     int rc;
 #ifdef MT_HAVE_NCCL
     if (f->nccl) { /* on device memory, the unit's parts padded to equal counts */
-        int how = !f->opt.gather_bf16        ? 0
-                  : !f->model->bf16_storage ? MT_NCCL_BF16 /* bf16 storage: bits land */
-                  : MT_NCCL_BF16 | MT_NCCL_UNIT_BITS |
-                        (f->opt.shard_params ? 0 : MT_NCCL_MINE_BITS);
+        /* under bf16 storage the unit takes the wire's bits, and unsharded
+         * parameters send their own rows' bits as they are */
+        int how = f->opt.gather_bf16 ? MT_NCCL_BF16 : 0;
+        if (how && f->model->bf16_storage)
+            how |= MT_NCCL_UNIT_BITS | (f->opt.shard_params ? 0 : MT_NCCL_MINE_BITS);
         if (mt_nccl_all_gatherv(f->nccl, s->param, f->p_at[u], f->counts + u * f->nshard,
                                 f->displs + u * f->nshard, f->pad, how, CS) != MT_OK)
             note_error(f, MPI_ERR_OTHER, "parameter all-gather (NCCL)", u);

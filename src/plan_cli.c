@@ -6,6 +6,7 @@
 
 #include "mt_app.h"
 #include "mt_plan.h"
+#include "train_device.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -146,9 +147,8 @@ int mt_plan_main(int argc, char **argv, FILE *out, FILE *err)
         goto done;
     }
     mt_plan_t plan;
-    /* MESHTRAIN_BF16_STORAGE=1, as the trainer reads it (train_device.c) */
-    const char *st = getenv("MESHTRAIN_BF16_STORAGE");
-    unsigned flags = st && *st && strcmp(st, "0") != 0 ? MT_PLAN_BF16_STORAGE : 0;
+    /* bf16 storage as the trainer decides it (train_device.c) */
+    unsigned flags = mt_train_bf16_storage_on(cfg) ? MT_PLAN_BF16_STORAGE : 0;
     if (mt_plan_compute_ex(cfg, flags, &plan) != MT_OK) {
         fprintf(err, "meshtrain-plan: %s\n", mt_error_message());
         goto done;

@@ -86,7 +86,7 @@ void mt_plan_write_text(const mt_config_t *cfg, const mt_plan_t *plan, FILE *out
     fprintf(out, "\nmemory per rank, estimate (worst rank: pp rank %d, %lld layers%s; "
                  "doc/plan.md)\n",
             plan->worst_pp_rank, (long long)plan->layers_on_worst,
-            plan->bf16_storage ? "; bf16 storage, MESHTRAIN_BF16_STORAGE" : "");
+            plan->bf16_storage ? "; bf16 storage" : "");
     char hb[32];
     fprintf(out, "  parameters          %s\n", human_bytes(plan->bytes_params, hb, sizeof hb));
     fprintf(out, "  gradients           %s\n", human_bytes(plan->bytes_grads, hb, sizeof hb));

@@ -568,7 +568,7 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
             fprintf(out, "mixed precision: bf16 parameters and activations (%s%s; between "
                          "ranks they travel as bf16), fp32 master weights%s, gradients reduced "
                          "in %s\n",
-                    m->bf16_storage ? "bf16 storage, MESHTRAIN_BF16_STORAGE"
+                    m->bf16_storage ? "bf16 storage; MESHTRAIN_BF16_STORAGE=0 for float32"
                                     : "bf16 values in float32 storage",
                     m->x_bf16 ? ", the checkpointed layer inputs as bf16" : "",
                     r->mp.master ? " (a copy beside the optimizer state)" : " (the fsdp shards)",

@@ -99,32 +99,44 @@ static void bf16_passes(mt_train_device_t *d)
 {
     static mt_backend_t passes;
     if (!env_on("MESHTRAIN_BF16_PASSES") || !d->be->rounds_bf16 || d->be->stores_bf16)
-        return; /* (bf16 storage has no passes to fall back to) */
+        return; /* (bf16 storage, refused with it, has no passes to fall back to) */
     passes = *d->be;
     passes.rounds_bf16 = passes.reads_bf16 = false;
     d->be = &passes, d->bf16_passes = true;
 }
 
-/* MESHTRAIN_BF16_STORAGE=1: bf16 storage (doc/mixed-precision.md, "bf16
- * storage: the plan"), on the CPU and on CUDA, for every parallelism but
- * experts: the table whose activation and parameter arenas hold bf16
- * bits.  Refused, before anything is allocated, where it is not built
- * yet. */
+bool mt_train_bf16_storage_on(const mt_config_t *cfg)
+{
+    const char *e = getenv("MESHTRAIN_BF16_STORAGE");
+    if (e && *e) /* set: 0 off, anything else on */
+        return strcmp(e, "0") != 0;
+    return cfg->distributed.device == MT_DEVICE_CUDA &&
+           cfg->distributed.mp_policy.param_dtype == MT_DTYPE_BFLOAT16 &&
+           !env_on("MESHTRAIN_BF16_PASSES");
+}
+
+/* bf16 storage (doc/mixed-precision.md, "bf16 storage"): the table whose
+ * activation and parameter arenas hold bf16 bits, by default under bf16
+ * compute on device cuda (mt_train_bf16_storage_on).  Refused, before
+ * anything is allocated, where it was asked for and cannot be. */
 static mt_status_t bf16_storage(mt_train_device_t *d, const mt_config_t *cfg)
 {
-    const char *e = env_on("MESHTRAIN_BF16_STORAGE");
-    if (!e)
+    if (!mt_train_bf16_storage_on(cfg))
         return MT_OK;
+    const char *e = getenv("MESHTRAIN_BF16_STORAGE");
     const mt_distributed_config_t *dc = &cfg->distributed;
     const char *why = NULL;
     if (dc->mp_policy.param_dtype != MT_DTYPE_BFLOAT16)
         why = "it needs mp_policy.param_dtype bfloat16";
     else if (dc->device == MT_DEVICE_CPU_GUARDED)
         why = "distributed.device cpu_guarded has no bf16-storage backend";
+    else if (env_on("MESHTRAIN_BF16_PASSES"))
+        why = "MESHTRAIN_BF16_PASSES=1 rounds in passes over float32 storage, which bf16 "
+              "storage has none of";
     if (why)
         MT_FAIL(MT_ERR_UNSUPPORTED, "MESHTRAIN_BF16_STORAGE=%s: %s (doc/mixed-precision.md, "
-                "\"bf16 storage: the plan\"); unset it to train with bf16 values in float32 "
-                "storage", e, why);
+                "\"bf16 storage\"); set it to 0 to train with bf16 values in float32 "
+                "storage", e ? e : "(default)", why);
 #ifdef MT_HAVE_CUDA
     if (dc->device == MT_DEVICE_CUDA) {
         d->be = mt_backend_cuda_bf16_storage(), d->bf16_storage = true;

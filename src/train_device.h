@@ -38,6 +38,12 @@ typedef struct {
  * cannot be honoured is an error with the reason. */
 mt_status_t mt_train_device_init(mt_train_device_t *d, const mt_config_t *cfg,
                                  const mt_mesh_t *mesh);
+
+/* Whether a run of cfg takes bf16 storage (doc/mixed-precision.md):
+ * MESHTRAIN_BF16_STORAGE=0 no, set to anything else yes; unset, yes under
+ * bf16 compute on device cuda (but not with MESHTRAIN_BF16_PASSES=1).
+ * meshtrain-plan estimates what the trainer would do. */
+bool mt_train_bf16_storage_on(const mt_config_t *cfg);
 void mt_train_device_free(mt_train_device_t *d);
 
 /* A tensor-parallel collective (mt_tp_op_t) of device memory through NCCL

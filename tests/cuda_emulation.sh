@@ -19,8 +19,9 @@
 #    and load) give the same bits: dense at head dim 64 (tensor-core
 #    attention) and 16 with qk_norm (the fp32 fallback), and the MoE; on
 #    two ranks tp 2 + SP, cp 2, a MoE under tp 2 and one under ep 2;
-#  - bf16 storage (MESHTRAIN_BF16_STORAGE=1, the cuda_bf16_storage table)
-#    gives the dense head-dim-64 bf16 run's bits, with and without
+#  - bf16 storage (the cuda_bf16_storage table, the default for bf16 on
+#    cuda; the other runs set MESHTRAIN_BF16_STORAGE=0) gives the dense
+#    head-dim-64 bf16 run's bits, with and without
 #    activation checkpointing, the head-dim-16 qk_norm run's (the CUDA-core
 #    attention on bf16 bits), and on two ranks its collectives of bf16
 #    bits: fsdp2 and megatron_fsdp zero 1 on emulated NCCL, fsdp2 staged
@@ -39,6 +40,10 @@ emu="$abs_top_builddir/tests/emu/cuda/build/bin"
 gpu_args= # the host emulation, never the GPUs
 MT_EMU_POISON=1
 export MT_EMU_POISON
+# bf16 compute on device cuda takes bf16 storage by default; the runs
+# here are float32 storage's unless they say otherwise
+MESHTRAIN_BF16_STORAGE=0
+export MESHTRAIN_BF16_STORAGE
 
 for t in test_cuda_kernels test_cuda_bf16; do
     t0=$(date +%s)
@@ -96,30 +101,29 @@ same() {
 same dense-bf16-hd64-passes meshtrain-dense dense-bf16-hd64-cuda 1 $hd64 $bf16
 # shellcheck disable=SC2086
 same moe-bf16-passes meshtrain-moe moe-bf16-cuda 1 $moe $bf16
-# bf16 storage (MESHTRAIN_BF16_STORAGE=1): activations and weights as bf16
-# bits, the kernels instantiated on bf16, the GEMMs cuBLASLt's bf16 ones,
-# give the float32-storage run's bits here (the emulated bf16 GEMM sums in
-# the order of the emulated FAST_16BF one; on a GPU the two differ, and
+# bf16 storage (the default for bf16 on device cuda; the runs above set
+# MESHTRAIN_BF16_STORAGE=0): activations and weights as bf16 bits, the
+# kernels instantiated on bf16, the GEMMs cuBLASLt's bf16 ones, give the
+# float32-storage run's bits here (the emulated bf16 GEMM sums in the
+# order of the emulated FAST_16BF one; on a GPU the two differ, and
 # tests/gpu/run.sh compares to bf16 tolerance), with activation
 # checkpointing too
 app="$emu/meshtrain-dense"
-ddp=distributed.strategy=ddp # (what bf16 storage serves so far)
+unset MESHTRAIN_BF16_STORAGE # the default
 # shellcheck disable=SC2086
-train dense-bf16-hd64-ddp 1 $hd64 $bf16 $ddp distributed.device=cuda
+train dense-bf16-hd64-storage 1 $hd64 $bf16 distributed.device=cuda
+expect_in "$(cat "$workdir/dense-bf16-hd64-storage.log")" "device: cuda_bf16_storage backend" \
+    "bf16 storage by default on cuda: the cuda_bf16_storage table"
+compare_losses "$workdir/dense-bf16-hd64-cuda.jsonl" "$workdir/dense-bf16-hd64-storage.jsonl" \
+    "bf16 storage on the emulated GPU" 0 0 0
 MESHTRAIN_BF16_STORAGE=1
 export MESHTRAIN_BF16_STORAGE
 # shellcheck disable=SC2086
-train dense-bf16-hd64-storage 1 $hd64 $bf16 $ddp distributed.device=cuda
-expect_in "$(cat "$workdir/dense-bf16-hd64-storage.log")" "device: cuda_bf16_storage backend" \
-    "bf16 storage: on the cuda_bf16_storage table"
-compare_losses "$workdir/dense-bf16-hd64-ddp.jsonl" "$workdir/dense-bf16-hd64-storage.jsonl" \
-    "bf16 storage on the emulated GPU" 0 0 0
-# shellcheck disable=SC2086
-train dense-bf16-hd64-storage-ac 1 $hd64 $bf16 $ddp distributed.device=cuda \
+train dense-bf16-hd64-storage-ac 1 $hd64 $bf16 distributed.device=cuda \
     distributed.activation_checkpointing=true
-compare_losses "$workdir/dense-bf16-hd64-ddp.jsonl" "$workdir/dense-bf16-hd64-storage-ac.jsonl" \
+compare_losses "$workdir/dense-bf16-hd64-cuda.jsonl" "$workdir/dense-bf16-hd64-storage-ac.jsonl" \
     "bf16 storage with checkpointing on the emulated GPU" 0 0 0
-unset MESHTRAIN_BF16_STORAGE
+MESHTRAIN_BF16_STORAGE=0
 # two ranks: the sharded gathers land bf16 bits (fsdp2: from the float32
 # shards; zero 1: the arena's own rows as they are), on NCCL and staged;
 # tp 2 with SP sends the bf16 bits as they are, its loss the
@@ -148,7 +152,7 @@ distributed.collectives=mpi" \
     export MESHTRAIN_BF16_STORAGE
     # shellcheck disable=SC2086
     train "storage-$cname" 2 $bf16 $cargs distributed.device=cuda
-    unset MESHTRAIN_BF16_STORAGE
+    MESHTRAIN_BF16_STORAGE=0
     want="collectives NCCL"
     case $cname in *mpi) want="MPI on host copies (staged)" ;; esac
     expect_in "$(cat "$workdir/storage-$cname.log")" "$want" "storage-$cname: $want"
@@ -166,7 +170,7 @@ MESHTRAIN_BF16_STORAGE=1
 export MESHTRAIN_BF16_STORAGE
 # shellcheck disable=SC2086
 train dense-bf16-qk-storage 1 $bf16 model.qk_norm=true distributed.device=cuda
-unset MESHTRAIN_BF16_STORAGE
+MESHTRAIN_BF16_STORAGE=0
 compare_losses "$workdir/dense-bf16-qk-cuda.jsonl" "$workdir/dense-bf16-qk-storage.jsonl" \
     "bf16 storage at head dim 16 on the emulated GPU" 0 0 0
 # two ranks in bf16, fused and in passes: tp 2 + SP, cp 2, and a MoE
@@ -211,5 +215,5 @@ train ep2-bf16-storage 2 $moe $bf16 distributed.ep_size=2 distributed.device=cud
     distributed.collectives=nccl
 compare_losses "$workdir/ep2-bf16.jsonl" "$workdir/ep2-bf16-storage.jsonl" \
     "MoE ep 2 on bf16 storage on emulated NCCL" 0 0 0
-unset MESHTRAIN_BF16_STORAGE
+MESHTRAIN_BF16_STORAGE=0
 finish

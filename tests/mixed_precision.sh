@@ -120,13 +120,18 @@ app=
 MESHTRAIN_BF16_STORAGE=1
 export MESHTRAIN_BF16_STORAGE
 train s1 1 distributed.strategy=ddp $bf
-expect_in "$out" "bf16 storage, MESHTRAIN_BF16_STORAGE" "the log names bf16 storage"
+expect_in "$out" "bf16 storage; MESHTRAIN_BF16_STORAGE=0 for float32" "the log names bf16 storage"
 compare_losses "$workdir/r1.jsonl" "$workdir/s1.jsonl" "bf16 storage, 1 rank" 0 0
-for g in /model /optim; do # (the /meta config names each run's directory)
-    checks=$((checks + 1))
-    h5diff "$workdir/r1/step_00000012/model.h5" "$workdir/s1/step_00000012/model.h5" $g $g \
-        >/dev/null || fail "bf16 storage: $g at step 12 differs from float32 storage's"
-done
+# same_ckpt REF RUN LABEL: RUN's step-12 /model and /optim are REF's (the
+# /meta config names each run's directory)
+same_ckpt() {
+    for g in /model /optim; do
+        checks=$((checks + 1))
+        h5diff "$workdir/$1/step_00000012/model.h5" "$workdir/$2/step_00000012/model.h5" $g $g \
+            >/dev/null || fail "$3: $g at step 12 differs from float32 storage's"
+    done
+}
+same_ckpt r1 s1 "bf16 storage"
 checks=$((checks + 1))
 python3 - "$workdir/r1.log" "$workdir/s1.log" <<'PY' || fail "bf16 storage: memory"
 import re, sys
@@ -166,11 +171,7 @@ for c in "cp2|distributed.cp_size=2" \
     train "s$cname" 2 $cargs $bf
     compare_losses "$workdir/$cname.jsonl" "$workdir/s$cname.jsonl" "bf16 storage, $cname" 0 0
 done
-for g in /model /optim; do
-    checks=$((checks + 1))
-    h5diff "$workdir/f2/step_00000012/model.h5" "$workdir/sf2/step_00000012/model.h5" $g $g \
-        >/dev/null || fail "bf16 storage, fsdp2 2: $g at step 12 differs from float32 storage's"
-done
+same_ckpt f2 sf2 "bf16 storage, fsdp2 2"
 checks=$((checks + 1))
 python3 - "$workdir/f2.log" "$workdir/sf2.log" <<'PY' || fail "bf16 storage, fsdp2: memory"
 import re, sys
@@ -197,15 +198,18 @@ train sm1 1 $moe $bf
 compare_losses "$workdir/m1.jsonl" "$workdir/sm1.jsonl" "bf16 storage, MoE" 0 0
 train smep 2 $moe $bf distributed.ep_size=2
 compare_losses "$workdir/mep.jsonl" "$workdir/smep.jsonl" "bf16 storage, MoE ep 2" 0 0
-for g in /model /optim; do
-    checks=$((checks + 1))
-    h5diff "$workdir/mep/step_00000012/model.h5" "$workdir/smep/step_00000012/model.h5" $g $g \
-        >/dev/null || fail "bf16 storage, MoE ep 2: $g at step 12 differs from float32 storage's"
-done
+same_ckpt mep smep "bf16 storage, MoE ep 2"
 app=
 expect_rc 1 np 1 "$bindir/meshtrain-dense" --config "$small_cfg" $common \
     distributed.strategy=ddp checkpoint.checkpoint_dir="$workdir/srefused"
 expect_in "$out$err" "it needs mp_policy.param_dtype bfloat16" "bf16 storage refuses float32"
+MESHTRAIN_BF16_PASSES=1
+export MESHTRAIN_BF16_PASSES
+expect_rc 1 np 1 "$bindir/meshtrain-dense" --config "$small_cfg" $common $bf \
+    distributed.strategy=ddp checkpoint.checkpoint_dir="$workdir/srefused"
+unset MESHTRAIN_BF16_PASSES
+expect_in "$out$err" "MESHTRAIN_BF16_PASSES=1 rounds in passes" \
+    "bf16 storage refuses MESHTRAIN_BF16_PASSES"
 unset MESHTRAIN_BF16_STORAGE
 
 # resume: the step-6 checkpoint of r1 continues exactly like r1

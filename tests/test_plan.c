@@ -357,6 +357,15 @@ static void test_cli(void)
     unsetenv("MESHTRAIN_BF16_STORAGE");
     CHECK(rc == 0, "json rc %d: %s", rc, err);
     CHECK_CONTAINS(out, "\"bf16_storage\": true");
+    /* bf16 compute on device cuda: bf16 storage unless it is set to 0 */
+    char *a3c[] = {"meshtrain-plan", "--config", path, "--world-size", "64", "--json",
+                   "distributed.device=cuda"};
+    rc = run_plan(out, sizeof out, err, sizeof err, 7, a3c);
+    CHECK(rc == 0 && strstr(out, "\"bf16_storage\": true"), "cuda default: rc %d", rc);
+    setenv("MESHTRAIN_BF16_STORAGE", "0", 1);
+    rc = run_plan(out, sizeof out, err, sizeof err, 7, a3c);
+    unsetenv("MESHTRAIN_BF16_STORAGE");
+    CHECK(rc == 0 && strstr(out, "\"bf16_storage\": false"), "cuda, storage 0: rc %d", rc);
     CHECK_CONTAINS(out, "{\"schedule\": \"interleaved_1f1b\", \"v\": 2, \"chosen\": true, "
                         "\"valid\": true, \"bubble_fraction\": 0.085714, \"bubble_ratio\": 0.093750");
 
