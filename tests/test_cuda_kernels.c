@@ -35,7 +35,6 @@ mt_cuda_arena_t tc_arena;
 const mt_backend_t *tc_cpu, *tc_gpu;
 int tc_verbose;
 
-#define F(n) ((size_t)(n) * sizeof(float))
 
 static void test_matmul(uint64_t *s)
 {

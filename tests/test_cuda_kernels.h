@@ -183,8 +183,39 @@ static inline void tc_add_counts(tc_counts_t c)
     mt_test_failures += c.failures;
 }
 
+/* test_cuda_bf16 and test_cuda_storage: float counts as bytes, host bf16
+ * values, device bytes compared */
+#define F(n) ((size_t)(n) * sizeof(float))
+
+/* a host copy of x's n bf16 values */
+static inline float *bf16_copy(const float *x, int64_t n)
+{
+    float *y = malloc(F(n));
+    for (int64_t i = 0; i < n; i++)
+        y[i] = mt_bf16_to_f32(mt_f32_to_bf16(x[i]));
+    return y;
+}
+
+/* uniform [-scale, scale) rounded to bf16 values */
+static inline float *rand_bf16(uint64_t *s, int64_t n, float scale)
+{
+    float *x = tc_rand(s, n, scale), *y = bf16_copy(x, n);
+    free(x);
+    return y;
+}
+
+/* the device floats at d_a and d_b, byte for byte */
+static inline void check_same(const char *what, const float *d_a, const float *d_b, int64_t n)
+{
+    float *a = tc_down(d_a, F(n)), *b = tc_down(d_b, F(n));
+    CHECK_SAME_BYTES(what, a, b, F(n));
+    free(a), free(b);
+}
+
 /* test_cuda_attention.c */
 tc_counts_t tc_test_attention(uint64_t *seed);
+/* test_cuda_storage.c (in test_cuda_bf16) */
+tc_counts_t tc_test_storage(uint64_t *seed);
 /* test_cuda_kernels_moe.c */
 tc_counts_t tc_test_moe(uint64_t *seed);
 

@@ -18,7 +18,6 @@
 
 #include "test_cuda_kernels.h"
 
-#define F(n) ((size_t)(n) * sizeof(float))
 #define I(n) ((size_t)(n) * sizeof(int32_t))
 #define MOE_TOL 1e-6
 

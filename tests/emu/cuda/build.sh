@@ -37,7 +37,8 @@ add() {
 for f in "$src"/src/cuda_*.cu; do add "$(basename "$f" .cu)" "$f" cu; done
 add emu_kernels "$emu/emu_kernels.cc" cc
 add emu_blas "$emu/emu_blas.cc" cc
-for t in test_cuda_kernels test_cuda_attention test_cuda_kernels_moe test_cuda_bf16; do
+for t in test_cuda_kernels test_cuda_attention test_cuda_kernels_moe test_cuda_bf16 \
+    test_cuda_storage; do
     add "$t" "$src/tests/$t.c" c
 done
 printf '%s\n' $list | sed '/^$/d' | xargs -P "$jobs" -I{} sh -c '
@@ -57,7 +58,7 @@ link() { # link NAME OBJ...
 # make's target, test_cuda_kernels, is linked last: a failure before it
 # leaves no fresh target behind
 rm -f "$out/bin/test_cuda_kernels"
-link test_cuda_bf16 "$out/obj/test_cuda_bf16.o"
+link test_cuda_bf16 "$out/obj/test_cuda_bf16.o" "$out/obj/test_cuda_storage.o"
 for app in "$src"/apps/meshtrain-*.c; do
     name=$(basename "$app" .c)
     $CC $flags $CFLAGS -Wno-error -c "$app" -o "$out/obj/app-$name.o"
