@@ -71,7 +71,7 @@ static double moe_share(const mt_config_t *cfg)
 /* Elements stored per token per layer for backward (before any division
  * by microbatch count), averaged over dense and MoE layers; see
  * doc/plan.md "Activations". */
-static double act_per_token_layer(const mt_config_t *cfg)
+static double act_per_token_layer(const mt_config_t *cfg, double act_bytes)
 {
     const mt_model_config_t *m = &cfg->model;
     const mt_distributed_config_t *d = &cfg->distributed;
@@ -82,10 +82,15 @@ static double act_per_token_layer(const mt_config_t *cfg)
     double attn = (2 * H + 2 * kv * hd + m->num_attention_heads) / tp; /* q,k,v,out,lse */
     double dense = 3.0 * (double)m->intermediate_size / tp; /* gate, up, act */
     /* a MoE layer, over the tokens each TP rank routes: per routed row the
-     * expert input, gate, up, act and output; per token the router
-     * probabilities and the shared experts' gate, up, act */
+     * expert input, gate, up and act (their buffers start a quarter above
+     * the balanced load, model_moe.c reserve_rows, with a row index) and
+     * output; per token the router probabilities and the shared experts'
+     * gate, up, act; per routed row the choice, weight and send slot
+     * (4 bytes each whatever act_bytes is) */
     double K = (double)m->num_experts_per_tok, Im = (double)m->moe_intermediate_size;
-    double moe = (K * (3.0 * Im + 2.0 * H) + (double)m->num_experts +
+    double w4 = 4.0 / act_bytes; /* a 4-byte element in act_bytes units */
+    double moe = (K * (1.25 * (H + 3.0 * Im + w4) + H + 3.0 * w4) +
+                  (double)m->num_experts * w4 +
                   3.0 * (double)(m->num_shared_experts * m->moe_intermediate_size)) / tp;
     double f = moe_share(cfg);
     return stream + attn + f * moe + (1.0 - f) * dense;
@@ -352,7 +357,7 @@ mt_status_t mt_plan_compute_ex(const mt_config_t *cfg, unsigned flags, mt_plan_t
         double tokens = (double)(d->pp_size > 1 ? d->pipeline.pp_microbatch_size
                                                 : cfg->step_scheduler.local_batch_size) *
                         (double)dv->seq_len / (double)d->cp_size;
-        double per_layer = act_per_token_layer(cfg) * tokens * act_bytes;
+        double per_layer = act_per_token_layer(cfg, act_bytes) * tokens * act_bytes;
         if (d->pp_size > 1 && (d->pipeline.pp_schedule == MT_PP_ZERO_BUBBLE ||
                                d->pipeline.pp_schedule == MT_PP_V_SCHEDULE)) {
             /* B keeps the linears' output gradients for W: d(down_proj) and
@@ -400,14 +405,21 @@ mt_status_t mt_plan_compute_ex(const mt_config_t *cfg, unsigned flags, mt_plan_t
                     act_bytes;
             if (storage) /* dh's float32 accumulator (model_arena.c) */
                 acts += tokens * (double)H * 4.0;
-            if (moe_share(cfg) > 0) /* the MoE layers' send, receive, expert-output and
-                                     * activation-gradient rows (model_moe.c), and under
-                                     * ep in bf16 the wire's rows both ways */
+            if (moe_share(cfg) > 0) { /* the MoE layers' send rows, and a quarter above
+                                       * the balanced load (reserve_rows) their receive,
+                                       * expert-output and activation-gradient rows
+                                       * (model_moe.c) and under bf16 storage the
+                                       * experts' float32 input-gradient sums; the
+                                       * rows' tokens and weight gradients; the router's
+                                       * logit gradient; under ep in bf16 (not storage)
+                                       * the wire's rows both ways */
+                double Hd = (double)H, Imd = (double)m->moe_intermediate_size;
                 acts += tokens * (double)m->num_experts_per_tok *
-                        ((3.0 * (double)H + (double)m->moe_intermediate_size) * act_bytes +
-                         (d->ep_size > 1 && bf16 && !storage ? 4.0 * (double)H : 0.0) +
-                         (storage ? 4.0 * (double)H : 0.0)) / tp; /* (storage: the experts'
-                                                                    * float32 input-gradient sums) */
+                        ((Hd + 1.25 * (2.0 * Hd + Imd)) * act_bytes +
+                         (storage ? 1.25 * 4.0 * Hd : 0.0) + 2.0 * 4.0 +
+                         (d->ep_size > 1 && bf16 && !storage ? 4.0 * Hd : 0.0)) / tp;
+                acts += tokens * (double)m->num_experts * act_bytes / tp;
+            }
         }
         double ws = 0, wire = 0;
         if (gpu)
