@@ -161,12 +161,11 @@ const mt_backend_t *mt_backend_cuda_bf16(void);
 
 /* bf16 storage on the GPU (stores_bf16, cuda_storage.cu): the rounding
  * table's kernels on bf16 bits, so its entries give the rounding table's
- * bits (the GEMMs, cuBLASLt's bf16 ones, to bf16 tolerance).  Partial so
- * far: attention serves head dims 64 and 128 (the tensor-core kernels),
- * and the ring-attention blocks, the sharded loss and the MoE row entries
- * stop the program with a message that they are not built yet.  The
- * trainer takes it under MESHTRAIN_BF16_STORAGE=1 where those are not
- * needed (src/train_device.c). */
+ * bits (the GEMMs, cuBLASLt's bf16 ones, to bf16 tolerance).  Every entry
+ * is built; attention runs on tensor cores for head dims 64 and 128 on
+ * sm_80 and up, on CUDA cores otherwise.  The trainer takes it for bf16
+ * compute on device cuda unless MESHTRAIN_BF16_STORAGE=0
+ * (src/train_device.c). */
 const mt_backend_t *mt_backend_cuda_bf16_storage(void);
 
 /* Whether that table's attention runs on tensor cores for head dim hd on
