@@ -327,7 +327,8 @@ typedef struct {
 static range_t *ranges;
 static int nranges, cap_ranges;
 
-static void remember(const void *p, size_t n)
+/* (p not const: GCC 12 takes a const pointer to new memory for a read) */
+static void remember(void *p, size_t n)
 {
     if (nranges == cap_ranges) {
         cap_ranges = cap_ranges ? 2 * cap_ranges : 64;
@@ -363,13 +364,16 @@ int mt_emu_device_ptr(const void *p)
  * nothing wrote shows it, as cudaMalloc promises nothing either */
 cudaError_t cudaMalloc(void **p, size_t bytes)
 {
+    /* 256-byte aligned, as cudaMalloc's (aligned_alloc: a multiple of it) */
+    void *q = aligned_alloc(256, ((bytes ? bytes : 1) + 255) & ~(size_t)255);
     *p = NULL;
-    if (posix_memalign(p, 256, bytes ? bytes : 1) != 0)
+    if (!q)
         return cudaErrorMemoryAllocation;
     const char *e = getenv("MT_EMU_POISON");
     if (e && atoi(e))
-        memset(*p, 0xff, bytes);
-    remember(*p, bytes);
+        memset(q, 0xff, bytes);
+    remember(q, bytes);
+    *p = q;
     return cudaSuccess;
 }
 
