@@ -170,7 +170,7 @@ static void reserve_rows(mt_moe_t *x, moe_acts_t *a, int64_t R, int64_t H)
         /* bytes of a row of indices, of H activations, of Im: now, then */
         size_t o = (size_t)a->cap, n = (size_t)c, i4 = sizeof(int32_t);
         size_t fh = (size_t)x->es * (size_t)H, fi = (size_t)x->es * (size_t)x->Im;
-        x->act_numel += (c - a->cap) * (1 + (3 * x->Im + H) * x->es / 4);
+        x->act_numel += (c - a->cap) * (2 + (3 * x->Im + H) * x->es / 4); /* (perm, iperm) */
         a->perm = grow_dev(be, a->perm, i4 * o, i4 * n, "row permutation");
         a->iperm = grow_dev(be, a->iperm, i4 * o, i4 * n, "row permutation");
         a->xe = grow_dev(be, a->xe, fh * o, fh * n, "expert inputs");

@@ -498,6 +498,8 @@ mt_status_t mt_nccl_all_gatherv(mt_nccl_group_t *g, const void *mine, void *unit
 {
     const int bf16 = (how & MT_NCCL_BF16) != 0;
     const char *what = bf16 ? "all_gather (bf16)" : "all_gather";
+    if ((how & (MT_NCCL_UNIT_BITS | MT_NCCL_MINE_BITS)) && !bf16)
+        MT_FAIL(MT_ERR_RANGE, "%s: bf16 bits need the bf16 wire (MT_NCCL_BF16)", what);
     const size_t mc = (size_t)max_count(counts, g->size), ue = how & MT_NCCL_UNIT_BITS ? 2 : 4;
     char *own = slot(pad, g->rank, mc, bf16);
     MT_TRY(begin(g, compute, what));

@@ -79,17 +79,17 @@ static double act_per_token_layer(const mt_config_t *cfg, double act_bytes)
     double hd = (double)cfg->derived.head_dim, kv = (double)m->num_key_value_heads.value;
     double sp = d->sequence_parallel ? tp : 1.0;
     double stream = 4 * H / sp;                      /* x, norm1 out, x mid, norm2 out */
-    double attn = (2 * H + 2 * kv * hd + m->num_attention_heads) / tp; /* q,k,v,out,lse */
+    double w4 = 4.0 / act_bytes; /* a 4-byte element (lse, indices) in act_bytes units */
+    double attn = (2 * H + 2 * kv * hd + m->num_attention_heads * w4) / tp; /* q,k,v,out,lse */
     double dense = 3.0 * (double)m->intermediate_size / tp; /* gate, up, act */
     /* a MoE layer, over the tokens each TP rank routes: per routed row the
      * expert input, gate, up and act (their buffers start a quarter above
-     * the balanced load, model_moe.c reserve_rows, with a row index) and
+     * the balanced load, model_moe.c reserve_rows, with two row indices) and
      * output; per token the router probabilities and the shared experts'
      * gate, up, act; per routed row the choice, weight and send slot
      * (4 bytes each whatever act_bytes is) */
     double K = (double)m->num_experts_per_tok, Im = (double)m->moe_intermediate_size;
-    double w4 = 4.0 / act_bytes; /* a 4-byte element in act_bytes units */
-    double moe = (K * (1.25 * (H + 3.0 * Im + w4) + H + 3.0 * w4) +
+    double moe = (K * (1.25 * (H + 3.0 * Im + 2.0 * w4) + H + 3.0 * w4) +
                   (double)m->num_experts * w4 +
                   3.0 * (double)(m->num_shared_experts * m->moe_intermediate_size)) / tp;
     double f = moe_share(cfg);
@@ -157,10 +157,12 @@ static mt_status_t bubble(const mt_config_t *cfg, mt_plan_t *plan, mt_pp_sim_res
  * experts, xunit) or the replicated experts' own ddp bf16 bucket (xrep:
  * the rank's experts when more than one rank holds them); the
  * tensor-parallel bf16 pad, a whole micro-batch of the residual stream
- * [tokens, H]. */
+ * [tokens, H] (not under bf16 storage, whose TP messages go as they are,
+ * train_device.c). */
 static double nccl_wire_bytes(const mt_config_t *cfg, int msg_bufs, bool fsdp,
                               const mt_fsdp_options_t *fso, double unit_max,
-                              double xunit, double xrep, double tokens, double p_rank)
+                              double xunit, double xrep, double tokens, double p_rank,
+                              bool storage)
 {
     const mt_distributed_config_t *d = &cfg->distributed;
     double H = (double)cfg->model.hidden_size, tp = (double)d->tp_size;
@@ -184,7 +186,7 @@ static double nccl_wire_bytes(const mt_config_t *cfg, int msg_bufs, bool fsdp,
     if (xrep > 0 && rbf16) /* their ddp's bucket; the largest parameter is an expert's */
         wire += 2 * fmin(xrep, d->ddp_bucket_cap_mb * 1048576.0 / 4 +
                                    H * (double)cfg->model.moe_intermediate_size);
-    if (d->tp_size > 1 && bf16)
+    if (d->tp_size > 1 && bf16 && !storage)
         wire += 2 * tokens * H;
     return wire;
 }
@@ -427,7 +429,7 @@ mt_status_t mt_plan_compute_ex(const mt_config_t *cfg, unsigned flags, mt_plan_t
         if (nccl)
             wire = nccl_wire_bytes(cfg, msg_bufs[r], fsdp, &fso, unit_max, xunit,
                                    !exp_sharded && mt_train_moe_replicas(cfg) > 1 ? expert : 0,
-                                   tokens, p_rank + expert);
+                                   tokens, p_rank + expert, storage);
         double total = params + grads + optim + acts + ws + wire;
         if (total > plan->bytes_total) {
             plan->worst_pp_rank = (int)r;

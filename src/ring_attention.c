@@ -384,6 +384,9 @@ mt_status_t mt_ring_attention_forward(mt_ring_attention_t *ra, float *out, float
     const int P = ra->size;
     const int64_t nq = ra->B * ra->Tl, nl = nq * nh;
     ra->nposted = 0;
+    if (ra->be->stores_bf16 && !ra->bits)
+        MT_FAIL(MT_ERR_RANGE, "ring attention on the %s backend: mt_ring_attention_bf16 first "
+                "(its shards are bf16 bits)", ra->be->name);
     if (ra->bits && nq * nh * ra->hd != ra->acc_numel)
         MT_FAIL(MT_ERR_RANGE, "ring attention: %lld query heads, the accumulators hold %lld",
                 (long long)nh, (long long)(ra->acc_numel / (nq * ra->hd)));
@@ -436,6 +439,9 @@ mt_status_t mt_ring_attention_backward(mt_ring_attention_t *ra, float *dq, float
     const size_t bytes = sizeof(float) * (size_t)n;
     const mt_backend_t *be = ra->be;
     const int64_t nqe = ra->B * ra->Tl * nh * ra->hd;
+    if (be->stores_bf16 && !ra->bits)
+        MT_FAIL(MT_ERR_RANGE, "ring attention on the %s backend: mt_ring_attention_bf16 first "
+                "(its shards are bf16 bits)", be->name);
     if (ra->bits && nqe != ra->acc_numel)
         MT_FAIL(MT_ERR_RANGE, "ring attention: %lld query heads, the accumulators hold %lld",
                 (long long)nh, (long long)(ra->acc_numel / (ra->B * ra->Tl * ra->hd)));

@@ -29,6 +29,7 @@ static mt_status_t bring_up_cuda(mt_train_device_t *d, const mt_config_t *cfg,
     mt_status_t s = mt_cuda_setup(node, MT_CUDA_SCRATCH_BYTES, &dev, &reserved);
     MPI_Comm_free(&node);
     MT_TRY(mt_agree(mesh->comm, s)); /* no rank goes on to the collectives below alone */
+    MT_TRY(mt_allreduce(&dev.cc_major, &d->cc_major, 1, MPI_INT, MPI_MIN, mesh->comm));
     /* bf16 compute: GEMMs and attention on tensor cores (doc/mixed-precision.md) */
     d->be = cfg->distributed.mp_policy.param_dtype == MT_DTYPE_BFLOAT16 ? mt_backend_cuda_bf16()
                                                                        : mt_backend_cuda();
@@ -124,6 +125,10 @@ static mt_status_t bf16_storage(mt_train_device_t *d, const mt_config_t *cfg)
     if (!mt_train_bf16_storage_on(cfg))
         return MT_OK;
     const char *e = getenv("MESHTRAIN_BF16_STORAGE");
+    /* by default only where every GPU runs bf16 GEMMs on tensor cores
+     * (compute capability 8.0 and up); asked for, anywhere */
+    if (!(e && *e) && cfg->distributed.device == MT_DEVICE_CUDA && d->cc_major < 8)
+        return MT_OK;
     const mt_distributed_config_t *dc = &cfg->distributed;
     const char *why = NULL;
     if (dc->mp_policy.param_dtype != MT_DTYPE_BFLOAT16)

@@ -28,7 +28,8 @@ typedef struct {
     int *tp_counts;   /* [2 tp]: counts, displacements */
     bool profile;     /* MESHTRAIN_PROFILE: be is mt_backend_profiled's */
     bool bf16_passes; /* MESHTRAIN_BF16_PASSES: be is a copy that rounds in passes */
-    bool bf16_storage; /* MESHTRAIN_BF16_STORAGE: be stores bf16 (mt_backend.h stores_bf16) */
+    bool bf16_storage; /* be stores bf16 (mt_backend.h stores_bf16; MESHTRAIN_BF16_STORAGE) */
+    int cc_major;     /* cuda: the lowest compute capability (major) of the ranks' GPUs */
     double profile_t0;
 } mt_train_device_t;
 
@@ -42,7 +43,9 @@ mt_status_t mt_train_device_init(mt_train_device_t *d, const mt_config_t *cfg,
 /* Whether a run of cfg takes bf16 storage (doc/mixed-precision.md):
  * MESHTRAIN_BF16_STORAGE=0 no, set to anything else yes; unset, yes under
  * bf16 compute on device cuda (but not with MESHTRAIN_BF16_PASSES=1).
- * meshtrain-plan estimates what the trainer would do. */
+ * meshtrain-plan estimates what the trainer would do on GPUs of compute
+ * capability 8.0 and up; below that the trainer's default stays float32
+ * storage (mt_train_device_init: its bf16 GEMMs are cuBLASLt's bf16 ones). */
 bool mt_train_bf16_storage_on(const mt_config_t *cfg);
 void mt_train_device_free(mt_train_device_t *d);
 
