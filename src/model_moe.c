@@ -508,15 +508,16 @@ static void exchange_end(const mt_model_t *m, void *ticket)
         m->ep_join(m->ep_ctx, ticket);
 }
 
-/* c += a op(b): onto a float32 sum under bf16 storage (matmul_f32out),
- * else onto c as it is (matmul, the same on float32 storage) */
+/* c = a op(b) + beta c into a float32 sum under bf16 storage
+ * (matmul_f32out), else into c as it is (matmul, the same on float32
+ * storage) */
 static void sum_gemm(const mt_model_t *m, float *c, const float *a, const float *b, int64_t rows,
-                     int64_t n, int64_t k, bool ta, bool tb)
+                     int64_t n, int64_t k, bool ta, bool tb, float beta)
 {
     if (m->bf16_storage)
-        m->be->matmul_f32out(c, a, b, rows, n, k, ta, tb, 1.0f);
+        m->be->matmul_f32out(c, a, b, rows, n, k, ta, tb, beta);
     else
-        m->be->matmul(c, a, b, rows, n, k, ta, tb, 1.0f);
+        m->be->matmul(c, a, b, rows, n, k, ta, tb, beta);
 }
 
 static const mt_param_t *expert_w(const mt_moe_t *x, int l, int64_t i, int k)
@@ -699,7 +700,7 @@ void mt_moe_forward(mt_model_t *m, int l, const float *h, const float *res, floa
     float *sum = x->es == 2 ? m->dh_acc : out; /* bf16 storage: in float32, rounded once */
     be->moe_combine(sum, res, a->y, a->slot_row, rt->w, N, K, H);
     if (x->Is > 0) /* the shared experts' output, after the routed sum */
-        sum_gemm(m, sum, a->sa, p->wdown->data, N, H, x->Is, false, true);
+        sum_gemm(m, sum, a->sa, p->wdown->data, N, H, x->Is, false, true, 1.0f);
     if (sum != out)
         be->to_bf16((uint16_t *)out, sum, N * H);
 }
@@ -758,9 +759,8 @@ void mt_moe_backward(mt_model_t *m, int l, const float *h, const float *dout, fl
             /* dy is no longer needed: the input gradient takes its rows
              * (summed in float32 under bf16 storage, then rounded once) */
             float *dx = x->es == 2 ? x->acc32 : dy;
-            (dx != dy ? be->matmul_f32out : be->matmul)(dx, g, wg->data, n, H, Im, false, false,
-                                                        0.0f);
-            sum_gemm(m, dx, u, wu->data, n, H, Im, false, false);
+            sum_gemm(m, dx, g, wg->data, n, H, Im, false, false, 0.0f);
+            sum_gemm(m, dx, u, wu->data, n, H, Im, false, false, 1.0f);
             if (dx != dy)
                 be->to_bf16((uint16_t *)dy, dx, n * H);
         }
@@ -788,10 +788,10 @@ void mt_moe_backward(mt_model_t *m, int l, const float *h, const float *dout, fl
      * float32 under bf16 storage, rounded once) */
     float *sum = x->es == 2 ? m->dh_acc : dh;
     be->moe_combine(sum, NULL, x->sendbuf, a->slot_row, NULL, N, K, H);
-    sum_gemm(m, sum, x->dlogits, router->data, N, H, E, false, false);
+    sum_gemm(m, sum, x->dlogits, router->data, N, H, E, false, false, 1.0f);
     if (Is > 0) {
-        sum_gemm(m, sum, a->sg, p->wgate->data, N, H, Is, false, false);
-        sum_gemm(m, sum, a->su, p->wup->data, N, H, Is, false, false);
+        sum_gemm(m, sum, a->sg, p->wgate->data, N, H, Is, false, false, 1.0f);
+        sum_gemm(m, sum, a->su, p->wup->data, N, H, Is, false, false, 1.0f);
     }
     if (sum != dh)
         be->to_bf16((uint16_t *)dh, sum, N * H);

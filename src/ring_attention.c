@@ -327,7 +327,7 @@ static void finish_pair(mt_ring_attention_t *ra, float *const h_in[2], float *co
  * nb.  Float32: (k, v) out, into kv[nb].  bf16: the shard's bits out
  * (step 0: k and v packed into kv16[nb ^ 1]; later: the bits received),
  * into kv16[nb]; shift_done widens them into kv[nb] (under bf16 storage
- * k and v are copied at step 0, and nothing is widened). */
+ * k and v themselves go out at step 0, and nothing is widened). */
 static mt_status_t post_shift(mt_ring_attention_t *ra, const float *k, const float *v, int nb,
                               int s, MPI_Request *rq)
 {
@@ -337,13 +337,12 @@ static mt_status_t post_shift(mt_ring_attention_t *ra, const float *k, const flo
                          TAG_K, rq, rq + 2);
     }
     uint16_t *const *cur = ra->kv16[nb ^ 1];
-    if (s == 0 && ra->bits) { /* bf16 storage: k and v are the bits already */
-        ra->be->copy(cur[0], k, sizeof(uint16_t) * (size_t)ra->kv_numel);
-        ra->be->copy(cur[1], v, sizeof(uint16_t) * (size_t)ra->kv_numel);
-    } else if (s == 0) {
+    if (s == 0 && !ra->bits)
         ra->be->to_bf16(cur[0], k, ra->kv_numel), ra->be->to_bf16(cur[1], v, ra->kv_numel);
-    }
-    const float *const out[2] = {(const float *)cur[0], (const float *)cur[1]};
+    /* (bf16 storage: k and v are the bits already, sent from where they
+     * are; nothing writes them while the ring runs) */
+    const float *const out[2] = {s == 0 && ra->bits ? k : (const float *)cur[0],
+                                 s == 0 && ra->bits ? v : (const float *)cur[1]};
     float *const in[2] = {(float *)ra->kv16[nb][0], (float *)ra->kv16[nb][1]};
     return post_pair(ra, out, ra->h_kv_out, in, ra->h_kv_in, (int)(ra->kv_numel / 2), TAG_K, rq,
                      rq + 2);
@@ -368,6 +367,16 @@ static void shift_done(mt_ring_attention_t *ra, int nb, const float **ck, const 
         ra->be->from_bf16(ra->kv[nb][i], ra->kv16[nb][i], ra->kv_numel);
 }
 
+/* A bf16-storage backend's shards are bf16 bits: mt_ring_attention_bf16
+ * has to have run */
+static mt_status_t storage_ready(const mt_ring_attention_t *ra)
+{
+    if (ra->be->stores_bf16 && !ra->bits)
+        MT_FAIL(MT_ERR_RANGE, "ring attention on the %s backend: mt_ring_attention_bf16 first "
+                "(its shards are bf16 bits)", ra->be->name);
+    return MT_OK;
+}
+
 /* doc_start for the block skipping: itself, or its host copy when staged */
 static const int32_t *host_doc(mt_ring_attention_t *ra, const int32_t *doc_start)
 {
@@ -384,9 +393,7 @@ mt_status_t mt_ring_attention_forward(mt_ring_attention_t *ra, float *out, float
     const int P = ra->size;
     const int64_t nq = ra->B * ra->Tl, nl = nq * nh;
     ra->nposted = 0;
-    if (ra->be->stores_bf16 && !ra->bits)
-        MT_FAIL(MT_ERR_RANGE, "ring attention on the %s backend: mt_ring_attention_bf16 first "
-                "(its shards are bf16 bits)", ra->be->name);
+    MT_TRY(storage_ready(ra));
     if (ra->bits && nq * nh * ra->hd != ra->acc_numel)
         MT_FAIL(MT_ERR_RANGE, "ring attention: %lld query heads, the accumulators hold %lld",
                 (long long)nh, (long long)(ra->acc_numel / (nq * ra->hd)));
@@ -439,9 +446,7 @@ mt_status_t mt_ring_attention_backward(mt_ring_attention_t *ra, float *dq, float
     const size_t bytes = sizeof(float) * (size_t)n;
     const mt_backend_t *be = ra->be;
     const int64_t nqe = ra->B * ra->Tl * nh * ra->hd;
-    if (be->stores_bf16 && !ra->bits)
-        MT_FAIL(MT_ERR_RANGE, "ring attention on the %s backend: mt_ring_attention_bf16 first "
-                "(its shards are bf16 bits)", be->name);
+    MT_TRY(storage_ready(ra));
     if (ra->bits && nqe != ra->acc_numel)
         MT_FAIL(MT_ERR_RANGE, "ring attention: %lld query heads, the accumulators hold %lld",
                 (long long)nh, (long long)(ra->acc_numel / (ra->B * ra->Tl * ra->hd)));
