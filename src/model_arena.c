@@ -110,9 +110,14 @@ static void layer_acts(const mt_model_t *m, float *base, int64_t *off, mt_layer_
 int64_t mt_model_head_chunk(int64_t N, int64_t V)
 {
     const char *e = getenv("MESHTRAIN_HEAD_CHUNK_ROWS");
-    int64_t c = e && atoll(e) > 0 ? atoll(e) : ((int64_t)256 << 20) / (4 * (V > 0 ? V : 1));
-    if (c < 1)
-        c = 1;
+    int64_t c = ((int64_t)256 << 20) / (4 * (V > 0 ? V : 1));
+    /* at least MT_HEAD_CHUNK_MIN rows: the lm_head gradient GEMM sums c
+     * rows into its float32 [V, H] accumulator per chunk, and with fewer
+     * it reads and writes that accumulator more than it computes */
+    if (c < MT_HEAD_CHUNK_MIN)
+        c = MT_HEAD_CHUNK_MIN;
+    if (e && atoll(e) > 0)
+        c = atoll(e);
     return c < N ? c : (N > 0 ? N : 1);
 }
 

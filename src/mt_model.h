@@ -404,9 +404,10 @@ static inline int64_t mt_param_overlap(const mt_param_t *p, int64_t lo, int64_t 
 int64_t mt_model_logical_numel(const mt_model_t *m);
 
 /* Rows of the LM head and loss computed at once for N rows of a V-column
- * (this rank's) vocabulary: all N when their float32 logits take at most
- * 256 MiB, else as many as fit (at least 1).  MESHTRAIN_HEAD_CHUNK_ROWS
+ * (this rank's) vocabulary: as many as fit float32 logits in 256 MiB, but
+ * at least MT_HEAD_CHUNK_MIN, and at most N.  MESHTRAIN_HEAD_CHUNK_ROWS
  * sets it instead (tests).  meshtrain-plan counts the same. */
+#define MT_HEAD_CHUNK_MIN 1024
 int64_t mt_model_head_chunk(int64_t N, int64_t V);
 
 /* Find a parameter by Hugging Face name, or NULL. */

@@ -2,13 +2,14 @@
  * a hand count of the tiny model, the memory formulas of doc/plan.md on
  * layouts where they reduce to simple products, stage placement, the
  * simulated bubbles against the closed forms and the schedule table, the
- * device's workspace and NCCL buffers, and the text and JSON reports (driven in-process through
- * mt_plan_main with temporary files). */
+ * device's workspace and NCCL buffers, the LM head's row chunks, and the text and JSON
+ * reports (driven in-process through mt_plan_main with temporary files). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mt_app.h"
+#include "mt_model.h"
 #include "mt_plan.h"
 #include "mt_test.h"
 
@@ -407,9 +408,25 @@ static void test_cli(void)
     CHECK(rc == 2 && strstr(err, "size in GiB"), "bad --gpu-memory rc %d", rc);
 }
 
+/* The LM head's row chunks (mt_model_head_chunk), which the trainer and
+ * the plan share: 256 MiB of float32 logits, but at least 1024 rows
+ * (doc/training.md), at most the micro-batch's rows, and the variable. */
+static void test_head_chunk(void)
+{
+    CHECK(mt_model_head_chunk(8192, 512) == 8192, "small vocabulary: every row at once");
+    CHECK(mt_model_head_chunk(8192, 32000) == (256 << 20) / (4 * 32000), "32k: the 256 MiB rows");
+    CHECK(mt_model_head_chunk(16384, 128256) == MT_HEAD_CHUNK_MIN && MT_HEAD_CHUNK_MIN == 1024,
+          "128k: the 1024-row floor, not %d", (256 << 20) / (4 * 128256));
+    CHECK(mt_model_head_chunk(600, 128256) == 600, "fewer rows than the floor: all of them");
+    setenv("MESHTRAIN_HEAD_CHUNK_ROWS", "7", 1);
+    CHECK(mt_model_head_chunk(16384, 128256) == 7, "MESHTRAIN_HEAD_CHUNK_ROWS");
+    unsetenv("MESHTRAIN_HEAD_CHUNK_ROWS");
+}
+
 int main(void)
 {
     test_params();
+    test_head_chunk();
     test_pipeline();
     test_device();
     test_cli();

@@ -24,27 +24,25 @@
 #      rank (tests/nccl-np1.mpi);
 #   3. trains 10 steps on one rank on the GPU (distributed.device=cuda) and
 #      on the CPU, dense and MoE, fp32 and bf16 (and bf16 at head dim 64,
-#      the tensor-core attention), and compares the losses (2e-3 relative,
-#      2e-2 in bf16); then the throughput of a Llama-3.2-1B-shaped model
-#      (byte vocabulary) at sequence 2048 in bf16: tokens/s and MFU against
-#      MT_PEAK_TFLOPS (the same in fp32 comes last, time permitting);
-#      then the same run on bf16 storage (the default on cuda) profiled
-#      (MESHTRAIN_PROFILE=1: each kernel's share of the step);
-#      3b. two ranks sharing the GPU (the MPI-staged multi-rank paths: ddp,
-#      fsdp2, tp 2 + SP, pp 2 in bf16, MoE ep 2) against step 3's CPU runs,
-#      run after the GEMM bench so that the figures come first;
+#      the tensor-core attention, also on bf16 storage), and compares the
+#      losses (2e-3 relative, 2e-2 in bf16); then the throughput of Llama
+#      3.2 1B as shipped (vocabulary 128256) at sequence 2048 on bf16
+#      storage (the default on cuda, the goal's row): 8 micro-steps of 8 x
+#      2048 tokens a step, as the shipped config's rank does, and one
+#      micro-step; tokens/s and MFU against MT_PEAK_TFLOPS; then that run
+#      profiled (MESHTRAIN_PROFILE=1: each kernel's share of the step);
 #   4. runs the GEMM throughput micro-benchmark (bench/cuda_gemm_bench:
 #      bf16 cuBLASLt at Llama-1B shapes, TFLOP/s and MFU against 989, and
-#      the same through the trainer's float32-storage FAST_16BF GEMM: what
-#      bf16 storage would win) and
-#      the attention one (bench/cuda_attention_bench: fp32 vs bf16
-#      tensor-core kernels, T 2048, 32/8 heads of 64, B 1..4);
+#      the same through the float32-storage FAST_16BF GEMM) and the 1B run
+#      on float32 storage (what bf16 storage wins);
+#      3b. two ranks sharing the GPU (the MPI-staged multi-rank paths: ddp,
+#      fsdp2, tp 2 + SP, pp 2 in bf16, MoE ep 2) against step 3's CPU runs;
+#      then the attention micro-benchmark (bench/cuda_attention_bench:
+#      fp32 vs bf16 tensor-core kernels, T 2048, 32/8 heads of 64, B 1..4);
 #   4a. the bf16 dense (head dim 64) and MoE runs of step 3 again with
 #      MESHTRAIN_BF16_PASSES=1: the same bits as the fused roundings; the
-#      dense one on bf16 storage (the default on cuda; the other rows set
-#      MESHTRAIN_BF16_STORAGE=0) against the CPU and the 1B run on it
-#      (what bf16 storage wins); and the bf16
-#      1B run with the passes, time permitting (what the fusion saves);
+#      1B run with the passes (what the fusion saves), and the fp32 1B run
+#      (one micro-step), time permitting;
 #   5. prints a short table last.
 # MT_GPU_EMULATE=1 is a dry run on a machine without a GPU (its build step
 # still needs the CUDA toolkit and NCCL, as the development machines
@@ -321,69 +319,105 @@ for case in "dense|meshtrain-dense|" "moe|meshtrain-moe|$moe" "dense-bf16|meshtr
     fi
 done
 
-# throughput: Llama 3.2 1B (tied), sequence 2048, 4 sequences a step, 6
-# steps; the config is bf16, so fp32 overrides it
+# bf16 storage (the default on cuda, doc/mixed-precision.md): the dense
+# head-dim-64 bf16 run on bf16 bits against the CPU (its GEMMs are
+# cuBLASLt's bf16 ones, so bf16 tolerance, not bits): checked before the
+# 1B run on it times it
+log=$logs/storage-dense-bf16-hd64.log
+# shellcheck disable=SC2086
+MESHTRAIN_BF16_STORAGE=1 run1 90 meshtrain-dense "$log" $small $hd64 $bf16 \
+    distributed.device=cuda logging.metrics_file="$logs/storage-dense-bf16-hd64.jsonl"
+echo "exit $?" >> "$log"
+if ! grep -q "device: cuda_bf16_storage backend" "$log"; then
+    row "dense-bf16-hd64 bf16 storage vs CPU" "FAIL" "not on the storage table: see $log"
+    show_fail "$log"
+    fail=1
+elif out=$(loss_diff "$logs/parity-dense-bf16-hd64-cpu.jsonl" "$logs/storage-dense-bf16-hd64.jsonl" 2e-2); then
+    row "dense-bf16-hd64 bf16 storage vs CPU" "ok" "$out"
+else
+    row "dense-bf16-hd64 bf16 storage vs CPU" "FAIL" "${out:-no metrics}; see $log"
+    show_fail "$log"
+    fail=1
+fi
+
+# throughput: Llama 3.2 1B as shipped (share/configs/llama3.2-1b-fsdp2.yaml:
+# 1.24B parameters, vocabulary 128256, tied) at sequence 2048, and a
+# rank's work per step as in that config: 8 micro-steps of 16384 tokens
+# (there 4 x 4096, here 8 x 2048), 131072 tokens a step; 5 steps, the
+# first 2 left out of the figures.  The config is bf16, so fp32 overrides
+# it.  (Until 0.1's GPU script: a byte vocabulary and one micro-step of
+# 4 x 2048, which left out the LM head's GEMMs and paid the optimizer
+# every 8192 tokens: doc/gpu.md, "The 1B benchmark".)
 llama="--config $src/share/configs/llama3.2-1b-fsdp2.yaml dataset.path=$build/share/data/tiny-corpus.bin
- dataset.format=auto dataset.seq_length=2048 model.vocab_size=512 step_scheduler.global_batch_size=4
- step_scheduler.local_batch_size=4 step_scheduler.max_steps=6 checkpoint.enabled=false
+ dataset.format=auto dataset.seq_length=2048 step_scheduler.max_steps=5 checkpoint.enabled=false
  logging.log_every_steps=1"
-# the dry run: a toy of the same config (only the plumbing is checked)
-[ "$emulate" = 1 ] && llama="$llama model.hidden_size=128 model.intermediate_size=256
+# the batches: 8 micro-steps (the goal's figure), or one micro-step (what
+# the optimizer's pass costs when it is not shared)
+big="step_scheduler.global_batch_size=64 step_scheduler.local_batch_size=8"
+one="step_scheduler.global_batch_size=8 step_scheduler.local_batch_size=8"
+# the dry run: a toy of the same config, last on the command line so that
+# it wins (only the plumbing is checked)
+emu=
+[ "$emulate" = 1 ] && emu="model.hidden_size=128 model.intermediate_size=256 model.vocab_size=512
  model.num_hidden_layers=2 model.num_attention_heads=2 model.num_key_value_heads=1
- dataset.seq_length=128 step_scheduler.global_batch_size=1 step_scheduler.local_batch_size=1
+ dataset.seq_length=128 step_scheduler.global_batch_size=2 step_scheduler.local_batch_size=1
  step_scheduler.max_steps=4"
-# llama_run bf16|fp32|bf16-passes|bf16-storage: the 1B run; bf16 in
-# float32 storage; bf16-passes is that with every rounding in a pass
-# (MESHTRAIN_BF16_PASSES): what the fused roundings save; bf16-storage
-# keeps activations and weights as bf16 bits (the default on cuda): what
-# half the bytes and the native bf16 GEMMs win
+# llama_run PREC big|one: the 1B run.  PREC: bf16-storage keeps
+# activations and weights as bf16 bits (the default on cuda, the goal's
+# path); bf16 is bf16 compute on float32 storage; bf16-passes that with
+# every rounding in a pass (MESHTRAIN_BF16_PASSES): what the fused
+# roundings save; fp32 is float32 throughout
 llama_run() {
-    prec=$1 passes=0 storage=0
+    prec=$1 batch=$big label="Llama-3.2-1B s2048, $1" passes=0 storage=0
+    [ "$2" = one ] && batch=$one label="$label, 1 micro-step"
     extra=$bf16
     case $prec in
     fp32) extra=distributed.mp_policy.param_dtype=float32 ;;
     bf16-passes) passes=1 ;;
     bf16-storage) storage=1 ;;
     esac
+    name=llama1b-$prec-$2
     # shellcheck disable=SC2086
     if MESHTRAIN_BF16_PASSES=$passes MESHTRAIN_BF16_STORAGE=$storage MT_PEAK_TFLOPS=$peak \
-            run1 150 meshtrain-dense \
-            "$logs/llama1b-$prec.log" $llama $extra \
-            distributed.device=cuda logging.metrics_file="$logs/llama1b-$prec.jsonl" &&
-       out=$(python3 - "$logs/llama1b-$prec.jsonl" <<'PY'
+            run1 150 meshtrain-dense "$logs/$name.log" $llama $batch $extra \
+            distributed.device=cuda logging.metrics_file="$logs/$name.jsonl" $emu &&
+       out=$(python3 - "$logs/$name.jsonl" <<'PY'
 import json, sys
 r = [json.loads(l) for l in open(sys.argv[1])][2:]
 assert r, "fewer than 3 steps in the metrics"
 tps = sum(x["tokens_per_s"] for x in r) / len(r)
 mfu = sum(x["mfu"] for x in r) / len(r)
-print(f"{tps:.0f} tokens/s, MFU {100 * mfu:.1f}% (goal: 50% in bf16)")
+dt = sum(x["step_time_s"] for x in r) / len(r)
+print(f"{tps:.0f} tokens/s, {dt:.3f} s a step, MFU {100 * mfu:.1f}% (goal: 50% in bf16)")
 PY
        ); then
-        row "Llama-1B-shape s2048, $prec" "ok" "$out"
+        row "$label" "ok" "$out"
     else
-        row "Llama-1B-shape s2048, $prec" "FAIL" "${out:-} see $logs/llama1b-$prec.log"
-        show_fail "$logs/llama1b-$prec.log"
+        row "$label" "FAIL" "${out:-} see $logs/$name.log"
+        show_fail "$logs/$name.log"
         fail=1
     fi
 }
-llama_run bf16
+# the goal's row first: bf16 storage, 8 micro-steps a step
+llama_run bf16-storage big
+llama_run bf16-storage one
 
-# where that step's time goes: the same run on bf16 storage (the default
-# on cuda, the path to the goal) for 3 steps with every backend entry
-# timed alone (MESHTRAIN_PROFILE=1, kernels_profile.c; the first step left
-# out): the table is in the log, its top four entries in the row
+# where that step's time goes: the goal's run for 3 steps with every
+# backend entry timed alone (MESHTRAIN_PROFILE=1, kernels_profile.c; the
+# first step left out): the table is in the log, its top four entries in
+# the row
 # shellcheck disable=SC2086
 if MESHTRAIN_PROFILE=1 MESHTRAIN_BF16_STORAGE=1 MT_PEAK_TFLOPS=$peak \
         run1 120 meshtrain-dense "$logs/llama1b-profile.log" \
-        $llama $bf16 distributed.device=cuda step_scheduler.max_steps=3 \
-        logging.metrics_file="$logs/llama1b-profile.jsonl" &&
+        $llama $big $bf16 distributed.device=cuda step_scheduler.max_steps=3 \
+        logging.metrics_file="$logs/llama1b-profile.jsonl" $emu &&
    grep -q '^kernel profile' "$logs/llama1b-profile.log"; then
     sed -n '/^kernel profile/,/^meshtrain-dense: done/p' "$logs/llama1b-profile.log"
     top=$(awk '/^kernel profile/ { on = 1 } on && NF == 5 && $4 ~ /%$/ { printf "%s %s; ", $1, $4; if (++n == 4) exit }' \
         "$logs/llama1b-profile.log")
-    row "Llama-1B-shape bf16-storage profile" "ok" "$top"
+    row "Llama-3.2-1B bf16-storage profile" "ok" "$top"
 else
-    row "Llama-1B-shape bf16-storage profile" "FAIL" "see $logs/llama1b-profile.log"
+    row "Llama-3.2-1B bf16-storage profile" "FAIL" "see $logs/llama1b-profile.log"
     show_fail "$logs/llama1b-profile.log"
     fail=1
 fi
@@ -412,6 +446,9 @@ bench() {
     esac
 }
 bench "GEMM bench (Llama-1B shapes)" cuda_gemm_bench
+# the same 1B run on float32 storage holding bf16 values: what bf16
+# storage wins, next to the GEMM bench's figures for the GEMMs alone
+if [ "$(left)" -gt 60 ]; then llama_run bf16 big; else row "Llama-3.2-1B s2048, bf16" "SKIP" "no time left"; fi
 
 # ---------------------------------------------------------------- 3b. ranks sharing the GPU
 # (after the GEMM bench: if time runs short, the figures come first)
@@ -484,33 +521,11 @@ PY
     fi
 done
 
-# bf16 storage (the default on cuda, doc/mixed-precision.md): the
-# dense head-dim-64 bf16 run on bf16 bits against the CPU (its GEMMs are
-# cuBLASLt's bf16 ones, so bf16 tolerance, not bits), then the 1B run on
-# it: the figure bf16 storage was built for
-log=$logs/storage-dense-bf16-hd64.log
-# shellcheck disable=SC2086
-MESHTRAIN_BF16_STORAGE=1 run1 90 meshtrain-dense "$log" $small $hd64 $bf16 \
-    distributed.device=cuda logging.metrics_file="$logs/storage-dense-bf16-hd64.jsonl"
-echo "exit $?" >> "$log"
-if ! grep -q "device: cuda_bf16_storage backend" "$log"; then
-    row "dense-bf16-hd64 bf16 storage vs CPU" "FAIL" "not on the storage table: see $log"
-    show_fail "$log"
-    fail=1
-elif out=$(loss_diff "$logs/parity-dense-bf16-hd64-cpu.jsonl" "$logs/storage-dense-bf16-hd64.jsonl" 2e-2); then
-    row "dense-bf16-hd64 bf16 storage vs CPU" "ok" "$out"
-else
-    row "dense-bf16-hd64 bf16 storage vs CPU" "FAIL" "${out:-no metrics}; see $log"
-    show_fail "$log"
-    fail=1
-fi
-if [ "$(left)" -gt 60 ]; then llama_run bf16-storage; else row "Llama-1B-shape s2048, bf16-storage" "SKIP" "no time left"; fi
-
 # the bf16 1B run with every rounding in a pass: what the roundings fused
 # into the kernels' stores and loads save, measured
-if [ "$(left)" -gt 60 ]; then llama_run bf16-passes; else row "Llama-1B-shape s2048, bf16-passes" "SKIP" "no time left"; fi
-# fp32 at scale last: the least needed if time runs short
-if [ "$(left)" -gt 30 ]; then llama_run fp32; else row "Llama-1B-shape s2048, fp32" "SKIP" "no time left"; fi
+if [ "$(left)" -gt 60 ]; then llama_run bf16-passes big; else row "Llama-3.2-1B s2048, bf16-passes" "SKIP" "no time left"; fi
+# fp32 at scale last, one micro-step (the least needed if time runs short)
+if [ "$(left)" -gt 30 ]; then llama_run fp32 one; else row "Llama-3.2-1B s2048, fp32" "SKIP" "no time left"; fi
 
 # ---------------------------------------------------------------- 5. table
 finish "$fail"
