@@ -92,6 +92,7 @@ extern "C" void mt_cuda_backend_free(void)
     if (!ctx.ready)
         return;
     cudaStreamSynchronize(ctx.stream);
+    mt_cuda_lt_plans_free();
     cublasLtDestroy((cublasLtHandle_t)ctx.cublaslt);
     cublasDestroy((cublasHandle_t)ctx.cublas);
     cudaFreeHost(ctx.host);

@@ -65,6 +65,9 @@ typedef struct {
  * not called. */
 mt_cuda_ctx_t *mt_cuda_ctx(const char *kernel);
 
+/* Destroys the kept cuBLASLt plans (cuda_matmul.cu); with the context. */
+void mt_cuda_lt_plans_free(void);
+
 /* Device scratch of `bytes` (reused by every kernel: valid until the next
  * kernel on the stream), stops the process naming `kernel` when too small. */
 void *mt_cuda_scratch(const char *kernel, size_t bytes);

@@ -10,9 +10,8 @@
  * [M,N] matrix is a column-major [N,M] one, so C^T = op(B)^T op(A)^T is
  * computed with the operands swapped and the transposes kept.
  *
- * Not done here: algorithm caching for cuBLASLt (each call asks the
- * heuristic again, some microseconds of host time), fused epilogues
- * (bias, GELU), fp8. */
+ * cuBLASLt's descriptors and algorithms are kept per shape (lt_plan).
+ * Not done here: fused epilogues (bias, GELU), fp8. */
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <limits.h>
@@ -120,6 +119,131 @@ static uint32_t lt_align(const void *p)
     return a;
 }
 
+static cublasLtHandle_t lt_handle(mt_cuda_ctx_t *ctx) { return (cublasLtHandle_t)ctx->cublaslt; }
+
+/* cuBLASLt plans.  A GEMM's matmul descriptor, its three layouts and the
+ * heuristic's algorithm depend only on the shape, the transposes, the
+ * output type and the operands' alignments, so each is made once and kept
+ * (the heuristic alone takes some microseconds of host time, and a dense
+ * step issues hundreds of GEMMs of a few dozen shapes).  The table keeps
+ * the LT_PLANS most recently used plans (MoE's expert GEMMs change their
+ * row counts every step and would otherwise fill it) and is emptied with
+ * the context (mt_cuda_lt_plans_free).  The same algorithm for a shape
+ * for the whole run is also what makes a run's bits repeat.  Rank
+ * threads do not share a context: one caller at a time. */
+#define LT_PLANS 128
+
+typedef struct {
+    int64_t m, n, k;
+    bool ta, tb, c_f32;
+    uint32_t align[4];
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+    uint64_t used; /* 0: an empty slot */
+} lt_plan_t;
+
+static lt_plan_t lt_plans[LT_PLANS];
+static uint64_t lt_tick;
+static mt_cuda_lt_stats_t lt_stats;
+
+static void lt_plan_destroy(lt_plan_t *p)
+{
+    if (!p->used)
+        return;
+    cublasLtMatrixLayoutDestroy(p->lc);
+    cublasLtMatrixLayoutDestroy(p->lb);
+    cublasLtMatrixLayoutDestroy(p->la);
+    cublasLtMatmulDescDestroy(p->desc);
+    memset(p, 0, sizeof *p);
+}
+
+extern "C" void mt_cuda_lt_plans_free(void)
+{
+    for (int i = 0; i < LT_PLANS; i++)
+        lt_plan_destroy(&lt_plans[i]);
+    lt_tick = 0;
+    memset(&lt_stats, 0, sizeof lt_stats);
+}
+
+extern "C" void mt_cuda_lt_stats(mt_cuda_lt_stats_t *st)
+{
+    *st = lt_stats;
+    st->plans = 0;
+    for (int i = 0; i < LT_PLANS; i++)
+        st->plans += lt_plans[i].used != 0;
+}
+
+/* The plan of this GEMM: the kept one, or a new one in the least recently
+ * used slot. */
+static const lt_plan_t *lt_plan(mt_cuda_ctx_t *ctx, bool c_f32, const void *a, const void *b,
+                                const void *c, int64_t m, int64_t n, int64_t k, bool ta, bool tb,
+                                const char *kernel)
+{
+    /* The heuristic assumes 256-byte aligned operands unless told
+     * otherwise, and row slices (the LM head's chunks, a layer's part of
+     * an arena) can be less aligned: tell it what these pointers are
+     * (Lt's A is our b, its B our a, C and D our c). */
+    const uint32_t align[4] = {lt_align(b), lt_align(a), lt_align(c), lt_align(c)};
+    lt_plan_t *p = &lt_plans[0];
+    for (int i = 0; i < LT_PLANS; i++) {
+        lt_plan_t *q = &lt_plans[i];
+        if (q->used && q->m == m && q->n == n && q->k == k && q->ta == ta && q->tb == tb &&
+            q->c_f32 == c_f32 && !memcmp(q->align, align, sizeof align)) {
+            q->used = ++lt_tick;
+            lt_stats.hits++;
+            return q;
+        }
+        if (q->used < p->used)
+            p = q;
+    }
+    if (p->used)
+        lt_stats.evictions++;
+    lt_plan_destroy(p);
+    lt_stats.misses++;
+    const cublasOperation_t op1 = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op2 = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op1,
+                                                sizeof op1));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op2,
+                                                sizeof op2));
+    /* first operand B: stored column-major [n,k] (ld n), or [k,n] (ld k) when tb */
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, tb ? k : n, tb ? n : k,
+                                            tb ? k : n));
+    /* second operand A: stored column-major [k,m] (ld k), or [m,k] (ld m) when ta */
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, ta ? m : k, ta ? k : m,
+                                            ta ? m : k));
+    CUBLAS_CHECK(
+        cublasLtMatrixLayoutCreate(&p->lc, c_f32 ? CUDA_R_32F : CUDA_R_16BF, n, m, n));
+
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = ctx->lt_workspace_bytes;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++)
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i],
+                                                          sizeof align[i]));
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    CUBLAS_CHECK(
+        cublasLtMatmulAlgoGetHeuristic(lt_handle(ctx), p->desc, p->la, p->lb, p->lc, p->lc, pref,
+                                       1, &heur, &found));
+    cublasLtMatmulPreferenceDestroy(pref);
+    p->used = ++lt_tick; /* set before the check: the table frees the slot's handles */
+    p->m = m, p->n = n, p->k = k, p->ta = ta, p->tb = tb, p->c_f32 = c_f32;
+    memcpy(p->align, align, sizeof align);
+    MT_CUDA_REQUIRE(found > 0, kernel,
+                    "cuBLASLt has no algorithm for m=%lld n=%lld k=%lld ta=%d tb=%d",
+                    (long long)m, (long long)n, (long long)k, (int)ta, (int)tb);
+    p->algo = heur.algo;
+    return p;
+}
+
 /* cuBLASLt: bf16 A and B, C (and D, the same buffer) bf16 or fp32,
  * fp32 accumulation and alpha/beta */
 static void matmul_lt(cudaStream_t s, void *c, bool c_f32, const uint16_t *a, const uint16_t *b,
@@ -140,54 +264,11 @@ static void matmul_lt(cudaStream_t s, void *c, bool c_f32, const uint16_t *a, co
         return;
     }
     mt_cuda_ctx_t *ctx = mt_cuda_ctx(kernel);
-    cublasLtHandle_t lt = (cublasLtHandle_t)ctx->cublaslt;
-    cublasLtMatmulDesc_t desc;
-    cublasLtMatrixLayout_t la, lb, lc;
-    const cublasOperation_t op1 = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const cublasOperation_t op2 = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-    CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op1,
-                                                sizeof op1));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op2,
-                                                sizeof op2));
-    /* first operand B: stored column-major [n,k] (ld n), or [k,n] (ld k) when tb */
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, tb ? k : n, tb ? n : k,
-                                            tb ? k : n));
-    /* second operand A: stored column-major [k,m] (ld k), or [m,k] (ld m) when ta */
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, ta ? m : k, ta ? k : m,
-                                            ta ? m : k));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, c_f32 ? CUDA_R_32F : CUDA_R_16BF, n, m, n));
-
-    cublasLtMatmulPreference_t pref;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    size_t ws = ctx->lt_workspace_bytes;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    /* The heuristic assumes 256-byte aligned operands unless told
-     * otherwise, and row slices (the LM head's chunks, a layer's part of
-     * an arena) can be less aligned: tell it what these pointers are
-     * (Lt's A is our b, its B our a, C and D our c). */
-    const uint32_t align[4] = {lt_align(b), lt_align(a), lt_align(c), lt_align(c)};
-    const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-    for (int i = 0; i < 4; i++)
-        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i],
-                                                          sizeof align[i]));
-    cublasLtMatmulHeuristicResult_t heur;
-    int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &heur, &found));
-    MT_CUDA_REQUIRE(found > 0, kernel,
-                    "cuBLASLt has no algorithm for m=%lld n=%lld k=%lld ta=%d tb=%d",
-                    (long long)m, (long long)n, (long long)k, (int)ta, (int)tb);
+    const lt_plan_t *p = lt_plan(ctx, c_f32, a, b, c, m, n, k, ta, tb, kernel);
     const float alpha = 1.0f;
-    CUBLAS_CHECK(cublasLtMatmul(lt, desc, &alpha, b, la, a, lb, &beta, c, lc, c, lc, &heur.algo,
-                                ctx->lt_workspace, ctx->lt_workspace_bytes, s));
-    cublasLtMatmulPreferenceDestroy(pref);
-    cublasLtMatrixLayoutDestroy(lc);
-    cublasLtMatrixLayoutDestroy(lb);
-    cublasLtMatrixLayoutDestroy(la);
-    cublasLtMatmulDescDestroy(desc);
+    CUBLAS_CHECK(cublasLtMatmul(lt_handle(ctx), p->desc, &alpha, b, p->la, a, p->lb, &beta, c,
+                                p->lc, c, p->lc, &p->algo, ctx->lt_workspace,
+                                ctx->lt_workspace_bytes, s));
 }
 
 extern "C" void mt_cuda_launch_matmul_bf16(cudaStream_t s, uint16_t *c, const uint16_t *a,

@@ -212,6 +212,16 @@ double mt_cuda_cross_entropy_bf16(uint16_t *dlogits, const uint16_t *logits,
                                   const int32_t *targets, int64_t n, int64_t V, int64_t v_valid,
                                   float grad_scale, int64_t *count);
 
+/* The bf16 GEMMs' cuBLASLt plans (descriptors, layouts and the
+ * heuristic's algorithm), kept per shape, transposes, output type and
+ * operand alignment, the least recently used given up past 128: how often
+ * a GEMM found its plan since mt_cuda_backend_init (doc/gpu.md). */
+typedef struct {
+    int64_t hits, misses, evictions;
+    int plans; /* kept now */
+} mt_cuda_lt_stats_t;
+void mt_cuda_lt_stats(mt_cuda_lt_stats_t *st);
+
 /* The same with an fp32 C (fp32 accumulation into fp32 weight gradients). */
 void mt_cuda_matmul_bf16_f32out(float *c, const uint16_t *a, const uint16_t *b, int64_t m,
                                 int64_t n, int64_t k, bool trans_a, bool trans_b, float beta);

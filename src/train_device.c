@@ -194,6 +194,17 @@ void mt_train_device_profile_report(const mt_train_device_t *d, FILE *out)
 {
     if (d->profile && out)
         mt_backend_profile_report(out, mt_now_s() - d->profile_t0, 8);
+#ifdef MT_HAVE_CUDA
+    mt_cuda_lt_stats_t st;
+    if (out && d->cc_major > 0) { /* a GPU: the bf16 GEMMs' kept cuBLASLt plans */
+        mt_cuda_lt_stats(&st);
+        if (st.hits + st.misses > 0)
+            fprintf(out, "cuBLASLt: %lld of %lld bf16 GEMMs on this rank reused a kept plan (%d "
+                         "kept, %lld made, %lld given up)\n",
+                    (long long)st.hits, (long long)(st.hits + st.misses), st.plans,
+                    (long long)st.misses, (long long)st.evictions);
+    }
+#endif
 }
 
 void mt_train_device_free(mt_train_device_t *d)

@@ -3,7 +3,8 @@
  * inputs are copied to the device, both backends run, the GPU's results
  * come back and are compared NORMWISE (max |gpu - cpu| / max |cpu|).
  * Also the bf16 pieces (GEMM, cross-entropy, the chunked LM head with
- * its cross-entropy, mixed AdamW) against host loops.  MoE kernels:
+ * its cross-entropy, mixed AdamW) against host loops, and the kept
+ * cuBLASLt plans.  MoE kernels:
  * test_cuda_kernels_moe.c; attention: test_cuda_attention.c.  Exits 77 (skip) when no CUDA device
  * is visible, which is the case on the build machines and in CI: there
  * it only proves that the test builds and links.  No MPI.
@@ -101,6 +102,69 @@ static void test_matmul_bf16(uint64_t *s)
                 free(ab), free(bb), free(cb), free(gb), free(gf), free(rf);
                 mt_cuda_arena_reset(&tc_arena);
             }
+}
+
+/* The kept cuBLASLt plans (mt_cuda_lt_stats): a shape's second and third
+ * GEMM reuse the first one's plan and give its bits; an operand of other
+ * alignment is another plan; past 128 shapes the least recently used
+ * plans go, and a shape whose plan went is planned again and gives the
+ * same bits.  Shapes no other test uses, so the counts are this test's. */
+static void test_lt_plans(uint64_t *s)
+{
+    enum { M = 24, N = 32, K = 16, MANY = 130, BIG = 8 * MANY * 8 };
+    uint16_t ab[M * K + 8], bb[K * N], cb[M * N], first[M * N];
+    for (int64_t i = 0; i < M * K + 8; i++)
+        ab[i] = mt_f32_to_bf16(tc_uniform(s));
+    for (int64_t i = 0; i < K * N; i++)
+        bb[i] = mt_f32_to_bf16(tc_uniform(s));
+    uint16_t *dab = tc_up(ab, sizeof ab), *dbb = tc_up(bb, sizeof bb);
+    uint16_t *dcb = tc_up(cb, sizeof cb);
+    mt_cuda_lt_stats_t s0, s1;
+    mt_cuda_lt_stats(&s0);
+    bool same = true;
+    for (int rep = 0; rep < 3; rep++) {
+        tc_gpu->matmul_bf16(dcb, dab, dbb, M, N, K, false, true, 0.0f);
+        uint16_t *g = tc_down(dcb, sizeof cb);
+        if (rep == 0)
+            memcpy(first, g, sizeof first);
+        same = same && !memcmp(g, first, sizeof first);
+        free(g);
+    }
+    mt_cuda_lt_stats(&s1);
+    CHECK(s1.misses - s0.misses == 1 && s1.hits - s0.hits == 2,
+          "one shape three times: 1 plan made and 2 reused, not %lld and %lld",
+          (long long)(s1.misses - s0.misses), (long long)(s1.hits - s0.hits));
+    CHECK(same, "a reused plan gives the first GEMM's bits");
+    tc_cpu->matmul_bf16(cb, ab, bb, M, N, K, false, true, 0.0f);
+    float gf[M * N], rf[M * N];
+    for (int64_t i = 0; i < M * N; i++)
+        gf[i] = mt_bf16_to_f32(first[i]), rf[i] = mt_bf16_to_f32(cb[i]);
+    CHECK_CLOSE("matmul_bf16 on a kept plan", gf, rf, M * N, 1.6e-2);
+
+    /* a 4 elements on (8-byte aligned): the same shape, another plan */
+    tc_gpu->matmul_bf16(dcb, dab + 4, dbb, M, N, K, false, true, 0.0f);
+    mt_cuda_lt_stats(&s0);
+    CHECK(s0.misses - s1.misses == 1, "another alignment is another plan");
+
+    /* MANY more shapes [8r, 8] x [8, 8]: the table keeps 128 plans, the
+     * older ones go, the first shape's among them */
+    uint16_t *big = malloc(BIG * sizeof *big);
+    for (int64_t i = 0; i < BIG; i++)
+        big[i] = mt_f32_to_bf16(tc_uniform(s));
+    uint16_t *dbig = tc_up(big, BIG * sizeof *big), *dout = tc_up(big, BIG * sizeof *big);
+    for (int64_t r = 1; r <= MANY; r++)
+        tc_gpu->matmul_bf16(dout, dbig, dbig, 8 * r, 8, 8, false, false, 0.0f);
+    mt_cuda_lt_stats(&s1);
+    CHECK(s1.plans == 128 && s1.evictions - s0.evictions >= MANY - 128 + 2,
+          "past 128 shapes: %d plans kept, %lld given up", s1.plans,
+          (long long)(s1.evictions - s0.evictions));
+    tc_gpu->matmul_bf16(dcb, dab, dbb, M, N, K, false, true, 0.0f);
+    mt_cuda_lt_stats(&s0);
+    uint16_t *g = tc_down(dcb, sizeof cb);
+    CHECK(s0.misses - s1.misses == 1 && !memcmp(g, first, sizeof first),
+          "a shape whose plan went: planned again, the same bits");
+    free(g), free(big);
+    mt_cuda_arena_reset(&tc_arena);
 }
 
 static void test_embedding(uint64_t *s)
@@ -482,6 +546,7 @@ int main(void)
     uint64_t seed = 0x9e3779b97f4a7c15ull;
     test_matmul(&seed);
     test_matmul_bf16(&seed);
+    test_lt_plans(&seed);
     test_embedding(&seed);
     test_rmsnorm(&seed);
     test_rope(&seed);

@@ -119,6 +119,9 @@ mt_status_t mt_cuda_backend_init(mt_cuda_arena_t *arena, size_t scratch_bytes)
 
 void mt_cuda_backend_free(void) {}
 
+/* the CPU kernels run the GEMMs here: no cuBLASLt plans */
+void mt_cuda_lt_stats(mt_cuda_lt_stats_t *st) { memset(st, 0, sizeof *st); }
+
 /* the tables exist before the set-up (callers compare against them); the
  * CPU kernels they call are there once it ran */
 const mt_backend_t *mt_backend_cuda(void) { return &fp32_table; }
