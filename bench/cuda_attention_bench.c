@@ -2,7 +2,9 @@
  * Llama-3.2-1B shape (T 2048, 32 query heads, 8 kv heads, head dim 64,
  * causal), B = 1..4: the fp32 kernels of mt_backend_cuda()
  * (cuda_attention.cu, CUDA cores) against the bf16 tensor-core kernels of
- * mt_backend_cuda_bf16() (cuda_attention_tc.cu), forward and backward.
+ * mt_backend_cuda_bf16(), both kinds (mt_cuda_attention_tc_select): the
+ * mma.sync ones (cuda_attention_mma.cu, the default) and the WMMA ones
+ * (cuda_attention_tc.cu), forward and backward.
  *
  * TFLOP/s use FlashAttention's count for causal attention: forward
  * 4 B nh T^2 hd / 2 (S = QK^T and PV over half the matrix), backward 2.5x
@@ -12,7 +14,7 @@
  * TFLOP/s, H100/H200 dense bf16).  It also prints the normwise difference
  * between the two tables' outputs at B = 1, a smoke check of the
  * tensor-core kernels at full size (expect a few 1e-3: P is rounded to
- * bf16; tests/test_cuda_bf16 has the real checks).
+ * bf16; tests/test_cuda_bf16 has the real checks), for both kinds.
  *
  *   bench/cuda_attention_bench [--iters N] [--peak TFLOPS] [--T N] [--hd 64|128]
  *
@@ -137,44 +139,54 @@ int main(int argc, char **argv)
                "table falls back to fp32\n",
                (long long)hd);
 
-    /* smoke check at B = 1: the two tables' outputs */
+    /* smoke check at B = 1: the fp32 table's outputs against each kind */
     const size_t n1 = (size_t)(T * nh * hd);
     float *a = malloc(n1 * 4), *b = malloc(n1 * 4);
     f32->attention_forward(X.out, X.lse, X.q, X.k, X.v, NULL, 1, T, nh, nkv, hd);
     f32->copy_to_host(a, X.out, n1 * 4);
-    tc->attention_forward(X.out, X.lse, X.q, X.k, X.v, NULL, 1, T, nh, nkv, hd);
-    tc->copy_to_host(b, X.out, n1 * 4);
-    double md = 0.0, mr = 0.0;
-    for (size_t i = 0; i < n1; i++) {
-        const double d = fabs((double)a[i] - (double)b[i]);
-        md = d > md || d != d ? d : md;
-        mr = fabs((double)a[i]) > mr ? fabs((double)a[i]) : mr;
+    double diff[2] = {0, 0}; /* [wmma, mma] */
+    for (int kind = 0; kind < 2; kind++) {
+        mt_cuda_attention_tc_select(kind);
+        tc->attention_forward(X.out, X.lse, X.q, X.k, X.v, NULL, 1, T, nh, nkv, hd);
+        tc->copy_to_host(b, X.out, n1 * 4);
+        double md = 0.0, mr = 0.0;
+        for (size_t i = 0; i < n1; i++) {
+            const double d = fabs((double)a[i] - (double)b[i]);
+            md = d > md || d != d ? d : md;
+            mr = fabs((double)a[i]) > mr ? fabs((double)a[i]) : mr;
+        }
+        diff[kind] = mr > 0 ? md / mr : md;
+        printf("tensor-core (%s) vs fp32 forward at B=1: normwise difference %.3g\n",
+               kind ? "mma" : "wmma", diff[kind]);
     }
-    const double diff = mr > 0 ? md / mr : md;
-    printf("tensor-core vs fp32 forward at B=1: normwise difference %.3g\n", diff);
     free(a), free(b), free(h);
 
     printf("%-3s %-10s %-9s %10s %9s %7s\n", "B", "kernels", "pass", "ms", "TFLOP/s", "MFU%");
-    double res[2][2] = {{0, 0}, {0, 0}}; /* [fp32, tc][fwd, bwd] TFLOP/s at Bmax */
+    static const char *names[3] = {"fp32", "bf16 wmma", "bf16 mma"};
+    double res[3][2] = {{0, 0}, {0, 0}, {0, 0}}; /* [fp32, wmma, mma][fwd, bwd] at Bmax */
     for (int64_t B = 1; B <= Bmax; B++) {
         const double ffwd = 2.0 * (double)B * nh * (double)T * (double)T * hd;
-        for (int which = 0; which < 2; which++) {
+        for (int which = 0; which < 3; which++) {
             const mt_backend_t *be = which ? tc : f32;
+            if (which)
+                mt_cuda_attention_tc_select(which - 1);
             for (int bwd = 0; bwd < 2; bwd++) {
                 const double t = time_att(be, &X, B, T, nh, nkv, hd, bwd, iters);
                 const double tf = (bwd ? 2.5 * ffwd : ffwd) / t / 1e12;
-                printf("%-3lld %-10s %-9s %10.3f %9.1f %7.1f\n", (long long)B,
-                       which ? "bf16 tc" : "fp32", bwd ? "backward" : "forward", t * 1e3, tf,
-                       100.0 * tf / peak);
+                printf("%-3lld %-10s %-9s %10.3f %9.1f %7.1f\n", (long long)B, names[which],
+                       bwd ? "backward" : "forward", t * 1e3, tf, 100.0 * tf / peak);
                 if (B == Bmax)
                     res[which][bwd] = tf;
             }
         }
     }
-    printf("RESULT attn_fp32_fwd_tflops=%.1f attn_fp32_bwd_tflops=%.1f attn_tc_fwd_tflops=%.1f "
-           "attn_tc_bwd_tflops=%.1f attn_tc_vs_fp32_diff=%.2g (B=%lld)\n",
-           res[0][0], res[0][1], res[1][0], res[1][1], diff, (long long)Bmax);
+    mt_cuda_attention_tc_select(-1);
+    printf("RESULT attn_fp32_fwd_tflops=%.1f attn_fp32_bwd_tflops=%.1f attn_wmma_fwd_tflops=%.1f "
+           "attn_wmma_bwd_tflops=%.1f attn_mma_fwd_tflops=%.1f attn_mma_bwd_tflops=%.1f "
+           "attn_vs_fp32_diff=%.2g/%.2g (B=%lld)\n",
+           res[0][0], res[0][1], res[1][0], res[1][1], res[2][0], res[2][1], diff[0], diff[1],
+           (long long)Bmax);
     mt_cuda_backend_free();
     mt_cuda_arena_free(&arena);
-    return diff <= 1.6e-2 ? 0 : 1;
+    return diff[0] <= 1.6e-2 && diff[1] <= 1.6e-2 ? 0 : 1;
 }

@@ -54,101 +54,18 @@
  * with a model of WMMA, so their indexing, masks and barriers are checked
  * on machines without a GPU. */
 #include <mma.h>
+#include <stdlib.h>
 
-#include <string.h>
-
-#include "cuda_common.cuh"
-namespace wm = nvcuda::wmma;
+#include "cuda_attention_tc.cuh"
+/* (here, not in the header: the host emulation rewrites it in .cu files) */
 #define TC_DECLARE_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
+namespace wm = nvcuda::wmma;
 
-#define TC_BQ 64 /* query rows per block (forward, dq) and per query tile (dk/dv) */
-#define TC_BK 64 /* keys per key tile (forward, dq) and per block (dk/dv) */
-#define TC_WARPS 4
-#define TC_THREADS (TC_WARPS * 32)
-
-typedef struct {
-    int64_t B, T, nh, nkv, group, qstride, kvstride;
-    float scale;
-    int vec;   /* every row start 16-byte aligned: float4 loads */
-    int round; /* the outputs rounded to bf16 as they are stored */
-    const int32_t *doc_start;
-} tc_geom_t;
-
-typedef __nv_bfloat16 tc_bf16;
 typedef wm::fragment<wm::matrix_a, 16, 16, 16, tc_bf16, wm::row_major> tc_fa_t;
 typedef wm::fragment<wm::matrix_b, 16, 16, 16, tc_bf16, wm::row_major> tc_fb_t;
 /* B = X^T for X stored row-major [n][ld]: X's rows are B's columns */
 typedef wm::fragment<wm::matrix_b, 16, 16, 16, tc_bf16, wm::col_major> tc_fbt_t;
 typedef wm::fragment<wm::accumulator, 16, 16, 16, float> tc_fc_t;
-
-__device__ __forceinline__ int64_t tc_min64(int64_t a, int64_t b) { return a < b ? a : b; }
-__device__ __forceinline__ int64_t tc_max64(int64_t a, int64_t b) { return a > b ? a : b; }
-
-__device__ __forceinline__ int64_t tc_first_key(const tc_geom_t &G, int64_t b, int64_t t)
-{
-    return G.doc_start ? (int64_t)G.doc_start[b * G.T + t] : 0;
-}
-
-/* The first visible key of the block's nq query rows at q0 (*minlo, at
- * most qlast) and of the warp's 16 rows from wr0 (*wlo, at most wlast). */
-__device__ __forceinline__ void tc_first_keys(const tc_geom_t &G, int64_t b, int64_t q0, int nq,
-                                              int wr0, int64_t qlast, int64_t wlast,
-                                              int64_t *minlo, int64_t *wlo)
-{
-    *minlo = qlast, *wlo = wlast;
-    for (int r = 0; r < nq; r++) {
-        const int64_t f = tc_first_key(G, b, q0 + r);
-        *minlo = f < *minlo ? f : *minlo;
-        if (r >= wr0 && r < wr0 + 16)
-            *wlo = f < *wlo ? f : *wlo;
-    }
-}
-
-/* four consecutive elements at p as floats: float32 (vec: one 16-byte
- * load), or bf16 bits (bf16 storage; vec: one 8-byte load), exact */
-__device__ __forceinline__ float4 tc_load4(const float *p, int vec)
-{
-    return vec ? *(const float4 *)p : make_float4(p[0], p[1], p[2], p[3]);
-}
-
-/* the float of bf16 bits h (exact) */
-__device__ __forceinline__ float tc_bits_f32(unsigned long long h)
-{
-    const unsigned int b = (unsigned int)(h & 0xffffu) << 16;
-    float f;
-    memcpy(&f, &b, sizeof f);
-    return f;
-}
-
-__device__ __forceinline__ float4 tc_load4(const __nv_bfloat16 *p, int vec)
-{
-    if (vec) { /* element i in bits 16 i .. 16 i + 15 (little-endian) */
-        const unsigned long long u = *(const unsigned long long *)p;
-        return make_float4(tc_bits_f32(u), tc_bits_f32(u >> 16), tc_bits_f32(u >> 32),
-                           tc_bits_f32(u >> 48));
-    }
-    return make_float4(__bfloat162float(p[0]), __bfloat162float(p[1]), __bfloat162float(p[2]),
-                       __bfloat162float(p[3]));
-}
-
-/* Block-cooperative: rows 0..n of src (row r at src + r*stride, HD
- * elements, float32 or bf16 bits) into the bf16 tile dst [R][HD + 8];
- * rows n..R are zeroed so products over them give 0, never NaN. */
-template <int HD, int R, typename T>
-__device__ __forceinline__ void tc_load_tile(tc_bf16 *dst, const T *src, int64_t stride,
-                                             int64_t n, int vec)
-{
-    const int LD = HD + 8, C4 = HD / 4;
-    for (int e = threadIdx.x; e < R * C4; e += blockDim.x) {
-        const int r = e / C4, c = (e % C4) * 4;
-        float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (r < n)
-            x = tc_load4(src + r * stride + c, vec);
-        __nv_bfloat162 *d = (__nv_bfloat162 *)(dst + r * LD + c);
-        d[0] = __floats2bfloat162_rn(x.x, x.y);
-        d[1] = __floats2bfloat162_rn(x.z, x.w);
-    }
-}
 
 /* acc = A B^T over HD for a warp's 16 rows of A (bf16 [.][HD+8], from
  * row a0) and 16 rows of B (from row b0): one 16x16 score fragment */
@@ -516,6 +433,27 @@ template <int HD> static size_t tc_smem_dkdv(void)
 
 /* ------------------------------------------------------------------ launchers */
 
+/* The mma.sync kernels (cuda_attention_mma.cu), the default, or these
+ * WMMA ones: MESHTRAIN_ATTENTION_KERNEL=mma|wmma, read once a process,
+ * unless mt_cuda_attention_tc_select chose */
+static int tc_selected = -1;
+
+extern "C" void mt_cuda_attention_tc_select(int mma) { tc_selected = mma < 0 ? -1 : mma != 0; }
+
+static bool tc_use_mma(void)
+{
+    static int env = -1;
+    if (tc_selected >= 0)
+        return tc_selected != 0;
+    if (env < 0) {
+        const char *e = getenv("MESHTRAIN_ATTENTION_KERNEL");
+        MT_CUDA_REQUIRE(!e || !*e || !strcmp(e, "mma") || !strcmp(e, "wmma"), "attention_tc",
+                        "MESHTRAIN_ATTENTION_KERNEL=%s: mma (the default) or wmma", e);
+        env = !(e && !strcmp(e, "wmma"));
+    }
+    return env != 0;
+}
+
 /* Can this device run the kernels for head dim hd?  Needs compute
  * capability 8.0 (bf16 WMMA) and the largest kernel's shared memory as
  * opt-in; the answer is per process (one device per rank). */
@@ -528,8 +466,10 @@ static bool tc_usable(int64_t hd)
         MT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
         MT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     }
-    if (major < 8)
+    if (major < 8 || (hd != 64 && hd != 128))
         return false;
+    if (tc_use_mma())
+        return mt_attention_mma_smem(hd) <= (size_t)optin;
     if (hd == 64)
         return tc_smem_dkdv<64>() <= (size_t)optin && tc_smem_dq<64>() <= (size_t)optin;
     if (hd == 128)
@@ -561,20 +501,14 @@ static tc_geom_t tc_make_geom(const char *kernel, const int32_t *doc_start, int6
     return G;
 }
 
-/* opt in to the kernel's shared memory once per process */
-template <typename K> static void tc_prepare(K kernel, size_t smem, bool *done)
-{
-    if (!*done) {
-        MT_CUDA_CHECK(
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        *done = true;
-    }
-}
-
 template <int HD, typename T>
 static void tc_forward(cudaStream_t s, T *out, float *lse, const T *q, const T *k, const T *v,
                        const tc_geom_t &G)
 {
+    if (tc_use_mma()) {
+        mt_attention_mma_forward(s, out, lse, q, k, v, G, HD);
+        return;
+    }
     static bool ready = false;
     const size_t smem = tc_smem_forward<HD>();
     tc_prepare(mt_k_attention_tc_forward<HD, T>, smem, &ready);
@@ -587,6 +521,10 @@ template <int HD, typename T>
 static void tc_backward(cudaStream_t s, T *dq, T *dk, T *dv, const T *dout, const float *lse,
                         const float *D, const T *q, const T *k, const T *v, const tc_geom_t &G)
 {
+    if (tc_use_mma()) {
+        mt_attention_mma_backward(s, dq, dk, dv, dout, lse, D, q, k, v, G, HD);
+        return;
+    }
     static bool ready_dq = false, ready_kv = false;
     const size_t smem_dq = tc_smem_dq<HD>(), smem_kv = tc_smem_dkdv<HD>();
     tc_prepare(mt_k_attention_tc_dq<HD, T>, smem_dq, &ready_dq);

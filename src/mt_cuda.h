@@ -174,6 +174,12 @@ const mt_backend_t *mt_backend_cuda_bf16_storage(void);
  * device. */
 bool mt_cuda_attention_tc_supported(int64_t hd);
 
+/* Which tensor-core kernels serve it: mma.sync ones (1, the default;
+ * src/cuda_attention_mma.cu) or the WMMA ones (0; cuda_attention_tc.cu);
+ * -1 goes back to MESHTRAIN_ATTENTION_KERNEL (mma or wmma).  Tests and
+ * benchmarks compare the two with it. */
+void mt_cuda_attention_tc_select(int mma);
+
 /* That table's attention entries with the rounding chosen: round true is
  * the table's (inputs read as bf16 values, out; dq, dk, dv rounded as
  * stored), false leaves the fp32 accumulators' values and reads the fp32

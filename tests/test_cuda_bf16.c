@@ -13,8 +13,9 @@
  *  - matmul (cuBLAS, CUBLAS_COMPUTE_32F_FAST_16BF): the four transpose
  *    combinations, beta 0 (C NaN: must not be read) and 1, odd sizes,
  *    k = 0, and two runs giving the same bytes;
- *  - attention forward/backward (tensor-core FlashAttention,
- *    cuda_attention_tc.cu): plain causal, GQA, documents, T not a
+ *  - attention forward/backward (tensor-core FlashAttention, each kind:
+ *    mma.sync, cuda_attention_mma.cu, and WMMA, cuda_attention_tc.cu,
+ *    through mt_cuda_attention_tc_select): plain causal, GQA, documents, T not a
  *    multiple of the 64-row tile, one token, head dims 64 and 128; the
  *    backward from the CPU's out/lse (each half alone) and from the GPU's
  *    own (the chain training runs); forward and backward twice, same
@@ -331,13 +332,16 @@ static float *up_maybe_misaligned(const float *x, int64_t n, int misalign)
 
 /* misalign: q one float past a 16-byte boundary, so the tensor-core
  * kernels take their scalar loads instead of float4 */
+/* which tensor-core kernels run (test_attention), for the messages */
+static const char *att_kind = "";
+
 static void attention_case(uint64_t *s, int64_t B, int64_t T, int64_t nh, int64_t nkv,
                            int64_t hd, int docs, int misalign)
 {
-    char tag[96];
-    snprintf(tag, sizeof tag, "B=%lld T=%lld nh=%lld nkv=%lld hd=%lld%s%s", (long long)B,
+    char tag[112];
+    snprintf(tag, sizeof tag, "B=%lld T=%lld nh=%lld nkv=%lld hd=%lld%s%s%s", (long long)B,
              (long long)T, (long long)nh, (long long)nkv, (long long)hd, docs ? " docs" : "",
-             misalign ? " scalar loads" : "");
+             misalign ? " scalar loads" : "", att_kind);
     if (tc_verbose)
         printf(" bf16 attention %s\n", tag);
     const bool tc = hd == 64 || hd == 128; /* else the fp32 fallback */
@@ -452,7 +456,21 @@ static void attention_case(uint64_t *s, int64_t B, int64_t T, int64_t nh, int64_
     mt_cuda_arena_reset(&tc_arena);
 }
 
+static void attention_cases(uint64_t *s);
+
 static void test_attention(uint64_t *s)
+{
+    /* both kinds of tensor-core kernels: mma.sync (the default), then WMMA */
+    for (int kind = 1; kind >= 0; kind--) {
+        mt_cuda_attention_tc_select(kind);
+        att_kind = kind ? " mma" : " wmma";
+        attention_cases(s);
+    }
+    mt_cuda_attention_tc_select(-1);
+    att_kind = "";
+}
+
+static void attention_cases(uint64_t *s)
 {
     attention_case(s, 2, 77, 4, 4, 64, 0, 0);   /* plain causal, partial tile */
     attention_case(s, 1, 200, 8, 2, 64, 0, 0);  /* GQA 4 */

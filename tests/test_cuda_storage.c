@@ -6,9 +6,9 @@
  *    embedding, the loss and the vocabulary-parallel passes, AdamW's
  *    compute copy, the MoE rows (gather, combine with and without the
  *    residual and weights, its backward, the router's backward), the
- *    tensor-core attention (head dims 64 with GQA and 128 with documents,
- *    T not a multiple of the tile, and bf16 tensors off 8-byte alignment:
- *    the scalar loads), the CUDA-core attention (head dim 32, GQA,
+ *    tensor-core attention, both kinds (head dims 64 with GQA and 128
+ *    with documents, T not a multiple of the tile, and bf16 tensors off
+ *    8-byte alignment: the scalar loads), the CUDA-core attention (head dim 32, GQA,
  *    documents) and ring attention's blocks give the rounding table's
  *    bits (its float32 outputs byte for byte, its bf16 ones as rounded);
  *  - its GEMMs (cuBLASLt bf16) are within bf16 tolerance of the
@@ -343,7 +343,11 @@ tc_counts_t tc_test_storage(uint64_t *s)
     /* attention on bf16 tiles loaded from bf16 bits: the rounding table's
      * tensor-core kernels on the same values, bit for bit (plain causal
      * with GQA at head dim 64, documents at 128, T not a multiple of 64) */
-    if (mt_cuda_attention_tc_supported(64) && mt_cuda_attention_tc_supported(128)) {
+    /* each kind of tensor-core kernels: mma.sync (the default), then WMMA */
+    for (int kind = 1; kind >= 0; kind--) {
+        mt_cuda_attention_tc_select(kind);
+        if (!mt_cuda_attention_tc_supported(64) || !mt_cuda_attention_tc_supported(128))
+            continue;
         /* the third: the first with every bf16 tensor 2 bytes off 8-byte
          * alignment (the loaders' scalar path) */
         const int64_t cases[3][5] = {{2, 70, 4, 2, 64}, {1, 100, 2, 1, 128}, {2, 70, 4, 2, 64}};
@@ -384,6 +388,7 @@ tc_counts_t tc_test_storage(uint64_t *s)
             free(hq), free(hk), free(hv), free(hdo);
         }
     }
+    mt_cuda_attention_tc_select(-1);
     /* the GEMMs: cuBLASLt bf16 against FAST_16BF (then the model's pass) */
     for (int t = 0; t < 8; t++) {
         const int64_t mm_ = 67, nn = 45, kk = 33;

@@ -138,6 +138,11 @@ template <typename T> static inline T __shfl_down_sync(unsigned mask, T v, unsig
     return emu_shfl(mask, v, l + (int)d < 32 ? l + (int)d : l);
 }
 unsigned __ballot_sync(unsigned mask, int pred);
+/* the kernels' mma.sync m16n8k16 bf16 (src/cuda_attention_tc.cuh,
+ * mt_mma_bf16_16816), a warp-wide exchange of the fragments: the PTX
+ * ISA's fragment layout, fp32 sums in k order (emu_kernels.cc) */
+#define MT_CUDA_EMULATED 1
+void emu_mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2]);
 static inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
 /* a device-side assertion: the emulation stops there */
 [[noreturn]] static inline void __trap(void) { emu_kernel_fail("__trap (a device-side check failed)"); }

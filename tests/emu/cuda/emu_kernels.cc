@@ -113,6 +113,52 @@ uint64_t emu_exchange(unsigned mask, uint64_t mine, int src)
     return r;
 }
 
+/* mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 (PTX ISA, "Matrix
+ * Fragments for mma.m16n8k16"): every lane posts its A (4 registers of
+ * two bf16) and B (2) fragments, then computes its own 4 elements of D
+ * from the posts, in the layout the ISA gives (lane l: group g = l / 4,
+ * t = l % 4; A's register r holds row g + 8 (r & 1), columns
+ * 8 (r >> 1) + 2 t + {0, 1}, the lower column in the low half; B's
+ * register r rows 8 r + 2 t + {0, 1} of column g; C and D rows g (c0, c1)
+ * and g + 8 (c2, c3), columns 2 t + {0, 1}).  Products of bf16 values are
+ * exact in fp32; the sum runs in k order in fp32 (the tensor cores' order
+ * is not modelled). */
+static uint32_t mma_mail[1024][6];
+static float mma_bf16(uint32_t w, int hi)
+{
+    const uint32_t b = (hi ? w >> 16 : w & 0xffffu) << 16;
+    float f;
+    memcpy(&f, &b, sizeof f);
+    return f;
+}
+void emu_mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2])
+{
+    memcpy(mma_mail[cur], a, 4 * sizeof *a);
+    memcpy(mma_mail[cur] + 4, b, 2 * sizeof *b);
+    yield(EMU_WARP);
+    full_warp("mma.sync in a warp where some lanes have exited");
+    const int w0 = cur & ~31, l = cur & 31, g = l / 4, t = l % 4;
+    if (warp_end(w0) - w0 != 32)
+        emu_kernel_fail("mma.sync in a warp of fewer than 32 threads");
+    float d[4];
+    for (int i = 0; i < 4; i++) {
+        const int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+        float acc = c[i];
+        for (int k = 0; k < 16; k++) {
+            /* A[row][k]: lane (row % 8) * 4 + (k % 8) / 2, register (row >= 8) + 2 (k >= 8) */
+            const uint32_t *pa = mma_mail[w0 + (row % 8) * 4 + (k % 8) / 2];
+            const float av = mma_bf16(pa[(row >= 8) + 2 * (k >= 8)], k & 1);
+            /* B[k][col]: lane col * 4 + (k % 8) / 2, register k >= 8 */
+            const uint32_t *pb = mma_mail[w0 + col * 4 + (k % 8) / 2] + 4;
+            const float bv = mma_bf16(pb[k >= 8], k & 1);
+            acc += av * bv;
+        }
+        d[i] = acc;
+    }
+    yield(EMU_WARP);
+    memcpy(c, d, sizeof d);
+}
+
 unsigned __ballot_sync(unsigned mask, int pred)
 {
     if (mask != 0xffffffffu)

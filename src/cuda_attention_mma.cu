@@ -1,0 +1,525 @@
+/* cuda_attention_mma.cu: causal grouped-query attention on tensor cores
+ * through mma.sync (m16n8k16, bf16 operands, fp32 accumulators), forward
+ * and backward: the bf16 tables' attention for head dims 64 and 128 on
+ * compute capability 8.0 and up (MESHTRAIN_ATTENTION_KERNEL=wmma takes
+ * the WMMA kernels of cuda_attention_tc.cu instead; doc/gpu.md).
+ *
+ * Same contract, tiles and arithmetic as the WMMA kernels: S = Q K^T,
+ * the online softmax, O += P V; in the backward S and dP = dO V^T
+ * recomputed, P = exp(S scale - lse), dS = P (dP - D), dQ = scale dS K,
+ * dV = P^T dO, dK = scale dS^T Q; P and dS rounded to bf16 as operands,
+ * everything else fp32.  Blocks of 4 warps; a warp owns 16 rows (queries
+ * in the forward and dq, keys in dk/dv); tiles of 64.
+ *
+ * What differs is where S lives: in registers.  With mma.sync's
+ * documented fragment layout (cuda_attention_tc.cuh) a lane knows the
+ * rows and columns of its accumulator elements, so the masks, the row
+ * maxima and sums (over the 4 lanes of a row) and the rescaling of O run
+ * on the accumulators, and an m16n8 accumulator pair is already the A
+ * operand of the next product (FlashAttention-2's register reuse): no
+ * trip of S, P or dS through shared memory, which the WMMA kernels need
+ * because a WMMA fragment's layout is unspecified.  B operands come from
+ * shared memory as 32-bit pairs, so each product needs its B tile with
+ * the reduced dimension contiguous: K and V row-major for Q K^T and
+ * dO V^T, and transposed copies (V^T, K^T, Q^T, dO^T, filled as the tiles
+ * load) for P V, dS K, P^T dO and dS^T Q.
+ *
+ * Every output element is summed by one warp in a fixed order: the
+ * passes are deterministic without atomics, as before.  Not here:
+ * ldmatrix, cp.async double buffering, wgmma/TMA (Hopper's
+ * FlashAttention-3). */
+#include "cuda_attention_tc.cuh"
+/* (here, not in the header: the host emulation rewrites it in .cu files) */
+#define TC_DECLARE_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
+
+/* ------------------------------------------------------------------ tiles and fragments */
+
+/* Block-cooperative: rows 0..n of src (HD elements at src + r*stride,
+ * float32 or bf16 bits) transposed into the bf16 tile dst [HD][R + 8]:
+ * dst[c][r] = src[r][c]; rows n..R zero. */
+template <int HD, int R, typename T>
+__device__ __forceinline__ void ma_load_tile_t(tc_bf16 *dst, const T *src, int64_t stride,
+                                               int64_t n, int vec)
+{
+    const int LD = R + 8, C4 = HD / 4;
+    for (int e = threadIdx.x; e < R * C4; e += blockDim.x) {
+        const int r = e / C4, c = (e % C4) * 4;
+        float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (r < n)
+            x = tc_load4(src + r * stride + c, vec);
+        dst[(c + 0) * LD + r] = __float2bfloat16_rn(x.x);
+        dst[(c + 1) * LD + r] = __float2bfloat16_rn(x.y);
+        dst[(c + 2) * LD + r] = __float2bfloat16_rn(x.z);
+        dst[(c + 3) * LD + r] = __float2bfloat16_rn(x.w);
+    }
+}
+
+/* the A fragment of rows r0..r0+16, columns k0..k0+16 of a row-major bf16
+ * tile of ld elements a row */
+__device__ __forceinline__ void ma_ld_a(uint32_t a[4], const tc_bf16 *tile, int ld, int r0,
+                                        int k0)
+{
+    const int l = threadIdx.x % 32;
+    const tc_bf16 *p = tile + (r0 + (l >> 2)) * ld + k0 + 2 * (l & 3);
+    a[0] = *(const uint32_t *)p;
+    a[1] = *(const uint32_t *)(p + 8 * ld);
+    a[2] = *(const uint32_t *)(p + 8);
+    a[3] = *(const uint32_t *)(p + 8 * ld + 8);
+}
+
+/* the B fragment of columns n0..n0+8, rows k0..k0+16, from a tile that
+ * stores B's column n as its row n (ld elements a row) */
+__device__ __forceinline__ void ma_ld_b(uint32_t b[2], const tc_bf16 *tile, int ld, int n0,
+                                        int k0)
+{
+    const int l = threadIdx.x % 32;
+    const tc_bf16 *p = tile + (n0 + (l >> 2)) * ld + k0 + 2 * (l & 3);
+    b[0] = *(const uint32_t *)p;
+    b[1] = *(const uint32_t *)(p + 8);
+}
+
+/* x and y as bf16 (nearest even), x in the low half */
+__device__ __forceinline__ uint32_t ma_pack(float x, float y)
+{
+    const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    return u;
+}
+
+/* The A fragment of 16 columns from two m16n8 accumulators (columns
+ * 0..8 and 8..16 of the 16): the accumulator layout is the A layout. */
+__device__ __forceinline__ void ma_acc_to_a(uint32_t a[4], const float *c0, const float *c1)
+{
+    a[0] = ma_pack(c0[0], c0[1]);
+    a[1] = ma_pack(c0[2], c0[3]);
+    a[2] = ma_pack(c1[0], c1[1]);
+    a[3] = ma_pack(c1[2], c1[3]);
+}
+
+/* acc[nb] = A B^T for the 8-column blocks nb in [nb0, nb1) of a 64-wide
+ * tile: A the warp's 16 rows (from a0) of a [.][HD+8] tile, B^T the rows of
+ * another (Bs row nb*8.. is B's column), both row-major over HD */
+template <int HD>
+__device__ __forceinline__ void ma_dot(float acc[8][4], const tc_bf16 *As, int a0,
+                                       const tc_bf16 *Bs, int nb0, int nb1)
+{
+    const int LDH = HD + 8;
+#pragma unroll
+    for (int nb = 0; nb < 8; nb++) {
+        acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.0f;
+        if (nb < nb0 || nb >= nb1)
+            continue; /* warp-uniform */
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++) {
+            uint32_t a[4], b[2];
+            ma_ld_a(a, As, LDH, a0, kk * 16);
+            ma_ld_b(b, Bs, LDH, nb * 8, kk * 16);
+            mt_mma_bf16_16816(acc[nb], a, b);
+        }
+    }
+}
+
+/* out[nd] += X Y over the 16-column steps kf in [kf0, kf1) of X (the
+ * accumulators x, rounded to bf16) for all HD/8 output blocks; Yt stores
+ * Y transposed ([HD][ld]: row d is Y's column d) */
+template <int HD>
+__device__ __forceinline__ void ma_accum(float out[HD / 8][4], float x[8][4], const tc_bf16 *Yt,
+                                         int ld, int kf0, int kf1)
+{
+#pragma unroll
+    for (int kf = 0; kf < 4; kf++) {
+        if (kf < kf0 || kf >= kf1)
+            continue;
+        uint32_t a[4];
+        ma_acc_to_a(a, x[2 * kf], x[2 * kf + 1]);
+#pragma unroll
+        for (int nd = 0; nd < HD / 8; nd++) {
+            uint32_t b[2];
+            ma_ld_b(b, Yt, ld, nd * 8, kf * 16);
+            mt_mma_bf16_16816(out[nd], a, b);
+        }
+    }
+}
+
+/* the warp's HD/8 accumulator blocks into global rows dst + r*stride of
+ * the warp's 16 (rows below nrows), times f[0] (row g) and f[1] (row g+8),
+ * rounded to bf16 when rnd */
+template <int HD, typename T>
+__device__ __forceinline__ void ma_store(T *dst, int64_t stride, int nrows,
+                                         const float acc[HD / 8][4], const float f[2], bool rnd)
+{
+    const int l = threadIdx.x % 32, g = l >> 2, t = l & 3;
+#pragma unroll
+    for (int nd = 0; nd < HD / 8; nd++)
+        for (int i = 0; i < 4; i++) {
+            const int r = g + 8 * (i >> 1);
+            if (r < nrows)
+                mt_st(dst, r * stride + nd * 8 + 2 * t + (i & 1),
+                      mt_bf16_if(acc[nd][i] * f[i >> 1], rnd));
+        }
+}
+
+/* ------------------------------------------------------------------ kernels */
+
+/* shared: Qs, Ks bf16 [64][HD+8], Vt bf16 [HD][72] */
+template <int HD, typename T>
+__global__ void __launch_bounds__(TC_THREADS)
+    mt_k_attention_mma_forward(T *out, float *lse, const T *q, const T *k, const T *v,
+                               tc_geom_t G)
+{
+    const int LDH = HD + 8, LDT = TC_BK + 8;
+    TC_DECLARE_SMEM(smem);
+    tc_bf16 *Qs = (tc_bf16 *)smem, *Ks = Qs + TC_BQ * LDH, *Vt = Ks + TC_BK * LDH;
+
+    const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g8 = lane >> 2, t4 = lane & 3;
+    const int64_t b = blockIdx.z, h = blockIdx.y, gk = h / G.group;
+    const int64_t ntiles = (G.T + TC_BQ - 1) / TC_BQ;
+    const int64_t q0 = (ntiles - 1 - (int64_t)blockIdx.x) * TC_BQ; /* longest rows first */
+    const int nq = (int)tc_min64(TC_BQ, G.T - q0);
+    const int64_t qlast = q0 + nq - 1;
+    const int wr0 = w * 16;
+    const bool wactive = wr0 < nq;
+    const int64_t wlast = q0 + (wr0 + 15 < nq - 1 ? wr0 + 15 : nq - 1);
+    int64_t minlo, wlo;
+    tc_first_keys(G, b, q0, nq, wr0, qlast, wlast, &minlo, &wlo);
+    /* the lane's two rows: wr0 + g8 and wr0 + g8 + 8 */
+    bool rv[2];
+    int64_t tr[2], lo[2];
+    for (int i = 0; i < 2; i++) {
+        rv[i] = wr0 + g8 + 8 * i < nq;
+        tr[i] = q0 + wr0 + g8 + 8 * i;
+        lo[i] = rv[i] ? tc_first_key(G, b, tr[i]) : 0;
+    }
+    tc_load_tile<HD, TC_BQ>(Qs, q + (b * G.T + q0) * G.qstride + h * HD, G.qstride, nq, G.vec);
+
+    float o[HD / 8][4];
+    for (int nd = 0; nd < HD / 8; nd++)
+        o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    const int64_t kvbase = b * G.T * G.kvstride + gk * HD;
+
+    for (int64_t j0 = minlo; j0 <= qlast; j0 += TC_BK) {
+        const int nj = (int)tc_min64(TC_BK, qlast + 1 - j0);
+        __syncthreads(); /* the previous tile is no longer read */
+        tc_load_tile<HD, TC_BK>(Ks, k + kvbase + j0 * G.kvstride, G.kvstride, nj, G.vec);
+        ma_load_tile_t<HD, TC_BK>(Vt, v + kvbase + j0 * G.kvstride, G.kvstride, nj, G.vec);
+        __syncthreads(); /* (the first time: Qs too) */
+        if (!wactive)
+            continue;
+        const int64_t cmin = tc_max64(wlo - j0, 0), cmax = tc_min64(wlast - j0, nj - 1);
+        if (cmin > cmax)
+            continue; /* none of the warp's rows sees this tile (warp-uniform) */
+        const int kf0 = (int)(cmin / 16), kf1 = (int)(cmax / 16) + 1;
+        float s[8][4];
+        ma_dot<HD>(s, Qs, wr0, Ks, 2 * kf0, 2 * kf1);
+        /* masks and scale, then the online softmax over the row's 4 lanes */
+        float tmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int nb = 0; nb < 8; nb++)
+            for (int i = 0; i < 4; i++) {
+                const int r = i >> 1, c = nb * 8 + 2 * t4 + (i & 1);
+                const int64_t key = j0 + c;
+                const bool ok = nb >= 2 * kf0 && nb < 2 * kf1 && rv[r] && c < nj &&
+                                key >= lo[r] && key <= tr[r];
+                s[nb][i] = ok ? s[nb][i] * G.scale : -INFINITY;
+                tmax[r] = fmaxf(tmax[r], s[nb][i]);
+            }
+        float corr[2], mnew[2], psum[2] = {0.0f, 0.0f};
+        for (int r = 0; r < 2; r++) {
+            tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 1));
+            tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
+            mnew[r] = fmaxf(m[r], tmax[r]);
+            corr[r] = m[r] == -INFINITY ? 0.0f : expf(m[r] - mnew[r]);
+        }
+#pragma unroll
+        for (int nb = 0; nb < 8; nb++)
+            for (int i = 0; i < 4; i++) {
+                const int r = i >> 1;
+                const float p = s[nb][i] == -INFINITY ? 0.0f : expf(s[nb][i] - mnew[r]);
+                s[nb][i] = p;
+                psum[r] += p;
+            }
+        for (int r = 0; r < 2; r++) {
+            psum[r] += __shfl_xor_sync(0xffffffffu, psum[r], 1);
+            psum[r] += __shfl_xor_sync(0xffffffffu, psum[r], 2);
+            l[r] = l[r] * corr[r] + psum[r];
+            m[r] = mnew[r];
+        }
+        for (int nd = 0; nd < HD / 8; nd++)
+            for (int i = 0; i < 4; i++)
+                o[nd][i] *= corr[i >> 1];
+        ma_accum<HD>(o, s, Vt, LDT, kf0, kf1);
+    }
+    if (!wactive)
+        return; /* no barrier follows */
+    const float f[2] = {1.0f / l[0], 1.0f / l[1]};
+    ma_store<HD>(out + (b * G.T + q0 + wr0) * G.qstride + h * HD, G.qstride, nq - wr0, o, f,
+                 G.round);
+    if (t4 == 0)
+        for (int r = 0; r < 2; r++)
+            if (rv[r])
+                lse[(b * G.nh + h) * G.T + tr[r]] = m[r] + logf(l[r]);
+}
+
+/* dq of 64 query rows.  Shared: Qs, dOs, Ks, Vs bf16 [64][HD+8], Kt bf16
+ * [HD][72] */
+template <int HD, typename T>
+__global__ void __launch_bounds__(TC_THREADS)
+    mt_k_attention_mma_dq(T *dq, const T *dout, const float *lse, const float *D, const T *q,
+                          const T *k, const T *v, tc_geom_t G)
+{
+    const int LDH = HD + 8, LDT = TC_BK + 8;
+    TC_DECLARE_SMEM(smem);
+    tc_bf16 *Qs = (tc_bf16 *)smem, *dOs = Qs + TC_BQ * LDH, *Ks = dOs + TC_BQ * LDH,
+            *Vs = Ks + TC_BK * LDH, *Kt = Vs + TC_BK * LDH;
+
+    const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g8 = lane >> 2, t4 = lane & 3;
+    const int64_t b = blockIdx.z, h = blockIdx.y, gk = h / G.group;
+    const int64_t ntiles = (G.T + TC_BQ - 1) / TC_BQ;
+    const int64_t q0 = (ntiles - 1 - (int64_t)blockIdx.x) * TC_BQ;
+    const int nq = (int)tc_min64(TC_BQ, G.T - q0);
+    const int64_t qlast = q0 + nq - 1;
+    const int wr0 = w * 16;
+    const bool wactive = wr0 < nq;
+    const int64_t wlast = q0 + (wr0 + 15 < nq - 1 ? wr0 + 15 : nq - 1);
+    int64_t minlo, wlo;
+    tc_first_keys(G, b, q0, nq, wr0, qlast, wlast, &minlo, &wlo);
+    bool rv[2];
+    int64_t tr[2], lo[2];
+    float L[2], Dr[2];
+    for (int i = 0; i < 2; i++) {
+        rv[i] = wr0 + g8 + 8 * i < nq;
+        tr[i] = q0 + wr0 + g8 + 8 * i;
+        lo[i] = rv[i] ? tc_first_key(G, b, tr[i]) : 0;
+        L[i] = rv[i] ? lse[(b * G.nh + h) * G.T + tr[i]] : 0.0f;
+        Dr[i] = rv[i] ? D[(b * G.nh + h) * G.T + tr[i]] : 0.0f;
+    }
+    const int64_t qoff = (b * G.T + q0) * G.qstride + h * HD;
+    tc_load_tile<HD, TC_BQ>(Qs, q + qoff, G.qstride, nq, G.vec);
+    tc_load_tile<HD, TC_BQ>(dOs, dout + qoff, G.qstride, nq, G.vec);
+
+    float acc[HD / 8][4];
+    for (int nd = 0; nd < HD / 8; nd++)
+        acc[nd][0] = acc[nd][1] = acc[nd][2] = acc[nd][3] = 0.0f;
+    const int64_t kvbase = b * G.T * G.kvstride + gk * HD;
+
+    for (int64_t j0 = minlo; j0 <= qlast; j0 += TC_BK) {
+        const int nj = (int)tc_min64(TC_BK, qlast + 1 - j0);
+        __syncthreads();
+        tc_load_tile<HD, TC_BK>(Ks, k + kvbase + j0 * G.kvstride, G.kvstride, nj, G.vec);
+        ma_load_tile_t<HD, TC_BK>(Kt, k + kvbase + j0 * G.kvstride, G.kvstride, nj, G.vec);
+        tc_load_tile<HD, TC_BK>(Vs, v + kvbase + j0 * G.kvstride, G.kvstride, nj, G.vec);
+        __syncthreads();
+        if (!wactive)
+            continue;
+        const int64_t cmin = tc_max64(wlo - j0, 0), cmax = tc_min64(wlast - j0, nj - 1);
+        if (cmin > cmax)
+            continue;
+        const int kf0 = (int)(cmin / 16), kf1 = (int)(cmax / 16) + 1;
+        float s[8][4], dp[8][4];
+        ma_dot<HD>(s, Qs, wr0, Ks, 2 * kf0, 2 * kf1);
+        ma_dot<HD>(dp, dOs, wr0, Vs, 2 * kf0, 2 * kf1);
+#pragma unroll
+        for (int nb = 0; nb < 8; nb++)
+            for (int i = 0; i < 4; i++) {
+                const int r = i >> 1, c = nb * 8 + 2 * t4 + (i & 1);
+                const int64_t key = j0 + c;
+                float ds = 0.0f;
+                if (nb >= 2 * kf0 && nb < 2 * kf1 && rv[r] && c < nj && key >= lo[r] &&
+                    key <= tr[r])
+                    ds = expf(s[nb][i] * G.scale - L[r]) * (dp[nb][i] - Dr[r]);
+                s[nb][i] = ds;
+            }
+        ma_accum<HD>(acc, s, Kt, LDT, kf0, kf1);
+    }
+    if (!wactive)
+        return;
+    const float f[2] = {G.scale, G.scale};
+    ma_store<HD>(dq + qoff + wr0 * G.qstride, G.qstride, nq - wr0, acc, f, G.round);
+}
+
+/* dk, dv of 64 key rows of kv head g.  Shared: Ks, Vs (own rows), Qs, dOs
+ * (query tile) bf16 [64][HD+8]; Qt, dOt bf16 [HD][72]; per query of the
+ * tile sL, sD (fp32) and sLo (int) [64] */
+template <int HD, typename T>
+__global__ void __launch_bounds__(TC_THREADS)
+    mt_k_attention_mma_dkdv(T *dk, T *dv, const T *dout, const float *lse, const float *D,
+                            const T *q, const T *k, const T *v, tc_geom_t G)
+{
+    const int LDH = HD + 8, LDT = TC_BQ + 8;
+    TC_DECLARE_SMEM(smem);
+    tc_bf16 *Ks = (tc_bf16 *)smem, *Vs = Ks + TC_BK * LDH, *Qs = Vs + TC_BK * LDH,
+            *dOs = Qs + TC_BQ * LDH, *Qt = dOs + TC_BQ * LDH, *dOt = Qt + HD * LDT;
+    float *sL = (float *)(dOt + HD * LDT), *sD = sL + TC_BQ;
+    int *sLo = (int *)(sD + TC_BQ);
+
+    const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g8 = lane >> 2, t4 = lane & 3;
+    const int64_t b = blockIdx.z, g = blockIdx.y;
+    const int64_t j0 = (int64_t)blockIdx.x * TC_BK;
+    const int nk = (int)tc_min64(TC_BK, G.T - j0);
+    const int64_t klast = j0 + nk - 1;
+    const int wk0 = w * 16;
+    const bool wactive = wk0 < nk;
+    /* the lane's two key rows */
+    bool kv[2];
+    int64_t kr[2];
+    for (int i = 0; i < 2; i++) {
+        kv[i] = wk0 + g8 + 8 * i < nk;
+        kr[i] = j0 + wk0 + g8 + 8 * i;
+    }
+    const int64_t kvoff = (b * G.T + j0) * G.kvstride + g * HD;
+    tc_load_tile<HD, TC_BK>(Ks, k + kvoff, G.kvstride, nk, G.vec);
+    tc_load_tile<HD, TC_BK>(Vs, v + kvoff, G.kvstride, nk, G.vec);
+
+    float adk[HD / 8][4], adv[HD / 8][4];
+    for (int nd = 0; nd < HD / 8; nd++)
+        for (int i = 0; i < 4; i++)
+            adk[nd][i] = adv[nd][i] = 0.0f;
+
+    for (int64_t hh = 0; hh < G.group; hh++) {
+        const int64_t h = g * G.group + hh;
+        for (int64_t q0 = j0; q0 < G.T; q0 += TC_BQ) { /* earlier queries see none of these keys */
+            const int nq = (int)tc_min64(TC_BQ, G.T - q0);
+            __syncthreads(); /* the previous tile (the first time: Ks, Vs) */
+            /* does any query of the tile reach back to the block's keys? */
+            int reach = 0;
+            for (int i = threadIdx.x; i < nq; i += blockDim.x)
+                reach |= tc_first_key(G, b, q0 + i) <= klast;
+            if (!__syncthreads_or(reach))
+                continue; /* block-uniform */
+            const int64_t qoff = (b * G.T + q0) * G.qstride + h * HD;
+            tc_load_tile<HD, TC_BQ>(Qs, q + qoff, G.qstride, nq, G.vec);
+            ma_load_tile_t<HD, TC_BQ>(Qt, q + qoff, G.qstride, nq, G.vec);
+            tc_load_tile<HD, TC_BQ>(dOs, dout + qoff, G.qstride, nq, G.vec);
+            ma_load_tile_t<HD, TC_BQ>(dOt, dout + qoff, G.qstride, nq, G.vec);
+            for (int i = threadIdx.x; i < nq; i += blockDim.x) {
+                sL[i] = lse[(b * G.nh + h) * G.T + q0 + i];
+                sD[i] = D[(b * G.nh + h) * G.T + q0 + i];
+                sLo[i] = (int)tc_first_key(G, b, q0 + i);
+            }
+            __syncthreads();
+            if (!wactive)
+                continue;
+            /* queries before the warp's first key see none of its keys */
+            const int64_t cmin = tc_max64(j0 + wk0 - q0, 0);
+            if (cmin > nq - 1)
+                continue;
+            const int qf0 = (int)(cmin / 16), qf1 = (nq - 1) / 16 + 1;
+            float st[8][4], dpt[8][4];
+            ma_dot<HD>(st, Ks, wk0, Qs, 2 * qf0, 2 * qf1);
+            ma_dot<HD>(dpt, Vs, wk0, dOs, 2 * qf0, 2 * qf1);
+#pragma unroll
+            for (int nb = 0; nb < 8; nb++)
+                for (int i = 0; i < 4; i++) {
+                    const int r = i >> 1, c = nb * 8 + 2 * t4 + (i & 1);
+                    float p = 0.0f, ds = 0.0f;
+                    if (nb >= 2 * qf0 && nb < 2 * qf1 && kv[r] && c < nq && q0 + c >= kr[r] &&
+                        sLo[c] <= kr[r]) {
+                        p = expf(st[nb][i] * G.scale - sL[c]);
+                        ds = p * (dpt[nb][i] - sD[c]);
+                    }
+                    st[nb][i] = p;
+                    dpt[nb][i] = ds;
+                }
+            ma_accum<HD>(adv, st, dOt, LDT, qf0, qf1);
+            ma_accum<HD>(adk, dpt, Qt, LDT, qf0, qf1);
+        }
+    }
+    if (!wactive)
+        return;
+    const float one[2] = {1.0f, 1.0f}, sc[2] = {G.scale, G.scale};
+    ma_store<HD>(dv + kvoff + wk0 * G.kvstride, G.kvstride, nk - wk0, adv, one, G.round);
+    ma_store<HD>(dk + kvoff + wk0 * G.kvstride, G.kvstride, nk - wk0, adk, sc, G.round);
+}
+
+/* ------------------------------------------------------------------ launchers */
+
+/* dynamic shared memory of the three kernels, bytes */
+template <int HD> static size_t ma_smem_forward(void)
+{
+    return (size_t)(TC_BQ + TC_BK) * (HD + 8) * 2 + (size_t)HD * (TC_BK + 8) * 2;
+}
+template <int HD> static size_t ma_smem_dq(void)
+{
+    return (size_t)(2 * TC_BQ + 2 * TC_BK) * (HD + 8) * 2 + (size_t)HD * (TC_BK + 8) * 2;
+}
+template <int HD> static size_t ma_smem_dkdv(void)
+{
+    return (size_t)(2 * TC_BQ + 2 * TC_BK) * (HD + 8) * 2 + (size_t)2 * HD * (TC_BQ + 8) * 2 +
+           (size_t)TC_BQ * 12;
+}
+
+size_t mt_attention_mma_smem(int64_t hd)
+{
+    if (hd == 64)
+        return ma_smem_dkdv<64>() > ma_smem_dq<64>() ? ma_smem_dkdv<64>() : ma_smem_dq<64>();
+    return ma_smem_dkdv<128>() > ma_smem_dq<128>() ? ma_smem_dkdv<128>() : ma_smem_dq<128>();
+}
+
+template <int HD, typename T>
+static void ma_forward(cudaStream_t s, T *out, float *lse, const T *q, const T *k, const T *v,
+                       const tc_geom_t &G)
+{
+    static bool ready = false;
+    const size_t smem = ma_smem_forward<HD>();
+    tc_prepare(mt_k_attention_mma_forward<HD, T>, smem, &ready);
+    dim3 grid((unsigned)((G.T + TC_BQ - 1) / TC_BQ), (unsigned)G.nh, (unsigned)G.B);
+    mt_k_attention_mma_forward<HD, T><<<grid, TC_THREADS, smem, s>>>(out, lse, q, k, v, G);
+    MT_CUDA_LAUNCH_CHECK("attention_mma_forward");
+}
+
+template <int HD, typename T>
+static void ma_backward(cudaStream_t s, T *dq, T *dk, T *dv, const T *dout, const float *lse,
+                        const float *D, const T *q, const T *k, const T *v, const tc_geom_t &G)
+{
+    static bool ready_dq = false, ready_kv = false;
+    const size_t smem_dq = ma_smem_dq<HD>(), smem_kv = ma_smem_dkdv<HD>();
+    tc_prepare(mt_k_attention_mma_dq<HD, T>, smem_dq, &ready_dq);
+    tc_prepare(mt_k_attention_mma_dkdv<HD, T>, smem_kv, &ready_kv);
+    dim3 gq((unsigned)((G.T + TC_BQ - 1) / TC_BQ), (unsigned)G.nh, (unsigned)G.B);
+    mt_k_attention_mma_dq<HD, T><<<gq, TC_THREADS, smem_dq, s>>>(dq, dout, lse, D, q, k, v, G);
+    MT_CUDA_LAUNCH_CHECK("attention_mma_dq");
+    dim3 gk((unsigned)((G.T + TC_BK - 1) / TC_BK), (unsigned)G.nkv, (unsigned)G.B);
+    mt_k_attention_mma_dkdv<HD, T><<<gk, TC_THREADS, smem_kv, s>>>(dk, dv, dout, lse, D, q, k,
+                                                                   v, G);
+    MT_CUDA_LAUNCH_CHECK("attention_mma_dkdv");
+}
+
+template <typename T>
+void mt_attention_mma_forward(cudaStream_t s, T *out, float *lse, const T *q, const T *k,
+                              const T *v, const tc_geom_t &G, int64_t hd)
+{
+    if (hd == 64)
+        ma_forward<64>(s, out, lse, q, k, v, G);
+    else
+        ma_forward<128>(s, out, lse, q, k, v, G);
+}
+
+template <typename T>
+void mt_attention_mma_backward(cudaStream_t s, T *dq, T *dk, T *dv, const T *dout,
+                               const float *lse, const float *D, const T *q, const T *k,
+                               const T *v, const tc_geom_t &G, int64_t hd)
+{
+    if (hd == 64)
+        ma_backward<64>(s, dq, dk, dv, dout, lse, D, q, k, v, G);
+    else
+        ma_backward<128>(s, dq, dk, dv, dout, lse, D, q, k, v, G);
+}
+
+template void mt_attention_mma_forward<float>(cudaStream_t, float *, float *, const float *,
+                                              const float *, const float *, const tc_geom_t &,
+                                              int64_t);
+template void mt_attention_mma_forward<__nv_bfloat16>(cudaStream_t, __nv_bfloat16 *, float *,
+                                                      const __nv_bfloat16 *,
+                                                      const __nv_bfloat16 *,
+                                                      const __nv_bfloat16 *, const tc_geom_t &,
+                                                      int64_t);
+template void mt_attention_mma_backward<float>(cudaStream_t, float *, float *, float *,
+                                               const float *, const float *, const float *,
+                                               const float *, const float *, const float *,
+                                               const tc_geom_t &, int64_t);
+template void mt_attention_mma_backward<__nv_bfloat16>(
+    cudaStream_t, __nv_bfloat16 *, __nv_bfloat16 *, __nv_bfloat16 *, const __nv_bfloat16 *,
+    const float *, const float *, const __nv_bfloat16 *, const __nv_bfloat16 *,
+    const __nv_bfloat16 *, const tc_geom_t &, int64_t);

@@ -1,0 +1,143 @@
+/* cuda_attention_tc.cuh: what the two tensor-core attention files share
+ * (cuda_attention_tc.cu, WMMA; cuda_attention_mma.cu, mma.sync): the
+ * geometry, the tiles, the bf16 tile loaders, the first visible keys of
+ * document masking, and the mma.sync entry points (doc/gpu.md). */
+#ifndef MT_CUDA_ATTENTION_TC_CUH
+#define MT_CUDA_ATTENTION_TC_CUH
+
+#include <string.h>
+
+#include "cuda_common.cuh"
+
+
+#define TC_BQ 64 /* query rows per block (forward, dq) and per query tile (dk/dv) */
+#define TC_BK 64 /* keys per key tile (forward, dq) and per block (dk/dv) */
+#define TC_WARPS 4
+#define TC_THREADS (TC_WARPS * 32)
+
+typedef struct {
+    int64_t B, T, nh, nkv, group, qstride, kvstride;
+    float scale;
+    int vec;   /* every row start 16-byte aligned: float4 loads */
+    int round; /* the outputs rounded to bf16 as they are stored */
+    const int32_t *doc_start;
+} tc_geom_t;
+
+typedef __nv_bfloat16 tc_bf16;
+
+__device__ __forceinline__ int64_t tc_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+__device__ __forceinline__ int64_t tc_max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+__device__ __forceinline__ int64_t tc_first_key(const tc_geom_t &G, int64_t b, int64_t t)
+{
+    return G.doc_start ? (int64_t)G.doc_start[b * G.T + t] : 0;
+}
+
+/* The first visible key of the block's nq query rows at q0 (*minlo, at
+ * most qlast) and of the warp's 16 rows from wr0 (*wlo, at most wlast). */
+__device__ __forceinline__ void tc_first_keys(const tc_geom_t &G, int64_t b, int64_t q0, int nq,
+                                              int wr0, int64_t qlast, int64_t wlast,
+                                              int64_t *minlo, int64_t *wlo)
+{
+    *minlo = qlast, *wlo = wlast;
+    for (int r = 0; r < nq; r++) {
+        const int64_t f = tc_first_key(G, b, q0 + r);
+        *minlo = f < *minlo ? f : *minlo;
+        if (r >= wr0 && r < wr0 + 16)
+            *wlo = f < *wlo ? f : *wlo;
+    }
+}
+
+/* four consecutive elements at p as floats: float32 (vec: one 16-byte
+ * load), or bf16 bits (bf16 storage; vec: one 8-byte load), exact */
+__device__ __forceinline__ float4 tc_load4(const float *p, int vec)
+{
+    return vec ? *(const float4 *)p : make_float4(p[0], p[1], p[2], p[3]);
+}
+
+/* the float of bf16 bits h (exact) */
+__device__ __forceinline__ float tc_bits_f32(unsigned long long h)
+{
+    const unsigned int b = (unsigned int)(h & 0xffffu) << 16;
+    float f;
+    memcpy(&f, &b, sizeof f);
+    return f;
+}
+
+__device__ __forceinline__ float4 tc_load4(const __nv_bfloat16 *p, int vec)
+{
+    if (vec) { /* element i in bits 16 i .. 16 i + 15 (little-endian) */
+        const unsigned long long u = *(const unsigned long long *)p;
+        return make_float4(tc_bits_f32(u), tc_bits_f32(u >> 16), tc_bits_f32(u >> 32),
+                           tc_bits_f32(u >> 48));
+    }
+    return make_float4(__bfloat162float(p[0]), __bfloat162float(p[1]), __bfloat162float(p[2]),
+                       __bfloat162float(p[3]));
+}
+
+/* Block-cooperative: rows 0..n of src (row r at src + r*stride, HD
+ * elements, float32 or bf16 bits) into the bf16 tile dst [R][HD + 8];
+ * rows n..R are zeroed so products over them give 0, never NaN. */
+template <int HD, int R, typename T>
+__device__ __forceinline__ void tc_load_tile(tc_bf16 *dst, const T *src, int64_t stride,
+                                             int64_t n, int vec)
+{
+    const int LD = HD + 8, C4 = HD / 4;
+    for (int e = threadIdx.x; e < R * C4; e += blockDim.x) {
+        const int r = e / C4, c = (e % C4) * 4;
+        float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (r < n)
+            x = tc_load4(src + r * stride + c, vec);
+        __nv_bfloat162 *d = (__nv_bfloat162 *)(dst + r * LD + c);
+        d[0] = __floats2bfloat162_rn(x.x, x.y);
+        d[1] = __floats2bfloat162_rn(x.z, x.w);
+    }
+}
+
+/* opt in to the kernel's shared memory once per process */
+template <typename K> static void tc_prepare(K kernel, size_t smem, bool *done)
+{
+    if (!*done) {
+        MT_CUDA_CHECK(
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        *done = true;
+    }
+}
+
+/* ------------------------------------------------------------------ mma.sync */
+
+/* d = a b + d for one warp: mma.sync.aligned.m16n8k16.row.col with bf16
+ * A (16 x 16, 4 registers of two) and B (16 x 8, 2 registers), fp32 C
+ * and D (4 per lane), in the PTX ISA's fragment layout: lane l, g = l / 4,
+ * t = l % 4; A's register r holds row g + 8 (r & 1), columns
+ * 8 (r >> 1) + 2 t + {0, 1}; B's register r rows 8 r + 2 t + {0, 1} of
+ * column g; D rows g (d0, d1) and g + 8 (d2, d3), columns 2 t + {0, 1}.
+ * The lower column (row of B) in the low half of a register.  The host
+ * emulation runs the same layout (tests/emu/cuda/emu_kernels.cc). */
+__device__ __forceinline__ void mt_mma_bf16_16816(float d[4], const uint32_t a[4],
+                                                  const uint32_t b[2])
+{
+#ifdef MT_CUDA_EMULATED
+    emu_mma_bf16_16816(d, a, b);
+#else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
+/* The mma.sync kernels (cuda_attention_mma.cu), for HD 64 and 128: the
+ * WMMA kernels' contract (cuda_attention_tc.cu), D the rows' dout . out;
+ * T float (bf16 values read from float32) or __nv_bfloat16 (storage).
+ * mt_attention_mma_smem: the largest of the three kernels' shared memory. */
+size_t mt_attention_mma_smem(int64_t hd);
+template <typename T>
+void mt_attention_mma_forward(cudaStream_t s, T *out, float *lse, const T *q, const T *k,
+                              const T *v, const tc_geom_t &G, int64_t hd);
+template <typename T>
+void mt_attention_mma_backward(cudaStream_t s, T *dq, T *dk, T *dv, const T *dout,
+                               const float *lse, const float *D, const T *q, const T *k,
+                               const T *v, const tc_geom_t &G, int64_t hd);
+
+#endif
