@@ -99,21 +99,25 @@ __device__ __forceinline__ void ma_acc_to_a(uint32_t a[4], const float *c0, cons
 
 /* acc[nb] = A B^T for the 8-column blocks nb in [nb0, nb1) of a 64-wide
  * tile: A the warp's 16 rows (from a0) of a [.][HD+8] tile, B^T the rows of
- * another (Bs row nb*8.. is B's column), both row-major over HD */
+ * another (Bs row nb*8.. is B's column), both row-major over HD.  Each A
+ * fragment is loaded once for all the column blocks. */
 template <int HD>
 __device__ __forceinline__ void ma_dot(float acc[8][4], const tc_bf16 *As, int a0,
                                        const tc_bf16 *Bs, int nb0, int nb1)
 {
     const int LDH = HD + 8;
 #pragma unroll
-    for (int nb = 0; nb < 8; nb++) {
+    for (int nb = 0; nb < 8; nb++)
         acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.0f;
-        if (nb < nb0 || nb >= nb1)
-            continue; /* warp-uniform */
 #pragma unroll
-        for (int kk = 0; kk < HD / 16; kk++) {
-            uint32_t a[4], b[2];
-            ma_ld_a(a, As, LDH, a0, kk * 16);
+    for (int kk = 0; kk < HD / 16; kk++) {
+        uint32_t a[4];
+        ma_ld_a(a, As, LDH, a0, kk * 16);
+#pragma unroll
+        for (int nb = 0; nb < 8; nb++) {
+            if (nb < nb0 || nb >= nb1)
+                continue; /* warp-uniform */
+            uint32_t b[2];
             ma_ld_b(b, Bs, LDH, nb * 8, kk * 16);
             mt_mma_bf16_16816(acc[nb], a, b);
         }
