@@ -34,26 +34,6 @@
 
 /* ------------------------------------------------------------------ tiles and fragments */
 
-/* Block-cooperative: rows 0..n of src (HD elements at src + r*stride,
- * float32 or bf16 bits) transposed into the bf16 tile dst [HD][R + 8]:
- * dst[c][r] = src[r][c]; rows n..R zero. */
-template <int HD, int R, typename T>
-__device__ __forceinline__ void ma_load_tile_t(tc_bf16 *dst, const T *src, int64_t stride,
-                                               int64_t n, int vec)
-{
-    const int LD = R + 8, C4 = HD / 4;
-    for (int e = threadIdx.x; e < R * C4; e += blockDim.x) {
-        const int r = e / C4, c = (e % C4) * 4;
-        float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (r < n)
-            x = tc_load4(src + r * stride + c, vec);
-        dst[(c + 0) * LD + r] = __float2bfloat16_rn(x.x);
-        dst[(c + 1) * LD + r] = __float2bfloat16_rn(x.y);
-        dst[(c + 2) * LD + r] = __float2bfloat16_rn(x.z);
-        dst[(c + 3) * LD + r] = __float2bfloat16_rn(x.w);
-    }
-}
-
 /* the A fragment of rows r0..r0+16, columns k0..k0+16 of a row-major bf16
  * tile of ld elements a row */
 __device__ __forceinline__ void ma_ld_a(uint32_t a[4], const tc_bf16 *tile, int ld, int r0,
@@ -164,6 +144,26 @@ __device__ __forceinline__ void ma_store(T *dst, int64_t stride, int nrows,
         }
 }
 
+/* the lane's two query rows in a forward or dq block: wr0 + g and
+ * wr0 + g + 8 (g = lane / 4), whether they exist, their positions and
+ * first visible keys */
+struct ma_rows_t {
+    bool v[2];
+    int64_t t[2], lo[2];
+};
+
+__device__ __forceinline__ ma_rows_t ma_rows(const tc_geom_t &G, const tc_qblock_t &Q)
+{
+    const int g8 = (threadIdx.x % 32) >> 2;
+    ma_rows_t R;
+    for (int i = 0; i < 2; i++) {
+        R.v[i] = Q.wr0 + g8 + 8 * i < Q.nq;
+        R.t[i] = Q.q0 + Q.wr0 + g8 + 8 * i;
+        R.lo[i] = R.v[i] ? tc_first_key(G, Q.b, R.t[i]) : 0;
+    }
+    return R;
+}
+
 /* ------------------------------------------------------------------ kernels */
 
 /* shared: Qs, Ks bf16 [64][HD+8], Vt bf16 [HD][72] */
@@ -176,42 +176,29 @@ __global__ void __launch_bounds__(TC_THREADS)
     TC_DECLARE_SMEM(smem);
     tc_bf16 *Qs = (tc_bf16 *)smem, *Ks = Qs + TC_BQ * LDH, *Vt = Ks + TC_BK * LDH;
 
-    const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g8 = lane >> 2, t4 = lane & 3;
-    const int64_t b = blockIdx.z, h = blockIdx.y, gk = h / G.group;
-    const int64_t ntiles = (G.T + TC_BQ - 1) / TC_BQ;
-    const int64_t q0 = (ntiles - 1 - (int64_t)blockIdx.x) * TC_BQ; /* longest rows first */
-    const int nq = (int)tc_min64(TC_BQ, G.T - q0);
-    const int64_t qlast = q0 + nq - 1;
-    const int wr0 = w * 16;
-    const bool wactive = wr0 < nq;
-    const int64_t wlast = q0 + (wr0 + 15 < nq - 1 ? wr0 + 15 : nq - 1);
-    int64_t minlo, wlo;
-    tc_first_keys(G, b, q0, nq, wr0, qlast, wlast, &minlo, &wlo);
-    /* the lane's two rows: wr0 + g8 and wr0 + g8 + 8 */
-    bool rv[2];
-    int64_t tr[2], lo[2];
-    for (int i = 0; i < 2; i++) {
-        rv[i] = wr0 + g8 + 8 * i < nq;
-        tr[i] = q0 + wr0 + g8 + 8 * i;
-        lo[i] = rv[i] ? tc_first_key(G, b, tr[i]) : 0;
-    }
+    const int t4 = threadIdx.x % 4;
+    const tc_qblock_t Q = tc_qblock(G);
+    const ma_rows_t R = ma_rows(G, Q);
+    const int64_t b = Q.b, h = Q.h, q0 = Q.q0, qlast = Q.qlast;
+    const int nq = Q.nq, wr0 = Q.wr0;
     tc_load_tile<HD, TC_BQ>(Qs, q + (b * G.T + q0) * G.qstride + h * HD, G.qstride, nq, G.vec);
 
     float o[HD / 8][4];
     for (int nd = 0; nd < HD / 8; nd++)
         o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    const int64_t kvbase = b * G.T * G.kvstride + gk * HD;
+    const int64_t kvbase = b * G.T * G.kvstride + Q.g * HD;
 
-    for (int64_t j0 = minlo; j0 <= qlast; j0 += TC_BK) {
+    for (int64_t j0 = Q.minlo; j0 <= qlast; j0 += TC_BK) {
         const int nj = (int)tc_min64(TC_BK, qlast + 1 - j0);
         __syncthreads(); /* the previous tile is no longer read */
         tc_load_tile<HD, TC_BK>(Ks, k + kvbase + j0 * G.kvstride, G.kvstride, nj, G.vec);
-        ma_load_tile_t<HD, TC_BK>(Vt, v + kvbase + j0 * G.kvstride, G.kvstride, nj, G.vec);
+        tc_load_tiles<HD, TC_BK>((tc_bf16 *)NULL, Vt, v + kvbase + j0 * G.kvstride, G.kvstride,
+                                 nj, G.vec);
         __syncthreads(); /* (the first time: Qs too) */
-        if (!wactive)
+        if (!Q.wactive)
             continue;
-        const int64_t cmin = tc_max64(wlo - j0, 0), cmax = tc_min64(wlast - j0, nj - 1);
+        const int64_t cmin = tc_max64(Q.wlo - j0, 0), cmax = tc_min64(Q.wlast - j0, nj - 1);
         if (cmin > cmax)
             continue; /* none of the warp's rows sees this tile (warp-uniform) */
         const int kf0 = (int)(cmin / 16), kf1 = (int)(cmax / 16) + 1;
@@ -224,8 +211,8 @@ __global__ void __launch_bounds__(TC_THREADS)
             for (int i = 0; i < 4; i++) {
                 const int r = i >> 1, c = nb * 8 + 2 * t4 + (i & 1);
                 const int64_t key = j0 + c;
-                const bool ok = nb >= 2 * kf0 && nb < 2 * kf1 && rv[r] && c < nj &&
-                                key >= lo[r] && key <= tr[r];
+                const bool ok = nb >= 2 * kf0 && nb < 2 * kf1 && R.v[r] && c < nj &&
+                                key >= R.lo[r] && key <= R.t[r];
                 s[nb][i] = ok ? s[nb][i] * G.scale : -INFINITY;
                 tmax[r] = fmaxf(tmax[r], s[nb][i]);
             }
@@ -255,15 +242,15 @@ __global__ void __launch_bounds__(TC_THREADS)
                 o[nd][i] *= corr[i >> 1];
         ma_accum<HD>(o, s, Vt, LDT, kf0, kf1);
     }
-    if (!wactive)
+    if (!Q.wactive)
         return; /* no barrier follows */
     const float f[2] = {1.0f / l[0], 1.0f / l[1]};
     ma_store<HD>(out + (b * G.T + q0 + wr0) * G.qstride + h * HD, G.qstride, nq - wr0, o, f,
                  G.round);
     if (t4 == 0)
         for (int r = 0; r < 2; r++)
-            if (rv[r])
-                lse[(b * G.nh + h) * G.T + tr[r]] = m[r] + logf(l[r]);
+            if (R.v[r])
+                lse[(b * G.nh + h) * G.T + R.t[r]] = m[r] + logf(l[r]);
 }
 
 /* dq of 64 query rows.  Shared: Qs, dOs, Ks, Vs bf16 [64][HD+8], Kt bf16
@@ -278,26 +265,15 @@ __global__ void __launch_bounds__(TC_THREADS)
     tc_bf16 *Qs = (tc_bf16 *)smem, *dOs = Qs + TC_BQ * LDH, *Ks = dOs + TC_BQ * LDH,
             *Vs = Ks + TC_BK * LDH, *Kt = Vs + TC_BK * LDH;
 
-    const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g8 = lane >> 2, t4 = lane & 3;
-    const int64_t b = blockIdx.z, h = blockIdx.y, gk = h / G.group;
-    const int64_t ntiles = (G.T + TC_BQ - 1) / TC_BQ;
-    const int64_t q0 = (ntiles - 1 - (int64_t)blockIdx.x) * TC_BQ;
-    const int nq = (int)tc_min64(TC_BQ, G.T - q0);
-    const int64_t qlast = q0 + nq - 1;
-    const int wr0 = w * 16;
-    const bool wactive = wr0 < nq;
-    const int64_t wlast = q0 + (wr0 + 15 < nq - 1 ? wr0 + 15 : nq - 1);
-    int64_t minlo, wlo;
-    tc_first_keys(G, b, q0, nq, wr0, qlast, wlast, &minlo, &wlo);
-    bool rv[2];
-    int64_t tr[2], lo[2];
+    const int t4 = threadIdx.x % 4;
+    const tc_qblock_t Q = tc_qblock(G);
+    const ma_rows_t R = ma_rows(G, Q);
+    const int64_t b = Q.b, h = Q.h, q0 = Q.q0, qlast = Q.qlast;
+    const int nq = Q.nq, wr0 = Q.wr0;
     float L[2], Dr[2];
     for (int i = 0; i < 2; i++) {
-        rv[i] = wr0 + g8 + 8 * i < nq;
-        tr[i] = q0 + wr0 + g8 + 8 * i;
-        lo[i] = rv[i] ? tc_first_key(G, b, tr[i]) : 0;
-        L[i] = rv[i] ? lse[(b * G.nh + h) * G.T + tr[i]] : 0.0f;
-        Dr[i] = rv[i] ? D[(b * G.nh + h) * G.T + tr[i]] : 0.0f;
+        L[i] = R.v[i] ? lse[(b * G.nh + h) * G.T + R.t[i]] : 0.0f;
+        Dr[i] = R.v[i] ? D[(b * G.nh + h) * G.T + R.t[i]] : 0.0f;
     }
     const int64_t qoff = (b * G.T + q0) * G.qstride + h * HD;
     tc_load_tile<HD, TC_BQ>(Qs, q + qoff, G.qstride, nq, G.vec);
@@ -306,18 +282,17 @@ __global__ void __launch_bounds__(TC_THREADS)
     float acc[HD / 8][4];
     for (int nd = 0; nd < HD / 8; nd++)
         acc[nd][0] = acc[nd][1] = acc[nd][2] = acc[nd][3] = 0.0f;
-    const int64_t kvbase = b * G.T * G.kvstride + gk * HD;
+    const int64_t kvbase = b * G.T * G.kvstride + Q.g * HD;
 
-    for (int64_t j0 = minlo; j0 <= qlast; j0 += TC_BK) {
+    for (int64_t j0 = Q.minlo; j0 <= qlast; j0 += TC_BK) {
         const int nj = (int)tc_min64(TC_BK, qlast + 1 - j0);
         __syncthreads();
-        tc_load_tile<HD, TC_BK>(Ks, k + kvbase + j0 * G.kvstride, G.kvstride, nj, G.vec);
-        ma_load_tile_t<HD, TC_BK>(Kt, k + kvbase + j0 * G.kvstride, G.kvstride, nj, G.vec);
+        tc_load_tiles<HD, TC_BK>(Ks, Kt, k + kvbase + j0 * G.kvstride, G.kvstride, nj, G.vec);
         tc_load_tile<HD, TC_BK>(Vs, v + kvbase + j0 * G.kvstride, G.kvstride, nj, G.vec);
         __syncthreads();
-        if (!wactive)
+        if (!Q.wactive)
             continue;
-        const int64_t cmin = tc_max64(wlo - j0, 0), cmax = tc_min64(wlast - j0, nj - 1);
+        const int64_t cmin = tc_max64(Q.wlo - j0, 0), cmax = tc_min64(Q.wlast - j0, nj - 1);
         if (cmin > cmax)
             continue;
         const int kf0 = (int)(cmin / 16), kf1 = (int)(cmax / 16) + 1;
@@ -330,14 +305,14 @@ __global__ void __launch_bounds__(TC_THREADS)
                 const int r = i >> 1, c = nb * 8 + 2 * t4 + (i & 1);
                 const int64_t key = j0 + c;
                 float ds = 0.0f;
-                if (nb >= 2 * kf0 && nb < 2 * kf1 && rv[r] && c < nj && key >= lo[r] &&
-                    key <= tr[r])
+                if (nb >= 2 * kf0 && nb < 2 * kf1 && R.v[r] && c < nj && key >= R.lo[r] &&
+                    key <= R.t[r])
                     ds = expf(s[nb][i] * G.scale - L[r]) * (dp[nb][i] - Dr[r]);
                 s[nb][i] = ds;
             }
         ma_accum<HD>(acc, s, Kt, LDT, kf0, kf1);
     }
-    if (!wactive)
+    if (!Q.wactive)
         return;
     const float f[2] = {G.scale, G.scale};
     ma_store<HD>(dq + qoff + wr0 * G.qstride, G.qstride, nq - wr0, acc, f, G.round);
@@ -385,23 +360,11 @@ __global__ void __launch_bounds__(TC_THREADS)
         const int64_t h = g * G.group + hh;
         for (int64_t q0 = j0; q0 < G.T; q0 += TC_BQ) { /* earlier queries see none of these keys */
             const int nq = (int)tc_min64(TC_BQ, G.T - q0);
-            __syncthreads(); /* the previous tile (the first time: Ks, Vs) */
-            /* does any query of the tile reach back to the block's keys? */
-            int reach = 0;
-            for (int i = threadIdx.x; i < nq; i += blockDim.x)
-                reach |= tc_first_key(G, b, q0 + i) <= klast;
-            if (!__syncthreads_or(reach))
-                continue; /* block-uniform */
+            if (!tc_dkdv_tile(G, b, h, q0, nq, klast, lse, D, sL, sD, sLo))
+                continue; /* block-uniform: no query of the tile reaches these keys */
             const int64_t qoff = (b * G.T + q0) * G.qstride + h * HD;
-            tc_load_tile<HD, TC_BQ>(Qs, q + qoff, G.qstride, nq, G.vec);
-            ma_load_tile_t<HD, TC_BQ>(Qt, q + qoff, G.qstride, nq, G.vec);
-            tc_load_tile<HD, TC_BQ>(dOs, dout + qoff, G.qstride, nq, G.vec);
-            ma_load_tile_t<HD, TC_BQ>(dOt, dout + qoff, G.qstride, nq, G.vec);
-            for (int i = threadIdx.x; i < nq; i += blockDim.x) {
-                sL[i] = lse[(b * G.nh + h) * G.T + q0 + i];
-                sD[i] = D[(b * G.nh + h) * G.T + q0 + i];
-                sLo[i] = (int)tc_first_key(G, b, q0 + i);
-            }
+            tc_load_tiles<HD, TC_BQ>(Qs, Qt, q + qoff, G.qstride, nq, G.vec);
+            tc_load_tiles<HD, TC_BQ>(dOs, dOt, dout + qoff, G.qstride, nq, G.vec);
             __syncthreads();
             if (!wactive)
                 continue;

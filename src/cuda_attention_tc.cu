@@ -138,22 +138,15 @@ __global__ void __launch_bounds__(TC_THREADS)
     tc_bf16 *Pb = (tc_bf16 *)(Sf + TC_BQ * LDS);
     float *sRow = (float *)(Pb + TC_BQ * LDP);
 
-    const int lane = threadIdx.x % 32, w = threadIdx.x / 32, half = lane & 1;
-    const int64_t b = blockIdx.z, h = blockIdx.y, g = h / G.group;
-    const int64_t ntiles = (G.T + TC_BQ - 1) / TC_BQ;
-    const int64_t q0 = (ntiles - 1 - (int64_t)blockIdx.x) * TC_BQ; /* longest rows first */
-    const int nq = (int)tc_min64(TC_BQ, G.T - q0);
-    const int64_t qlast = q0 + nq - 1;
+    const int lane = threadIdx.x % 32, half = lane & 1;
+    /* the block's rows and the warp's, their first visible keys */
+    const tc_qblock_t Q = tc_qblock(G);
+    const int64_t b = Q.b, h = Q.h, q0 = Q.q0, qlast = Q.qlast;
+    const int nq = Q.nq, wr0 = Q.wr0;
     /* the lane's softmax row (two lanes a row, alternate columns) */
-    const int rr = w * 16 + lane / 2;
+    const int rr = wr0 + lane / 2;
     const bool rvalid = rr < nq;
     const int64_t t = q0 + rr, lo = rvalid ? tc_first_key(G, b, t) : 0;
-    /* the warp's rows and the block's: first visible key, last row */
-    const int wr0 = w * 16;
-    const bool wactive = wr0 < nq;
-    const int64_t wlast = q0 + (wr0 + 15 < nq - 1 ? wr0 + 15 : nq - 1);
-    int64_t minlo, wlo;
-    tc_first_keys(G, b, q0, nq, wr0, qlast, wlast, &minlo, &wlo);
     tc_load_tile<HD, TC_BQ>(Qs, q + (b * G.T + q0) * G.qstride + h * HD, G.qstride, nq, G.vec);
 
     /* the row of each accumulator element: load a matrix of row numbers */
@@ -169,17 +162,17 @@ __global__ void __launch_bounds__(TC_THREADS)
     for (int n = 0; n < HD / 16; n++)
         wm::fill_fragment(o[n], 0.0f);
     float m = -INFINITY, l = 0.0f;
-    const int64_t kvbase = b * G.T * G.kvstride + g * HD;
+    const int64_t kvbase = b * G.T * G.kvstride + Q.g * HD;
 
-    for (int64_t j0 = minlo; j0 <= qlast; j0 += TC_BK) {
+    for (int64_t j0 = Q.minlo; j0 <= qlast; j0 += TC_BK) {
         const int nj = (int)tc_min64(TC_BK, qlast + 1 - j0);
         __syncthreads(); /* the previous tile is no longer read */
         tc_load_tile<HD, TC_BK>(Ks, k + kvbase + j0 * G.kvstride, G.kvstride, nj, G.vec);
         tc_load_tile<HD, TC_BK>(Vs, v + kvbase + j0 * G.kvstride, G.kvstride, nj, G.vec);
         __syncthreads(); /* (the first time: Qs too) */
-        if (!wactive)
+        if (!Q.wactive)
             continue;
-        const int64_t cmin = tc_max64(wlo - j0, 0), cmax = tc_min64(wlast - j0, nj - 1);
+        const int64_t cmin = tc_max64(Q.wlo - j0, 0), cmax = tc_min64(Q.wlast - j0, nj - 1);
         if (cmin > cmax)
             continue; /* none of the warp's rows sees this tile (warp-uniform) */
         const int cf0 = (int)(cmin / 16), cf1 = (int)(cmax / 16) + 1;
@@ -220,7 +213,7 @@ __global__ void __launch_bounds__(TC_THREADS)
         tc_accum<HD>(o, Pb + wr0 * LDP, LDP, Vs, cf0, cf1);
         __syncwarp(); /* Sf, Pb, sRow are rewritten by the next tile */
     }
-    if (!wactive)
+    if (!Q.wactive)
         return; /* no barrier follows */
     if (half == 0)
         sRow[rr] = l;
@@ -247,22 +240,15 @@ __global__ void __launch_bounds__(TC_THREADS)
     float *Sf = (float *)(Vs + TC_BK * LDH), *dPf = Sf + TC_BQ * LDS;
     tc_bf16 *dSb = (tc_bf16 *)(dPf + TC_BQ * LDD);
 
-    const int lane = threadIdx.x % 32, w = threadIdx.x / 32, half = lane & 1;
-    const int64_t b = blockIdx.z, h = blockIdx.y, g = h / G.group;
-    const int64_t ntiles = (G.T + TC_BQ - 1) / TC_BQ;
-    const int64_t q0 = (ntiles - 1 - (int64_t)blockIdx.x) * TC_BQ;
-    const int nq = (int)tc_min64(TC_BQ, G.T - q0);
-    const int64_t qlast = q0 + nq - 1;
-    const int rr = w * 16 + lane / 2;
+    const int lane = threadIdx.x % 32, half = lane & 1;
+    const tc_qblock_t Q = tc_qblock(G);
+    const int64_t b = Q.b, h = Q.h, q0 = Q.q0, qlast = Q.qlast;
+    const int nq = Q.nq, wr0 = Q.wr0;
+    const int rr = wr0 + lane / 2;
     const bool rvalid = rr < nq;
     const int64_t t = q0 + rr, lo = rvalid ? tc_first_key(G, b, t) : 0;
     const float L = rvalid ? lse[(b * G.nh + h) * G.T + t] : 0.0f;
     const float Dr = rvalid ? D[(b * G.nh + h) * G.T + t] : 0.0f;
-    const int wr0 = w * 16;
-    const bool wactive = wr0 < nq;
-    const int64_t wlast = q0 + (wr0 + 15 < nq - 1 ? wr0 + 15 : nq - 1);
-    int64_t minlo, wlo;
-    tc_first_keys(G, b, q0, nq, wr0, qlast, wlast, &minlo, &wlo);
     const int64_t qoff = (b * G.T + q0) * G.qstride + h * HD;
     tc_load_tile<HD, TC_BQ>(Qs, q + qoff, G.qstride, nq, G.vec);
     tc_load_tile<HD, TC_BQ>(dOs, dout + qoff, G.qstride, nq, G.vec);
@@ -270,18 +256,18 @@ __global__ void __launch_bounds__(TC_THREADS)
     tc_fc_t acc[HD / 16];
     for (int n = 0; n < HD / 16; n++)
         wm::fill_fragment(acc[n], 0.0f);
-    const int64_t kvbase = b * G.T * G.kvstride + g * HD;
+    const int64_t kvbase = b * G.T * G.kvstride + Q.g * HD;
     float *Sw = Sf + wr0 * LDS, *dPw = dPf + wr0 * LDD;
 
-    for (int64_t j0 = minlo; j0 <= qlast; j0 += TC_BK) {
+    for (int64_t j0 = Q.minlo; j0 <= qlast; j0 += TC_BK) {
         const int nj = (int)tc_min64(TC_BK, qlast + 1 - j0);
         __syncthreads();
         tc_load_tile<HD, TC_BK>(Ks, k + kvbase + j0 * G.kvstride, G.kvstride, nj, G.vec);
         tc_load_tile<HD, TC_BK>(Vs, v + kvbase + j0 * G.kvstride, G.kvstride, nj, G.vec);
         __syncthreads();
-        if (!wactive)
+        if (!Q.wactive)
             continue;
-        const int64_t cmin = tc_max64(wlo - j0, 0), cmax = tc_min64(wlast - j0, nj - 1);
+        const int64_t cmin = tc_max64(Q.wlo - j0, 0), cmax = tc_min64(Q.wlast - j0, nj - 1);
         if (cmin > cmax)
             continue;
         const int cf0 = (int)(cmin / 16), cf1 = (int)(cmax / 16) + 1;
@@ -306,7 +292,7 @@ __global__ void __launch_bounds__(TC_THREADS)
         tc_accum<HD>(acc, dSb + wr0 * LDP, LDP, Ks, cf0, cf1);
         __syncwarp();
     }
-    if (!wactive)
+    if (!Q.wactive)
         return;
     tc_store_rows<HD>(dq + qoff + wr0 * G.qstride, G.qstride, nq - wr0, acc, Sw, LDS, G.scale,
                       NULL, G.round);
@@ -356,21 +342,11 @@ __global__ void __launch_bounds__(TC_THREADS)
         const int64_t h = g * G.group + hh;
         for (int64_t q0 = j0; q0 < G.T; q0 += TC_BQ) { /* earlier queries see none of these keys */
             const int nq = (int)tc_min64(TC_BQ, G.T - q0);
-            __syncthreads(); /* the previous tile (the first time: Ks, Vs) */
-            /* does any query of the tile reach back to the block's keys? */
-            int reach = 0;
-            for (int i = threadIdx.x; i < nq; i += blockDim.x)
-                reach |= tc_first_key(G, b, q0 + i) <= klast;
-            if (!__syncthreads_or(reach))
-                continue; /* block-uniform */
+            if (!tc_dkdv_tile(G, b, h, q0, nq, klast, lse, D, sL, sD, sLo))
+                continue; /* block-uniform: no query of the tile reaches these keys */
             const int64_t qoff = (b * G.T + q0) * G.qstride + h * HD;
             tc_load_tile<HD, TC_BQ>(Qs, q + qoff, G.qstride, nq, G.vec);
             tc_load_tile<HD, TC_BQ>(dOs, dout + qoff, G.qstride, nq, G.vec);
-            for (int i = threadIdx.x; i < nq; i += blockDim.x) {
-                sL[i] = lse[(b * G.nh + h) * G.T + q0 + i];
-                sD[i] = D[(b * G.nh + h) * G.T + q0 + i];
-                sLo[i] = (int)tc_first_key(G, b, q0 + i);
-            }
             __syncthreads();
             if (!wactive)
                 continue;

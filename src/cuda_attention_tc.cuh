@@ -76,22 +76,89 @@ __device__ __forceinline__ float4 tc_load4(const __nv_bfloat16 *p, int vec)
 }
 
 /* Block-cooperative: rows 0..n of src (row r at src + r*stride, HD
- * elements, float32 or bf16 bits) into the bf16 tile dst [R][HD + 8];
- * rows n..R are zeroed so products over them give 0, never NaN. */
+ * elements, float32 or bf16 bits) into the bf16 tile dst [R][HD + 8]
+ * and, when dst_t is not NULL, transposed into dst_t [HD][R + 8]
+ * (dst_t[c][r] = src[r][c]; dst may be NULL then); rows n..R are zeroed
+ * so products over them give 0, never NaN.  One read of src for both. */
 template <int HD, int R, typename T>
-__device__ __forceinline__ void tc_load_tile(tc_bf16 *dst, const T *src, int64_t stride,
-                                             int64_t n, int vec)
+__device__ __forceinline__ void tc_load_tiles(tc_bf16 *dst, tc_bf16 *dst_t, const T *src,
+                                              int64_t stride, int64_t n, int vec)
 {
-    const int LD = HD + 8, C4 = HD / 4;
+    const int LD = HD + 8, LDT = R + 8, C4 = HD / 4;
     for (int e = threadIdx.x; e < R * C4; e += blockDim.x) {
         const int r = e / C4, c = (e % C4) * 4;
         float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (r < n)
             x = tc_load4(src + r * stride + c, vec);
-        __nv_bfloat162 *d = (__nv_bfloat162 *)(dst + r * LD + c);
-        d[0] = __floats2bfloat162_rn(x.x, x.y);
-        d[1] = __floats2bfloat162_rn(x.z, x.w);
+        if (dst) {
+            __nv_bfloat162 *d = (__nv_bfloat162 *)(dst + r * LD + c);
+            d[0] = __floats2bfloat162_rn(x.x, x.y);
+            d[1] = __floats2bfloat162_rn(x.z, x.w);
+        }
+        if (dst_t) {
+            dst_t[(c + 0) * LDT + r] = __float2bfloat16_rn(x.x);
+            dst_t[(c + 1) * LDT + r] = __float2bfloat16_rn(x.y);
+            dst_t[(c + 2) * LDT + r] = __float2bfloat16_rn(x.z);
+            dst_t[(c + 3) * LDT + r] = __float2bfloat16_rn(x.w);
+        }
     }
+}
+
+template <int HD, int R, typename T>
+__device__ __forceinline__ void tc_load_tile(tc_bf16 *dst, const T *src, int64_t stride,
+                                             int64_t n, int vec)
+{
+    tc_load_tiles<HD, R>(dst, (tc_bf16 *)NULL, src, stride, n, vec);
+}
+
+/* A forward or dq block: its 64 query rows of head h, batch row b (kv
+ * head g) and its warp's 16, with their first visible keys */
+struct tc_qblock_t {
+    int64_t b, h, g;
+    int64_t q0, qlast; /* the block's first and last rows */
+    int nq;            /* its rows (64, or fewer in the last tile) */
+    int wr0;           /* the warp's first row in the block */
+    bool wactive;      /* the warp has rows */
+    int64_t wlast;     /* the warp's last row */
+    int64_t minlo, wlo; /* first visible key of the block's, the warp's rows */
+};
+
+__device__ __forceinline__ tc_qblock_t tc_qblock(const tc_geom_t &G)
+{
+    tc_qblock_t Q;
+    Q.b = blockIdx.z, Q.h = blockIdx.y, Q.g = Q.h / G.group;
+    const int64_t ntiles = (G.T + TC_BQ - 1) / TC_BQ;
+    Q.q0 = (ntiles - 1 - (int64_t)blockIdx.x) * TC_BQ; /* longest rows first */
+    Q.nq = (int)tc_min64(TC_BQ, G.T - Q.q0);
+    Q.qlast = Q.q0 + Q.nq - 1;
+    Q.wr0 = (int)(threadIdx.x / 32) * 16;
+    Q.wactive = Q.wr0 < Q.nq;
+    Q.wlast = Q.q0 + (Q.wr0 + 15 < Q.nq - 1 ? Q.wr0 + 15 : Q.nq - 1);
+    tc_first_keys(G, Q.b, Q.q0, Q.nq, Q.wr0, Q.qlast, Q.wlast, &Q.minlo, &Q.wlo);
+    return Q;
+}
+
+/* dk/dv, block-collective, first the barrier that frees the previous
+ * query tile: whether any query of the tile [q0, q0 + nq) of head h
+ * reaches back to keys up to klast (the document masks), and if so its
+ * queries' lse, D and first visible keys into sL, sD, sLo. */
+__device__ __forceinline__ bool tc_dkdv_tile(const tc_geom_t &G, int64_t b, int64_t h,
+                                             int64_t q0, int nq, int64_t klast,
+                                             const float *lse, const float *D, float *sL,
+                                             float *sD, int *sLo)
+{
+    __syncthreads(); /* the previous tile (the first time: the block's keys) */
+    int reach = 0;
+    for (int i = threadIdx.x; i < nq; i += blockDim.x)
+        reach |= tc_first_key(G, b, q0 + i) <= klast;
+    if (!__syncthreads_or(reach))
+        return false; /* block-uniform */
+    for (int i = threadIdx.x; i < nq; i += blockDim.x) {
+        sL[i] = lse[(b * G.nh + h) * G.T + q0 + i];
+        sD[i] = D[(b * G.nh + h) * G.T + q0 + i];
+        sLo[i] = (int)tc_first_key(G, b, q0 + i);
+    }
+    return true;
 }
 
 /* opt in to the kernel's shared memory once per process */

@@ -168,6 +168,12 @@ mt_status_t mt_train_device_init(mt_train_device_t *d, const mt_config_t *cfg,
                                  const mt_mesh_t *mesh)
 {
     memset(d, 0, sizeof *d);
+    /* read by the CUDA attention launchers (cuda_attention_tc.cu): checked
+     * here, before anything is allocated, on every device */
+    const char *ak = getenv("MESHTRAIN_ATTENTION_KERNEL");
+    if (ak && *ak && strcmp(ak, "mma") != 0 && strcmp(ak, "wmma") != 0)
+        MT_FAIL(MT_ERR_CONFIG, "MESHTRAIN_ATTENTION_KERNEL=%s: mma (the default) or wmma "
+                "(doc/gpu.md)", ak);
     /* bf16 compute: the table whose kernels round their outputs (mt_backend.h) */
     d->be = cfg->distributed.mp_policy.param_dtype == MT_DTYPE_BFLOAT16 ? mt_backend_cpu_bf16()
                                                                        : mt_backend_cpu();

@@ -212,6 +212,14 @@ unset MESHTRAIN_BF16_PASSES
 expect_in "$out$err" "MESHTRAIN_BF16_PASSES=1 rounds in passes" \
     "bf16 storage refuses MESHTRAIN_BF16_PASSES"
 MESHTRAIN_BF16_STORAGE=0
+# the CUDA attention's kernel choice is checked before training, on any device
+MESHTRAIN_ATTENTION_KERNEL=flash3
+export MESHTRAIN_ATTENTION_KERNEL
+expect_rc 1 np 1 "$bindir/meshtrain-dense" --config "$small_cfg" $common $bf \
+    distributed.strategy=ddp checkpoint.checkpoint_dir="$workdir/srefused"
+unset MESHTRAIN_ATTENTION_KERNEL
+expect_in "$out$err" "MESHTRAIN_ATTENTION_KERNEL=flash3: mma (the default) or wmma" \
+    "an unknown MESHTRAIN_ATTENTION_KERNEL is refused"
 
 # resume: the step-6 checkpoint of r1 continues exactly like r1
 rm -rf "$workdir/r1/step_00000012"; echo step_00000006 > "$workdir/r1/latest"

@@ -24,7 +24,8 @@
 #      rank (tests/nccl-np1.mpi);
 #   3. trains 10 steps on one rank on the GPU (distributed.device=cuda) and
 #      on the CPU, dense and MoE, fp32 and bf16 (and bf16 at head dim 64,
-#      the tensor-core attention, also on bf16 storage), and compares the
+#      the tensor-core attention, also on bf16 storage and on the WMMA
+#      attention kernels instead of the mma.sync ones), and compares the
 #      losses (2e-3 relative, 2e-2 in bf16); then the throughput of Llama
 #      3.2 1B as shipped (vocabulary 128256) at sequence 2048 on bf16
 #      storage (the default on cuda, the goal's row): 8 micro-steps of 8 x
@@ -336,6 +337,23 @@ elif out=$(loss_diff "$logs/parity-dense-bf16-hd64-cpu.jsonl" "$logs/storage-den
     row "dense-bf16-hd64 bf16 storage vs CPU" "ok" "$out"
 else
     row "dense-bf16-hd64 bf16 storage vs CPU" "FAIL" "${out:-no metrics}; see $log"
+    show_fail "$log"
+    fail=1
+fi
+
+# the same run on the WMMA attention kernels (the mma.sync ones are the
+# default, and run in every row above): if the default's row fails and
+# this one passes, the mma.sync kernels are wrong on the hardware and
+# MESHTRAIN_ATTENTION_KERNEL=wmma is the workaround
+log=$logs/wmma-dense-bf16-hd64.log
+# shellcheck disable=SC2086
+MESHTRAIN_ATTENTION_KERNEL=wmma run1 90 meshtrain-dense "$log" $small $hd64 $bf16 \
+    distributed.device=cuda logging.metrics_file="$logs/wmma-dense-bf16-hd64.jsonl"
+echo "exit $?" >> "$log"
+if out=$(loss_diff "$logs/parity-dense-bf16-hd64-cpu.jsonl" "$logs/wmma-dense-bf16-hd64.jsonl" 2e-2); then
+    row "dense-bf16-hd64 WMMA attention vs CPU" "ok" "$out"
+else
+    row "dense-bf16-hd64 WMMA attention vs CPU" "FAIL" "${out:-no metrics}; see $log"
     show_fail "$log"
     fail=1
 fi
