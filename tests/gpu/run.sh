@@ -420,14 +420,14 @@ PY
 llama_run bf16-storage big
 llama_run bf16-storage one
 
-# where that step's time goes: the goal's run for 3 steps with every
+# where that step's time goes: the goal's run for 2 steps with every
 # backend entry timed alone (MESHTRAIN_PROFILE=1, kernels_profile.c; the
-# first step left out): the table is in the log, its top four entries in
-# the row
+# first step left out, so the second's 8 micro-steps and its optimizer
+# step): the table is in the log, its top four entries in the row
 # shellcheck disable=SC2086
 if MESHTRAIN_PROFILE=1 MESHTRAIN_BF16_STORAGE=1 MT_PEAK_TFLOPS=$peak \
         run1 120 meshtrain-dense "$logs/llama1b-profile.log" \
-        $llama $big $bf16 distributed.device=cuda step_scheduler.max_steps=3 \
+        $llama $big $bf16 distributed.device=cuda step_scheduler.max_steps=2 \
         logging.metrics_file="$logs/llama1b-profile.jsonl" $emu &&
    grep -q '^kernel profile' "$logs/llama1b-profile.log"; then
     sed -n '/^kernel profile/,/^meshtrain-dense: done/p' "$logs/llama1b-profile.log"
