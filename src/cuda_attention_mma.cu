@@ -18,16 +18,16 @@
  * on the accumulators, and an m16n8 accumulator pair is already the A
  * operand of the next product (FlashAttention-2's register reuse): no
  * trip of S, P or dS through shared memory, which the WMMA kernels need
- * because a WMMA fragment's layout is unspecified.  B operands come from
- * shared memory as 32-bit pairs, so each product needs its B tile with
- * the reduced dimension contiguous: K and V row-major for Q K^T and
- * dO V^T, and transposed copies (V^T, K^T, Q^T, dO^T, filled as the tiles
- * load) for P V, dS K, P^T dO and dS^T Q.
+ * because a WMMA fragment's layout is unspecified.  Every tile is
+ * row-major bf16 [64][HD+8]: the B operands of Q K^T, dO V^T, K Q^T and
+ * V dO^T (the reduced dimension along a row) load as 32-bit pairs, those
+ * of P V, dS K, P^T dO and dS^T Q (along a column) through
+ * ldmatrix.trans, which transposes 8x8 blocks on the way to registers.
  *
  * Every output element is summed by one warp in a fixed order: the
  * passes are deterministic without atomics, as before.  Not here:
- * ldmatrix, cp.async double buffering, wgmma/TMA (Hopper's
- * FlashAttention-3). */
+ * cp.async double buffering, more than 16 rows a warp (B fragments reused
+ * across row tiles), wgmma/TMA (Hopper's FlashAttention-3). */
 #include "cuda_attention_tc.cuh"
 /* (here, not in the header: the host emulation rewrites it in .cu files) */
 #define TC_DECLARE_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
@@ -105,23 +105,27 @@ __device__ __forceinline__ void ma_dot(float acc[8][4], const tc_bf16 *As, int a
 }
 
 /* out[nd] += X Y over the 16-column steps kf in [kf0, kf1) of X (the
- * accumulators x, rounded to bf16) for all HD/8 output blocks; Yt stores
- * Y transposed ([HD][ld]: row d is Y's column d) */
+ * accumulators x, rounded to bf16) for all HD/8 output blocks; Y is a
+ * row-major bf16 tile [.][HD+8] (row k, column d), whose B fragments
+ * ldmatrix.trans gives two output blocks at a time */
 template <int HD>
-__device__ __forceinline__ void ma_accum(float out[HD / 8][4], float x[8][4], const tc_bf16 *Yt,
-                                         int ld, int kf0, int kf1)
+__device__ __forceinline__ void ma_accum(float out[HD / 8][4], float x[8][4], const tc_bf16 *Y,
+                                         int kf0, int kf1)
 {
+    const int LDH = HD + 8, l = threadIdx.x % 32;
 #pragma unroll
     for (int kf = 0; kf < 4; kf++) {
         if (kf < kf0 || kf >= kf1)
             continue;
         uint32_t a[4];
         ma_acc_to_a(a, x[2 * kf], x[2 * kf + 1]);
+        const tc_bf16 *row = Y + (kf * 16 + (l & 15)) * LDH + 8 * (l >> 4);
 #pragma unroll
-        for (int nd = 0; nd < HD / 8; nd++) {
-            uint32_t b[2];
-            ma_ld_b(b, Yt, ld, nd * 8, kf * 16);
+        for (int nd = 0; nd < HD / 8; nd += 2) {
+            uint32_t b[4];
+            mt_ldmatrix_x4_trans(b, row + nd * 8);
             mt_mma_bf16_16816(out[nd], a, b);
+            mt_mma_bf16_16816(out[nd + 1], a, b + 2);
         }
     }
 }
@@ -166,15 +170,15 @@ __device__ __forceinline__ ma_rows_t ma_rows(const tc_geom_t &G, const tc_qblock
 
 /* ------------------------------------------------------------------ kernels */
 
-/* shared: Qs, Ks bf16 [64][HD+8], Vt bf16 [HD][72] */
+/* shared: Qs, Ks, Vs bf16 [64][HD+8] */
 template <int HD, typename T>
 __global__ void __launch_bounds__(TC_THREADS)
     mt_k_attention_mma_forward(T *out, float *lse, const T *q, const T *k, const T *v,
                                tc_geom_t G)
 {
-    const int LDH = HD + 8, LDT = TC_BK + 8;
+    const int LDH = HD + 8;
     TC_DECLARE_SMEM(smem);
-    tc_bf16 *Qs = (tc_bf16 *)smem, *Ks = Qs + TC_BQ * LDH, *Vt = Ks + TC_BK * LDH;
+    tc_bf16 *Qs = (tc_bf16 *)smem, *Ks = Qs + TC_BQ * LDH, *Vs = Ks + TC_BK * LDH;
 
     const int t4 = threadIdx.x % 4;
     const tc_qblock_t Q = tc_qblock(G);
@@ -193,8 +197,7 @@ __global__ void __launch_bounds__(TC_THREADS)
         const int nj = (int)tc_min64(TC_BK, qlast + 1 - j0);
         __syncthreads(); /* the previous tile is no longer read */
         tc_load_tile<HD, TC_BK>(Ks, k + kvbase + j0 * G.kvstride, G.kvstride, nj, G.vec);
-        tc_load_tiles<HD, TC_BK>((tc_bf16 *)NULL, Vt, v + kvbase + j0 * G.kvstride, G.kvstride,
-                                 nj, G.vec);
+        tc_load_tile<HD, TC_BK>(Vs, v + kvbase + j0 * G.kvstride, G.kvstride, nj, G.vec);
         __syncthreads(); /* (the first time: Qs too) */
         if (!Q.wactive)
             continue;
@@ -240,7 +243,7 @@ __global__ void __launch_bounds__(TC_THREADS)
         for (int nd = 0; nd < HD / 8; nd++)
             for (int i = 0; i < 4; i++)
                 o[nd][i] *= corr[i >> 1];
-        ma_accum<HD>(o, s, Vt, LDT, kf0, kf1);
+        ma_accum<HD>(o, s, Vs, kf0, kf1);
     }
     if (!Q.wactive)
         return; /* no barrier follows */
@@ -253,17 +256,16 @@ __global__ void __launch_bounds__(TC_THREADS)
                 lse[(b * G.nh + h) * G.T + R.t[r]] = m[r] + logf(l[r]);
 }
 
-/* dq of 64 query rows.  Shared: Qs, dOs, Ks, Vs bf16 [64][HD+8], Kt bf16
- * [HD][72] */
+/* dq of 64 query rows.  Shared: Qs, dOs, Ks, Vs bf16 [64][HD+8] */
 template <int HD, typename T>
 __global__ void __launch_bounds__(TC_THREADS)
     mt_k_attention_mma_dq(T *dq, const T *dout, const float *lse, const float *D, const T *q,
                           const T *k, const T *v, tc_geom_t G)
 {
-    const int LDH = HD + 8, LDT = TC_BK + 8;
+    const int LDH = HD + 8;
     TC_DECLARE_SMEM(smem);
     tc_bf16 *Qs = (tc_bf16 *)smem, *dOs = Qs + TC_BQ * LDH, *Ks = dOs + TC_BQ * LDH,
-            *Vs = Ks + TC_BK * LDH, *Kt = Vs + TC_BK * LDH;
+            *Vs = Ks + TC_BK * LDH;
 
     const int t4 = threadIdx.x % 4;
     const tc_qblock_t Q = tc_qblock(G);
@@ -287,7 +289,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     for (int64_t j0 = Q.minlo; j0 <= qlast; j0 += TC_BK) {
         const int nj = (int)tc_min64(TC_BK, qlast + 1 - j0);
         __syncthreads();
-        tc_load_tiles<HD, TC_BK>(Ks, Kt, k + kvbase + j0 * G.kvstride, G.kvstride, nj, G.vec);
+        tc_load_tile<HD, TC_BK>(Ks, k + kvbase + j0 * G.kvstride, G.kvstride, nj, G.vec);
         tc_load_tile<HD, TC_BK>(Vs, v + kvbase + j0 * G.kvstride, G.kvstride, nj, G.vec);
         __syncthreads();
         if (!Q.wactive)
@@ -310,7 +312,7 @@ __global__ void __launch_bounds__(TC_THREADS)
                     ds = expf(s[nb][i] * G.scale - L[r]) * (dp[nb][i] - Dr[r]);
                 s[nb][i] = ds;
             }
-        ma_accum<HD>(acc, s, Kt, LDT, kf0, kf1);
+        ma_accum<HD>(acc, s, Ks, kf0, kf1);
     }
     if (!Q.wactive)
         return;
@@ -319,18 +321,18 @@ __global__ void __launch_bounds__(TC_THREADS)
 }
 
 /* dk, dv of 64 key rows of kv head g.  Shared: Ks, Vs (own rows), Qs, dOs
- * (query tile) bf16 [64][HD+8]; Qt, dOt bf16 [HD][72]; per query of the
- * tile sL, sD (fp32) and sLo (int) [64] */
+ * (query tile) bf16 [64][HD+8]; per query of the tile sL, sD (fp32) and
+ * sLo (int) [64] */
 template <int HD, typename T>
 __global__ void __launch_bounds__(TC_THREADS)
     mt_k_attention_mma_dkdv(T *dk, T *dv, const T *dout, const float *lse, const float *D,
                             const T *q, const T *k, const T *v, tc_geom_t G)
 {
-    const int LDH = HD + 8, LDT = TC_BQ + 8;
+    const int LDH = HD + 8;
     TC_DECLARE_SMEM(smem);
     tc_bf16 *Ks = (tc_bf16 *)smem, *Vs = Ks + TC_BK * LDH, *Qs = Vs + TC_BK * LDH,
-            *dOs = Qs + TC_BQ * LDH, *Qt = dOs + TC_BQ * LDH, *dOt = Qt + HD * LDT;
-    float *sL = (float *)(dOt + HD * LDT), *sD = sL + TC_BQ;
+            *dOs = Qs + TC_BQ * LDH;
+    float *sL = (float *)(dOs + TC_BQ * LDH), *sD = sL + TC_BQ;
     int *sLo = (int *)(sD + TC_BQ);
 
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g8 = lane >> 2, t4 = lane & 3;
@@ -363,8 +365,8 @@ __global__ void __launch_bounds__(TC_THREADS)
             if (!tc_dkdv_tile(G, b, h, q0, nq, klast, lse, D, sL, sD, sLo))
                 continue; /* block-uniform: no query of the tile reaches these keys */
             const int64_t qoff = (b * G.T + q0) * G.qstride + h * HD;
-            tc_load_tiles<HD, TC_BQ>(Qs, Qt, q + qoff, G.qstride, nq, G.vec);
-            tc_load_tiles<HD, TC_BQ>(dOs, dOt, dout + qoff, G.qstride, nq, G.vec);
+            tc_load_tile<HD, TC_BQ>(Qs, q + qoff, G.qstride, nq, G.vec);
+            tc_load_tile<HD, TC_BQ>(dOs, dout + qoff, G.qstride, nq, G.vec);
             __syncthreads();
             if (!wactive)
                 continue;
@@ -389,8 +391,8 @@ __global__ void __launch_bounds__(TC_THREADS)
                     st[nb][i] = p;
                     dpt[nb][i] = ds;
                 }
-            ma_accum<HD>(adv, st, dOt, LDT, qf0, qf1);
-            ma_accum<HD>(adk, dpt, Qt, LDT, qf0, qf1);
+            ma_accum<HD>(adv, st, dOs, qf0, qf1);
+            ma_accum<HD>(adk, dpt, Qs, qf0, qf1);
         }
     }
     if (!wactive)
@@ -405,16 +407,15 @@ __global__ void __launch_bounds__(TC_THREADS)
 /* dynamic shared memory of the three kernels, bytes */
 template <int HD> static size_t ma_smem_forward(void)
 {
-    return (size_t)(TC_BQ + TC_BK) * (HD + 8) * 2 + (size_t)HD * (TC_BK + 8) * 2;
+    return (size_t)(TC_BQ + 2 * TC_BK) * (HD + 8) * 2;
 }
 template <int HD> static size_t ma_smem_dq(void)
 {
-    return (size_t)(2 * TC_BQ + 2 * TC_BK) * (HD + 8) * 2 + (size_t)HD * (TC_BK + 8) * 2;
+    return (size_t)(2 * TC_BQ + 2 * TC_BK) * (HD + 8) * 2;
 }
 template <int HD> static size_t ma_smem_dkdv(void)
 {
-    return (size_t)(2 * TC_BQ + 2 * TC_BK) * (HD + 8) * 2 + (size_t)2 * HD * (TC_BQ + 8) * 2 +
-           (size_t)TC_BQ * 12;
+    return (size_t)(2 * TC_BQ + 2 * TC_BK) * (HD + 8) * 2 + (size_t)TC_BQ * 12;
 }
 
 size_t mt_attention_mma_smem(int64_t hd)

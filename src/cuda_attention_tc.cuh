@@ -76,39 +76,22 @@ __device__ __forceinline__ float4 tc_load4(const __nv_bfloat16 *p, int vec)
 }
 
 /* Block-cooperative: rows 0..n of src (row r at src + r*stride, HD
- * elements, float32 or bf16 bits) into the bf16 tile dst [R][HD + 8]
- * and, when dst_t is not NULL, transposed into dst_t [HD][R + 8]
- * (dst_t[c][r] = src[r][c]; dst may be NULL then); rows n..R are zeroed
- * so products over them give 0, never NaN.  One read of src for both. */
+ * elements, float32 or bf16 bits) into the bf16 tile dst [R][HD + 8];
+ * rows n..R are zeroed so products over them give 0, never NaN. */
 template <int HD, int R, typename T>
-__device__ __forceinline__ void tc_load_tiles(tc_bf16 *dst, tc_bf16 *dst_t, const T *src,
-                                              int64_t stride, int64_t n, int vec)
+__device__ __forceinline__ void tc_load_tile(tc_bf16 *dst, const T *src, int64_t stride,
+                                             int64_t n, int vec)
 {
-    const int LD = HD + 8, LDT = R + 8, C4 = HD / 4;
+    const int LD = HD + 8, C4 = HD / 4;
     for (int e = threadIdx.x; e < R * C4; e += blockDim.x) {
         const int r = e / C4, c = (e % C4) * 4;
         float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (r < n)
             x = tc_load4(src + r * stride + c, vec);
-        if (dst) {
-            __nv_bfloat162 *d = (__nv_bfloat162 *)(dst + r * LD + c);
-            d[0] = __floats2bfloat162_rn(x.x, x.y);
-            d[1] = __floats2bfloat162_rn(x.z, x.w);
-        }
-        if (dst_t) {
-            dst_t[(c + 0) * LDT + r] = __float2bfloat16_rn(x.x);
-            dst_t[(c + 1) * LDT + r] = __float2bfloat16_rn(x.y);
-            dst_t[(c + 2) * LDT + r] = __float2bfloat16_rn(x.z);
-            dst_t[(c + 3) * LDT + r] = __float2bfloat16_rn(x.w);
-        }
+        __nv_bfloat162 *d = (__nv_bfloat162 *)(dst + r * LD + c);
+        d[0] = __floats2bfloat162_rn(x.x, x.y);
+        d[1] = __floats2bfloat162_rn(x.z, x.w);
     }
-}
-
-template <int HD, int R, typename T>
-__device__ __forceinline__ void tc_load_tile(tc_bf16 *dst, const T *src, int64_t stride,
-                                             int64_t n, int vec)
-{
-    tc_load_tiles<HD, R>(dst, (tc_bf16 *)NULL, src, stride, n, vec);
 }
 
 /* A forward or dq block: its 64 query rows of head h, batch row b (kv
@@ -191,6 +174,25 @@ __device__ __forceinline__ void mt_mma_bf16_16816(float d[4], const uint32_t a[4
                  "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
+/* r[0..4] = four 8x8 bf16 matrices from shared memory, transposed:
+ * ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16.  Lane 8 j + i gives
+ * row i of matrix j (16 bytes, 16-byte aligned); lane l gets in r[j]
+ * matrix j's elements [2 (l % 4)][l / 4] and [2 (l % 4) + 1][l / 4], the
+ * first in the low half: for a row-major [k][n] tile, rows k0 + (l & 15)
+ * at column n0 + 8 (l >> 4) give B fragments (k0..k0+16) x (n0..n0+8) in
+ * r[0], r[1] and x (n0+8..n0+16) in r[2], r[3]. */
+__device__ __forceinline__ void mt_ldmatrix_x4_trans(uint32_t r[4], const __nv_bfloat16 *p)
+{
+#ifdef MT_CUDA_EMULATED
+    emu_ldmatrix(r, 4, 1, p);
+#else
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
 #endif
 }
 

@@ -143,6 +143,8 @@ unsigned __ballot_sync(unsigned mask, int pred);
  * ISA's fragment layout, fp32 sums in k order (emu_kernels.cc) */
 #define MT_CUDA_EMULATED 1
 void emu_mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2]);
+/* and their ldmatrix m8n8 b16: num matrices (1, 2, 4), transposed or not */
+void emu_ldmatrix(uint32_t *r, int num, int trans, const void *p);
 static inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
 /* a device-side assertion: the emulation stops there */
 [[noreturn]] static inline void __trap(void) { emu_kernel_fail("__trap (a device-side check failed)"); }

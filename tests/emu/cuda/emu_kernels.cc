@@ -159,6 +159,40 @@ void emu_mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2])
     memcpy(c, d, sizeof d);
 }
 
+/* ldmatrix.sync.aligned.m8n8.{x1,x2,x4}[.trans].shared.b16 (PTX ISA,
+ * "ldmatrix"): lanes 8 j .. 8 j + 7 give the rows of matrix j (8 bf16,
+ * 16 bytes each, 16-byte aligned, in the dynamic shared memory); lane l
+ * gets in register j row l / 4, elements 2 (l % 4) and 2 (l % 4) + 1 of
+ * matrix j, or with .trans of its transpose (elements [2 (l % 4)][l / 4]
+ * and [2 (l % 4) + 1][l / 4]), the first in the low half. */
+static const unsigned char *ldm_mail[1024];
+void emu_ldmatrix(uint32_t *r, int num, int trans, const void *p)
+{
+    ldm_mail[cur] = (const unsigned char *)p;
+    yield(EMU_WARP);
+    full_warp("ldmatrix in a warp where some lanes have exited");
+    const int w0 = cur & ~31, l = cur & 31;
+    if (warp_end(w0) - w0 != 32)
+        emu_kernel_fail("ldmatrix in a warp of fewer than 32 threads");
+    for (int j = 0; j < num; j++)
+        for (int i = 0; i < 8; i++) {
+            const unsigned char *row = ldm_mail[w0 + 8 * j + i];
+            if ((uintptr_t)row % 16)
+                emu_kernel_fail("ldmatrix: a row address not 16-byte aligned");
+            if (row < emu_smem || row + 16 > emu_smem + emu_smem_bytes)
+                emu_kernel_fail("ldmatrix: a row outside the dynamic shared memory");
+        }
+    for (int j = 0; j < num; j++) {
+        uint16_t e[2];
+        for (int h = 0; h < 2; h++) {
+            const int row = trans ? 2 * (l % 4) + h : l / 4, col = trans ? l / 4 : 2 * (l % 4) + h;
+            memcpy(&e[h], ldm_mail[w0 + 8 * j + row] + 2 * col, 2);
+        }
+        r[j] = (uint32_t)e[0] | (uint32_t)e[1] << 16;
+    }
+    yield(EMU_WARP);
+}
+
 unsigned __ballot_sync(unsigned mask, int pred)
 {
     if (mask != 0xffffffffu)
