@@ -19,10 +19,11 @@
  * operand of the next product (FlashAttention-2's register reuse): no
  * trip of S, P or dS through shared memory, which the WMMA kernels need
  * because a WMMA fragment's layout is unspecified.  Every tile is
- * row-major bf16 [64][HD+8]: the B operands of Q K^T, dO V^T, K Q^T and
- * V dO^T (the reduced dimension along a row) load as 32-bit pairs, those
- * of P V, dS K, P^T dO and dS^T Q (along a column) through
- * ldmatrix.trans, which transposes 8x8 blocks on the way to registers.
+ * row-major bf16 [64][HD+8], and the fragments load through ldmatrix:
+ * the B operands of Q K^T, dO V^T, K Q^T and V dO^T (the reduced
+ * dimension along a row) as they are, those of P V, dS K, P^T dO and
+ * dS^T Q (along a column) with .trans, which transposes 8x8 blocks on
+ * the way to registers.
  *
  * Every output element is summed by one warp in a fixed order: the
  * passes are deterministic without atomics, as before.  Not here:
@@ -33,30 +34,6 @@
 #define TC_DECLARE_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
 
 /* ------------------------------------------------------------------ tiles and fragments */
-
-/* the A fragment of rows r0..r0+16, columns k0..k0+16 of a row-major bf16
- * tile of ld elements a row */
-__device__ __forceinline__ void ma_ld_a(uint32_t a[4], const tc_bf16 *tile, int ld, int r0,
-                                        int k0)
-{
-    const int l = threadIdx.x % 32;
-    const tc_bf16 *p = tile + (r0 + (l >> 2)) * ld + k0 + 2 * (l & 3);
-    a[0] = *(const uint32_t *)p;
-    a[1] = *(const uint32_t *)(p + 8 * ld);
-    a[2] = *(const uint32_t *)(p + 8);
-    a[3] = *(const uint32_t *)(p + 8 * ld + 8);
-}
-
-/* the B fragment of columns n0..n0+8, rows k0..k0+16, from a tile that
- * stores B's column n as its row n (ld elements a row) */
-__device__ __forceinline__ void ma_ld_b(uint32_t b[2], const tc_bf16 *tile, int ld, int n0,
-                                        int k0)
-{
-    const int l = threadIdx.x % 32;
-    const tc_bf16 *p = tile + (n0 + (l >> 2)) * ld + k0 + 2 * (l & 3);
-    b[0] = *(const uint32_t *)p;
-    b[1] = *(const uint32_t *)(p + 8);
-}
 
 /* x and y as bf16 (nearest even), x in the low half */
 __device__ __forceinline__ uint32_t ma_pack(float x, float y)
@@ -78,28 +55,32 @@ __device__ __forceinline__ void ma_acc_to_a(uint32_t a[4], const float *c0, cons
 }
 
 /* acc[nb] = A B^T for the 8-column blocks nb in [nb0, nb1) of a 64-wide
- * tile: A the warp's 16 rows (from a0) of a [.][HD+8] tile, B^T the rows of
- * another (Bs row nb*8.. is B's column), both row-major over HD.  Each A
- * fragment is loaded once for all the column blocks. */
+ * tile (nb0, nb1 even): A the warp's 16 rows (from a0) of a [.][HD+8]
+ * tile, B^T the rows of another (Bs row nb*8.. is B's column), both
+ * row-major over HD.  Fragments through ldmatrix: an A fragment once for
+ * all the column blocks, B two column blocks a call. */
 template <int HD>
 __device__ __forceinline__ void ma_dot(float acc[8][4], const tc_bf16 *As, int a0,
                                        const tc_bf16 *Bs, int nb0, int nb1)
 {
-    const int LDH = HD + 8;
+    const int LDH = HD + 8, l = threadIdx.x % 32;
 #pragma unroll
     for (int nb = 0; nb < 8; nb++)
         acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.0f;
+    const tc_bf16 *arow = As + (a0 + (l & 7) + 8 * ((l >> 3) & 1)) * LDH + 8 * (l >> 4);
+    const tc_bf16 *brow = Bs + ((l & 7) + 8 * (l >> 4)) * LDH + 8 * ((l >> 3) & 1);
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++) {
         uint32_t a[4];
-        ma_ld_a(a, As, LDH, a0, kk * 16);
+        mt_ldmatrix_x4(a, arow + kk * 16);
 #pragma unroll
-        for (int nb = 0; nb < 8; nb++) {
+        for (int nb = 0; nb < 8; nb += 2) {
             if (nb < nb0 || nb >= nb1)
                 continue; /* warp-uniform */
-            uint32_t b[2];
-            ma_ld_b(b, Bs, LDH, nb * 8, kk * 16);
+            uint32_t b[4];
+            mt_ldmatrix_x4(b, brow + nb * 8 * LDH + kk * 16);
             mt_mma_bf16_16816(acc[nb], a, b);
+            mt_mma_bf16_16816(acc[nb + 1], a, b + 2);
         }
     }
 }

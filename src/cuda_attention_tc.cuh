@@ -177,6 +177,25 @@ __device__ __forceinline__ void mt_mma_bf16_16816(float d[4], const uint32_t a[4
 #endif
 }
 
+/* r[0..4] = four 8x8 bf16 matrices from shared memory:
+ * ldmatrix.sync.aligned.m8n8.x4.shared.b16.  Lane 8 j + i gives row i of
+ * matrix j (16 bytes, 16-byte aligned); lane l gets in r[j] matrix j's
+ * elements [l / 4][2 (l % 4)] and [l / 4][2 (l % 4) + 1], the first in
+ * the low half: mma.sync's A fragment of a row-major tile's rows
+ * r0..r0+16, columns k0..k0+16 when lane l gives row r0 + (l & 7) +
+ * 8 ((l >> 3) & 1) at column k0 + 8 (l >> 4). */
+__device__ __forceinline__ void mt_ldmatrix_x4(uint32_t r[4], const __nv_bfloat16 *p)
+{
+#ifdef MT_CUDA_EMULATED
+    emu_ldmatrix(r, 4, 0, p);
+#else
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+#endif
+}
+
 /* r[0..4] = four 8x8 bf16 matrices from shared memory, transposed:
  * ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16.  Lane 8 j + i gives
  * row i of matrix j (16 bytes, 16-byte aligned); lane l gets in r[j]
