@@ -72,13 +72,13 @@ __device__ __forceinline__ void ma_dot(float acc[8][4], const tc_bf16 *As, int a
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++) {
         uint32_t a[4];
-        mt_ldmatrix_x4(a, arow + kk * 16);
+        mt_ldmatrix_x4<false>(a, arow + kk * 16);
 #pragma unroll
         for (int nb = 0; nb < 8; nb += 2) {
             if (nb < nb0 || nb >= nb1)
                 continue; /* warp-uniform */
             uint32_t b[4];
-            mt_ldmatrix_x4(b, brow + nb * 8 * LDH + kk * 16);
+            mt_ldmatrix_x4<false>(b, brow + nb * 8 * LDH + kk * 16);
             mt_mma_bf16_16816(acc[nb], a, b);
             mt_mma_bf16_16816(acc[nb + 1], a, b + 2);
         }
@@ -104,7 +104,7 @@ __device__ __forceinline__ void ma_accum(float out[HD / 8][4], float x[8][4], co
 #pragma unroll
         for (int nd = 0; nd < HD / 8; nd += 2) {
             uint32_t b[4];
-            mt_ldmatrix_x4_trans(b, row + nd * 8);
+            mt_ldmatrix_x4<true>(b, row + nd * 8);
             mt_mma_bf16_16816(out[nd], a, b);
             mt_mma_bf16_16816(out[nd + 1], a, b + 2);
         }

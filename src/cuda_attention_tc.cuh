@@ -177,41 +177,34 @@ __device__ __forceinline__ void mt_mma_bf16_16816(float d[4], const uint32_t a[4
 #endif
 }
 
-/* r[0..4] = four 8x8 bf16 matrices from shared memory:
- * ldmatrix.sync.aligned.m8n8.x4.shared.b16.  Lane 8 j + i gives row i of
- * matrix j (16 bytes, 16-byte aligned); lane l gets in r[j] matrix j's
- * elements [l / 4][2 (l % 4)] and [l / 4][2 (l % 4) + 1], the first in
- * the low half: mma.sync's A fragment of a row-major tile's rows
- * r0..r0+16, columns k0..k0+16 when lane l gives row r0 + (l & 7) +
- * 8 ((l >> 3) & 1) at column k0 + 8 (l >> 4). */
+/* r[0..4] = four 8x8 bf16 matrices from shared memory, as they are
+ * (ldmatrix.sync.aligned.m8n8.x4.shared.b16) or transposed (TRANS:
+ * .x4.trans).  Lane 8 j + i gives row i of matrix j (16 bytes, 16-byte
+ * aligned); lane l gets in r[j] matrix j's elements [l / 4][2 (l % 4)]
+ * and [l / 4][2 (l % 4) + 1], or with TRANS [2 (l % 4)][l / 4] and
+ * [2 (l % 4) + 1][l / 4], the first in the low half.  So for a row-major
+ * tile:
+ *  - as they are, lane l giving row r0 + (l & 7) + 8 ((l >> 3) & 1) at
+ *    column k0 + 8 (l >> 4): mma.sync's A fragment of rows r0..r0+16,
+ *    columns k0..k0+16;
+ *  - TRANS, lane l giving row k0 + (l & 15) at column n0 + 8 (l >> 4):
+ *    the B fragments of rows k0..k0+16 by columns n0..n0+8 (r[0], r[1])
+ *    and n0+8..n0+16 (r[2], r[3]). */
+template <bool TRANS>
 __device__ __forceinline__ void mt_ldmatrix_x4(uint32_t r[4], const __nv_bfloat16 *p)
 {
 #ifdef MT_CUDA_EMULATED
-    emu_ldmatrix(r, 4, 0, p);
+    emu_ldmatrix(r, 4, TRANS, p);
 #else
     const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-#endif
-}
-
-/* r[0..4] = four 8x8 bf16 matrices from shared memory, transposed:
- * ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16.  Lane 8 j + i gives
- * row i of matrix j (16 bytes, 16-byte aligned); lane l gets in r[j]
- * matrix j's elements [2 (l % 4)][l / 4] and [2 (l % 4) + 1][l / 4], the
- * first in the low half: for a row-major [k][n] tile, rows k0 + (l & 15)
- * at column n0 + 8 (l >> 4) give B fragments (k0..k0+16) x (n0..n0+8) in
- * r[0], r[1] and x (n0+8..n0+16) in r[2], r[3]. */
-__device__ __forceinline__ void mt_ldmatrix_x4_trans(uint32_t r[4], const __nv_bfloat16 *p)
-{
-#ifdef MT_CUDA_EMULATED
-    emu_ldmatrix(r, 4, 1, p);
-#else
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
+    if constexpr (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a));
 #endif
 }
 

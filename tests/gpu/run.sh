@@ -320,43 +320,41 @@ for case in "dense|meshtrain-dense|" "moe|meshtrain-moe|$moe" "dense-bf16|meshtr
     fi
 done
 
-# bf16 storage (the default on cuda, doc/mixed-precision.md): the dense
-# head-dim-64 bf16 run on bf16 bits against the CPU (its GEMMs are
-# cuBLASLt's bf16 ones, so bf16 tolerance, not bits): checked before the
-# 1B run on it times it
-log=$logs/storage-dense-bf16-hd64.log
-# shellcheck disable=SC2086
-MESHTRAIN_BF16_STORAGE=1 run1 90 meshtrain-dense "$log" $small $hd64 $bf16 \
-    distributed.device=cuda logging.metrics_file="$logs/storage-dense-bf16-hd64.jsonl"
-echo "exit $?" >> "$log"
-if ! grep -q "device: cuda_bf16_storage backend" "$log"; then
-    row "dense-bf16-hd64 bf16 storage vs CPU" "FAIL" "not on the storage table: see $log"
-    show_fail "$log"
-    fail=1
-elif out=$(loss_diff "$logs/parity-dense-bf16-hd64-cpu.jsonl" "$logs/storage-dense-bf16-hd64.jsonl" 2e-2); then
-    row "dense-bf16-hd64 bf16 storage vs CPU" "ok" "$out"
-else
-    row "dense-bf16-hd64 bf16 storage vs CPU" "FAIL" "${out:-no metrics}; see $log"
-    show_fail "$log"
-    fail=1
-fi
-
-# the same run on the WMMA attention kernels (the mma.sync ones are the
-# default, and run in every row above): if the default's row fails and
-# this one passes, the mma.sync kernels are wrong on the hardware and
+# hd64_vs_cpu LABEL NAME NEED VAR=VALUE...: the dense bf16 head-dim-64
+# run of the parity rows on the GPU again with the variables set, against
+# the CPU's (bf16 tolerance); NEED, when not empty, must be in its log
+hd64_vs_cpu() {
+    label=$1 name=$2 need=$3
+    shift 3
+    log=$logs/$name.log
+    # (export VAR=VALUE sets it; SC2163 does not know that)
+    # shellcheck disable=SC2086,SC2163
+    (export "$@"; run1 90 meshtrain-dense "$log" $small $hd64 $bf16 distributed.device=cuda \
+        logging.metrics_file="$logs/$name.jsonl")
+    echo "exit $?" >> "$log"
+    if [ -n "$need" ] && ! grep -q "$need" "$log"; then
+        row "$label" "FAIL" "not on the expected path ($need): see $log"
+        show_fail "$log"
+        fail=1
+    elif out=$(loss_diff "$logs/parity-dense-bf16-hd64-cpu.jsonl" "$logs/$name.jsonl" 2e-2); then
+        row "$label" "ok" "$out"
+    else
+        row "$label" "FAIL" "${out:-no metrics}; see $log"
+        show_fail "$log"
+        fail=1
+    fi
+}
+# bf16 storage (the default on cuda, doc/mixed-precision.md): its GEMMs
+# are cuBLASLt's bf16 ones, so bf16 tolerance, not bits; checked before
+# the 1B run on it times it
+hd64_vs_cpu "dense-bf16-hd64 bf16 storage vs CPU" storage-dense-bf16-hd64 \
+    "device: cuda_bf16_storage backend" MESHTRAIN_BF16_STORAGE=1
+# the WMMA attention kernels (the mma.sync ones are the default, in every
+# row above): if the default's rows fail and this one passes, the
+# mma.sync kernels are wrong on the hardware, and
 # MESHTRAIN_ATTENTION_KERNEL=wmma is the workaround
-log=$logs/wmma-dense-bf16-hd64.log
-# shellcheck disable=SC2086
-MESHTRAIN_ATTENTION_KERNEL=wmma run1 90 meshtrain-dense "$log" $small $hd64 $bf16 \
-    distributed.device=cuda logging.metrics_file="$logs/wmma-dense-bf16-hd64.jsonl"
-echo "exit $?" >> "$log"
-if out=$(loss_diff "$logs/parity-dense-bf16-hd64-cpu.jsonl" "$logs/wmma-dense-bf16-hd64.jsonl" 2e-2); then
-    row "dense-bf16-hd64 WMMA attention vs CPU" "ok" "$out"
-else
-    row "dense-bf16-hd64 WMMA attention vs CPU" "FAIL" "${out:-no metrics}; see $log"
-    show_fail "$log"
-    fail=1
-fi
+hd64_vs_cpu "dense-bf16-hd64 WMMA attention vs CPU" wmma-dense-bf16-hd64 "" \
+    MESHTRAIN_ATTENTION_KERNEL=wmma
 
 # throughput: Llama 3.2 1B as shipped (share/configs/llama3.2-1b-fsdp2.yaml:
 # 1.24B parameters, vocabulary 128256, tied) at sequence 2048, and a
