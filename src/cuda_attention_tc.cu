@@ -1,6 +1,7 @@
-/* cuda_attention_tc.cu: causal grouped-query attention on tensor cores,
- * forward and backward, for the bf16-numerics backend table
- * (mt_backend_cuda_bf16, doc/gpu.md): q, k, v, dout are float32 tensors
+/* cuda_attention_tc.cu: causal grouped-query attention on tensor cores
+ * through WMMA, forward and backward, and the launchers of both kinds,
+ * for the bf16-numerics backend table (mt_backend_cuda_bf16,
+ * doc/gpu.md): q, k, v, dout are float32 tensors
  * read as bf16 values: converting them to bf16 tiles in shared memory
  * rounds them to nearest even, exactly as round_bf16 would (v and dout
  * reach here unrounded from their GEMMs: mt_backend_t.reads_bf16), and
@@ -46,9 +47,11 @@
  * Not here: head dims other than 64 and 128 (the launchers fall back to
  * the fp32 kernels), devices below compute capability 8.0 or with less
  * opt-in shared memory than a kernel needs (fp32 fallback too), the
- * ring-attention block kernels (fp32 only), mma.sync/wgmma register
- * pipelines (FlashAttention-3's speed needs wgmma and TMA: this is the
- * portable WMMA version), double-buffered loads.
+ * ring-attention block kernels (fp32 only), double-buffered loads.  The
+ * same three kernels with S in registers on mma.sync are in
+ * cuda_attention_mma.cu and are the default; the launchers here pick
+ * (MESHTRAIN_ATTENTION_KERNEL, mt_cuda_attention_tc_select).  wgmma and
+ * TMA (FlashAttention-3) are in neither.
  *
  * The host emulation of the CUDA kernels (tests/emu/cuda) runs them
  * with a model of WMMA, so their indexing, masks and barriers are checked

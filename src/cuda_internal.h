@@ -250,7 +250,7 @@ void mt_cuda_launch_attention_rowdot_bf16s(cudaStream_t s, float *D, const uint1
                                            const uint16_t *out, int64_t B, int64_t T, int64_t nh,
                                            int64_t hd);
 /* bf16 storage: the tensor-core attention on bf16 bits (head dims 64 and
- * 128 on sm_80 and up; others stop the program with a message) */
+ * 128 on sm_80 and up; others take the CUDA-core _bf16s kernels above) */
 void mt_cuda_launch_attention_tc_forward_bf16s(cudaStream_t s, uint16_t *out, float *lse,
                                               const uint16_t *q, const uint16_t *k,
                                               const uint16_t *v, const int32_t *doc_start,

@@ -735,7 +735,7 @@ mt_status_t mt_train(MPI_Comm comm, const mt_config_t *cfg, const mt_mesh_t *mes
         }
     }
     if (s == MT_OK && rank == 0)
-        mt_train_device_profile_report(&r->device, out);
+        mt_train_device_end_report(&r->device, out);
     if (s == MT_OK && r->pp && res->steps_done > 0) { /* the pipeline's measured bubble */
         double meas, sim, cost[3], mb;
         s = mt_pp_exec_idle(&r->pipe, &meas, &sim, cost, &mb);

@@ -196,7 +196,7 @@ void mt_train_device_profile_step(mt_train_device_t *d, int64_t steps_done)
     }
 }
 
-void mt_train_device_profile_report(const mt_train_device_t *d, FILE *out)
+void mt_train_device_end_report(const mt_train_device_t *d, FILE *out)
 {
     if (d->profile && out)
         mt_backend_profile_report(out, mt_now_s() - d->profile_t0, 8);

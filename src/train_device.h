@@ -59,10 +59,12 @@ bool mt_train_device_tp(mt_train_device_t *d, MPI_Comm tp, const void *in, void 
                         mt_tp_op_t op, void **ticket);
 
 /* Under MESHTRAIN_PROFILE: after each step (steps_done so far), the
- * first one's counts are dropped; the report of this rank's kernels since
- * then (mt_backend_profile_report). */
+ * first one's counts are dropped. */
 void mt_train_device_profile_step(mt_train_device_t *d, int64_t steps_done);
-void mt_train_device_profile_report(const mt_train_device_t *d, FILE *out);
+/* After training, this rank's device lines: under MESHTRAIN_PROFILE the
+ * report of its kernels since the first step (mt_backend_profile_report),
+ * and on a GPU how often its bf16 GEMMs reused a kept cuBLASLt plan. */
+void mt_train_device_end_report(const mt_train_device_t *d, FILE *out);
 
 /* The log's line about the device and the collectives (nothing for the
  * plain CPU backend). */
