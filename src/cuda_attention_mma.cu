@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(TC_THREADS)
         __syncthreads(); /* the previous tile is no longer read */
         tc_load_tile<HD, TC_BK>(Ks, k + kvbase + j0 * G.kvstride, G.kvstride, nj, G.vec);
         tc_load_tile<HD, TC_BK>(Vs, v + kvbase + j0 * G.kvstride, G.kvstride, nj, G.vec);
-        __syncthreads(); /* (the first time: Qs too) */
+        tc_tiles_ready(); /* (the first time: Qs too) */
         if (!Q.wactive)
             continue;
         const int64_t cmin = tc_max64(Q.wlo - j0, 0), cmax = tc_min64(Q.wlast - j0, nj - 1);
@@ -272,7 +272,7 @@ __global__ void __launch_bounds__(TC_THREADS)
         __syncthreads();
         tc_load_tile<HD, TC_BK>(Ks, k + kvbase + j0 * G.kvstride, G.kvstride, nj, G.vec);
         tc_load_tile<HD, TC_BK>(Vs, v + kvbase + j0 * G.kvstride, G.kvstride, nj, G.vec);
-        __syncthreads();
+        tc_tiles_ready();
         if (!Q.wactive)
             continue;
         const int64_t cmin = tc_max64(Q.wlo - j0, 0), cmax = tc_min64(Q.wlast - j0, nj - 1);
@@ -348,7 +348,7 @@ __global__ void __launch_bounds__(TC_THREADS)
             const int64_t qoff = (b * G.T + q0) * G.qstride + h * HD;
             tc_load_tile<HD, TC_BQ>(Qs, q + qoff, G.qstride, nq, G.vec);
             tc_load_tile<HD, TC_BQ>(dOs, dout + qoff, G.qstride, nq, G.vec);
-            __syncthreads();
+            tc_tiles_ready();
             if (!wactive)
                 continue;
             /* queries before the warp's first key see none of its keys */

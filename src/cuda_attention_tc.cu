@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(TC_THREADS)
         __syncthreads(); /* the previous tile is no longer read */
         tc_load_tile<HD, TC_BK>(Ks, k + kvbase + j0 * G.kvstride, G.kvstride, nj, G.vec);
         tc_load_tile<HD, TC_BK>(Vs, v + kvbase + j0 * G.kvstride, G.kvstride, nj, G.vec);
-        __syncthreads(); /* (the first time: Qs too) */
+        tc_tiles_ready(); /* (the first time: Qs too) */
         if (!Q.wactive)
             continue;
         const int64_t cmin = tc_max64(Q.wlo - j0, 0), cmax = tc_min64(Q.wlast - j0, nj - 1);
@@ -267,7 +267,7 @@ __global__ void __launch_bounds__(TC_THREADS)
         __syncthreads();
         tc_load_tile<HD, TC_BK>(Ks, k + kvbase + j0 * G.kvstride, G.kvstride, nj, G.vec);
         tc_load_tile<HD, TC_BK>(Vs, v + kvbase + j0 * G.kvstride, G.kvstride, nj, G.vec);
-        __syncthreads();
+        tc_tiles_ready();
         if (!Q.wactive)
             continue;
         const int64_t cmin = tc_max64(Q.wlo - j0, 0), cmax = tc_min64(Q.wlast - j0, nj - 1);
@@ -350,7 +350,7 @@ __global__ void __launch_bounds__(TC_THREADS)
             const int64_t qoff = (b * G.T + q0) * G.qstride + h * HD;
             tc_load_tile<HD, TC_BQ>(Qs, q + qoff, G.qstride, nq, G.vec);
             tc_load_tile<HD, TC_BQ>(dOs, dout + qoff, G.qstride, nq, G.vec);
-            __syncthreads();
+            tc_tiles_ready();
             if (!wactive)
                 continue;
             /* queries before the warp's first key see none of its keys */
@@ -474,9 +474,10 @@ static tc_geom_t tc_make_geom(const char *kernel, const int32_t *doc_start, int6
     uintptr_t bits = 0;
     for (int i = 0; i < nptrs; i++)
         bits |= (uintptr_t)ptrs[i];
-    /* 4-element loads (16 bytes of float32, 8 of bf16); the strides nh*hd,
-     * nkv*hd are multiples of 4 elements */
-    G.vec = (bits % (uintptr_t)(4 * esize)) == 0;
+    /* 4-element loads (16 bytes of float32, 8 of bf16), or bf16 rows on
+     * 16 bytes (cp.async); the strides nh*hd, nkv*hd are multiples of 8
+     * elements (hd 64 or 128 on these kernels) */
+    G.vec = bits % (uintptr_t)(4 * esize) ? 0 : esize == 2 && bits % 16 == 0 ? 2 : 1;
     return G;
 }
 

@@ -18,7 +18,8 @@
 typedef struct {
     int64_t B, T, nh, nkv, group, qstride, kvstride;
     float scale;
-    int vec;   /* every row start 16-byte aligned: float4 loads */
+    int vec;   /* every row start aligned: 0 no, 1 to 4 elements (float4 loads of
+                * float32, 8-byte ones of bf16), 2 bf16 to 16 bytes (cp.async) */
     int round; /* the outputs rounded to bf16 as they are stored */
     const int32_t *doc_start;
 } tc_geom_t;
@@ -75,16 +76,80 @@ __device__ __forceinline__ float4 tc_load4(const __nv_bfloat16 *p, int vec)
                        __bfloat162float(p[3]));
 }
 
-/* Block-cooperative: rows 0..n of src (row r at src + r*stride, HD
- * elements, float32 or bf16 bits) into the bf16 tile dst [R][HD + 8];
- * rows n..R are zeroed so products over them give 0, never NaN. */
+/* cp.async.cg.shared.global, 16 bytes (sm_80 on): global src to shared
+ * dst without passing through registers, src_bytes 16, or 0 to fill the
+ * 16 bytes with zeros; both addresses 16-byte aligned.  Not visible, even
+ * to the thread that issued it, before mt_cp_async_wait_all.  The host
+ * emulation holds the copies back until then (emu_kernels.cc), so a read
+ * that does not wait finds the 0xff fill. */
+__device__ __forceinline__ void mt_cp_async16(void *dst, const void *src, int src_bytes)
+{
+#ifdef MT_CUDA_EMULATED
+    emu_cp_async16(dst, src, src_bytes);
+#else
+    const unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :
+                 : "r"(a), "l"(src), "r"(src_bytes)
+                 : "memory");
+#endif
+}
+
+/* this thread's cp.async copies have landed (cp.async.wait_all) */
+__device__ __forceinline__ void mt_cp_async_wait_all(void)
+{
+#ifdef MT_CUDA_EMULATED
+    emu_cp_async_wait_all();
+#else
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
+/* The barrier after tile loads: every thread's copies have landed, then
+ * the block may read the tiles. */
+__device__ __forceinline__ void tc_tiles_ready(void)
+{
+    mt_cp_async_wait_all();
+    __syncthreads();
+}
+
+/* Block-cooperative, in a block of TC_THREADS threads: rows 0..n of src
+ * (row r at src + r*stride, HD elements, float32 or bf16 bits) into the
+ * bf16 tile dst [R][HD + 8]; rows n..R are zeroed so products over them
+ * give 0, never NaN.  The tile is the block's after tc_tiles_ready.
+ *  - bf16 rows 16-byte aligned (vec 2): cp.async, 16 bytes a copy, every
+ *    copy of the tile in flight at once;
+ *  - else loads through registers, four rows' pieces of each thread
+ *    issued before their stores (a loop of one load then its store
+ *    waits the memory's latency at every piece). */
 template <int HD, int R, typename T>
 __device__ __forceinline__ void tc_load_tile(tc_bf16 *dst, const T *src, int64_t stride,
                                              int64_t n, int vec)
 {
-    const int LD = HD + 8, C4 = HD / 4;
-    for (int e = threadIdx.x; e < R * C4; e += blockDim.x) {
-        const int r = e / C4, c = (e % C4) * 4;
+    const int LD = HD + 8;
+    if constexpr (sizeof(T) == sizeof(tc_bf16)) {
+        if (vec == 2) {
+            /* thread i copies columns 8 (i % C8) .. + 8 of rows i / C8 + RS j */
+            constexpr int C8 = HD / 8, RS = TC_THREADS / C8;
+            static_assert(TC_THREADS % C8 == 0 && R % RS == 0, "a tile's copies split evenly");
+            const int r0 = (int)threadIdx.x / C8, c = ((int)threadIdx.x % C8) * 8;
+            tc_bf16 *d = dst + r0 * LD + c;
+            const T *s = src + r0 * stride + c;
+            const int64_t step = RS * stride;
+#pragma unroll
+            for (int j = 0; j < R / RS; j++, d += RS * LD, s += step) {
+                const bool in = r0 + RS * j < n;
+                mt_cp_async16(d, in ? s : src, in ? 16 : 0);
+            }
+            return;
+        }
+    }
+    constexpr int C4 = HD / 4;
+    static_assert(R * C4 % TC_THREADS == 0, "a tile's loads split evenly");
+    constexpr int U = sizeof(T) == sizeof(float) ? 4 : 1; /* bf16 here: unaligned, rare */
+#pragma unroll U
+    for (int i = 0; i < R * C4 / TC_THREADS; i++) {
+        const int e = (int)threadIdx.x + i * TC_THREADS, r = e / C4, c = (e % C4) * 4;
         float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (r < n)
             x = tc_load4(src + r * stride + c, vec);
@@ -130,7 +195,7 @@ __device__ __forceinline__ bool tc_dkdv_tile(const tc_geom_t &G, int64_t b, int6
                                              const float *lse, const float *D, float *sL,
                                              float *sD, int *sLo)
 {
-    __syncthreads(); /* the previous tile (the first time: the block's keys) */
+    tc_tiles_ready(); /* the previous tile (the first time: the block's keys, loaded) */
     int reach = 0;
     for (int i = threadIdx.x; i < nq; i += blockDim.x)
         reach |= tc_first_key(G, b, q0 + i) <= klast;

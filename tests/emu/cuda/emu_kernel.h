@@ -19,6 +19,8 @@
  *    partial mask, a width other than 32;
  *  - a pointer argument that is not device memory (cudaMalloc or
  *    cudaMallocHost), where the device would fault;
+ *  - a cp.async whose destination is not 16-byte aligned dynamic shared
+ *    memory, or whose source is not 16-byte aligned device memory;
  *  - a fault (SIGSEGV, SIGBUS): an access past the dynamic shared memory
  *    (a guard page follows it), a misaligned float4, a wild pointer;
  *  - __trap().
@@ -31,6 +33,9 @@
  *  - the dynamic buffer (`extern __shared__`, which rewrite.pl turns into
  *    a pointer to emu_smem) is filled with 0xff bytes (NaN) for every
  *    block, so a read of memory no thread wrote shows up.
+ *  - a cp.async copy lands only when its thread waits for its copies
+ *    (cp.async.wait_all), the latest moment the device allows: a read
+ *    of the tile without that wait and a barrier after it finds the fill.
  *
  * A launch is checked as the device checks it:
  *  - block size at most 1024;
@@ -145,6 +150,10 @@ unsigned __ballot_sync(unsigned mask, int pred);
 void emu_mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2]);
 /* and their ldmatrix m8n8 b16: num matrices (1, 2, 4), transposed or not */
 void emu_ldmatrix(uint32_t *r, int num, int trans, const void *p);
+/* and their cp.async of 16 bytes (src_bytes 16, or 0: zeros), held back
+ * until the thread's cp.async.wait_all (emu_kernels.cc) */
+void emu_cp_async16(void *dst, const void *src, int src_bytes);
+void emu_cp_async_wait_all(void);
 static inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
 /* a device-side assertion: the emulation stops there */
 [[noreturn]] static inline void __trap(void) { emu_kernel_fail("__trap (a device-side check failed)"); }

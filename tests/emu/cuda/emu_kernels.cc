@@ -193,6 +193,39 @@ void emu_ldmatrix(uint32_t *r, int num, int trans, const void *p)
     yield(EMU_WARP);
 }
 
+/* cp.async.cg.shared.global, 16 bytes (PTX ISA, "cp.async"): each
+ * thread's copies queue up and land at its cp.async.wait_all, the latest
+ * the device allows, so a tile read before its wait and barrier finds
+ * the 0xff fill.  The source is read then, not at the issue; the kernels
+ * copy inputs nothing writes while they run.  A block's copies never
+ * waited for are dropped with it (nothing could read them). */
+struct emu_async_t {
+    unsigned char *dst;
+    const unsigned char *src;
+    int bytes;
+};
+static std::vector<emu_async_t> async_q[1024];
+void emu_cp_async16(void *dst, const void *src, int src_bytes)
+{
+    unsigned char *d = (unsigned char *)dst;
+    if ((uintptr_t)d % 16 || d < emu_smem || d + 16 > emu_smem + emu_smem_bytes)
+        emu_kernel_fail("cp.async: a destination not 16-byte aligned in the dynamic shared memory");
+    if (src_bytes != 0 && src_bytes != 16)
+        emu_kernel_fail("cp.async: a source size other than 0 or 16 (not modelled)");
+    if (src_bytes && ((uintptr_t)src % 16 || !mt_emu_device_ptr(src)))
+        emu_kernel_fail("cp.async: a source not 16-byte aligned device memory");
+    async_q[cur].push_back({d, (const unsigned char *)src, src_bytes});
+}
+
+void emu_cp_async_wait_all(void)
+{
+    for (const emu_async_t &c : async_q[cur]) {
+        memcpy(c.dst, c.src, (size_t)c.bytes);
+        memset(c.dst + c.bytes, 0, (size_t)(16 - c.bytes));
+    }
+    async_q[cur].clear();
+}
+
 unsigned __ballot_sync(unsigned mask, int pred)
 {
     if (mask != 0xffffffffu)
@@ -321,7 +354,7 @@ static void run_block(int threads, size_t smem)
     block_serial++;
     memset(emu_smem, 0xff, smem);
     for (int i = 0; i < threads; i++)
-        th[i].state = EMU_RUN, th[i].flag = 0;
+        th[i].state = EMU_RUN, th[i].flag = 0, async_q[i].clear();
     const int nwarps = (threads + 31) / 32;
     int order[1024], prio[32];
     for (int w = 0; w < nwarps; w++)
