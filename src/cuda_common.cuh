@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "cuda_internal.h"
 
@@ -56,6 +57,77 @@ __device__ __forceinline__ void mt_st(mt_f32_as_bf16 *p, int64_t i, float x)
 {
     p[i].v = mt_bf16_if(x, true);
 }
+
+/* ---- packs: the elementwise kernels' loads and stores.  One element a
+ * thread (2 bytes under bf16 storage) leaves too few bytes in flight to
+ * fill HBM: at 2048 threads an SM, two 2-byte loads each, about 1 MB over
+ * an H200's 132 SMs, where its 4.8 TB/s at some 600 ns of latency needs
+ * about 3 MB (Little's law).  A pack is W consecutive elements, moved in
+ * 16-byte accesses when W * sizeof(T) is a multiple of 16 (the pointer
+ * then 16-byte aligned: mt_aligned16), else one by one. */
+template <typename T, int W> struct mt_pack_t {
+    T e[W];
+};
+
+template <int W, typename T> __device__ __forceinline__ mt_pack_t<T, W> mt_ld_pack(const T *p)
+{
+    mt_pack_t<T, W> r;
+    if constexpr (sizeof(T) * W % 16 == 0) {
+#pragma unroll
+        for (int c = 0; c < (int)(sizeof(T) * W / 16); c++) {
+            const float4 u = ((const float4 *)p)[c]; /* the bits, whatever T is */
+            memcpy((char *)&r + 16 * c, &u, sizeof u);
+        }
+    } else {
+        for (int k = 0; k < W; k++)
+            r.e[k] = p[k];
+    }
+    return r;
+}
+
+template <int W, typename T>
+__device__ __forceinline__ void mt_st_pack(T *p, const mt_pack_t<T, W> &x)
+{
+    if constexpr (sizeof(T) * W % 16 == 0) {
+#pragma unroll
+        for (int c = 0; c < (int)(sizeof(T) * W / 16); c++) {
+            float4 u;
+            memcpy(&u, (const char *)&x + 16 * c, sizeof u);
+            ((float4 *)p)[c] = u;
+        }
+    } else {
+        for (int k = 0; k < W; k++)
+            p[k] = x.e[k];
+    }
+}
+
+template <int W> struct mt_width_t {
+    static constexpr int value = W;
+};
+
+/* Grid-stride over elements [0, n) in runs of W: f(i, mt_width_t<W>())
+ * for i = 0, W, 2 W, ... below n - n % W, then f(i, mt_width_t<1>()) for
+ * each of the last n % W.  f takes its run as one pack. */
+template <int W, typename F> __device__ __forceinline__ void mt_for_packs(int64_t n, F f)
+{
+    const int64_t np = n / W, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t v = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; v < np; v += stride)
+        f(v * W, mt_width_t<W>());
+    if constexpr (W > 1)
+        for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n - np * W;
+             i += stride)
+            f(np * W + i, mt_width_t<1>());
+}
+
+/* whether every pointer is 16-byte aligned (a kernel's packs of 16 bytes) */
+static inline bool mt_aligned16(void) { return true; }
+template <typename... P> static inline bool mt_aligned16(const void *p, P... rest)
+{
+    return (uintptr_t)p % 16 == 0 && mt_aligned16(rest...);
+}
+
+/* blocks of 256 threads for n elements in packs of w */
+static inline unsigned mt_pack_blocks(int64_t n, int w) { return mt_cuda_blocks((n + w - 1) / w, 256); }
 
 template <typename T> __device__ __forceinline__ T mt_warp_sum(T x)
 {

@@ -252,6 +252,22 @@ static void test_rope(uint64_t *s)
     }
 }
 
+/* elements lo..n of the device's to_bf16 bits gb and from_bf16 floats gf
+ * that differ from the CPU's hb, hf (NaN: any NaN) */
+static void roundtrip_diffs(const uint16_t *gb, const float *gf, const uint16_t *hb,
+                            const float *hf, int64_t lo, int64_t n, int64_t *dbits,
+                            int64_t *dvals)
+{
+    *dbits = *dvals = 0;
+    for (int64_t i = lo; i < n; i++) {
+        bool nan = isnan(hf[i]) && isnan(gf[i]);
+        *dbits += gb[i] != hb[i] && !nan;
+        uint32_t a, b;
+        memcpy(&a, &gf[i], 4), memcpy(&b, &hf[i], 4);
+        *dvals += a != b && !nan;
+    }
+}
+
 static void test_elementwise(uint64_t *s)
 {
     const int64_t n = 100003;
@@ -316,16 +332,23 @@ static void test_elementwise(uint64_t *s)
     tc_gpu->from_bf16(d_f, d_b, n);
     uint16_t *gb = tc_down(d_b, sizeof(uint16_t) * (size_t)n);
     float *gf = tc_down(d_f, F(n));
-    int64_t dbits = 0, dvals = 0;
-    for (int64_t i = 0; i < n; i++) {
-        bool nan = isnan(hf[i]) && isnan(gf[i]);
-        dbits += gb[i] != hb[i] && !nan;
-        uint32_t a, b;
-        memcpy(&a, &gf[i], 4), memcpy(&b, &hf[i], 4);
-        dvals += a != b && !nan;
-    }
+    int64_t dbits, dvals;
+    roundtrip_diffs(gb, gf, hb, hf, 0, n, &dbits, &dvals);
     CHECK(dbits == 0 && dvals == 0, "to_bf16/from_bf16: %lld and %lld of %lld elements differ "
           "from the CPU's bits", (long long)dbits, (long long)dvals, (long long)n);
+    /* again one element in (2 and 4 bytes: off 16-byte alignment), the
+     * kernels' one-element path; the aligned calls above took 16-byte
+     * packs and then the last n % 8 one by one */
+    tc_gpu->zero(d_b, sizeof(uint16_t) * (size_t)n);
+    tc_gpu->to_bf16(d_b + 1, d_cv + 1, n - 1);
+    tc_gpu->from_bf16(d_f + 1, d_b + 1, n - 1);
+    free(gb), free(gf);
+    gb = tc_down(d_b, sizeof(uint16_t) * (size_t)n);
+    gf = tc_down(d_f, F(n));
+    roundtrip_diffs(gb, gf, hb, hf, 1, n, &dbits, &dvals);
+    CHECK(gb[0] == 0 && dbits == 0 && dvals == 0,
+          "to_bf16/from_bf16 unaligned: %lld and %lld of %lld elements differ from the CPU's "
+          "bits (or element 0 was written)", (long long)dbits, (long long)dvals, (long long)n - 1);
     free(cv), free(hb), free(hf), free(gb), free(gf);
     free(gate), free(up), free(dout), free(out), free(dg), free(du), free(g), free(gg), free(gu);
     free(ga), free(r), free(gr);

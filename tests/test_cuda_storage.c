@@ -124,13 +124,22 @@ tc_counts_t tc_test_storage(uint64_t *s)
     void *g2 = up16(g, ne), *u2 = up16(u, ne), *d2 = up16(d, ne);
     float *a1 = tc_dev(F(ne));
     void *a2 = tc_dev(2 * (size_t)ne);
+    /* and one element off 16-byte alignment: the kernels' one-element
+     * path (aligned: 16-byte packs, then the last ne % 8 one by one) */
+    void *g3 = up16_skewed(g, ne, 1), *u3 = up16_skewed(u, ne, 1);
+    void *d3 = up16_skewed(d, ne, 1), *a3 = up16_skewed(d, ne, 1);
     b->swiglu_forward(a1, g1, u1, ne);
     st->swiglu_forward(a2, g2, u2, ne);
     check16("swiglu_forward", a2, a1, ne);
+    st->swiglu_forward(a3, g3, u3, ne);
+    check16("swiglu_forward (unaligned)", a3, a1, ne);
     b->swiglu_backward(g1, u1, d1, g1, u1, ne); /* in place, as the model calls it */
     st->swiglu_backward(g2, u2, d2, g2, u2, ne);
     check16("swiglu_backward dgate", g2, g1, ne);
     check16("swiglu_backward dup", u2, u1, ne);
+    st->swiglu_backward(g3, u3, d3, g3, u3, ne);
+    check16("swiglu_backward dgate (unaligned)", g3, g1, ne);
+    check16("swiglu_backward dup (unaligned)", u3, u1, ne);
     b->add(a1, d1, ne);
     mt_backend_cuda()->round_bf16(a1, ne); /* the model's pass after the rounding table's add */
     st->add(a2, d2, ne);
