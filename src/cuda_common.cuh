@@ -58,37 +58,42 @@ __device__ __forceinline__ void mt_st(mt_f32_as_bf16 *p, int64_t i, float x)
     p[i].v = mt_bf16_if(x, true);
 }
 
-/* ---- packs: the elementwise kernels' loads and stores.  One element a
- * thread (2 bytes under bf16 storage) leaves too few bytes in flight to
- * fill HBM: at 2048 threads an SM, two 2-byte loads each, about 1 MB over
- * an H200's 132 SMs, where its 4.8 TB/s at some 600 ns of latency needs
- * about 3 MB (Little's law).  A pack is W consecutive elements, moved in
- * 16-byte accesses when W * sizeof(T) is a multiple of 16 (the pointer
- * then 16-byte aligned: mt_aligned16), else one by one. */
+/* ---- packs: the elementwise and row kernels' loads and stores.  One
+ * element a thread (2 bytes under bf16 storage) leaves too few bytes in
+ * flight to fill HBM: at 2048 threads an SM, two 2-byte loads each, about
+ * 1 MB over an H200's 132 SMs, where its 4.8 TB/s at some 600 ns of
+ * latency needs about 3 MB (Little's law).  A pack is W consecutive
+ * elements a thread takes together.  W fixes which thread does what, so
+ * the sums a thread forms; VEC only how the pack moves: in 16-byte
+ * accesses (VEC, W * sizeof(T) a multiple of 16, the pointer 16-byte
+ * aligned: mt_aligned16), else element by element.  A kernel's bits so
+ * do not depend on its pointers' alignment. */
 template <typename T, int W> struct mt_pack_t {
     T e[W];
 };
 
-template <int W, typename T> __device__ __forceinline__ mt_pack_t<T, W> mt_ld_pack(const T *p)
+template <int W, bool VEC, typename T>
+__device__ __forceinline__ mt_pack_t<T, W> mt_ld_pack(const T *p)
 {
     mt_pack_t<T, W> r;
-    if constexpr (sizeof(T) * W % 16 == 0) {
+    if constexpr (VEC && sizeof(T) * W % 16 == 0) {
 #pragma unroll
         for (int c = 0; c < (int)(sizeof(T) * W / 16); c++) {
             const float4 u = ((const float4 *)p)[c]; /* the bits, whatever T is */
             memcpy((char *)&r + 16 * c, &u, sizeof u);
         }
     } else {
+#pragma unroll
         for (int k = 0; k < W; k++)
             r.e[k] = p[k];
     }
     return r;
 }
 
-template <int W, typename T>
+template <int W, bool VEC, typename T>
 __device__ __forceinline__ void mt_st_pack(T *p, const mt_pack_t<T, W> &x)
 {
-    if constexpr (sizeof(T) * W % 16 == 0) {
+    if constexpr (VEC && sizeof(T) * W % 16 == 0) {
 #pragma unroll
         for (int c = 0; c < (int)(sizeof(T) * W / 16); c++) {
             float4 u;
@@ -96,6 +101,7 @@ __device__ __forceinline__ void mt_st_pack(T *p, const mt_pack_t<T, W> &x)
             ((float4 *)p)[c] = u;
         }
     } else {
+#pragma unroll
         for (int k = 0; k < W; k++)
             p[k] = x.e[k];
     }
@@ -105,21 +111,36 @@ template <int W> struct mt_width_t {
     static constexpr int value = W;
 };
 
-/* Grid-stride over elements [0, n) in runs of W: f(i, mt_width_t<W>())
- * for i = 0, W, 2 W, ... below n - n % W, then f(i, mt_width_t<1>()) for
- * each of the last n % W.  f takes its run as one pack. */
-template <int W, typename F> __device__ __forceinline__ void mt_for_packs(int64_t n, F f)
+/* Elements [0, n) in packs of W, this thread's share: f(i,
+ * mt_width_t<W>()) for the packs i = W (first + stride k) below
+ * n - n % W, then f(i, mt_width_t<1>()) for the last n % W elements,
+ * i = n - n % W + first + stride k.  f takes its run as one pack (a run
+ * of 1 moves element-wise). */
+template <int W, typename F>
+__device__ __forceinline__ void mt_packs(int64_t n, int64_t first, int64_t stride, F f)
 {
-    const int64_t np = n / W, stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t v = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; v < np; v += stride)
+    const int64_t np = n / W;
+    for (int64_t v = first; v < np; v += stride)
         f(v * W, mt_width_t<W>());
     if constexpr (W > 1)
-        for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n - np * W;
-             i += stride)
-            f(np * W + i, mt_width_t<1>());
+        for (int64_t i = np * W + first; i < n; i += stride)
+            f(i, mt_width_t<1>());
 }
 
-/* whether every pointer is 16-byte aligned (a kernel's packs of 16 bytes) */
+/* over a whole tensor, grid-stride */
+template <int W, typename F> __device__ __forceinline__ void mt_for_packs(int64_t n, F f)
+{
+    mt_packs<W>(n, blockIdx.x * (int64_t)blockDim.x + threadIdx.x,
+                (int64_t)gridDim.x * blockDim.x, f);
+}
+
+/* over a row, block-wide */
+template <int W, typename F> __device__ __forceinline__ void mt_row_packs(int64_t n, F f)
+{
+    mt_packs<W>(n, threadIdx.x, blockDim.x, f);
+}
+
+/* whether every pointer is 16-byte aligned (a kernel's 16-byte accesses) */
 static inline bool mt_aligned16(void) { return true; }
 template <typename... P> static inline bool mt_aligned16(const void *p, P... rest)
 {
@@ -127,7 +148,10 @@ template <typename... P> static inline bool mt_aligned16(const void *p, P... res
 }
 
 /* blocks of 256 threads for n elements in packs of w */
-static inline unsigned mt_pack_blocks(int64_t n, int w) { return mt_cuda_blocks((n + w - 1) / w, 256); }
+static inline unsigned mt_pack_blocks(int64_t n, int w)
+{
+    return mt_cuda_blocks((n + w - 1) / w, 256);
+}
 
 template <typename T> __device__ __forceinline__ T mt_warp_sum(T x)
 {

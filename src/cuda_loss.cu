@@ -2,8 +2,9 @@
  * and gradient (fp32 or bf16 logits) and the vocabulary-parallel passes
  * (ce_shard_max / _sum / _finish), same contract as kernels_cpu_loss.c.
  *
- * One block per row: max over the valid columns, then Z = sum exp(l - max)
- * in double with a fixed block tree, then the gradient written in place
+ * One block per row: the max over the valid columns and Z = sum exp(l -
+ * max) in double in one pass (a running max per thread, fixed block
+ * trees), then the gradient written in place
  * (dlogits may alias logits: every read of the row is done before the
  * block's first write, and each thread writes only what it just read).
  * The row losses go to a device array and the caller adds them in row
@@ -19,10 +20,18 @@
 
 #define IGNORE_INDEX (-100)
 #define CE_THREADS 512
+#define CE_PACK 8 /* a row's elements a thread takes together (mt_k_cross_entropy) */
 
 /* ------------------------------------------------------------------ kernels */
 
-template <typename T>
+/* The fused loss and gradient of a row in two passes over the logits:
+ * one for the max and Z at once (each thread's running max and its sum of
+ * exp(l - max), rescaled when the max grows; the block then brings every
+ * thread's sum to the row's max), one for the gradient.  A thread takes
+ * the row in packs of CE_PACK whatever T, so its sums are the same on the
+ * rounding table and bf16 storage; VEC (rows and pointers 16-byte
+ * aligned) moves them in 16-byte accesses (cuda_common.cuh). */
+template <typename T, bool VEC>
 __global__ void mt_k_cross_entropy(T *dlogits, const T *logits, const int32_t *targets, int64_t n,
                                    int64_t V, int64_t v_valid, float grad_scale,
                                    double *row_loss)
@@ -36,8 +45,14 @@ __global__ void mt_k_cross_entropy(T *dlogits, const T *logits, const int32_t *t
         T *dr = dlogits ? dlogits + i * V : nullptr;
         if (y == IGNORE_INDEX) {
             if (dr)
-                for (int64_t j = threadIdx.x; j < V; j += blockDim.x)
-                    mt_st(dr, j, 0.0f);
+                mt_row_packs<CE_PACK>(V, [&](int64_t j, auto wd) {
+                    constexpr int W = decltype(wd)::value;
+                    mt_pack_t<T, W> d;
+#pragma unroll
+                    for (int k = 0; k < W; k++)
+                        mt_st(d.e, k, 0.0f);
+                    mt_st_pack<W, VEC>(dr + j, d);
+                });
             if (threadIdx.x == 0)
                 row_loss[i] = 0.0;
             continue;
@@ -52,29 +67,43 @@ __global__ void mt_k_cross_entropy(T *dlogits, const T *logits, const int32_t *t
         __syncthreads(); /* s_ly of the previous row is no longer read */
         if (threadIdx.x == 0)
             s_ly = mt_ld(lr, y);
-        float mx = -INFINITY;
-        for (int64_t j = threadIdx.x; j < v_valid; j += blockDim.x)
-            mx = fmaxf(mx, mt_ld(lr, j));
-        mx = mt_block_max(mx, fbuf); /* its barriers also publish s_ly */
+        float m = -INFINITY;
         double z = 0.0;
-        for (int64_t j = threadIdx.x; j < v_valid; j += blockDim.x)
-            z += (double)expf(mt_ld(lr, j) - mx);
-        z = mt_block_sum(z, dbuf); /* after it, every thread has read the row */
+        mt_row_packs<CE_PACK>(v_valid, [&](int64_t j, auto wd) {
+            constexpr int W = decltype(wd)::value;
+            const mt_pack_t<T, W> p = mt_ld_pack<W, VEC>(lr + j);
+            float x[W], pm = m;
+#pragma unroll
+            for (int k = 0; k < W; k++)
+                pm = fmaxf(pm, x[k] = mt_ld(p.e, k));
+            if (pm > m) { /* the running max grows: rescale the sum to it */
+                z = m == -INFINITY ? 0.0 : z * exp((double)m - (double)pm);
+                m = pm;
+            }
+#pragma unroll
+            for (int k = 0; k < W; k++)
+                z += (double)expf(x[k] - m);
+        });
+        const float mx = mt_block_max(m, fbuf); /* its barriers also publish s_ly */
+        z = mt_block_sum(m == -INFINITY ? 0.0 : z * exp((double)m - (double)mx), dbuf);
+        /* after the sum, every thread has read the row */
         const float ly = s_ly;
         if (threadIdx.x == 0)
             row_loss[i] = ((double)mx - (double)ly) + log(z);
         if (dr) {
             const float f = (float)((double)grad_scale / z);
-            for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
-                float d;
-                if (j >= v_valid)
-                    d = 0.0f;
-                else if (j == y)
-                    d = (float)(((double)expf(ly - mx) / z - 1.0) * (double)grad_scale);
-                else
-                    d = expf(mt_ld(lr, j) - mx) * f;
-                mt_st(dr, j, d);
-            }
+            const float dy = (float)(((double)expf(ly - mx) / z - 1.0) * (double)grad_scale);
+            mt_row_packs<CE_PACK>(V, [&](int64_t j, auto wd) {
+                constexpr int W = decltype(wd)::value;
+                const mt_pack_t<T, W> p = mt_ld_pack<W, VEC>(lr + j);
+                mt_pack_t<T, W> d;
+#pragma unroll
+                for (int k = 0; k < W; k++) {
+                    const int64_t c = j + k;
+                    mt_st(d.e, k, c >= v_valid ? 0.0f : c == y ? dy : expf(mt_ld(p.e, k) - mx) * f);
+                }
+                mt_st_pack<W, VEC>(dr + j, d);
+            });
         }
     }
 }
@@ -164,8 +193,12 @@ template <typename T>
 static void ce_launch(cudaStream_t s, void *dlogits, const void *logits, const int32_t *targets,
                       int64_t n, int64_t V, int64_t v_valid, float grad_scale, double *row_loss)
 {
-    mt_k_cross_entropy<T><<<row_blocks(n), CE_THREADS, 0, s>>>(
-        (T *)dlogits, (const T *)logits, targets, n, V, v_valid, grad_scale, row_loss);
+    if (V % CE_PACK == 0 && mt_aligned16(dlogits, logits))
+        mt_k_cross_entropy<T, true><<<row_blocks(n), CE_THREADS, 0, s>>>(
+            (T *)dlogits, (const T *)logits, targets, n, V, v_valid, grad_scale, row_loss);
+    else
+        mt_k_cross_entropy<T, false><<<row_blocks(n), CE_THREADS, 0, s>>>(
+            (T *)dlogits, (const T *)logits, targets, n, V, v_valid, grad_scale, row_loss);
 }
 
 extern "C" void mt_cuda_launch_cross_entropy(cudaStream_t s, void *dlogits, const void *logits,

@@ -26,14 +26,14 @@ __device__ __forceinline__ float mt_sigmoid(float g) { return 1.0f / (1.0f + exp
 /* T: float (round: the rounding table's float32 holding bf16 values), or
  * __nv_bfloat16 (bf16 storage, round true: loads exact, stores rounded);
  * the same arithmetic either way, so bf16 storage computes the rounding
- * table's bits.  W: elements a pack (cuda_common.cuh; 16 bytes, or 1 when
- * a pointer is not 16-byte aligned). */
-template <typename T, int W>
+ * table's bits.  In packs of 16 bytes (cuda_common.cuh), moved whole with
+ * VEC (every pointer 16-byte aligned). */
+template <typename T, bool VEC>
 __global__ void mt_k_swiglu_forward(T *out, const T *gate, const T *up, int64_t n, bool round)
 {
-    mt_for_packs<W>(n, [&](int64_t i, auto w) {
+    mt_for_packs<16 / sizeof(T)>(n, [&](int64_t i, auto w) {
         constexpr int V = decltype(w)::value;
-        const mt_pack_t<T, V> g = mt_ld_pack<V>(gate + i), u = mt_ld_pack<V>(up + i);
+        const mt_pack_t<T, V> g = mt_ld_pack<V, VEC>(gate + i), u = mt_ld_pack<V, VEC>(up + i);
         mt_pack_t<T, V> o;
 #pragma unroll
         for (int k = 0; k < V; k++) {
@@ -41,20 +41,20 @@ __global__ void mt_k_swiglu_forward(T *out, const T *gate, const T *up, int64_t 
             mt_st(o.e, k, mt_bf16_if((gk * mt_sigmoid(gk)) * mt_bf16_if(mt_ld(u.e, k), round),
                                      round));
         }
-        mt_st_pack<V>(out + i, o);
+        mt_st_pack<V, VEC>(out + i, o);
     });
 }
 
 /* may run in place (dgate == gate, dup == up): a pack is read whole
  * before it is written */
-template <typename T, int W>
+template <typename T, bool VEC>
 __global__ void mt_k_swiglu_backward(T *dgate, T *dup, const T *dout, const T *gate, const T *up,
                                      int64_t n, bool round)
 {
-    mt_for_packs<W>(n, [&](int64_t i, auto w) {
+    mt_for_packs<16 / sizeof(T)>(n, [&](int64_t i, auto w) {
         constexpr int V = decltype(w)::value;
-        const mt_pack_t<T, V> gp = mt_ld_pack<V>(gate + i), up_ = mt_ld_pack<V>(up + i);
-        const mt_pack_t<T, V> dp = mt_ld_pack<V>(dout + i);
+        const mt_pack_t<T, V> gp = mt_ld_pack<V, VEC>(gate + i), up_ = mt_ld_pack<V, VEC>(up + i);
+        const mt_pack_t<T, V> dp = mt_ld_pack<V, VEC>(dout + i);
         mt_pack_t<T, V> dg, du;
 #pragma unroll
         for (int k = 0; k < V; k++) {
@@ -65,8 +65,8 @@ __global__ void mt_k_swiglu_backward(T *dgate, T *dup, const T *dout, const T *g
             mt_st(dg.e, k, mt_bf16_if(d * u * (sg * (1.0f + g * (1.0f - sg))), round));
             mt_st(du.e, k, mt_bf16_if(d * (g * sg), round));
         }
-        mt_st_pack<V>(dgate + i, dg);
-        mt_st_pack<V>(dup + i, du);
+        mt_st_pack<V, VEC>(dgate + i, dg);
+        mt_st_pack<V, VEC>(dup + i, du);
     });
 }
 
@@ -114,11 +114,11 @@ static void swiglu_forward(cudaStream_t s, T *out, const T *gate, const T *up, i
     REQUIRE_N("swiglu_forward", n);
     if (n == 0)
         return;
-    constexpr int W = 16 / sizeof(T);
+    const unsigned g = mt_pack_blocks(n, 16 / sizeof(T));
     if (mt_aligned16(out, gate, up))
-        mt_k_swiglu_forward<T, W><<<mt_pack_blocks(n, W), 256, 0, s>>>(out, gate, up, n, round);
+        mt_k_swiglu_forward<T, true><<<g, 256, 0, s>>>(out, gate, up, n, round);
     else
-        mt_k_swiglu_forward<T, 1><<<mt_pack_blocks(n, 1), 256, 0, s>>>(out, gate, up, n, round);
+        mt_k_swiglu_forward<T, false><<<g, 256, 0, s>>>(out, gate, up, n, round);
     MT_CUDA_LAUNCH_CHECK("swiglu_forward");
 }
 
@@ -129,13 +129,11 @@ static void swiglu_backward(cudaStream_t s, T *dgate, T *dup, const T *dout, con
     REQUIRE_N("swiglu_backward", n);
     if (n == 0)
         return;
-    constexpr int W = 16 / sizeof(T);
+    const unsigned g = mt_pack_blocks(n, 16 / sizeof(T));
     if (mt_aligned16(dgate, dup, dout, gate, up))
-        mt_k_swiglu_backward<T, W><<<mt_pack_blocks(n, W), 256, 0, s>>>(dgate, dup, dout, gate,
-                                                                        up, n, round);
+        mt_k_swiglu_backward<T, true><<<g, 256, 0, s>>>(dgate, dup, dout, gate, up, n, round);
     else
-        mt_k_swiglu_backward<T, 1><<<mt_pack_blocks(n, 1), 256, 0, s>>>(dgate, dup, dout, gate,
-                                                                        up, n, round);
+        mt_k_swiglu_backward<T, false><<<g, 256, 0, s>>>(dgate, dup, dout, gate, up, n, round);
     MT_CUDA_LAUNCH_CHECK("swiglu_backward");
 }
 

@@ -14,14 +14,19 @@
 #include "cuda_common.cuh"
 
 #define ROW_THREADS 256
+#define ROW_PACK 8 /* a row's elements a thread takes together */
 #define DW_CHUNKS 128
 
 /* ------------------------------------------------------------------ kernels */
 
 /* T: float (round: the rounding table), or __nv_bfloat16 (bf16 storage,
  * round true) for x, w, out, dout and dx; rstd and dw stay float.  The
- * arithmetic is the same, so bf16 storage gives the rounding table's bits. */
-template <typename T>
+ * arithmetic is the same, so bf16 storage gives the rounding table's bits.
+ * A thread takes a row's elements in packs of ROW_PACK (cuda_common.cuh)
+ * whatever T, so its share of a row's sums is the same on both tables;
+ * VEC (every row start and pointer 16-byte aligned) moves them in 16-byte
+ * accesses. */
+template <typename T, bool VEC>
 __global__ void mt_k_rmsnorm_forward(T *out, float *rstd, const T *x, const T *w, int64_t n,
                                      int64_t dim, float eps, bool round)
 {
@@ -29,21 +34,34 @@ __global__ void mt_k_rmsnorm_forward(T *out, float *rstd, const T *x, const T *w
     for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
         const T *xr = x + i * dim;
         double ss = 0.0;
-        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-            const double xj = mt_bf16_if(mt_ld(xr, j), round);
-            ss += xj * xj;
-        }
+        mt_row_packs<ROW_PACK>(dim, [&](int64_t j, auto wd) {
+            constexpr int V = decltype(wd)::value;
+            const mt_pack_t<T, V> xp = mt_ld_pack<V, VEC>(xr + j);
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                const double xj = mt_bf16_if(mt_ld(xp.e, k), round);
+                ss += xj * xj;
+            }
+        });
         ss = mt_block_sum(ss, buf);
         const float r = (float)(1.0 / sqrt(ss / (double)dim + (double)eps));
         if (threadIdx.x == 0)
             rstd[i] = r;
         T *yr = out + i * dim;
-        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) /* HF's order */
-            mt_st(yr, j, mt_bf16_if((mt_bf16_if(mt_ld(xr, j), round) * r) * mt_ld(w, j), round));
+        mt_row_packs<ROW_PACK>(dim, [&](int64_t j, auto wd) { /* HF's order */
+            constexpr int V = decltype(wd)::value;
+            const mt_pack_t<T, V> xp = mt_ld_pack<V, VEC>(xr + j), wp = mt_ld_pack<V, VEC>(w + j);
+            mt_pack_t<T, V> yp;
+#pragma unroll
+            for (int k = 0; k < V; k++)
+                mt_st(yp.e, k,
+                      mt_bf16_if((mt_bf16_if(mt_ld(xp.e, k), round) * r) * mt_ld(wp.e, k), round));
+            mt_st_pack<V, VEC>(yr + j, yp);
+        });
     }
 }
 
-template <typename T>
+template <typename T, bool VEC>
 __global__ void mt_k_rmsnorm_backward_dx(T *dx, const T *dout, const T *x, const T *w,
                                          const float *rstd, int64_t n, int64_t dim, bool acc,
                                          bool round)
@@ -52,20 +70,37 @@ __global__ void mt_k_rmsnorm_backward_dx(T *dx, const T *dout, const T *x, const
     for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
         const T *xr = x + i * dim, *gr = dout + i * dim;
         double gx = 0.0;
-        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
-            gx += (double)mt_bf16_if(mt_ld(gr, j), round) * (double)mt_ld(w, j) *
-                  (double)mt_bf16_if(mt_ld(xr, j), round);
+        mt_row_packs<ROW_PACK>(dim, [&](int64_t j, auto wd) {
+            constexpr int V = decltype(wd)::value;
+            const mt_pack_t<T, V> gp = mt_ld_pack<V, VEC>(gr + j), xp = mt_ld_pack<V, VEC>(xr + j);
+            const mt_pack_t<T, V> wp = mt_ld_pack<V, VEC>(w + j);
+#pragma unroll
+            for (int k = 0; k < V; k++)
+                gx += (double)mt_bf16_if(mt_ld(gp.e, k), round) * (double)mt_ld(wp.e, k) *
+                      (double)mt_bf16_if(mt_ld(xp.e, k), round);
+        });
         gx = mt_block_sum(gx, buf);
         const double r = rstd[i];
         const float coef = (float)(r * r * r * gx / (double)dim);
         const float rf = (float)r;
         T *dr = dx + i * dim; /* may not alias dout: rows are read above, then written */
-        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-            const float g = mt_bf16_if(mt_ld(gr, j), round), xj = mt_bf16_if(mt_ld(xr, j), round);
-            const float v = rf * (g * mt_ld(w, j)) - coef * xj;
-            /* += : the residual's gradient */
-            mt_st(dr, j, mt_bf16_if(acc ? mt_bf16_if(mt_ld(dr, j), round) + v : v, round));
-        }
+        mt_row_packs<ROW_PACK>(dim, [&](int64_t j, auto wd) {
+            constexpr int V = decltype(wd)::value;
+            const mt_pack_t<T, V> gp = mt_ld_pack<V, VEC>(gr + j), xp = mt_ld_pack<V, VEC>(xr + j);
+            const mt_pack_t<T, V> wp = mt_ld_pack<V, VEC>(w + j);
+            mt_pack_t<T, V> dp;
+            if (acc)
+                dp = mt_ld_pack<V, VEC>(dr + j);
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                const float g = mt_bf16_if(mt_ld(gp.e, k), round);
+                const float xj = mt_bf16_if(mt_ld(xp.e, k), round);
+                const float v = rf * (g * mt_ld(wp.e, k)) - coef * xj;
+                /* += : the residual's gradient */
+                mt_st(dp.e, k, mt_bf16_if(acc ? mt_bf16_if(mt_ld(dp.e, k), round) + v : v, round));
+            }
+            mt_st_pack<V, VEC>(dr + j, dp);
+        });
     }
 }
 
@@ -112,8 +147,12 @@ static void rmsnorm_forward(cudaStream_t s, T *out, float *rstd, const T *x, con
                     (long long)dim);
     if (n == 0)
         return;
-    mt_k_rmsnorm_forward<T><<<row_blocks(n), ROW_THREADS, 0, s>>>(out, rstd, x, w, n, dim, eps,
-                                                                  round);
+    if (dim % ROW_PACK == 0 && mt_aligned16(out, x, w))
+        mt_k_rmsnorm_forward<T, true><<<row_blocks(n), ROW_THREADS, 0, s>>>(out, rstd, x, w, n,
+                                                                            dim, eps, round);
+    else
+        mt_k_rmsnorm_forward<T, false><<<row_blocks(n), ROW_THREADS, 0, s>>>(out, rstd, x, w, n,
+                                                                             dim, eps, round);
     MT_CUDA_LAUNCH_CHECK("rmsnorm_forward");
 }
 
@@ -138,8 +177,12 @@ static void rmsnorm_backward(cudaStream_t s, T *dx, float *dw, const T *dout, co
     mt_k_rmsnorm_dw_finish<<<(unsigned)((dim + 255) / 256), 256, 0, s>>>(dw, partial, nchunks,
                                                                          dim);
     MT_CUDA_LAUNCH_CHECK("rmsnorm_dw_finish");
-    mt_k_rmsnorm_backward_dx<T><<<row_blocks(n), ROW_THREADS, 0, s>>>(dx, dout, x, w, rstd, n,
-                                                                      dim, accumulate, round);
+    if (dim % ROW_PACK == 0 && mt_aligned16(dx, dout, x, w))
+        mt_k_rmsnorm_backward_dx<T, true><<<row_blocks(n), ROW_THREADS, 0, s>>>(
+            dx, dout, x, w, rstd, n, dim, accumulate, round);
+    else
+        mt_k_rmsnorm_backward_dx<T, false><<<row_blocks(n), ROW_THREADS, 0, s>>>(
+            dx, dout, x, w, rstd, n, dim, accumulate, round);
     MT_CUDA_LAUNCH_CHECK("rmsnorm_backward_dx");
 }
 

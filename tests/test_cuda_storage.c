@@ -94,15 +94,29 @@ tc_counts_t tc_test_storage(uint64_t *s)
     st->rmsnorm_forward(o2, r2, sx, sw, n, dim, 1e-5f);
     check16("rmsnorm_forward", o2, o1, n * dim);
     check_same("bf16 storage rmsnorm_forward rstd", r2, r1, n);
+    /* the rows one element off 16-byte alignment: element-wise accesses,
+     * the same bits (a thread's share of a row does not change) */
+    void *sx3 = up16_skewed(x, n * dim, 1), *sw3 = up16_skewed(w, dim, 1);
+    void *o3 = up16_skewed(x, n * dim, 1);
+    float *r3 = tc_dev(F(n));
+    st->rmsnorm_forward(o3, r3, sx3, sw3, n, dim, 1e-5f);
+    check16("rmsnorm_forward (unaligned)", o3, o1, n * dim);
+    check_same("bf16 storage rmsnorm_forward rstd (unaligned)", r3, r1, n);
     for (int acc = 0; acc < 2; acc++) {
         float *dd = tc_up(dout, F(n * dim)), *gx1 = tc_up(res, F(n * dim));
         void *sd = up16(dout, n * dim), *gx2 = up16(res, n * dim);
-        float *gw1 = tc_up(w, F(dim)), *gw2 = tc_up(w, F(dim));
+        void *sd3 = up16_skewed(dout, n * dim, 1), *gx3 = up16_skewed(res, n * dim, 1);
+        float *gw1 = tc_up(w, F(dim)), *gw2 = tc_up(w, F(dim)), *gw3 = tc_up(w, F(dim));
         b->rmsnorm_backward(gx1, gw1, dd, dx, dw, r1, n, dim, acc);
         st->rmsnorm_backward(gx2, gw2, sd, sx, sw, r1, n, dim, acc);
+        st->rmsnorm_backward(gx3, gw3, sd3, sx3, sw3, r1, n, dim, acc);
         check16(acc ? "rmsnorm_backward dx (accumulated)" : "rmsnorm_backward dx", gx2, gx1,
                 n * dim);
         check_same("bf16 storage rmsnorm_backward dw", gw2, gw1, dim);
+        check16(acc ? "rmsnorm_backward dx (accumulated, unaligned)"
+                    : "rmsnorm_backward dx (unaligned)",
+                gx3, gx1, n * dim);
+        check_same("bf16 storage rmsnorm_backward dw (unaligned)", gw3, gw1, dim);
     }
     /* RoPE both ways */
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)ntok);
@@ -172,6 +186,23 @@ tc_counts_t tc_test_storage(uint64_t *s)
     CHECK(ls1 == ls2 && c1 == c2, "bf16 storage cross_entropy: %.17g (%lld) vs %.17g (%lld)", ls2,
           (long long)c2, ls1, (long long)c1);
     check16("cross_entropy dlogits", l2, l1, cn * cV);
+    /* rows of 64 (16-byte packs), and the same one element off 16-byte
+     * alignment (element-wise accesses): the same bits all three ways */
+    {
+        const int64_t aV = 64, avv = 61;
+        float *al = rand_bf16(s, cn * aV, 6.0f), *al1 = tc_up(al, F(cn * aV));
+        void *al2 = up16(al, cn * aV), *al3 = up16_skewed(al, cn * aV, 1);
+        int64_t a1, a2, a3;
+        double la1 = b->cross_entropy(al1, al1, d_tg, cn, aV, avv, 0.25f, &a1);
+        double la2 = st->cross_entropy(al2, al2, d_tg, cn, aV, avv, 0.25f, &a2);
+        double la3 = st->cross_entropy(al3, al3, d_tg, cn, aV, avv, 0.25f, &a3);
+        CHECK(la1 == la2 && la2 == la3 && a1 == a2 && a2 == a3,
+              "bf16 storage cross_entropy, rows of 64: %.17g, unaligned %.17g vs %.17g", la2, la3,
+              la1);
+        check16("cross_entropy dlogits (rows of 64)", al2, al1, cn * aV);
+        check16("cross_entropy dlogits (rows of 64, unaligned)", al3, al1, cn * aV);
+        free(al);
+    }
     /* the vocabulary-parallel passes on a shard [20, 70) of 50 valid
      * columns (targets outside it too), dlogits in place */
     {
