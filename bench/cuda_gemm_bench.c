@@ -92,6 +92,24 @@ static double time_gemm(int mode, void *c, const void *a, const void *b, int64_t
     return (now_s() - t0) / iters;
 }
 
+/* seconds per call of the LM head's weight gradient as the trainer runs it
+ * (model.c head_pass): dW [V, H] float32 += dlogits^T x over a chunk of c
+ * rows, dlogits [c, V] and x [c, H] bf16 */
+static double time_head_dw(float *dw, const uint16_t *dl, const uint16_t *x, int64_t V,
+                           int64_t H, int64_t c, int iters)
+{
+    for (int i = 0; i < 3; i++)
+        mt_cuda_matmul_bf16_f32out(dw, dl, x, V, H, c, 1, 0, 1.0f);
+    if (mt_cuda_synchronize() != MT_OK)
+        die("warm-up");
+    const double t0 = now_s();
+    for (int i = 0; i < iters; i++)
+        mt_cuda_matmul_bf16_f32out(dw, dl, x, V, H, c, 1, 0, 1.0f);
+    if (mt_cuda_synchronize() != MT_OK)
+        die("timing");
+    return (now_s() - t0) / iters;
+}
+
 int main(int argc, char **argv)
 {
     int64_t M = 8192; /* tokens per micro-batch: 4 x 2048 */
@@ -207,12 +225,32 @@ int main(int argc, char **argv)
                step_flop / 1e9, step_ms[mode], tflops[mode], 100.0 * tflops[mode] / peak, peak,
                tok_s[mode]);
     }
+    /* The LM head's weight gradient in the row chunks the head runs in
+     * (mt_model_head_chunk: at least 2048 rows since 0.1, 1024 before):
+     * its float32 [V, H] accumulator is read and written once a chunk,
+     * 8 bytes an element against 2 c FLOPs, so small chunks lose to the
+     * traffic.  The figures say where the floor belongs. */
+    const int64_t V = 128256, H = 2048, rows[3] = {1024, 2048, 4096};
+    double head_tf[3] = {0};
+    be->copy_to_device(Y, fill, (size_t)(M * V) * 2);
+    be->copy_to_device(X, fill, (size_t)(M * H) * 2);
+    be->zero(dW, (size_t)(V * H) * 4);
+    printf("cuda_gemm_bench: the LM head's weight gradient, dW [%lld, %lld] float32 += "
+           "dlogits^T x, by chunk rows\n%8s %10s %9s\n",
+           (long long)V, (long long)H, "rows", "ms", "TFLOP/s");
+    for (int i = 0; i < 3 && rows[i] <= M; i++) {
+        const double t = time_head_dw(dW, Y, X, V, H, rows[i], iters);
+        head_tf[i] = 2.0 * (double)V * (double)H * (double)rows[i] / t / 1e12;
+        printf("%8lld %10.3f %9.1f\n", (long long)rows[i], t * 1e3, head_tf[i]);
+    }
     free(fill), free(fill32);
     printf("RESULT gemm_tflops=%.1f gemm_mfu_pct=%.1f gemm_tokens_per_s=%.0f "
            "fp32_storage_tflops=%.1f fp32_storage_mfu_pct=%.1f convert_tflops=%.1f "
-           "convert_mfu_pct=%.1f\n",
+           "convert_mfu_pct=%.1f head_dw_tflops_1024=%.1f head_dw_tflops_2048=%.1f "
+           "head_dw_tflops_4096=%.1f\n",
            tflops[BF16], 100.0 * tflops[BF16] / peak, tok_s[BF16], tflops[FP32],
-           100.0 * tflops[FP32] / peak, tflops[CONVERT], 100.0 * tflops[CONVERT] / peak);
+           100.0 * tflops[FP32] / peak, tflops[CONVERT], 100.0 * tflops[CONVERT] / peak,
+           head_tf[0], head_tf[1], head_tf[2]);
     mt_cuda_backend_free();
     mt_cuda_arena_free(&arena);
     return 0;

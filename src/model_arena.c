@@ -112,10 +112,13 @@ int64_t mt_model_head_chunk(int64_t N, int64_t V)
     const char *e = getenv("MESHTRAIN_HEAD_CHUNK_ROWS");
     int64_t c = ((int64_t)256 << 20) / (4 * (V > 0 ? V : 1));
     /* at least MT_HEAD_CHUNK_MIN rows: the lm_head gradient GEMM sums c
-     * rows into its float32 [V, H] accumulator per chunk, and with fewer
-     * it reads and writes that accumulator more than it computes */
+     * rows into its float32 [V, H] accumulator per chunk, 2 c FLOPs for
+     * each 8 bytes of it read and written, against an H200's 206 FLOPs a
+     * byte: at 1024 rows that traffic takes 80% of the GEMM's compute
+     * time, which only a perfect overlap would hide; at 2048, 40% */
     if (c < MT_HEAD_CHUNK_MIN)
         c = MT_HEAD_CHUNK_MIN;
+    c -= c % MT_HEAD_CHUNK_ALIGN; /* whole GEMM tiles of rows */
     if (e && atoll(e) > 0)
         c = atoll(e);
     return c < N ? c : (N > 0 ? N : 1);

@@ -405,9 +405,11 @@ int64_t mt_model_logical_numel(const mt_model_t *m);
 
 /* Rows of the LM head and loss computed at once for N rows of a V-column
  * (this rank's) vocabulary: as many as fit float32 logits in 256 MiB, but
- * at least MT_HEAD_CHUNK_MIN, and at most N.  MESHTRAIN_HEAD_CHUNK_ROWS
- * sets it instead (tests).  meshtrain-plan counts the same. */
-#define MT_HEAD_CHUNK_MIN 1024
+ * at least MT_HEAD_CHUNK_MIN, in whole MT_HEAD_CHUNK_ALIGN rows, and at
+ * most N.  MESHTRAIN_HEAD_CHUNK_ROWS sets it instead (tests).
+ * meshtrain-plan counts the same. */
+#define MT_HEAD_CHUNK_MIN 2048
+#define MT_HEAD_CHUNK_ALIGN 128
 int64_t mt_model_head_chunk(int64_t N, int64_t V);
 
 /* Find a parameter by Hugging Face name, or NULL. */

@@ -414,9 +414,13 @@ static void test_cli(void)
 static void test_head_chunk(void)
 {
     CHECK(mt_model_head_chunk(8192, 512) == 8192, "small vocabulary: every row at once");
-    CHECK(mt_model_head_chunk(8192, 32000) == (256 << 20) / (4 * 32000), "32k: the 256 MiB rows");
-    CHECK(mt_model_head_chunk(16384, 128256) == MT_HEAD_CHUNK_MIN && MT_HEAD_CHUNK_MIN == 1024,
-          "128k: the 1024-row floor, not %d", (256 << 20) / (4 * 128256));
+    CHECK(mt_model_head_chunk(8192, 32000) == 2048 && (256 << 20) / (4 * 32000) == 2097,
+          "32k: the 256 MiB rows (2097), in whole 128 rows");
+    CHECK(mt_model_head_chunk(8192, 16000) == 4096 && (256 << 20) / (4 * 16000) == 4194,
+          "16k: the 256 MiB rows (4194), in whole 128 rows");
+    CHECK(mt_model_head_chunk(16384, 128256) == MT_HEAD_CHUNK_MIN && MT_HEAD_CHUNK_MIN == 2048,
+          "128k: the 2048-row floor, not %d", (256 << 20) / (4 * 128256));
+    CHECK(mt_model_head_chunk(2000, 128256) == 2000, "fewer rows than the floor: all of them");
     CHECK(mt_model_head_chunk(600, 128256) == 600, "fewer rows than the floor: all of them");
     setenv("MESHTRAIN_HEAD_CHUNK_ROWS", "7", 1);
     CHECK(mt_model_head_chunk(16384, 128256) == 7, "MESHTRAIN_HEAD_CHUNK_ROWS");
