@@ -119,9 +119,9 @@ __device__ __forceinline__ void tc_tiles_ready(void)
  * give 0, never NaN.  The tile is the block's after tc_tiles_ready.
  *  - bf16 rows 16-byte aligned (vec 2): cp.async, 16 bytes a copy, every
  *    copy of the tile in flight at once;
- *  - else loads through registers, four rows' pieces of each thread
- *    issued before their stores (a loop of one load then its store
- *    waits the memory's latency at every piece). */
+ *  - else loads through registers, the loop unrolled by four for float32
+ *    (whether ptxas hoists the guarded loads above the stores is its
+ *    call: unchecked without a SASS disassembler). */
 template <int HD, int R, typename T>
 __device__ __forceinline__ void tc_load_tile(tc_bf16 *dst, const T *src, int64_t stride,
                                              int64_t n, int vec)

@@ -121,6 +121,25 @@ static void t_matmul(float *c, const float *a, const float *b, int64_t m, int64_
     mt_cuda_launch_matmul(S, c, a, b, m, n, k, ta, tb, beta);
 }
 
+/* c = r + op(a) op(b) through mm (the table's matmul): r into c on the
+ * stream, then beta 1 (mt_backend_t.matmul_add) */
+static void matmul_add_copying(void (*mm)(float *, const float *, const float *, int64_t,
+                                          int64_t, int64_t, bool, bool, float),
+                               float *c, const float *r, const float *a, const float *b,
+                               int64_t m, int64_t n, int64_t k, bool ta, bool tb)
+{
+    if (c != r && m > 0 && n > 0)
+        MT_CUDA_CHECK(cudaMemcpyAsync(c, r, sizeof(float) * (size_t)(m * n),
+                                      cudaMemcpyDeviceToDevice, S));
+    mm(c, a, b, m, n, k, ta, tb, 1.0f);
+}
+
+static void t_matmul_add(float *c, const float *r, const float *a, const float *b, int64_t m,
+                         int64_t n, int64_t k, bool ta, bool tb)
+{
+    matmul_add_copying(t_matmul, c, r, a, b, m, n, k, ta, tb);
+}
+
 static void t_embedding_forward(float *out, const int32_t *tokens, const float *table,
                                 int64_t n_tokens, int64_t dim)
 {
@@ -425,6 +444,7 @@ static mt_backend_t make_table(void)
     t.name = "cuda";
     t.matmul = t_matmul;
     t.matmul_f32out = t_matmul; /* float32 storage: matmul itself (mt_backend.h) */
+    t.matmul_add = t_matmul_add;
     t.add_f32 = t_add; /* float32 storage: add itself */
     t.embedding_forward = t_embedding_forward;
     t.embedding_backward = t_embedding_backward;
@@ -485,6 +505,12 @@ static void t_matmul_fast_bf16(float *c, const float *a, const float *b, int64_t
     mt_cuda_launch_matmul_fast_bf16(S, c, a, b, m, n, k, ta, tb, beta);
 }
 
+static void t_matmul_add_fast_bf16(float *c, const float *r, const float *a, const float *b,
+                                   int64_t m, int64_t n, int64_t k, bool ta, bool tb)
+{
+    matmul_add_copying(t_matmul_fast_bf16, c, r, a, b, m, n, k, ta, tb);
+}
+
 static void t_attention_tc_forward(float *out, float *lse, const float *q, const float *k,
                                    const float *v, const int32_t *doc_start, int64_t B,
                                    int64_t T, int64_t nh, int64_t nkv, int64_t hd)
@@ -511,6 +537,7 @@ static mt_backend_t make_bf16_table(void)
     t.name = "cuda_bf16";
     t.matmul = t_matmul_fast_bf16;
     t.matmul_f32out = t_matmul_fast_bf16;
+    t.matmul_add = t_matmul_add_fast_bf16;
     t.attention_forward = t_attention_tc_forward;
     t.attention_backward = t_attention_tc_backward;
     t.rmsnorm_forward = t_rmsnorm_forward_bf16;

@@ -84,6 +84,10 @@ void mt_cuda_launch_matmul_fast_bf16(cudaStream_t s, float *c, const float *a, c
 void mt_cuda_launch_matmul_bf16(cudaStream_t s, uint16_t *c, const uint16_t *a,
                                 const uint16_t *b, int64_t m, int64_t n, int64_t k, bool ta,
                                 bool tb, float beta);
+/* c = r + op(a) op(b), bf16: r read as cuBLASLt's C, c written as its D */
+void mt_cuda_launch_matmul_bf16_add(cudaStream_t s, uint16_t *c, const uint16_t *r,
+                                    const uint16_t *a, const uint16_t *b, int64_t m, int64_t n,
+                                    int64_t k, bool ta, bool tb);
 /* bf16 A, B; fp32 C (beta 1: accumulate fp32 weight gradients) */
 void mt_cuda_launch_matmul_bf16_f32out(cudaStream_t s, float *c, const uint16_t *a,
                                        const uint16_t *b, int64_t m, int64_t n, int64_t k,

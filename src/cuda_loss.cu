@@ -77,15 +77,16 @@ __global__ void mt_k_cross_entropy(T *dlogits, const T *logits, const int32_t *t
             for (int k = 0; k < W; k++)
                 pm = fmaxf(pm, x[k] = mt_ld(p.e, k));
             if (pm > m) { /* the running max grows: rescale the sum to it */
-                z = m == -INFINITY ? 0.0 : z * exp((double)m - (double)pm);
+                if (m != -INFINITY) /* (else z is 0, or NaN from a NaN logit: kept) */
+                    z *= exp((double)m - (double)pm);
                 m = pm;
             }
 #pragma unroll
-            for (int k = 0; k < W; k++)
-                z += (double)expf(x[k] - m);
+            for (int k = 0; k < W; k++) /* exp(-inf) is 0 even while m is -inf */
+                z += x[k] == -INFINITY ? 0.0 : (double)expf(x[k] - m);
         });
         const float mx = mt_block_max(m, fbuf); /* its barriers also publish s_ly */
-        z = mt_block_sum(m == -INFINITY ? 0.0 : z * exp((double)m - (double)mx), dbuf);
+        z = mt_block_sum(m == -INFINITY ? z : z * exp((double)m - (double)mx), dbuf);
         /* after the sum, every thread has read the row */
         const float ly = s_ly;
         if (threadIdx.x == 0)

@@ -193,14 +193,14 @@ extern "C" void mt_cuda_lt_stats(mt_cuda_lt_stats_t *st)
 /* The plan of this GEMM: the kept one, or a new one in the least recently
  * used slot. */
 static const lt_plan_t *lt_plan(mt_cuda_ctx_t *ctx, bool c_f32, const void *a, const void *b,
-                                const void *c, int64_t m, int64_t n, int64_t k, bool ta, bool tb,
-                                const char *kernel)
+                                const void *cin, const void *c, int64_t m, int64_t n, int64_t k,
+                                bool ta, bool tb, const char *kernel)
 {
     /* The heuristic assumes 256-byte aligned operands unless told
      * otherwise, and row slices (the LM head's chunks, a layer's part of
      * an arena) can be less aligned: tell it what these pointers are
-     * (Lt's A is our b, its B our a, C and D our c). */
-    const uint32_t align[4] = {lt_align(b), lt_align(a), lt_align(c), lt_align(c)};
+     * (Lt's A is our b, its B our a, C our cin, D our c). */
+    const uint32_t align[4] = {lt_align(b), lt_align(a), lt_align(cin), lt_align(c)};
     lt_plan_t *p = &lt_plans[0];
     for (int i = 0; i < LT_PLANS; i++) {
         lt_plan_t *q = &lt_plans[i];
@@ -260,15 +260,21 @@ static const lt_plan_t *lt_plan(mt_cuda_ctx_t *ctx, bool c_f32, const void *a, c
     return p;
 }
 
-/* cuBLASLt: bf16 A and B, C (and D, the same buffer) bf16 or fp32,
- * fp32 accumulation and alpha/beta */
-static void matmul_lt(cudaStream_t s, void *c, bool c_f32, const uint16_t *a, const uint16_t *b,
-                      int64_t m, int64_t n, int64_t k, bool ta, bool tb, float beta,
-                      const char *kernel)
+/* cuBLASLt: bf16 A and B, C and D bf16 or fp32, fp32 accumulation:
+ * c = op(a) op(b) + beta cin (cin, C, is read apart from c, D, unless it
+ * is c; beta 1 when it is not) */
+static void matmul_lt(cudaStream_t s, void *c, const void *cin, bool c_f32, const uint16_t *a,
+                      const uint16_t *b, int64_t m, int64_t n, int64_t k, bool ta, bool tb,
+                      float beta, const char *kernel)
 {
     check_dims(kernel, m, n, k);
     if (m == 0 || n == 0)
         return;
+    if (k == 0 && cin != c) { /* c = cin */
+        MT_CUDA_CHECK(cudaMemcpyAsync(c, cin, (size_t)(m * n) * (c_f32 ? 4 : 2),
+                                      cudaMemcpyDeviceToDevice, s));
+        return;
+    }
     if (k == 0) {
         if (c_f32)
             mt_k_beta_only<float><<<mt_cuda_blocks(m * n, 256), 256, 0, s>>>((float *)c, m * n,
@@ -280,9 +286,9 @@ static void matmul_lt(cudaStream_t s, void *c, bool c_f32, const uint16_t *a, co
         return;
     }
     mt_cuda_ctx_t *ctx = mt_cuda_ctx(kernel);
-    const lt_plan_t *p = lt_plan(ctx, c_f32, a, b, c, m, n, k, ta, tb, kernel);
+    const lt_plan_t *p = lt_plan(ctx, c_f32, a, b, cin, c, m, n, k, ta, tb, kernel);
     const float alpha = 1.0f;
-    CUBLAS_CHECK(cublasLtMatmul(lt_handle(ctx), p->desc, &alpha, b, p->la, a, p->lb, &beta, c,
+    CUBLAS_CHECK(cublasLtMatmul(lt_handle(ctx), p->desc, &alpha, b, p->la, a, p->lb, &beta, cin,
                                 p->lc, c, p->lc, &p->algo, ctx->lt_workspace,
                                 ctx->lt_workspace_bytes, s));
 }
@@ -291,14 +297,25 @@ extern "C" void mt_cuda_launch_matmul_bf16(cudaStream_t s, uint16_t *c, const ui
                                            const uint16_t *b, int64_t m, int64_t n, int64_t k,
                                            bool ta, bool tb, float beta)
 {
-    matmul_lt(s, c, false, a, b, m, n, k, ta, tb, beta, "matmul_bf16");
+    matmul_lt(s, c, c, false, a, b, m, n, k, ta, tb, beta, "matmul_bf16");
+}
+
+/* c = r + op(a) op(b), bf16: cuBLASLt reads r as C and writes c as D, so
+ * a residual branch's output projection needs no copy of the residual
+ * first (the bits of that copy and a beta-1 GEMM: the same C values, the
+ * same fp32 sum, one rounding) */
+extern "C" void mt_cuda_launch_matmul_bf16_add(cudaStream_t s, uint16_t *c, const uint16_t *r,
+                                               const uint16_t *a, const uint16_t *b, int64_t m,
+                                               int64_t n, int64_t k, bool ta, bool tb)
+{
+    matmul_lt(s, c, r, false, a, b, m, n, k, ta, tb, 1.0f, "matmul_bf16_add");
 }
 
 extern "C" void mt_cuda_launch_matmul_bf16_f32out(cudaStream_t s, float *c, const uint16_t *a,
                                                   const uint16_t *b, int64_t m, int64_t n,
                                                   int64_t k, bool ta, bool tb, float beta)
 {
-    matmul_lt(s, c, true, a, b, m, n, k, ta, tb, beta, "matmul_bf16_f32out");
+    matmul_lt(s, c, c, true, a, b, m, n, k, ta, tb, beta, "matmul_bf16_f32out");
 }
 
 extern "C" void mt_cuda_launch_convert(cudaStream_t s, void *dst, const void *src, int64_t n,

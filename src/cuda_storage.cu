@@ -30,6 +30,12 @@ static void s_matmul(float *c, const float *a, const float *b, int64_t m, int64_
     mt_cuda_launch_matmul_bf16(ST, U16(c), CU16(a), CU16(b), m, n, k, ta, tb, beta);
 }
 
+static void s_matmul_add(float *c, const float *r, const float *a, const float *b, int64_t m,
+                         int64_t n, int64_t k, bool ta, bool tb)
+{
+    mt_cuda_launch_matmul_bf16_add(ST, U16(c), CU16(r), CU16(a), CU16(b), m, n, k, ta, tb);
+}
+
 static void s_matmul_f32out(float *c, const float *a, const float *b, int64_t m, int64_t n,
                             int64_t k, bool ta, bool tb, float beta)
 {
@@ -202,6 +208,7 @@ static mt_backend_t make_storage_table(void)
     t.name = "cuda_bf16_storage";
     t.matmul = s_matmul;
     t.matmul_f32out = s_matmul_f32out;
+    t.matmul_add = s_matmul_add;
     t.embedding_forward = s_embedding_forward;
     t.embedding_backward = s_embedding_backward;
     t.rmsnorm_forward = s_rmsnorm_forward;

@@ -10,6 +10,7 @@
 #include <cblas.h>
 #include <limits.h>
 #include <math.h>
+#include <string.h>
 
 #include "kernels_cpu_internal.h"
 
@@ -37,6 +38,15 @@ static void mt_cpu_matmul(float *c, const float *a, const float *b, int64_t m, i
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, 1.0f, a, lda, b, ldb,
                 beta, c, (int)n);
+}
+
+/* c = r + op(a) op(b) (mt_backend_t.matmul_add): r into c, then beta 1 */
+static void mt_cpu_matmul_add(float *c, const float *r, const float *a, const float *b,
+                              int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b)
+{
+    if (c != r && m > 0 && n > 0)
+        memmove(c, r, sizeof(float) * (size_t)(m * n));
+    mt_cpu_matmul(c, a, b, m, n, k, trans_a, trans_b, 1.0f);
 }
 
 /* ------------------------------------------------------------------ elementwise */
@@ -322,6 +332,7 @@ static double cpu_ce_shard_finish_bf16(float *dlogits, const float *logits,
     .embedding_backward = mt_cpu_embedding_backward, .add = mt_cpu_add,                      \
     .sum_squares = mt_cpu_sum_squares, .scale = mt_cpu_scale, .adamw = mt_cpu_adamw,         \
     .adamw_bf16_copy = mt_cpu_adamw_bf16_copy, .matmul_f32out = mt_cpu_matmul,               \
+    .matmul_add = mt_cpu_matmul_add,                                                         \
     .add_f32 = mt_cpu_add,                                                                   \
     /* context parallelism (issue 7) */                                                      \
     .attention_block_forward = mt_cpu_attention_block_forward,                               \

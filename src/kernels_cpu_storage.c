@@ -65,6 +65,15 @@ static void s_matmul(float *c, const float *a, const float *b, int64_t m, int64_
     narrow(c, fc, m * n);
 }
 
+/* c = r + op(a) op(b) on bf16 bits: r's bits into c, then beta 1 */
+static void s_matmul_add(float *c, const float *r, const float *a, const float *b, int64_t m,
+                         int64_t n, int64_t k, bool ta, bool tb)
+{
+    if (c != r && m > 0 && n > 0)
+        memmove(c, r, sizeof(uint16_t) * (size_t)(m * n));
+    s_matmul(c, a, b, m, n, k, ta, tb, 1.0f);
+}
+
 static void s_matmul_f32out(float *c, const float *a, const float *b, int64_t m, int64_t n,
                             int64_t k, bool ta, bool tb, float beta)
 {
@@ -322,6 +331,7 @@ const mt_backend_t *mt_backend_cpu_bf16_storage(void)
         table.name = "cpu_bf16_storage";
         table.matmul = s_matmul;
         table.matmul_f32out = s_matmul_f32out;
+        table.matmul_add = s_matmul_add;
         table.embedding_forward = s_embedding_forward;
         table.embedding_backward = s_embedding_backward;
         table.rmsnorm_forward = s_rmsnorm_forward;

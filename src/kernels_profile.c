@@ -120,8 +120,8 @@ static void p_matmul_f32out_shaped(float *c, const float *a, const float *b, int
 static void *p_device_alloc(size_t bytes) { return inner->device_alloc(bytes); }
 static void p_device_free(void *p) { inner->device_free(p); }
 
-_Static_assert(offsetof(mt_backend_t, rounds_bf16) == 42 * sizeof(void *) &&
-                   sizeof(mt_backend_t) == 43 * sizeof(void *),
+_Static_assert(offsetof(mt_backend_t, rounds_bf16) == 43 * sizeof(void *) &&
+                   sizeof(mt_backend_t) == 44 * sizeof(void *),
                "mt_backend_t changed: list the new entry in backend_entries.def and count it");
 
 static mt_backend_t profiled = {

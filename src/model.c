@@ -353,15 +353,15 @@ static const float *whole_grad(const mt_model_t *m, float *buf)
 }
 
 /* out = res + a W^T for a row-parallel W ([Ns,H] rows of this rank): on one
- * device the GEMM adds onto the residual; under TP the partial products are
- * summed first (reduce-scattered under sequence parallelism, through dh). */
+ * device the GEMM adds onto the residual (matmul_add: without a copy of it
+ * on bf16 storage); under TP the partial products are summed first
+ * (reduce-scattered under sequence parallelism, through dh). */
 static void row_parallel_residual(const mt_model_t *m, float *out, const float *res,
                                   const float *a, const mt_param_t *w)
 {
     int64_t N = m->N, H = m->H;
     if (m->tp == 1) {
-        m->be->copy(out, res, mt_act_bytes(m, N * H));
-        m->be->matmul(out, a, w->data, N, H, w->shape[1], false, true, 1.0f);
+        m->be->matmul_add(out, res, a, w->data, N, H, w->shape[1], false, true);
         mt_model_round(m, out, N * H);
         return;
     }

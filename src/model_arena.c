@@ -47,16 +47,20 @@ static mt_param_t *add_param(builder_t *b, const char *name, int64_t rows, int64
     return p;
 }
 
-/* Carve n floats from the activation arena (NULL arena: count only). */
+/* Carve n floats from the activation arena (NULL arena: count only), in
+ * whole 4 floats: every buffer starts 16-byte aligned (the arena's start
+ * is), as the kernels' 16-byte accesses want (cuda_common.cuh's packs,
+ * the attention's cp.async tiles: a misaligned buffer takes their
+ * element-wise paths, the same bits, slower) */
 static float *carve(float *base, int64_t *off, int64_t n)
 {
     float *p = base ? base + *off : NULL;
-    *off += n;
+    *off += (n + 3) / 4 * 4;
     return p;
 }
 
 /* Carve an activation of n elements: bf16 bits under bf16 storage (in
- * whole floats, so every buffer stays 4-byte aligned), else n floats */
+ * whole floats), else n floats */
 static float *carve_act(const mt_model_t *m, float *base, int64_t *off, int64_t n)
 {
     return carve(base, off, m->bf16_storage ? (n + 1) / 2 : n);

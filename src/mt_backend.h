@@ -278,6 +278,14 @@ struct mt_backend {
      * attention's dK/dV partial sums), where add's y and x are bf16 bits.
      * On every other table it is add. */
     void (*add_f32)(float *y, const float *x, int64_t n);
+    /* c[m,n] = r[m,n] + op(a) op(b): the residual branches' output
+     * projections (c the next residual, r the last), types, shapes and
+     * transposes as matmul's; r == c is matmul with beta 1.  The bits of
+     * copying r into c and then matmul with beta 1, which is what every
+     * table does but bf16 storage's, whose cuBLASLt GEMM reads r as C and
+     * writes c as D: no copy of the residual first. */
+    void (*matmul_add)(float *c, const float *r, const float *a, const float *b, int64_t m,
+                       int64_t n, int64_t k, bool trans_a, bool trans_b);
 
     /* ---- appended for fused rounding (issue 8, doc/mixed-precision.md) ----
      * true on the tables the model takes for bf16 mixed precision

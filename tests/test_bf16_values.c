@@ -214,6 +214,17 @@ static void w_matmul(float *c, const float *a, const float *b, int64_t m, int64_
     inner->matmul(c, a, b, m, n, k, ta, tb, beta);
 }
 
+/* c = r + a b: the residual r, read as it was by the copy into c that
+ * came first (w_copy) before matmul_add */
+static void w_matmul_add(float *c, const float *r, const float *a, const float *b, int64_t m,
+                         int64_t n, int64_t k, bool ta, bool tb)
+{
+    inspect("matmul_add", "A", a, m * k, false);
+    inspect("matmul_add", "B", b, k * n, false);
+    inspect("matmul_add", "r", r, m * n, false);
+    inner->matmul_add(c, r, a, b, m, n, k, ta, tb);
+}
+
 /* a float32 result (weight gradients, the router's logits, the summed
  * input gradient of the column-parallel layers): its operands are
  * activations all the same */
@@ -365,6 +376,7 @@ static void make_checked(bool reads)
     checked.reads_bf16 = reads;
     checked.matmul = w_matmul;
     checked.matmul_f32out = w_matmul_f32out;
+    checked.matmul_add = w_matmul_add;
     checked.rmsnorm_forward = w_rmsnorm_forward;
     checked.rmsnorm_backward = w_rmsnorm_backward;
     checked.rope_forward = w_rope_forward;

@@ -84,6 +84,7 @@ static void test_table(void)
     x.name = y.name = NULL;
     x.matmul = y.matmul = NULL;
     x.matmul_f32out = y.matmul_f32out = NULL; /* matmul on float32 storage: checked below */
+    x.matmul_add = y.matmul_add = NULL;       /* the table's matmul after a copy */
     x.attention_forward = y.attention_forward = NULL;
     x.attention_backward = y.attention_backward = NULL;
     x.rmsnorm_forward = y.rmsnorm_forward = NULL;

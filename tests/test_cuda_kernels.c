@@ -66,6 +66,17 @@ static void test_matmul(uint64_t *s)
     CHECK_CLOSE("matmul k=0", g, ref, 6, 0.0);
     free(g);
     mt_cuda_arena_reset(&tc_arena);
+    /* matmul_add (c = r + a b^T, the residual GEMM) against the CPU's */
+    float *a = tc_rand(s, m * k, 1.0f), *b = tc_rand(s, n * k, 1.0f), *r = tc_rand(s, m * n, 1.0f);
+    float *cc = malloc(F(m * n));
+    float *da = tc_up(a, F(m * k)), *db = tc_up(b, F(n * k)), *dr = tc_up(r, F(m * n));
+    float *dd = tc_dev(F(m * n));
+    tc_cpu->matmul_add(cc, r, a, b, m, n, k, false, true);
+    tc_gpu->matmul_add(dd, dr, da, db, m, n, k, false, true);
+    g = tc_down(dd, F(m * n));
+    CHECK_CLOSE("matmul_add", g, cc, m * n, 1e-5);
+    free(a), free(b), free(r), free(cc), free(g);
+    mt_cuda_arena_reset(&tc_arena);
 }
 
 /* bf16 against the CPU's bf16 reference.  Dimensions are multiples of 8
@@ -436,6 +447,29 @@ static void test_cross_entropy(uint64_t *s)
     CHECK(cnt_c == cnt_g, "cross_entropy count %lld vs cpu %lld", (long long)cnt_g, (long long)cnt_c);
     CHECK(fabs(lgpu - lc) <= 1e-5 * fabs(lc), "cross_entropy loss %.9g vs cpu %.9g", lgpu, lc);
     CHECK_CLOSE("cross_entropy dlogits (in place)", g, dl, n * V, 1e-5);
+    /* a row of 8192 (16-byte packs, two a thread) whose first 4096 logits
+     * are NaN: the loss is NaN; or -inf: they add nothing, the CPU's loss
+     * on the other 4096.  (The one-pass max and sum once dropped a NaN a
+     * thread met before its first finite logit.) */
+    for (int inf = 0; inf < 2; inf++) {
+        const int64_t W = 8192;
+        float *row = malloc(F(W)), *drow = malloc(F(W));
+        int32_t t = 5000;
+        for (int64_t j = 0; j < W; j++)
+            row[j] = j < W / 2 ? (inf ? -INFINITY : NAN) : 0.1f * (float)(j % 7);
+        float *d_row = tc_up(row, F(W));
+        int32_t *d_t = tc_up(&t, sizeof t);
+        int64_t c1 = 0, c2 = 0;
+        const double l1 = tc_gpu->cross_entropy(NULL, d_row, d_t, 1, W, W, 1.0f, &c1);
+        int32_t t0 = t - (int32_t)(W / 2);
+        const double l0 = tc_cpu->cross_entropy(drow, row + W / 2, &t0, 1, W / 2, W / 2, 1.0f, &c2);
+        if (inf)
+            CHECK(fabs(l1 - l0) <= 1e-6 * fabs(l0), "cross_entropy, -inf logits: %.9g vs cpu %.9g",
+                  l1, l0);
+        else
+            CHECK(isnan(l1), "cross_entropy, NaN logits: loss %.9g, not NaN", l1);
+        free(row), free(drow);
+    }
 
     /* the vocabulary-parallel passes: two shards of 600 + 500 columns */
     const int64_t V0 = 600, V1 = V - V0; /* shard 1 holds v_valid - V0 real columns */

@@ -449,6 +449,36 @@ tc_counts_t tc_test_storage(uint64_t *s)
         CHECK_CLOSE("bf16 storage matmul_f32out", h4, h3, mm_ * nn, MM_TOL);
         free(A), free(B), free(C), free(h3), free(h4);
     }
+    /* matmul_add (c = r + a b^T, the residual GEMM): on each table the
+     * bits of r copied into c and a beta-1 matmul (bf16 storage: cuBLASLt
+     * reading r as C, no copy), and bf16 storage within bf16 of the
+     * rounding table */
+    {
+        const int64_t mm_ = 64, nn = 40, kk = 32;
+        float *A = rand_bf16(s, mm_ * kk, 1.0f), *B = rand_bf16(s, nn * kk, 1.0f),
+              *R = rand_bf16(s, mm_ * nn, 1.0f);
+        float *A1 = tc_up(A, F(mm_ * kk)), *B1 = tc_up(B, F(nn * kk)), *R1 = tc_up(R, F(mm_ * nn));
+        float *D1 = tc_dev(F(mm_ * nn)), *E1 = tc_up(R, F(mm_ * nn));
+        b->matmul_add(D1, R1, A1, B1, mm_, nn, kk, false, true);
+        b->matmul(E1, A1, B1, mm_, nn, kk, false, true, 1.0f);
+        check_same("bf16 table matmul_add (copy, then beta 1)", D1, E1, mm_ * nn);
+        void *A2 = up16(A, mm_ * kk), *B2 = up16(B, nn * kk), *R2 = up16(R, mm_ * nn);
+        void *D2 = tc_dev(2 * (size_t)(mm_ * nn)), *E2 = up16(R, mm_ * nn);
+        st->matmul_add(D2, R2, A2, B2, mm_, nn, kk, false, true);
+        st->matmul(E2, A2, B2, mm_, nn, kk, false, true, 1.0f);
+        uint16_t *hd = tc_down(D2, 2 * (size_t)(mm_ * nn)), *he = tc_down(E2, 2 * (size_t)(mm_ * nn));
+        uint16_t *hr = tc_down(R2, 2 * (size_t)(mm_ * nn));
+        int64_t diff = 0, moved = 0;
+        for (int64_t i = 0; i < mm_ * nn; i++)
+            diff += hd[i] != he[i], moved += hd[i] != hr[i];
+        CHECK(diff == 0 && moved > 0,
+              "bf16 storage matmul_add: %lld of %lld elements differ from a copy and a beta-1 "
+              "matmul (%lld differ from r)",
+              (long long)diff, (long long)(mm_ * nn), (long long)moved);
+        mt_backend_cuda()->round_bf16(D1, mm_ * nn);
+        close16("matmul_add", D2, D1, mm_ * nn, 1.6e-2);
+        free(A), free(B), free(R), free(hd), free(he), free(hr);
+    }
     free(x), free(w), free(dout), free(res), free(pos), free(q), free(g), free(u), free(d),
         free(table), free(eg), free(l), free(p), free(gr), free(mm), free(vv);
     mt_cuda_arena_reset(&tc_arena);

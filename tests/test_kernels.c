@@ -127,6 +127,25 @@ static void test_matmul(void)
     be->matmul(c, &dummy, &dummy, 2, 3, 0, false, false, 0.0f);
     CHECK(c[0] == 0.0f && c[5] == 0.0f, "matmul k=0 beta=0 did not zero C");
 
+    /* matmul_add: c = r + a b, the bits of r copied into c and a beta-1
+     * matmul; in place (c == r) too, and k = 0 (c = r) */
+    {
+        const int64_t m = 7, n = 9, k = 5;
+        float *a = frand(m * k, 1.0), *b = frand(n * k, 1.0), *r = frand(m * n, 1.0);
+        float *c1 = fnew(m * n), *c2 = fnew(m * n), *c3 = fnew(m * n);
+        memcpy(c1, r, sizeof(float) * (size_t)(m * n));
+        be->matmul(c1, a, b, m, n, k, false, true, 1.0f);
+        be->matmul_add(c2, r, a, b, m, n, k, false, true);
+        memcpy(c3, r, sizeof(float) * (size_t)(m * n));
+        be->matmul_add(c3, c3, a, b, m, n, k, false, true);
+        CHECK(!memcmp(c1, c2, sizeof(float) * (size_t)(m * n)) &&
+                  !memcmp(c1, c3, sizeof(float) * (size_t)(m * n)),
+              "matmul_add: not the bits of a copy and a beta-1 matmul (or not in place)");
+        be->matmul_add(c2, r, a, b, m, n, 0, false, true);
+        CHECK(!memcmp(c2, r, sizeof(float) * (size_t)(m * n)), "matmul_add k=0: c is not r");
+        free(a), free(b), free(r), free(c1), free(c2), free(c3);
+    }
+
     mm_ctx_t x = {.m = 96, .n = 80, .k = 72, .ta = false, .tb = true};
     x.a = frand(x.m * x.k, 1.0);
     x.b = frand(x.n * x.k, 1.0);
@@ -825,7 +844,7 @@ int main(void)
               be->attention_forward && be->attention_backward && be->swiglu_forward &&
               be->swiglu_backward && be->cross_entropy && be->add && be->sum_squares &&
               be->scale && be->adamw && be->copy_to_device && be->copy_to_host && be->copy &&
-              be->zero && be->synchronize && be->matmul_bf16,
+              be->zero && be->synchronize && be->matmul_bf16 && be->matmul_add,
           "mt_backend_cpu() has an empty slot");
 
     test_expf();
