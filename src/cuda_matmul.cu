@@ -27,34 +27,31 @@ static void cublas_check(cublasStatus_t st, const char *call, const char *file, 
 
 /* ------------------------------------------------------------------ kernels */
 
-/* float32 <-> bf16 in packs of 8 (cuda_common.cuh), with VEC (both
- * pointers 16-byte aligned) one 16-byte bf16 access and two float32 ones */
-template <bool VEC>
-__global__ void mt_k_convert_f32_bf16(__nv_bfloat16 *dst, const float *src, int64_t n)
+/* float32 <-> bf16 (D, S: float and __nv_bfloat16 either way; mt_ld
+ * widens exactly, mt_st rounds to nearest even) in packs of 8
+ * (cuda_common.cuh), with VEC (both pointers 16-byte aligned) one 16-byte
+ * bf16 access and two float32 ones */
+template <typename D, typename S, bool VEC>
+__global__ void mt_k_convert(D *dst, const S *src, int64_t n)
 {
     mt_for_packs<8>(n, [&](int64_t i, auto w) {
         constexpr int V = decltype(w)::value;
-        const mt_pack_t<float, V> x = mt_ld_pack<V, VEC>(src + i);
-        mt_pack_t<__nv_bfloat16, V> y;
+        const mt_pack_t<S, V> x = mt_ld_pack<V, VEC>(src + i);
+        mt_pack_t<D, V> y;
 #pragma unroll
         for (int k = 0; k < V; k++)
-            y.e[k] = __float2bfloat16_rn(x.e[k]);
+            mt_st(y.e, k, mt_ld(x.e, k));
         mt_st_pack<V, VEC>(dst + i, y);
     });
 }
 
-template <bool VEC>
-__global__ void mt_k_convert_bf16_f32(float *dst, const __nv_bfloat16 *src, int64_t n)
+template <typename D, typename S>
+static void convert(cudaStream_t s, void *dst, const void *src, int64_t n)
 {
-    mt_for_packs<8>(n, [&](int64_t i, auto w) {
-        constexpr int V = decltype(w)::value;
-        const mt_pack_t<__nv_bfloat16, V> x = mt_ld_pack<V, VEC>(src + i);
-        mt_pack_t<float, V> y;
-#pragma unroll
-        for (int k = 0; k < V; k++)
-            y.e[k] = __bfloat162float(x.e[k]);
-        mt_st_pack<V, VEC>(dst + i, y);
-    });
+    if (mt_aligned16(dst, src))
+        mt_k_convert<D, S, true><<<mt_pack_blocks(n, 8), 256, 0, s>>>((D *)dst, (const S *)src, n);
+    else
+        mt_k_convert<D, S, false><<<mt_pack_blocks(n, 8), 256, 0, s>>>((D *)dst, (const S *)src, n);
 }
 
 /* C = beta C for k == 0 (cuBLAS wants ld >= 1); bf16 or fp32 */
@@ -324,17 +321,9 @@ extern "C" void mt_cuda_launch_convert(cudaStream_t s, void *dst, const void *sr
     MT_CUDA_REQUIRE(n >= 0, "convert", "n=%lld", (long long)n);
     if (n == 0)
         return;
-    const unsigned g = mt_pack_blocks(n, 8);
-    const bool vec = mt_aligned16(dst, src);
-    __nv_bfloat16 *b = (__nv_bfloat16 *)dst;
-    float *f = (float *)dst;
-    if (to_bf16 && vec)
-        mt_k_convert_f32_bf16<true><<<g, 256, 0, s>>>(b, (const float *)src, n);
-    else if (to_bf16)
-        mt_k_convert_f32_bf16<false><<<g, 256, 0, s>>>(b, (const float *)src, n);
-    else if (vec)
-        mt_k_convert_bf16_f32<true><<<g, 256, 0, s>>>(f, (const __nv_bfloat16 *)src, n);
+    if (to_bf16)
+        convert<__nv_bfloat16, float>(s, dst, src, n);
     else
-        mt_k_convert_bf16_f32<false><<<g, 256, 0, s>>>(f, (const __nv_bfloat16 *)src, n);
+        convert<float, __nv_bfloat16>(s, dst, src, n);
     MT_CUDA_LAUNCH_CHECK("convert");
 }
