@@ -100,7 +100,8 @@ static void count_shape(int64_t m, int64_t n, int64_t k, double s)
 #undef MT_BACKEND_DOUBLE
 
 /* the GEMMs count their shapes too (the table's entries, set in
- * mt_backend_profiled): matmul's and matmul_f32out's in one shape table */
+ * mt_backend_profiled): matmul's, matmul_f32out's and matmul_add's in one
+ * shape table */
 static void p_matmul_shaped(float *c, const float *a, const float *b, int64_t m, int64_t n,
                             int64_t k, bool ta, bool tb, float beta)
 {
@@ -115,6 +116,14 @@ static void p_matmul_f32out_shaped(float *c, const float *a, const float *b, int
     double before = total_s[E_matmul_f32out];
     p_matmul_f32out(c, a, b, m, n, k, ta, tb, beta);
     count_shape(m, n, k, total_s[E_matmul_f32out] - before);
+}
+
+static void p_matmul_add_shaped(float *c, const float *r, const float *a, const float *b,
+                                int64_t m, int64_t n, int64_t k, bool ta, bool tb)
+{
+    double before = total_s[E_matmul_add];
+    p_matmul_add(c, r, a, b, m, n, k, ta, tb);
+    count_shape(m, n, k, total_s[E_matmul_add] - before);
 }
 
 static void *p_device_alloc(size_t bytes) { return inner->device_alloc(bytes); }
@@ -145,6 +154,7 @@ const mt_backend_t *mt_backend_profiled(const mt_backend_t *be)
         profiled.name = name;
         profiled.matmul = p_matmul_shaped;
         profiled.matmul_f32out = p_matmul_f32out_shaped;
+        profiled.matmul_add = p_matmul_add_shaped;
         profiled.rounds_bf16 = be->rounds_bf16; /* the inner entries round */
         profiled.reads_bf16 = be->reads_bf16;
         profiled.stores_bf16 = be->stores_bf16;
