@@ -237,7 +237,10 @@ __global__ void __launch_bounds__(TC_THREADS)
                 lse[(b * G.nh + h) * G.T + R.t[r]] = m[r] + logf(l[r]);
 }
 
-/* dq of 64 query rows.  Shared: Qs, dOs, Ks, Vs bf16 [64][HD+8] */
+/* dq of 64 query rows.  Shared: Qs, dOs, then two buffers of Ks, Vs,
+ * bf16 [64][HD+8] each.  The key tiles come in double-buffered, as the
+ * dk/dv kernel's query tiles do: the next tile's copies are issued
+ * before this one's products and waited for a tile later. */
 template <int HD, typename T>
 __global__ void __launch_bounds__(TC_THREADS)
     mt_k_attention_mma_dq(T *dq, const T *dout, const float *lse, const float *D, const T *q,
@@ -245,8 +248,8 @@ __global__ void __launch_bounds__(TC_THREADS)
 {
     const int LDH = HD + 8;
     TC_DECLARE_SMEM(smem);
-    tc_bf16 *Qs = (tc_bf16 *)smem, *dOs = Qs + TC_BQ * LDH, *Ks = dOs + TC_BQ * LDH,
-            *Vs = Ks + TC_BK * LDH;
+    tc_bf16 *Qs = (tc_bf16 *)smem, *dOs = Qs + TC_BQ * LDH, *Kb = dOs + TC_BQ * LDH;
+    /* buffer i: Ks at Kb + 2 i TC_BK LDH, Vs TC_BK LDH after it */
 
     const int t4 = threadIdx.x % 4;
     const tc_qblock_t Q = tc_qblock(G);
@@ -266,16 +269,35 @@ __global__ void __launch_bounds__(TC_THREADS)
     for (int nd = 0; nd < HD / 8; nd++)
         acc[nd][0] = acc[nd][1] = acc[nd][2] = acc[nd][3] = 0.0f;
     const int64_t kvbase = b * G.T * G.kvstride + Q.g * HD;
+    auto load_kv = [&](int buf, int64_t tj0) {
+        const int tnj = (int)tc_min64(TC_BK, qlast + 1 - tj0);
+        tc_bf16 *Ks = Kb + 2 * buf * TC_BK * LDH;
+        tc_load_tile<HD, TC_BK>(Ks, k + kvbase + tj0 * G.kvstride, G.kvstride, tnj, G.vec);
+        tc_load_tile<HD, TC_BK>(Ks + TC_BK * LDH, v + kvbase + tj0 * G.kvstride, G.kvstride,
+                                tnj, G.vec);
+    };
 
-    for (int64_t j0 = Q.minlo; j0 <= qlast; j0 += TC_BK) {
-        const int nj = (int)tc_min64(TC_BK, qlast + 1 - j0);
-        __syncthreads();
-        tc_load_tile<HD, TC_BK>(Ks, k + kvbase + j0 * G.kvstride, G.kvstride, nj, G.vec);
-        tc_load_tile<HD, TC_BK>(Vs, v + kvbase + j0 * G.kvstride, G.kvstride, nj, G.vec);
-        tc_tiles_ready();
+    int64_t j0 = Q.minlo;
+    load_kv(0, j0);
+    mt_cp_async_commit(); /* the queries' rows and the first key tile */
+    for (int buf = 0; j0 <= qlast; buf ^= 1) {
+        const int64_t next = j0 + TC_BK;
+        __syncthreads(); /* the other buffer is no longer read */
+        if (next <= qlast) {
+            load_kv(buf ^ 1, next);
+            mt_cp_async_commit();
+            mt_cp_async_wait_group<1>(); /* this tile's (the first time: Qs, dOs too) */
+        } else {
+            mt_cp_async_wait_all();
+        }
+        __syncthreads(); /* every thread's copies of this tile */
+        const int64_t tj0 = j0;
+        j0 = next;
+        const int nj = (int)tc_min64(TC_BK, qlast + 1 - tj0);
         if (!Q.wactive)
             continue;
-        const int64_t cmin = tc_max64(Q.wlo - j0, 0), cmax = tc_min64(Q.wlast - j0, nj - 1);
+        const tc_bf16 *Ks = Kb + 2 * buf * TC_BK * LDH, *Vs = Ks + TC_BK * LDH;
+        const int64_t cmin = tc_max64(Q.wlo - tj0, 0), cmax = tc_min64(Q.wlast - tj0, nj - 1);
         if (cmin > cmax)
             continue;
         const int kf0 = (int)(cmin / 16), kf1 = (int)(cmax / 16) + 1;
@@ -286,7 +308,7 @@ __global__ void __launch_bounds__(TC_THREADS)
         for (int nb = 0; nb < 8; nb++)
             for (int i = 0; i < 4; i++) {
                 const int r = i >> 1, c = nb * 8 + 2 * t4 + (i & 1);
-                const int64_t key = j0 + c;
+                const int64_t key = tj0 + c;
                 float ds = 0.0f;
                 if (nb >= 2 * kf0 && nb < 2 * kf1 && R.v[r] && c < nj && key >= R.lo[r] &&
                     key <= R.t[r])
@@ -301,9 +323,13 @@ __global__ void __launch_bounds__(TC_THREADS)
     ma_store<HD>(dq + qoff + wr0 * G.qstride, G.qstride, nq - wr0, acc, f, G.round);
 }
 
-/* dk, dv of 64 key rows of kv head g.  Shared: Ks, Vs (own rows), Qs, dOs
- * (query tile) bf16 [64][HD+8]; per query of the tile sL, sD (fp32) and
- * sLo (int) [64] */
+/* dk, dv of 64 key rows of kv head g.  Shared: Ks, Vs (own rows), then
+ * two buffers of Qs, dOs (query tiles), bf16 [64][HD+8] each; per query
+ * of the tile sL, sD (fp32) and sLo (int) [64].  The query tiles come in
+ * double-buffered: the next tile's copies are issued (cp.async on bf16
+ * storage) before this one's products, into the other buffer, and waited
+ * for a tile later (cp.async.wait_group 1).  On the register path the
+ * loads are synchronous and the prefetch only reorders them. */
 template <int HD, typename T>
 __global__ void __launch_bounds__(TC_THREADS)
     mt_k_attention_mma_dkdv(T *dk, T *dv, const T *dout, const float *lse, const float *D,
@@ -311,9 +337,9 @@ __global__ void __launch_bounds__(TC_THREADS)
 {
     const int LDH = HD + 8;
     TC_DECLARE_SMEM(smem);
-    tc_bf16 *Ks = (tc_bf16 *)smem, *Vs = Ks + TC_BK * LDH, *Qs = Vs + TC_BK * LDH,
-            *dOs = Qs + TC_BQ * LDH;
-    float *sL = (float *)(dOs + TC_BQ * LDH), *sD = sL + TC_BQ;
+    tc_bf16 *Ks = (tc_bf16 *)smem, *Vs = Ks + TC_BK * LDH, *Qb = Vs + TC_BK * LDH;
+    /* buffer i: Qs at Qb + 2 i TC_BQ LDH, dOs TC_BQ LDH after it */
+    float *sL = (float *)(Qb + 4 * TC_BQ * LDH), *sD = sL + TC_BQ;
     int *sLo = (int *)(sD + TC_BQ);
 
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g8 = lane >> 2, t4 = lane & 3;
@@ -339,42 +365,62 @@ __global__ void __launch_bounds__(TC_THREADS)
         for (int i = 0; i < 4; i++)
             adk[nd][i] = adv[nd][i] = 0.0f;
 
-    for (int64_t hh = 0; hh < G.group; hh++) {
-        const int64_t h = g * G.group + hh;
-        for (int64_t q0 = j0; q0 < G.T; q0 += TC_BQ) { /* earlier queries see none of these keys */
-            const int nq = (int)tc_min64(TC_BQ, G.T - q0);
-            if (!tc_dkdv_tile(G, b, h, q0, nq, klast, lse, D, sL, sD, sLo))
-                continue; /* block-uniform: no query of the tile reaches these keys */
-            const int64_t qoff = (b * G.T + q0) * G.qstride + h * HD;
-            tc_load_tile<HD, TC_BQ>(Qs, q + qoff, G.qstride, nq, G.vec);
-            tc_load_tile<HD, TC_BQ>(dOs, dout + qoff, G.qstride, nq, G.vec);
-            tc_tiles_ready();
-            if (!wactive)
-                continue;
-            /* queries before the warp's first key see none of its keys */
-            const int64_t cmin = tc_max64(j0 + wk0 - q0, 0);
-            if (cmin > nq - 1)
-                continue;
-            const int qf0 = (int)(cmin / 16), qf1 = (nq - 1) / 16 + 1;
-            float st[8][4], dpt[8][4];
-            ma_dot<HD>(st, Ks, wk0, Qs, 2 * qf0, 2 * qf1);
-            ma_dot<HD>(dpt, Vs, wk0, dOs, 2 * qf0, 2 * qf1);
-#pragma unroll
-            for (int nb = 0; nb < 8; nb++)
-                for (int i = 0; i < 4; i++) {
-                    const int r = i >> 1, c = nb * 8 + 2 * t4 + (i & 1);
-                    float p = 0.0f, ds = 0.0f;
-                    if (nb >= 2 * qf0 && nb < 2 * qf1 && kv[r] && c < nq && q0 + c >= kr[r] &&
-                        sLo[c] <= kr[r]) {
-                        p = expf(st[nb][i] * G.scale - sL[c]);
-                        ds = p * (dpt[nb][i] - sD[c]);
-                    }
-                    st[nb][i] = p;
-                    dpt[nb][i] = ds;
-                }
-            ma_accum<HD>(adv, st, dOs, qf0, qf1);
-            ma_accum<HD>(adk, dpt, Qs, qf0, qf1);
+    /* the query tiles: the group's heads in order, each from the block's
+     * first key on (earlier queries see none of these keys) */
+    int64_t hh = 0, q0 = j0;
+    auto load_tile = [&](int buf, int64_t th, int64_t tq0) {
+        const int64_t qoff = (b * G.T + tq0) * G.qstride + (g * G.group + th) * HD;
+        const int tnq = (int)tc_min64(TC_BQ, G.T - tq0);
+        tc_bf16 *Qs = Qb + 2 * buf * TC_BQ * LDH;
+        tc_load_tile<HD, TC_BQ>(Qs, q + qoff, G.qstride, tnq, G.vec);
+        tc_load_tile<HD, TC_BQ>(Qs + TC_BQ * LDH, dout + qoff, G.qstride, tnq, G.vec);
+    };
+    load_tile(0, hh, q0);
+    mt_cp_async_commit(); /* the keys and the first tile */
+    for (int buf = 0; hh < G.group; buf ^= 1) {
+        int64_t nh = hh, nq0 = q0 + TC_BQ;
+        if (nq0 >= G.T)
+            nh++, nq0 = j0;
+        __syncthreads(); /* the other buffer, sL, sD, sLo are no longer read */
+        if (nh < G.group) {
+            load_tile(buf ^ 1, nh, nq0);
+            mt_cp_async_commit();
+            mt_cp_async_wait_group<1>(); /* this tile's (and the keys') */
+        } else {
+            mt_cp_async_wait_all();
         }
+        const int64_t h = g * G.group + hh, tq0 = q0;
+        const int nq = (int)tc_min64(TC_BQ, G.T - tq0);
+        hh = nh, q0 = nq0;
+        if (!tc_dkdv_tile_fill(G, b, h, tq0, nq, klast, lse, D, sL, sD, sLo))
+            continue; /* block-uniform: no query of the tile reaches these keys */
+        __syncthreads(); /* sL, sD, sLo */
+        if (!wactive)
+            continue;
+        const tc_bf16 *Qs = Qb + 2 * buf * TC_BQ * LDH, *dOs = Qs + TC_BQ * LDH;
+        /* queries before the warp's first key see none of its keys */
+        const int64_t cmin = tc_max64(j0 + wk0 - tq0, 0);
+        if (cmin > nq - 1)
+            continue;
+        const int qf0 = (int)(cmin / 16), qf1 = (nq - 1) / 16 + 1;
+        float st[8][4], dpt[8][4];
+        ma_dot<HD>(st, Ks, wk0, Qs, 2 * qf0, 2 * qf1);
+        ma_dot<HD>(dpt, Vs, wk0, dOs, 2 * qf0, 2 * qf1);
+#pragma unroll
+        for (int nb = 0; nb < 8; nb++)
+            for (int i = 0; i < 4; i++) {
+                const int r = i >> 1, c = nb * 8 + 2 * t4 + (i & 1);
+                float p = 0.0f, ds = 0.0f;
+                if (nb >= 2 * qf0 && nb < 2 * qf1 && kv[r] && c < nq && tq0 + c >= kr[r] &&
+                    sLo[c] <= kr[r]) {
+                    p = expf(st[nb][i] * G.scale - sL[c]);
+                    ds = p * (dpt[nb][i] - sD[c]);
+                }
+                st[nb][i] = p;
+                dpt[nb][i] = ds;
+            }
+        ma_accum<HD>(adv, st, dOs, qf0, qf1);
+        ma_accum<HD>(adk, dpt, Qs, qf0, qf1);
     }
     if (!wactive)
         return;
@@ -390,13 +436,13 @@ template <int HD> static size_t ma_smem_forward(void)
 {
     return (size_t)(TC_BQ + 2 * TC_BK) * (HD + 8) * 2;
 }
-template <int HD> static size_t ma_smem_dq(void)
+template <int HD> static size_t ma_smem_dq(void) /* the key tiles double-buffered */
 {
-    return (size_t)(2 * TC_BQ + 2 * TC_BK) * (HD + 8) * 2;
+    return (size_t)(2 * TC_BQ + 4 * TC_BK) * (HD + 8) * 2;
 }
-template <int HD> static size_t ma_smem_dkdv(void)
+template <int HD> static size_t ma_smem_dkdv(void) /* the query tiles double-buffered */
 {
-    return (size_t)(2 * TC_BQ + 2 * TC_BK) * (HD + 8) * 2 + (size_t)TC_BQ * 12;
+    return (size_t)(4 * TC_BQ + 2 * TC_BK) * (HD + 8) * 2 + (size_t)TC_BQ * 12;
 }
 
 size_t mt_attention_mma_smem(int64_t hd)

@@ -79,7 +79,9 @@ __device__ __forceinline__ float4 tc_load4(const __nv_bfloat16 *p, int vec)
 /* cp.async.cg.shared.global, 16 bytes (sm_80 on): global src to shared
  * dst without passing through registers, src_bytes 16, or 0 to fill the
  * 16 bytes with zeros; both addresses 16-byte aligned.  Not visible, even
- * to the thread that issued it, before mt_cp_async_wait_all.  The host
+ * to the thread that issued it, before a wait that covers it:
+ * mt_cp_async_wait_all, or mt_cp_async_wait_group<N> once the copy's
+ * group (mt_cp_async_commit) is older than the N newest.  The host
  * emulation holds the copies back until then (emu_kernels.cc), so a read
  * that does not wait finds the 0xff fill. */
 __device__ __forceinline__ void mt_cp_async16(void *dst, const void *src, int src_bytes)
@@ -102,6 +104,28 @@ __device__ __forceinline__ void mt_cp_async_wait_all(void)
     emu_cp_async_wait_all();
 #else
     asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
+/* this thread's cp.async copies since the last commit: a group
+ * (cp.async.commit_group) */
+__device__ __forceinline__ void mt_cp_async_commit(void)
+{
+#ifdef MT_CUDA_EMULATED
+    emu_cp_async_commit();
+#else
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+/* this thread's committed groups but the N newest have landed
+ * (cp.async.wait_group N) */
+template <int N> __device__ __forceinline__ void mt_cp_async_wait_group(void)
+{
+#ifdef MT_CUDA_EMULATED
+    emu_cp_async_wait_group(N);
+#else
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 #endif
 }
 
@@ -186,16 +210,18 @@ __device__ __forceinline__ tc_qblock_t tc_qblock(const tc_geom_t &G)
     return Q;
 }
 
-/* dk/dv, block-collective, first the barrier that frees the previous
- * query tile: whether any query of the tile [q0, q0 + nq) of head h
- * reaches back to keys up to klast (the document masks), and if so its
- * queries' lse, D and first visible keys into sL, sD, sLo. */
-__device__ __forceinline__ bool tc_dkdv_tile(const tc_geom_t &G, int64_t b, int64_t h,
-                                             int64_t q0, int nq, int64_t klast,
-                                             const float *lse, const float *D, float *sL,
-                                             float *sD, int *sLo)
+/* dk/dv, block-collective (its barriers): whether any query of the tile
+ * [q0, q0 + nq) of head h reaches back to keys up to klast (the document
+ * masks), and if so its queries' lse, D and first visible keys into sL,
+ * sD, sLo, which the caller publishes with a barrier.  The caller's
+ * barrier before it freed sL, sD, sLo of the previous tile; this
+ * thread's copies of the tile are waited for before it (the
+ * __syncthreads_or publishes them). */
+__device__ __forceinline__ bool tc_dkdv_tile_fill(const tc_geom_t &G, int64_t b, int64_t h,
+                                                  int64_t q0, int nq, int64_t klast,
+                                                  const float *lse, const float *D, float *sL,
+                                                  float *sD, int *sLo)
 {
-    tc_tiles_ready(); /* the previous tile (the first time: the block's keys, loaded) */
     int reach = 0;
     for (int i = threadIdx.x; i < nq; i += blockDim.x)
         reach |= tc_first_key(G, b, q0 + i) <= klast;
@@ -207,6 +233,17 @@ __device__ __forceinline__ bool tc_dkdv_tile(const tc_geom_t &G, int64_t b, int6
         sLo[i] = (int)tc_first_key(G, b, q0 + i);
     }
     return true;
+}
+
+/* the same, first the barrier that frees the previous query tile (the
+ * first time: after the block's keys, loaded) */
+__device__ __forceinline__ bool tc_dkdv_tile(const tc_geom_t &G, int64_t b, int64_t h,
+                                             int64_t q0, int nq, int64_t klast,
+                                             const float *lse, const float *D, float *sL,
+                                             float *sD, int *sLo)
+{
+    tc_tiles_ready();
+    return tc_dkdv_tile_fill(G, b, h, q0, nq, klast, lse, D, sL, sD, sLo);
 }
 
 /* opt in to the kernel's shared memory once per process */

@@ -33,9 +33,11 @@
  *  - the dynamic buffer (`extern __shared__`, which rewrite.pl turns into
  *    a pointer to emu_smem) is filled with 0xff bytes (NaN) for every
  *    block, so a read of memory no thread wrote shows up.
- *  - a cp.async copy lands only when its thread waits for its copies
- *    (cp.async.wait_all), the latest moment the device allows: a read
- *    of the tile without that wait and a barrier after it finds the fill.
+ *  - a cp.async copy lands only when its thread waits for it
+ *    (cp.async.wait_all, or cp.async.wait_group n once its group is
+ *    older than the n newest), the latest moment the device allows: a
+ *    read of the tile without that wait and a barrier after it finds the
+ *    fill.
  *
  * A launch is checked as the device checks it:
  *  - block size at most 1024;
@@ -154,6 +156,9 @@ void emu_ldmatrix(uint32_t *r, int num, int trans, const void *p);
  * until the thread's cp.async.wait_all (emu_kernels.cc) */
 void emu_cp_async16(void *dst, const void *src, int src_bytes);
 void emu_cp_async_wait_all(void);
+/* cp.async.commit_group and cp.async.wait_group n */
+void emu_cp_async_commit(void);
+void emu_cp_async_wait_group(int n);
 static inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
 /* a device-side assertion: the emulation stops there */
 [[noreturn]] static inline void __trap(void) { emu_kernel_fail("__trap (a device-side check failed)"); }

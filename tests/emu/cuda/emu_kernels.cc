@@ -10,6 +10,7 @@
  * _longjmp, which save no signal mask (swapcontext's system call made
  * the emulation spend half its time in the kernel). */
 #undef _FORTIFY_SOURCE /* its longjmp check refuses jumps between stacks */
+#include <limits.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -194,17 +195,23 @@ void emu_ldmatrix(uint32_t *r, int num, int trans, const void *p)
 }
 
 /* cp.async.cg.shared.global, 16 bytes (PTX ISA, "cp.async"): each
- * thread's copies queue up and land at its cp.async.wait_all, the latest
- * the device allows, so a tile read before its wait and barrier finds
- * the 0xff fill.  The source is read then, not at the issue; the kernels
- * copy inputs nothing writes while they run.  A block's copies never
- * waited for are dropped with it (nothing could read them). */
+ * thread's copies queue up and land at the latest moment the device
+ * allows: at its cp.async.wait_all (every copy), or at its
+ * cp.async.wait_group n for the copies of the groups it committed
+ * (cp.async.commit_group) but the n newest.  So a tile read before the
+ * wait that covers it, and the barrier after, finds the 0xff fill.  The
+ * source is read then, not at the issue; the kernels copy inputs nothing
+ * writes while they run.  A block's copies never waited for are dropped
+ * with it (nothing could read them). */
 struct emu_async_t {
     unsigned char *dst;
     const unsigned char *src;
     int bytes;
+    long group; /* -1 until committed */
 };
 static std::vector<emu_async_t> async_q[1024];
+static long async_groups[1024]; /* groups a thread committed in this block */
+
 void emu_cp_async16(void *dst, const void *src, int src_bytes)
 {
     unsigned char *d = (unsigned char *)dst;
@@ -214,16 +221,41 @@ void emu_cp_async16(void *dst, const void *src, int src_bytes)
         emu_kernel_fail("cp.async: a source size other than 0 or 16 (not modelled)");
     if (src_bytes && ((uintptr_t)src % 16 || !mt_emu_device_ptr(src)))
         emu_kernel_fail("cp.async: a source not 16-byte aligned device memory");
-    async_q[cur].push_back({d, (const unsigned char *)src, src_bytes});
+    async_q[cur].push_back({d, (const unsigned char *)src, src_bytes, -1});
 }
 
-void emu_cp_async_wait_all(void)
+void emu_cp_async_commit(void)
 {
-    for (const emu_async_t &c : async_q[cur]) {
-        memcpy(c.dst, c.src, (size_t)c.bytes);
-        memset(c.dst + c.bytes, 0, (size_t)(16 - c.bytes));
+    for (emu_async_t &c : async_q[cur])
+        if (c.group < 0)
+            c.group = async_groups[cur];
+    async_groups[cur]++;
+}
+
+/* land this thread's copies of groups below `upto` (all: LONG_MAX) */
+static void async_land(long upto)
+{
+    std::vector<emu_async_t> &q = async_q[cur];
+    size_t keep = 0;
+    for (size_t i = 0; i < q.size(); i++) {
+        const emu_async_t &c = q[i];
+        if (c.group < 0 ? upto == LONG_MAX : c.group < upto) {
+            memcpy(c.dst, c.src, (size_t)c.bytes);
+            memset(c.dst + c.bytes, 0, (size_t)(16 - c.bytes));
+        } else {
+            q[keep++] = c;
+        }
     }
-    async_q[cur].clear();
+    q.resize(keep);
+}
+
+void emu_cp_async_wait_all(void) { async_land(LONG_MAX); }
+
+void emu_cp_async_wait_group(int n)
+{
+    if (n < 0)
+        emu_kernel_fail("cp.async.wait_group with a negative count");
+    async_land(async_groups[cur] - n);
 }
 
 unsigned __ballot_sync(unsigned mask, int pred)
@@ -354,7 +386,7 @@ static void run_block(int threads, size_t smem)
     block_serial++;
     memset(emu_smem, 0xff, smem);
     for (int i = 0; i < threads; i++)
-        th[i].state = EMU_RUN, th[i].flag = 0, async_q[i].clear();
+        th[i].state = EMU_RUN, th[i].flag = 0, async_q[i].clear(), async_groups[i] = 0;
     const int nwarps = (threads + 31) / 32;
     int order[1024], prio[32];
     for (int w = 0; w < nwarps; w++)
