@@ -182,10 +182,9 @@ __global__ void __launch_bounds__(TC_THREADS)
         tc_tiles_ready(); /* (the first time: Qs too) */
         if (!Q.wactive)
             continue;
-        const int64_t cmin = tc_max64(Q.wlo - j0, 0), cmax = tc_min64(Q.wlast - j0, nj - 1);
-        if (cmin > cmax)
+        int kf0, kf1;
+        if (!tc_warp_frags(Q, j0, nj, &kf0, &kf1))
             continue; /* none of the warp's rows sees this tile (warp-uniform) */
-        const int kf0 = (int)(cmin / 16), kf1 = (int)(cmax / 16) + 1;
         float s[8][4];
         ma_dot<HD>(s, Qs, wr0, Ks, 2 * kf0, 2 * kf1);
         /* masks and scale, then the online softmax over the row's 4 lanes */
@@ -283,24 +282,17 @@ __global__ void __launch_bounds__(TC_THREADS)
     for (int buf = 0; j0 <= qlast; buf ^= 1) {
         const int64_t next = j0 + TC_BK;
         __syncthreads(); /* the other buffer is no longer read */
-        if (next <= qlast) {
-            load_kv(buf ^ 1, next);
-            mt_cp_async_commit();
-            mt_cp_async_wait_group<1>(); /* this tile's (the first time: Qs, dOs too) */
-        } else {
-            mt_cp_async_wait_all();
-        }
-        __syncthreads(); /* every thread's copies of this tile */
+        tc_prefetch_wait(next <= qlast, [&] { load_kv(buf ^ 1, next); });
+        __syncthreads(); /* every thread's copies of this tile (the first time: Qs, dOs) */
         const int64_t tj0 = j0;
         j0 = next;
         const int nj = (int)tc_min64(TC_BK, qlast + 1 - tj0);
         if (!Q.wactive)
             continue;
         const tc_bf16 *Ks = Kb + 2 * buf * TC_BK * LDH, *Vs = Ks + TC_BK * LDH;
-        const int64_t cmin = tc_max64(Q.wlo - tj0, 0), cmax = tc_min64(Q.wlast - tj0, nj - 1);
-        if (cmin > cmax)
-            continue;
-        const int kf0 = (int)(cmin / 16), kf1 = (int)(cmax / 16) + 1;
+        int kf0, kf1;
+        if (!tc_warp_frags(Q, tj0, nj, &kf0, &kf1))
+            continue; /* none of the warp's rows sees this tile */
         float s[8][4], dp[8][4];
         ma_dot<HD>(s, Qs, wr0, Ks, 2 * kf0, 2 * kf1);
         ma_dot<HD>(dp, dOs, wr0, Vs, 2 * kf0, 2 * kf1);
@@ -382,13 +374,7 @@ __global__ void __launch_bounds__(TC_THREADS)
         if (nq0 >= G.T)
             nh++, nq0 = j0;
         __syncthreads(); /* the other buffer, sL, sD, sLo are no longer read */
-        if (nh < G.group) {
-            load_tile(buf ^ 1, nh, nq0);
-            mt_cp_async_commit();
-            mt_cp_async_wait_group<1>(); /* this tile's (and the keys') */
-        } else {
-            mt_cp_async_wait_all();
-        }
+        tc_prefetch_wait(nh < G.group, [&] { load_tile(buf ^ 1, nh, nq0); });
         const int64_t h = g * G.group + hh, tq0 = q0;
         const int nq = (int)tc_min64(TC_BQ, G.T - tq0);
         hh = nh, q0 = nq0;

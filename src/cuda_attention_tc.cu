@@ -175,10 +175,9 @@ __global__ void __launch_bounds__(TC_THREADS)
         tc_tiles_ready(); /* (the first time: Qs too) */
         if (!Q.wactive)
             continue;
-        const int64_t cmin = tc_max64(Q.wlo - j0, 0), cmax = tc_min64(Q.wlast - j0, nj - 1);
-        if (cmin > cmax)
+        int cf0, cf1;
+        if (!tc_warp_frags(Q, j0, nj, &cf0, &cf1))
             continue; /* none of the warp's rows sees this tile (warp-uniform) */
-        const int cf0 = (int)(cmin / 16), cf1 = (int)(cmax / 16) + 1;
         for (int cf = cf0; cf < cf1; cf++) {
             tc_fc_t s;
             tc_dot_tile<HD>(s, Qs + wr0 * LDH, Ks + cf * 16 * LDH);
@@ -270,10 +269,9 @@ __global__ void __launch_bounds__(TC_THREADS)
         tc_tiles_ready();
         if (!Q.wactive)
             continue;
-        const int64_t cmin = tc_max64(Q.wlo - j0, 0), cmax = tc_min64(Q.wlast - j0, nj - 1);
-        if (cmin > cmax)
-            continue;
-        const int cf0 = (int)(cmin / 16), cf1 = (int)(cmax / 16) + 1;
+        int cf0, cf1;
+        if (!tc_warp_frags(Q, j0, nj, &cf0, &cf1))
+            continue; /* none of the warp's rows sees this tile */
         for (int cf = cf0; cf < cf1; cf++) {
             tc_fc_t s, dp;
             tc_dot_tile<HD>(s, Qs + wr0 * LDH, Ks + cf * 16 * LDH);

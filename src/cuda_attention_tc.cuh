@@ -210,6 +210,36 @@ __device__ __forceinline__ tc_qblock_t tc_qblock(const tc_geom_t &G)
     return Q;
 }
 
+/* The 16-key column fragments [*f0, *f1) of the key tile at j0 (nj keys)
+ * that the warp's rows see; false when none of them sees the tile
+ * (warp-uniform: the warp skips it).  Forward and dq, both kinds. */
+__device__ __forceinline__ bool tc_warp_frags(const tc_qblock_t &Q, int64_t j0, int nj, int *f0,
+                                              int *f1)
+{
+    const int64_t cmin = tc_max64(Q.wlo - j0, 0), cmax = tc_min64(Q.wlast - j0, nj - 1);
+    if (cmin > cmax)
+        return false;
+    *f0 = (int)(cmin / 16), *f1 = (int)(cmax / 16) + 1;
+    return true;
+}
+
+/* The double-buffered tile loops' wait (the mma.sync dq and dk/dv
+ * kernels): with a next tile (more), its copies issued into the other
+ * buffer (load_next) and committed as a group, then this thread's copies
+ * of the tile at hand waited for (all but the newest group); on the last
+ * tile, everything.  The caller's barrier before it freed the other
+ * buffer; its barrier after publishes the tile. */
+template <typename F> __device__ __forceinline__ void tc_prefetch_wait(bool more, F load_next)
+{
+    if (more) {
+        load_next();
+        mt_cp_async_commit();
+        mt_cp_async_wait_group<1>();
+    } else {
+        mt_cp_async_wait_all();
+    }
+}
+
 /* dk/dv, block-collective (its barriers): whether any query of the tile
  * [q0, q0 + nq) of head h reaches back to keys up to klast (the document
  * masks), and if so its queries' lse, D and first visible keys into sL,

@@ -201,25 +201,26 @@ train smep 2 $moe $bf distributed.ep_size=2
 compare_losses "$workdir/mep.jsonl" "$workdir/smep.jsonl" "bf16 storage, MoE ep 2" 0 0
 same_ckpt mep smep "bf16 storage, MoE ep 2"
 app=
-expect_rc 1 np 1 "$bindir/meshtrain-dense" --config "$small_cfg" $common \
-    distributed.strategy=ddp checkpoint.checkpoint_dir="$workdir/srefused"
-expect_in "$out$err" "it needs mp_policy.param_dtype bfloat16" "bf16 storage refuses float32"
-MESHTRAIN_BF16_PASSES=1
-export MESHTRAIN_BF16_PASSES
-expect_rc 1 np 1 "$bindir/meshtrain-dense" --config "$small_cfg" $common $bf \
-    distributed.strategy=ddp checkpoint.checkpoint_dir="$workdir/srefused"
-unset MESHTRAIN_BF16_PASSES
-expect_in "$out$err" "MESHTRAIN_BF16_PASSES=1 rounds in passes" \
-    "bf16 storage refuses MESHTRAIN_BF16_PASSES"
+# refused VAR=VALUE MESSAGE LABEL ARGS...: the dense app on one rank, with
+# VAR set for it alone ("": none), stops before training, saying MESSAGE
+refused() {
+    setting=$1 msg=$2 label=$3
+    shift 3
+    # shellcheck disable=SC2086
+    expect_rc 1 np 1 env $setting "$bindir/meshtrain-dense" --config "$small_cfg" $common "$@" \
+        distributed.strategy=ddp checkpoint.checkpoint_dir="$workdir/srefused"
+    expect_in "$out$err" "$msg" "$label"
+}
+refused "" "it needs mp_policy.param_dtype bfloat16" "bf16 storage refuses float32"
+# shellcheck disable=SC2086
+refused MESHTRAIN_BF16_PASSES=1 "MESHTRAIN_BF16_PASSES=1 rounds in passes" \
+    "bf16 storage refuses MESHTRAIN_BF16_PASSES" $bf
 MESHTRAIN_BF16_STORAGE=0
 # the CUDA attention's kernel choice is checked before training, on any device
-MESHTRAIN_ATTENTION_KERNEL=flash3
-export MESHTRAIN_ATTENTION_KERNEL
-expect_rc 1 np 1 "$bindir/meshtrain-dense" --config "$small_cfg" $common $bf \
-    distributed.strategy=ddp checkpoint.checkpoint_dir="$workdir/srefused"
-unset MESHTRAIN_ATTENTION_KERNEL
-expect_in "$out$err" "MESHTRAIN_ATTENTION_KERNEL=flash3: mma (the default) or wmma" \
-    "an unknown MESHTRAIN_ATTENTION_KERNEL is refused"
+# shellcheck disable=SC2086
+refused MESHTRAIN_ATTENTION_KERNEL=flash3 \
+    "MESHTRAIN_ATTENTION_KERNEL=flash3: mma (the default) or wmma" \
+    "an unknown MESHTRAIN_ATTENTION_KERNEL is refused" $bf
 
 # resume: the step-6 checkpoint of r1 continues exactly like r1
 rm -rf "$workdir/r1/step_00000012"; echo step_00000006 > "$workdir/r1/latest"
