@@ -5,15 +5,20 @@
  * Like the CPU kernel, the inverse frequency and the angle are formed in
  * double and cos/sin taken in double, then rounded to float, so the two
  * backends agree to float rounding at any position.  And like the CPU
- * kernel, a token's cos/sin are formed once and serve all its heads: one
- * block per token (grid-stride), whose threads first fill a shared table
- * of head_dim/2 (cos, sin) pairs, then rotate the token's n_heads *
- * head_dim/2 pairs from it.  Double-precision pow and sincos are the
- * kernel's expensive part: per (token, head, pair), as this kernel first
- * did, they made it compute-bound at the 1B shape (32 query heads); per
- * (token, pair) they are 1/n_heads of that, and the rotation is a pass
- * over x at memory speed.  Same values, same bits: each pair's angle,
- * cos and sin are the same expressions.  Nothing is cached between calls.
+ * kernel, a token's cos/sin are formed once and serve all its heads: a
+ * block takes a group of tokens (grid-stride), its threads first fill a
+ * shared table of head_dim/2 (cos, sin) pairs per token of the group, then
+ * rotate the group's n_heads * head_dim/2 pairs a token from it.
+ * Double-precision pow and sincos are the kernel's expensive part: per
+ * (token, head, pair), as this kernel first did, they made it
+ * compute-bound at the 1B shape (32 query heads); per (token, pair) they
+ * are 1/n_heads of that.  The group (ROPE_THREADS / (head_dim/2) tokens,
+ * 8 at head_dim 64) keeps every thread busy in the table's pass: with one
+ * token a block, 32 of 256 threads waited out the double-precision
+ * latency while the rest idled, and the table was a block's critical
+ * path, about as long as its rotation.  Same values, same bits: each
+ * pair's angle, cos and sin are the same expressions, whatever the group.
+ * Nothing is cached between calls.
  * With round (the bf16 table) x is read as bf16 values and written
  * rounded (mt_backend_t.reads_bf16, rounds_bf16). */
 #include <limits.h>
@@ -24,35 +29,48 @@
 
 /* ------------------------------------------------------------------ kernels */
 
-/* dynamic shared memory: cs[half] then sn[half].  T: float (round: the
- * rounding table), or __nv_bfloat16 (bf16 storage, round true: the same
- * bits) */
+/* tokens a block takes at once: enough table entries for every thread
+ * (head_dim/2 a token), at most ROPE_GROUP_MAX */
+#define ROPE_GROUP_MAX 16
+static inline int rope_group(int64_t head_dim)
+{
+    const int64_t g = ROPE_THREADS / (head_dim / 2);
+    return g < 1 ? 1 : g > ROPE_GROUP_MAX ? ROPE_GROUP_MAX : (int)g;
+}
+
+/* dynamic shared memory: cs[group * half] then sn[group * half].  T:
+ * float (round: the rounding table), or __nv_bfloat16 (bf16 storage,
+ * round true: the same bits) */
 template <typename T>
 __global__ void mt_k_rope(T *x, const int32_t *pos, int64_t n_tokens, int n_heads,
-                          int head_dim, double theta, double sign, bool round)
+                          int head_dim, int group, double theta, double sign, bool round)
 {
     extern __shared__ float sm[];
     const int half = head_dim / 2, pairs = n_heads * half;
-    float *cs = sm, *sn = sm + half;
-    for (int64_t t = blockIdx.x; t < n_tokens; t += gridDim.x) {
-        const double p = (double)pos[t];
-        for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    float *cs = sm, *sn = sm + group * half;
+    for (int64_t t0 = (int64_t)blockIdx.x * group; t0 < n_tokens;
+         t0 += (int64_t)gridDim.x * group) {
+        const int nt = n_tokens - t0 < group ? (int)(n_tokens - t0) : group;
+        for (int k = threadIdx.x; k < nt * half; k += blockDim.x) {
+            const int i = k % half;
+            const double p = (double)pos[t0 + k / half];
             const double inv_freq = pow(theta, -2.0 * (double)i / (double)head_dim);
             double sa, ca;
             sincos(p * inv_freq, &sa, &ca);
-            cs[i] = (float)ca;
-            sn[i] = (float)(sign * sa);
+            cs[k] = (float)ca;
+            sn[k] = (float)(sign * sa);
         }
         __syncthreads();
-        T *xt = x + t * (int64_t)n_heads * head_dim;
-        for (int e = threadIdx.x; e < pairs; e += blockDim.x) {
-            const int h = e / half, i = e - h * half;
-            T *x1 = xt + h * head_dim, *x2 = x1 + half;
+        T *xg = x + t0 * (int64_t)pairs * 2;
+        for (int64_t e = threadIdx.x; e < (int64_t)nt * pairs; e += blockDim.x) {
+            const int tt = (int)(e / pairs), r = (int)(e - (int64_t)tt * pairs);
+            const int h = r / half, i = r - h * half, k = tt * half + i;
+            T *x1 = xg + ((int64_t)tt * n_heads + h) * head_dim, *x2 = x1 + half;
             const float a = mt_bf16_if(mt_ld(x1, i), round), b = mt_bf16_if(mt_ld(x2, i), round);
-            mt_st(x1, i, mt_bf16_if(a * cs[i] - b * sn[i], round));
-            mt_st(x2, i, mt_bf16_if(b * cs[i] + a * sn[i], round));
+            mt_st(x1, i, mt_bf16_if(a * cs[k] - b * sn[k], round));
+            mt_st(x2, i, mt_bf16_if(b * cs[k] + a * sn[k], round));
         }
-        __syncthreads(); /* the table is the next token's */
+        __syncthreads(); /* the table is the next group's */
     }
 }
 
@@ -71,10 +89,13 @@ static void rope(cudaStream_t s, T *x, const int32_t *pos, int64_t n_tokens, int
     MT_CUDA_REQUIRE(theta > 0.0, "rope", "theta=%g", theta);
     if (n_tokens == 0 || n_heads == 0)
         return;
-    const unsigned blocks = n_tokens < 65535 * 16 ? (unsigned)n_tokens : 65535 * 16;
-    const size_t smem = sizeof(float) * (size_t)head_dim; /* cs and sn, half each */
+    const int group = rope_group(head_dim);
+    const int64_t groups = (n_tokens + group - 1) / group;
+    const unsigned blocks = groups < 65535 * 16 ? (unsigned)groups : 65535 * 16;
+    /* cs and sn, group * half each: at most 32 KiB (head_dim 8192: one token) */
+    const size_t smem = sizeof(float) * (size_t)head_dim * (size_t)group;
     mt_k_rope<T><<<blocks, ROPE_THREADS, smem, s>>>(x, pos, n_tokens, (int)n_heads, (int)head_dim,
-                                                    theta, sign, round);
+                                                    group, theta, sign, round);
     MT_CUDA_LAUNCH_CHECK("rope");
 }
 

@@ -6,6 +6,8 @@
  *   loss = (m - l_y) + log Z,
  *   dlogits_j = (exp(l_j - m)/Z - [j == y]) * grad_scale,  0 on padding.
  * Rows whose target is -100 are ignored (loss not summed, dlogits row 0).
+ * A -inf logit (a masked column) adds 0 to Z and gets a 0 gradient
+ * wherever it falls, a NaN makes the loss NaN, as in the CUDA kernel.
  * Any other target outside [0, v_valid) is a data bug and stops the
  * process (see MT_CPU_REQUIRE).
  *
@@ -77,9 +79,14 @@ static double ce_row(float *dr, const float *lr, int32_t y, int64_t V, int64_t v
         }
         bmx[bi] = m;
         float *dst = dr ? dr + j0 : e;
+        if (m == -INFINITY) { /* every logit so far -inf or NaN: exp is 0, NaN stays */
+            for (int64_t j = 0; j < nb; j++)
+                dst[j] = lr[j0 + j] == -INFINITY ? 0.0f : lr[j0 + j];
+        } else {
 #pragma omp simd
-        for (int64_t j = 0; j < nb; j++)
-            dst[j] = mt_cpu_expf(lr[j0 + j] - m);
+            for (int64_t j = 0; j < nb; j++)
+                dst[j] = mt_cpu_expf(lr[j0 + j] - m);
+        }
         z += mt_cpu_sum_f64(dst, nb);
     }
     const double loss = ((double)m - (double)ly) + log(z);

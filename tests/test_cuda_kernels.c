@@ -236,13 +236,15 @@ static void test_rmsnorm(uint64_t *s)
     mt_cuda_arena_reset(&tc_arena);
 }
 
-/* RoPE at three shapes: few pairs per token; more pairs than the block's
- * 256 threads (32 heads of 128); head_dim/2 = 512 table entries, more
- * than the block fills in one pass */
+/* RoPE at four shapes: few pairs per token (groups of 16 tokens, the
+ * last one short); more pairs than the block's 256 threads (32 heads of
+ * 128, groups of 2); head_dim/2 = 512 table entries, more than the block
+ * fills in one pass (one token a group); the 1B model's head_dim 64
+ * (groups of 8, 37 tokens: the last group short) */
 static void test_rope(uint64_t *s)
 {
-    const int64_t shapes[3][3] = {{40, 3, 16}, {5, 32, 128}, {3, 2, 1024}};
-    for (int c = 0; c < 3; c++) {
+    const int64_t shapes[4][3] = {{40, 3, 16}, {5, 32, 128}, {3, 2, 1024}, {37, 8, 64}};
+    for (int c = 0; c < 4; c++) {
         const int64_t n = shapes[c][0], nh = shapes[c][1], hd = shapes[c][2], ne = n * nh * hd;
         int32_t pos[40];
         for (int64_t i = 0; i < n; i++)
@@ -449,8 +451,8 @@ static void test_cross_entropy(uint64_t *s)
     CHECK_CLOSE("cross_entropy dlogits (in place)", g, dl, n * V, 1e-5);
     /* a row of 8192 (16-byte packs, two a thread) whose first 4096 logits
      * are NaN: the loss is NaN; or -inf: they add nothing, the CPU's loss
-     * on the other 4096.  (The one-pass max and sum once dropped a NaN a
-     * thread met before its first finite logit.) */
+     * on the whole row and on the other 4096.  (The one-pass max and sum
+     * once dropped a NaN a thread met before its first finite logit.) */
     for (int inf = 0; inf < 2; inf++) {
         const int64_t W = 8192;
         float *row = malloc(F(W)), *drow = malloc(F(W));
@@ -463,9 +465,11 @@ static void test_cross_entropy(uint64_t *s)
         const double l1 = tc_gpu->cross_entropy(NULL, d_row, d_t, 1, W, W, 1.0f, &c1);
         int32_t t0 = t - (int32_t)(W / 2);
         const double l0 = tc_cpu->cross_entropy(drow, row + W / 2, &t0, 1, W / 2, W / 2, 1.0f, &c2);
+        int64_t c3 = 0;
+        const double lw = tc_cpu->cross_entropy(NULL, row, &t, 1, W, W, 1.0f, &c3);
         if (inf)
-            CHECK(fabs(l1 - l0) <= 1e-6 * fabs(l0), "cross_entropy, -inf logits: %.9g vs cpu %.9g",
-                  l1, l0);
+            CHECK(fabs(l1 - l0) <= 1e-6 * fabs(l0) && fabs(lw - l0) <= 1e-6 * fabs(l0),
+                  "cross_entropy, -inf logits: %.9g vs cpu %.9g (whole row %.9g)", l1, l0, lw);
         else
             CHECK(isnan(l1), "cross_entropy, NaN logits: loss %.9g, not NaN", l1);
         free(row), free(drow);
