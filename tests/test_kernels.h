@@ -1,8 +1,8 @@
 /* test_kernels.h: what the CPU kernel tests (test_kernels.c,
- * test_kernels_softmax.c) share: the backend under test, a seeded
- * generator, buffers, the normwise comparisons against a double reference
- * (tolerances: test_kernels.c), central finite differences and the
- * determinism check across thread counts.  Each program has its own copy
+ * test_kernels_softmax.c, test_kernels_layers.c) share: the backend under
+ * test, a seeded generator, buffers, the normwise comparisons against a
+ * double reference (tolerances: test_kernels.c), central finite
+ * differences and the determinism check across thread counts.  Each program has its own copy
  * of the state below. */
 #ifndef MT_TEST_KERNELS_H
 #define MT_TEST_KERNELS_H

@@ -1,0 +1,290 @@
+/* test_kernels_layers: the CPU backend's layer kernels, RMSNorm, RoPE
+ * and SwiGLU, forward and backward, against a naive double-precision
+ * reference written here, backward kernels also against central finite
+ * differences of their forward, with the contract's side rules (dw
+ * accumulates, dx overwrites, in place) and determinism across thread
+ * counts.  The tolerances are test_kernels.c's; the helpers are
+ * test_kernels.h; their preconditions are checked in test_kernels.c.
+ * No MPI. */
+#include "test_kernels.h"
+
+/* ------------------------------------------------------------------ RMSNorm */
+
+typedef struct {
+    float *x, *w, *out, *rstd, *dout, *dx, *dw;
+    int64_t n, dim;
+    float eps;
+} rms_ctx_t;
+
+static void rms_run(void *p)
+{
+    rms_ctx_t *c = p;
+    be->rmsnorm_forward(c->out, c->rstd, c->x, c->w, c->n, c->dim, c->eps);
+    ffill(c->dx, c->n * c->dim, NAN); /* overwritten */
+    ffill(c->dw, c->dim, 1.0f);       /* accumulated */
+    be->rmsnorm_backward(c->dx, c->dw, c->dout, c->x, c->w, c->rstd, c->n, c->dim, false);
+}
+
+static double rms_loss(void *p)
+{
+    rms_ctx_t *c = p;
+    be->rmsnorm_forward(c->out, c->rstd, c->x, c->w, c->n, c->dim, c->eps);
+    double l = 0.0;
+    for (int64_t i = 0; i < c->n * c->dim; i++)
+        l += (double)c->out[i] * c->dout[i];
+    return l;
+}
+
+static void test_rmsnorm(void)
+{
+    const int64_t cfg[][2] = {{1, 1}, {5, 7}, {13, 64}, {4, 130}, {300, 200}};
+    for (size_t s = 0; s < sizeof cfg / sizeof cfg[0]; s++) {
+        rms_ctx_t c = {.n = cfg[s][0], .dim = cfg[s][1], .eps = 1e-5f};
+        const int64_t n = c.n, dim = c.dim;
+        c.x = frand(n * dim, 2.0);
+        c.w = frand(dim, 1.5);
+        c.dout = frand(n * dim, 1.0);
+        c.out = fnew(n * dim), c.rstd = fnew(n), c.dx = fnew(n * dim), c.dw = fnew(dim);
+        rms_run(&c);
+
+        double *rout = dnew(n * dim), *rr = dnew(n), *rdx = dnew(n * dim), *rdw = dnew(dim);
+        for (int64_t i = 0; i < n; i++) {
+            const float *x = c.x + i * dim, *g = c.dout + i * dim;
+            double ms = 0.0, gwx = 0.0;
+            for (int64_t j = 0; j < dim; j++) {
+                ms += (double)x[j] * x[j];
+                gwx += (double)g[j] * c.w[j] * x[j];
+            }
+            const double r = 1.0 / sqrt(ms / dim + (double)c.eps);
+            rr[i] = r;
+            for (int64_t j = 0; j < dim; j++) {
+                rout[i * dim + j] = x[j] * r * c.w[j];
+                rdx[i * dim + j] = r * g[j] * c.w[j] - r * r * r * gwx / dim * x[j];
+                rdw[j] += (double)g[j] * x[j] * r;
+            }
+        }
+        char what[96];
+        snprintf(what, sizeof what, "rmsnorm out n=%lld dim=%lld", (long long)n, (long long)dim);
+        check_close(what, c.out, rout, n * dim, 2e-6);
+        check_close("rmsnorm rstd", c.rstd, rr, n, 2e-6);
+        /* dx = r g w - (...) x cancels to ~0 for dim = 1: scale by |r g w| */
+        double dx_scale = 0.0;
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < dim; j++)
+                dx_scale = fmax(dx_scale, rr[i] * fabs((double)c.dout[i * dim + j] * c.w[j]));
+        check_close_floor("rmsnorm dx", c.dx, rdx, n * dim, 1e-5, dx_scale);
+        float *dw = fnew(dim);
+        for (int64_t j = 0; j < dim; j++)
+            dw[j] = c.dw[j] - 1.0f; /* dw accumulates onto the pre-filled 1.0 */
+        check_close("rmsnorm dw (accumulated onto 1.0)", dw, rdw, dim, 1e-5);
+        /* accumulate: dx += the same gradient, one float add per element */
+        float *acc = frand(n * dim, 3.0), *acc0 = fcopy(acc, n * dim), *dw2 = fnew(dim);
+        be->rmsnorm_backward(acc, dw2, c.dout, c.x, c.w, c.rstd, n, dim, true);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < n * dim; i++) {
+            const float want = acc0[i] + c.dx[i];
+            bad += memcmp(&acc[i], &want, sizeof want) != 0;
+        }
+        CHECK(bad == 0, "rmsnorm_backward accumulate n=%lld dim=%lld: %lld elements are not "
+              "dx + the overwritten result", (long long)n, (long long)dim, (long long)bad);
+        free(acc), free(acc0), free(dw2);
+
+        if (n * dim <= 1000) {
+            float *dx = fcopy(c.dx, n * dim);
+            check_fd("rmsnorm dx fd", c.x, n * dim, dx, rms_loss, &c, 32, 1e-2, dx_scale);
+            check_fd("rmsnorm dw fd", c.w, dim, dw, rms_loss, &c, 32, 1e-2, 0.0);
+            free(dx);
+        } else {
+            det_outs_t o = {{c.out, c.rstd, c.dx, c.dw},
+                            {(size_t)(n * dim) * sizeof(float), (size_t)n * sizeof(float),
+                             (size_t)(n * dim) * sizeof(float), (size_t)dim * sizeof(float)},
+                            4};
+            check_deterministic("rmsnorm", rms_run, &c, &o, 1);
+        }
+        free(c.x), free(c.w), free(c.dout), free(c.out), free(c.rstd), free(c.dx), free(c.dw);
+        free(rout), free(rr), free(rdx), free(rdw), free(dw);
+    }
+}
+
+/* ------------------------------------------------------------------ RoPE */
+
+typedef struct {
+    float *x, *buf, *R;
+    int32_t *pos;
+    int64_t n, nh, hd;
+    double theta;
+} rope_ctx_t;
+
+static double rope_loss(void *p)
+{
+    rope_ctx_t *c = p;
+    const int64_t N = c->n * c->nh * c->hd;
+    memcpy(c->buf, c->x, (size_t)N * sizeof(float));
+    be->rope_forward(c->buf, c->pos, c->n, c->nh, c->hd, c->theta);
+    double l = 0.0;
+    for (int64_t i = 0; i < N; i++)
+        l += (double)c->buf[i] * c->R[i];
+    return l;
+}
+
+static void rope_run(void *p)
+{
+    rope_ctx_t *c = p;
+    const int64_t N = c->n * c->nh * c->hd;
+    memcpy(c->buf, c->x, (size_t)N * sizeof(float));
+    be->rope_forward(c->buf, c->pos, c->n, c->nh, c->hd, c->theta);
+    be->rope_backward(c->buf, c->pos, c->n, c->nh, c->hd, c->theta);
+}
+
+static void test_rope(void)
+{
+    /* the pairing, by hand: hd = 4, pos = 1, theta = 10000: angles 1 and 1/100 */
+    {
+        float x[4] = {1, 0, 0, 0}, y[4] = {0, 1, 0, 0};
+        const int32_t pos = 1;
+        be->rope_forward(x, &pos, 1, 1, 4, 10000.0);
+        be->rope_forward(y, &pos, 1, 1, 4, 10000.0);
+        CHECK(fabs(x[0] - cos(1.0)) < 1e-7 && x[1] == 0 && fabs(x[2] - sin(1.0)) < 1e-7 &&
+                  x[3] == 0,
+              "rope pairing: e0 -> %g %g %g %g, want cos1 0 sin1 0", x[0], x[1], x[2], x[3]);
+        CHECK(fabs(y[1] - cos(0.01)) < 1e-7 && fabs(y[3] - sin(0.01)) < 1e-7 && y[0] == 0 &&
+                  y[2] == 0,
+              "rope pairing: e1 -> %g %g %g %g, want 0 cos.01 0 sin.01", y[0], y[1], y[2], y[3]);
+    }
+    const int64_t cfg[][3] = {{3, 1, 2}, {7, 3, 8}, {16, 2, 32}, {300, 4, 64}}; /* n, nh, hd */
+    for (size_t s = 0; s < sizeof cfg / sizeof cfg[0]; s++) {
+        rope_ctx_t c = {.n = cfg[s][0], .nh = cfg[s][1], .hd = cfg[s][2], .theta = 500000.0};
+        const int64_t n = c.n, nh = c.nh, hd = c.hd, N = n * nh * hd, half = hd / 2;
+        c.pos = malloc((size_t)n * sizeof(int32_t));
+        for (int64_t t = 0; t < n; t++)
+            c.pos[t] = t == 0 ? 0 : (int32_t)irand(t % 2 ? 100 : 131072); /* incl. long positions */
+        c.x = frand(N, 1.0);
+        c.R = frand(N, 1.0);
+        c.buf = fnew(N);
+        memcpy(c.buf, c.x, (size_t)N * sizeof(float));
+        be->rope_forward(c.buf, c.pos, n, nh, hd, c.theta);
+        double *ref = dnew(N), *rback = dnew(N);
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t h = 0; h < nh; h++)
+                for (int64_t i = 0; i < half; i++) {
+                    const double a = c.pos[t] * pow(c.theta, -2.0 * i / hd);
+                    const int64_t o = t * nh * hd + h * hd;
+                    const double x1 = c.x[o + i], x2 = c.x[o + i + half];
+                    const double r1 = c.R[o + i], r2 = c.R[o + i + half];
+                    ref[o + i] = x1 * cos(a) - x2 * sin(a);
+                    ref[o + i + half] = x2 * cos(a) + x1 * sin(a);
+                    rback[o + i] = r1 * cos(a) + r2 * sin(a); /* R(a)^T */
+                    rback[o + i + half] = r2 * cos(a) - r1 * sin(a);
+                }
+        check_close("rope forward vs double", c.buf, ref, N, 2e-6);
+        CHECK(memcmp(c.buf, c.x, (size_t)(nh * hd) * sizeof(float)) == 0,
+              "rope at position 0 is not the identity");
+        float *grad = fcopy(c.R, N);
+        be->rope_backward(grad, c.pos, n, nh, hd, c.theta);
+        check_close("rope backward vs double R^T", grad, rback, N, 2e-6);
+        /* backward(forward(x)) = x */
+        memcpy(c.buf, c.x, (size_t)N * sizeof(float));
+        be->rope_forward(c.buf, c.pos, n, nh, hd, c.theta);
+        be->rope_backward(c.buf, c.pos, n, nh, hd, c.theta);
+        double *xd = dnew(N);
+        for (int64_t i = 0; i < N; i++)
+            xd[i] = c.x[i];
+        check_close("rope backward(forward(x)) = x", c.buf, xd, N, 1e-6);
+        if (N <= 1000)
+            check_fd("rope backward fd", c.x, N, grad, rope_loss, &c, 32, 1e-2, 0.0);
+        else {
+            det_outs_t o = {{c.buf}, {(size_t)N * sizeof(float)}, 1};
+            check_deterministic("rope", rope_run, &c, &o, 1);
+        }
+        free(c.pos), free(c.x), free(c.R), free(c.buf), free(ref), free(rback), free(grad),
+            free(xd);
+    }
+}
+
+/* ------------------------------------------------------------------ SwiGLU */
+
+typedef struct {
+    float *gate, *up, *out, *dout, *dg, *du;
+    int64_t n;
+} swi_ctx_t;
+
+static void swi_run(void *p)
+{
+    swi_ctx_t *c = p;
+    be->swiglu_forward(c->out, c->gate, c->up, c->n);
+    ffill(c->dg, c->n, NAN);
+    ffill(c->du, c->n, NAN);
+    be->swiglu_backward(c->dg, c->du, c->dout, c->gate, c->up, c->n);
+}
+
+static double swi_loss(void *p)
+{
+    swi_ctx_t *c = p;
+    be->swiglu_forward(c->out, c->gate, c->up, c->n);
+    double l = 0.0;
+    for (int64_t i = 0; i < c->n; i++)
+        l += (double)c->out[i] * c->dout[i];
+    return l;
+}
+
+static void test_swiglu(void)
+{
+    const int64_t sizes[] = {1, 7, 300, 100003};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        swi_ctx_t c = {.n = sizes[s]};
+        const int64_t n = c.n;
+        c.gate = frand(n, 6.0), c.up = frand(n, 2.0), c.dout = frand(n, 1.0);
+        if (n >= 7) { /* the saturated tails */
+            c.gate[0] = -120.0f, c.gate[1] = 120.0f, c.gate[2] = -30.0f, c.gate[3] = 0.0f;
+        }
+        c.out = fnew(n), c.dg = fnew(n), c.du = fnew(n);
+        swi_run(&c);
+        double *ro = dnew(n), *rg = dnew(n), *ru = dnew(n);
+        for (int64_t i = 0; i < n; i++) {
+            const double g = c.gate[i], u = c.up[i], d = c.dout[i];
+            const double sg = 1.0 / (1.0 + exp(-g));
+            ro[i] = g * sg * u;
+            rg[i] = d * u * sg * (1.0 + g * (1.0 - sg));
+            ru[i] = d * g * sg;
+        }
+        check_close("swiglu out", c.out, ro, n, 2e-6);
+        check_close("swiglu dgate", c.dg, rg, n, 2e-6);
+        check_close("swiglu dup", c.du, ru, n, 2e-6);
+        CHECK(isfinite(c.out[0]) && isfinite(c.dg[0]), "swiglu at gate = -120 is not finite");
+
+        /* in place: dgate == gate, dup == up gives the same bits */
+        float *g2 = fcopy(c.gate, n), *u2 = fcopy(c.up, n);
+        be->swiglu_backward(g2, u2, c.dout, g2, u2, n);
+        CHECK(memcmp(g2, c.dg, (size_t)n * sizeof(float)) == 0 &&
+                  memcmp(u2, c.du, (size_t)n * sizeof(float)) == 0,
+              "swiglu_backward n=%lld in place (dgate==gate, dup==up) differs", (long long)n);
+        free(g2), free(u2);
+
+        if (n <= 300) {
+            float *dg = fcopy(c.dg, n), *du = fcopy(c.du, n);
+            check_fd("swiglu dgate fd", c.gate, n, dg, swi_loss, &c, 32, 1e-2, 0.0);
+            check_fd("swiglu dup fd", c.up, n, du, swi_loss, &c, 32, 1e-2, 0.0);
+            free(dg), free(du);
+        } else {
+            det_outs_t o = {{c.out, c.dg, c.du},
+                            {(size_t)n * sizeof(float), (size_t)n * sizeof(float),
+                             (size_t)n * sizeof(float)},
+                            3};
+            check_deterministic("swiglu", swi_run, &c, &o, 1);
+        }
+        free(c.gate), free(c.up), free(c.dout), free(c.out), free(c.dg), free(c.du);
+        free(ro), free(rg), free(ru);
+    }
+}
+
+int main(void)
+{
+    const char *ve = getenv("MT_TEST_VERBOSE");
+    verbose = ve && *ve && strcmp(ve, "0") != 0;
+    omp_set_num_threads(1);
+    be = mt_backend_cpu();
+    test_rmsnorm();
+    test_rope();
+    test_swiglu();
+    return mt_test_exit("test_kernels_layers");
+}
