@@ -14,4 +14,8 @@ void test_blocks(MPI_Comm comm, const char *root, int *checks, int *failures);
  * (for tests/checkpoint_h5dump.sh); 0 when every rank succeeded. */
 int save_blocks_only(MPI_Comm comm, const char *dir);
 
+/* test_checkpoint_sha256.c: SHA-256 vectors, in memory and from a file
+ * under root (rank 0 only). */
+void test_sha256(const char *root, int *checks, int *failures);
+
 #endif
