@@ -26,9 +26,10 @@
  * the way to registers.
  *
  * Every output element is summed by one warp in a fixed order: the
- * passes are deterministic without atomics, as before.  Not here:
- * cp.async double buffering, more than 16 rows a warp (B fragments reused
- * across row tiles), wgmma/TMA (Hopper's FlashAttention-3). */
+ * passes are deterministic without atomics, as before.  Tiles come in by
+ * cp.async, double-buffered in dq and dk/dv, and in the forward at head
+ * dim 64.  Not here: more than 16 rows a warp (B fragments reused across
+ * row tiles), wgmma/TMA (Hopper's FlashAttention-3). */
 #include "cuda_attention_tc.cuh"
 /* (here, not in the header: the host emulation rewrites it in .cu files) */
 #define TC_DECLARE_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
@@ -149,17 +150,43 @@ __device__ __forceinline__ ma_rows_t ma_rows(const tc_geom_t &G, const tc_qblock
     return R;
 }
 
+/* the key tile from tj0 (through qlast) and its value tile into buffer
+ * buf of Kb: Ks at Kb + 2 buf TC_BK LDH, Vs TC_BK LDH after it */
+template <int HD, typename T>
+__device__ __forceinline__ void ma_load_kv(tc_bf16 *Kb, int buf, const T *k, const T *v,
+                                           int64_t kvbase, const tc_geom_t &G, int64_t tj0,
+                                           int64_t qlast)
+{
+    const int LDH = HD + 8, tnj = (int)tc_min64(TC_BK, qlast + 1 - tj0);
+    tc_bf16 *Ks = Kb + 2 * buf * TC_BK * LDH;
+    tc_load_tile<HD, TC_BK>(Ks, k + kvbase + tj0 * G.kvstride, G.kvstride, tnj, G.vec);
+    tc_load_tile<HD, TC_BK>(Ks + TC_BK * LDH, v + kvbase + tj0 * G.kvstride, G.kvstride, tnj,
+                            G.vec);
+}
+
+/* The forward's key/value buffers: two at head dim 64, where a second
+ * costs no block (registers hold it to 4 blocks an SM, and 4 x 45 KiB of
+ * shared memory fit), one at 128 (a second would take its 3 blocks an SM
+ * to 2). */
+template <int HD> struct ma_fwd_bufs {
+    static constexpr int n = HD <= 64 ? 2 : 1;
+};
+
 /* ------------------------------------------------------------------ kernels */
 
-/* shared: Qs, Ks, Vs bf16 [64][HD+8] */
+/* shared: Qs, then ma_fwd_bufs<HD>::n buffers of Ks, Vs, bf16 [64][HD+8]
+ * each.  With two, the next key tile's copies are issued before this
+ * one's products and waited for a tile later, as in the dq kernel; with
+ * one, a tile is copied, waited for, then used. */
 template <int HD, typename T>
 __global__ void __launch_bounds__(TC_THREADS)
     mt_k_attention_mma_forward(T *out, float *lse, const T *q, const T *k, const T *v,
                                tc_geom_t G)
 {
     const int LDH = HD + 8;
+    constexpr int NBUF = ma_fwd_bufs<HD>::n;
     TC_DECLARE_SMEM(smem);
-    tc_bf16 *Qs = (tc_bf16 *)smem, *Ks = Qs + TC_BQ * LDH, *Vs = Ks + TC_BK * LDH;
+    tc_bf16 *Qs = (tc_bf16 *)smem, *Kb = Qs + TC_BQ * LDH;
 
     const int t4 = threadIdx.x % 4;
     const tc_qblock_t Q = tc_qblock(G);
@@ -174,16 +201,30 @@ __global__ void __launch_bounds__(TC_THREADS)
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     const int64_t kvbase = b * G.T * G.kvstride + Q.g * HD;
 
-    for (int64_t j0 = Q.minlo; j0 <= qlast; j0 += TC_BK) {
-        const int nj = (int)tc_min64(TC_BK, qlast + 1 - j0);
-        __syncthreads(); /* the previous tile is no longer read */
-        tc_load_tile<HD, TC_BK>(Ks, k + kvbase + j0 * G.kvstride, G.kvstride, nj, G.vec);
-        tc_load_tile<HD, TC_BK>(Vs, v + kvbase + j0 * G.kvstride, G.kvstride, nj, G.vec);
-        tc_tiles_ready(); /* (the first time: Qs too) */
+    int64_t j0 = Q.minlo;
+    if (NBUF == 2) {
+        ma_load_kv<HD>(Kb, 0, k, v, kvbase, G, j0, qlast);
+        mt_cp_async_commit(); /* the queries' rows and the first key tile */
+    }
+    for (int buf = 0; j0 <= qlast; buf ^= NBUF - 1) {
+        const int64_t next = j0 + TC_BK;
+        __syncthreads(); /* the buffer filled next is no longer read */
+        if (NBUF == 2) {
+            tc_prefetch_wait(next <= qlast,
+                             [&] { ma_load_kv<HD>(Kb, buf ^ 1, k, v, kvbase, G, next, qlast); });
+        } else {
+            ma_load_kv<HD>(Kb, 0, k, v, kvbase, G, j0, qlast);
+            mt_cp_async_wait_all();
+        }
+        __syncthreads(); /* every thread's copies of this tile (the first time: Qs too) */
+        const int64_t tj0 = j0;
+        j0 = next;
+        const int nj = (int)tc_min64(TC_BK, qlast + 1 - tj0);
         if (!Q.wactive)
             continue;
+        const tc_bf16 *Ks = Kb + 2 * buf * TC_BK * LDH, *Vs = Ks + TC_BK * LDH;
         int kf0, kf1;
-        if (!tc_warp_frags(Q, j0, nj, &kf0, &kf1))
+        if (!tc_warp_frags(Q, tj0, nj, &kf0, &kf1))
             continue; /* none of the warp's rows sees this tile (warp-uniform) */
         float s[8][4];
         ma_dot<HD>(s, Qs, wr0, Ks, 2 * kf0, 2 * kf1);
@@ -193,7 +234,7 @@ __global__ void __launch_bounds__(TC_THREADS)
         for (int nb = 0; nb < 8; nb++)
             for (int i = 0; i < 4; i++) {
                 const int r = i >> 1, c = nb * 8 + 2 * t4 + (i & 1);
-                const int64_t key = j0 + c;
+                const int64_t key = tj0 + c;
                 const bool ok = nb >= 2 * kf0 && nb < 2 * kf1 && R.v[r] && c < nj &&
                                 key >= R.lo[r] && key <= R.t[r];
                 s[nb][i] = ok ? s[nb][i] * G.scale : -INFINITY;
@@ -268,21 +309,14 @@ __global__ void __launch_bounds__(TC_THREADS)
     for (int nd = 0; nd < HD / 8; nd++)
         acc[nd][0] = acc[nd][1] = acc[nd][2] = acc[nd][3] = 0.0f;
     const int64_t kvbase = b * G.T * G.kvstride + Q.g * HD;
-    auto load_kv = [&](int buf, int64_t tj0) {
-        const int tnj = (int)tc_min64(TC_BK, qlast + 1 - tj0);
-        tc_bf16 *Ks = Kb + 2 * buf * TC_BK * LDH;
-        tc_load_tile<HD, TC_BK>(Ks, k + kvbase + tj0 * G.kvstride, G.kvstride, tnj, G.vec);
-        tc_load_tile<HD, TC_BK>(Ks + TC_BK * LDH, v + kvbase + tj0 * G.kvstride, G.kvstride,
-                                tnj, G.vec);
-    };
-
     int64_t j0 = Q.minlo;
-    load_kv(0, j0);
+    ma_load_kv<HD>(Kb, 0, k, v, kvbase, G, j0, qlast);
     mt_cp_async_commit(); /* the queries' rows and the first key tile */
     for (int buf = 0; j0 <= qlast; buf ^= 1) {
         const int64_t next = j0 + TC_BK;
         __syncthreads(); /* the other buffer is no longer read */
-        tc_prefetch_wait(next <= qlast, [&] { load_kv(buf ^ 1, next); });
+        tc_prefetch_wait(next <= qlast,
+                         [&] { ma_load_kv<HD>(Kb, buf ^ 1, k, v, kvbase, G, next, qlast); });
         __syncthreads(); /* every thread's copies of this tile (the first time: Qs, dOs) */
         const int64_t tj0 = j0;
         j0 = next;
@@ -420,7 +454,7 @@ __global__ void __launch_bounds__(TC_THREADS)
 /* dynamic shared memory of the three kernels, bytes */
 template <int HD> static size_t ma_smem_forward(void)
 {
-    return (size_t)(TC_BQ + 2 * TC_BK) * (HD + 8) * 2;
+    return (size_t)(TC_BQ + 2 * ma_fwd_bufs<HD>::n * TC_BK) * (HD + 8) * 2;
 }
 template <int HD> static size_t ma_smem_dq(void) /* the key tiles double-buffered */
 {
