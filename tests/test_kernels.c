@@ -566,10 +566,7 @@ static void test_gpu_entries(void)
 
 int main(void)
 {
-    const char *ve = getenv("MT_TEST_VERBOSE");
-    verbose = ve && *ve && strcmp(ve, "0") != 0;
-    omp_set_num_threads(1);
-    be = mt_backend_cpu();
+    kernels_test_begin();
     CHECK(be && strcmp(be->name, "cpu") == 0, "mt_backend_cpu() name");
     CHECK(be->matmul && be->embedding_forward && be->embedding_backward && be->rmsnorm_forward &&
               be->rmsnorm_backward && be->rope_forward && be->rope_backward &&

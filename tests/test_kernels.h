@@ -23,6 +23,16 @@
 static const mt_backend_t *be;
 static int verbose;
 
+/* main's start in each program: MT_TEST_VERBOSE, one OpenMP thread (the
+ * determinism checks set their own), the CPU backend */
+static inline void kernels_test_begin(void)
+{
+    const char *ve = getenv("MT_TEST_VERBOSE");
+    verbose = ve && *ve && strcmp(ve, "0") != 0;
+    omp_set_num_threads(1);
+    be = mt_backend_cpu();
+}
+
 /* ------------------------------------------------------------------ helpers */
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;

@@ -410,10 +410,7 @@ static void test_ce_shards(void)
 
 int main(void)
 {
-    const char *ve = getenv("MT_TEST_VERBOSE");
-    verbose = ve && *ve && strcmp(ve, "0") != 0;
-    omp_set_num_threads(1);
-    be = mt_backend_cpu();
+    kernels_test_begin();
     test_attention();
     test_cross_entropy();
     test_ce_shards();
