@@ -18,7 +18,8 @@
 #      OpenBLAS, and points the build at it;
 #   1. builds with --with-cuda --with-nccl out of tree (from ./configure,
 #      else a meshtrain-*.tar.gz from `make dist`, else ./autogen.sh);
-#   2. runs the kernel tests: the CPU kernels (tests/test_kernels), every
+#   2. runs the kernel tests: the CPU kernels (tests/test_kernels,
+#      test_kernels_layers, test_kernels_softmax: the reference), every
 #      CUDA kernel against them (tests/test_cuda_kernels), the bf16
 #      tensor-core table (tests/test_cuda_bf16) and the NCCL layer on one
 #      rank (tests/nccl-np1.mpi);
@@ -214,9 +215,10 @@ fi
 
 # ---------------------------------------------------------------- 2. kernel tests
 # (a hung kernel must not eat the machine's time: each test gets 5 minutes)
-kernel_tests="tests/test_kernels tests/test_cuda_kernels tests/test_cuda_bf16 tests/nccl-np1.mpi"
+cpu_kernel_tests="tests/test_kernels tests/test_kernels_layers tests/test_kernels_softmax"
+kernel_tests="$cpu_kernel_tests tests/test_cuda_kernels tests/test_cuda_bf16 tests/nccl-np1.mpi"
 if [ "$emulate" = 1 ]; then # the emulated CUDA tests; nccl-np1 needs a device
-    kernel_tests=tests/test_kernels
+    kernel_tests=$cpu_kernel_tests
     for t in test_cuda_kernels test_cuda_bf16; do
         if timeout "$(limit 150)" "$apps/$t" > "$logs/$t.emulated.log" 2>&1; then
             row "tests/$t (emulated)" "PASS" "$(tail -n 1 "$logs/$t.emulated.log")"
