@@ -165,9 +165,11 @@ __device__ __forceinline__ void ma_load_kv(tc_bf16 *Kb, int buf, const T *k, con
 }
 
 /* The forward's key/value buffers: two at head dim 64, where a second
- * costs no block (registers hold it to 4 blocks an SM, and 4 x 45 KiB of
- * shared memory fit), one at 128 (a second would take its 3 blocks an SM
- * to 2). */
+ * costs no block on Hopper (registers hold it to 4 blocks an SM, and
+ * 4 x 45 KiB of shared memory fit in 228 KiB), one at 128 (a second would
+ * take its 3 blocks an SM to 2).  Tuned for sm_90: with less shared
+ * memory an SM (A100's 164 KiB, sm_86/89's 100) the second buffer costs
+ * the hd-64 forward a block an SM (4 to 3, 3 to 2). */
 template <int HD> struct ma_fwd_bufs {
     static constexpr int n = HD <= 64 ? 2 : 1;
 };
@@ -202,14 +204,14 @@ __global__ void __launch_bounds__(TC_THREADS)
     const int64_t kvbase = b * G.T * G.kvstride + Q.g * HD;
 
     int64_t j0 = Q.minlo;
-    if (NBUF == 2) {
+    if constexpr (NBUF == 2) {
         ma_load_kv<HD>(Kb, 0, k, v, kvbase, G, j0, qlast);
         mt_cp_async_commit(); /* the queries' rows and the first key tile */
     }
     for (int buf = 0; j0 <= qlast; buf ^= NBUF - 1) {
         const int64_t next = j0 + TC_BK;
         __syncthreads(); /* the buffer filled next is no longer read */
-        if (NBUF == 2) {
+        if constexpr (NBUF == 2) {
             tc_prefetch_wait(next <= qlast,
                              [&] { ma_load_kv<HD>(Kb, buf ^ 1, k, v, kvbase, G, next, qlast); });
         } else {

@@ -37,7 +37,8 @@
 
 #define COL_BLOCK 512
 
-/* max of x[0..n), n >= 1; NaNs are skipped here and surface through exp. */
+/* max of x[0..n), n >= 1; NaNs are skipped here and surface through exp
+ * (a NaN at x[0] is returned instead: the row's loss is NaN either way). */
 static inline float block_max(const float *x, int64_t n)
 {
     mt_v4f m0 = {x[0], x[0], x[0], x[0]}, m1 = m0;
@@ -79,7 +80,10 @@ static double ce_row(float *dr, const float *lr, int32_t y, int64_t V, int64_t v
         }
         bmx[bi] = m;
         float *dst = dr ? dr + j0 : e;
-        if (m == -INFINITY) { /* every logit so far -inf or NaN: exp is 0, NaN stays */
+        if (m == -INFINITY) {
+            /* no finite max yet: the logits so far are -inf, or a NaN
+             * first in its block hid the block's max (block_max).  -inf
+             * gives 0; the rest pass through, so a NaN makes Z NaN */
             for (int64_t j = 0; j < nb; j++)
                 dst[j] = lr[j0 + j] == -INFINITY ? 0.0f : lr[j0 + j];
         } else {

@@ -238,9 +238,10 @@ static void test_rmsnorm(uint64_t *s)
 
 /* RoPE at four shapes: few pairs per token (groups of 16 tokens, the
  * last one short); more pairs than the block's 256 threads (32 heads of
- * 128, groups of 2); head_dim/2 = 512 table entries, more than the block
- * fills in one pass (one token a group); the 1B model's head_dim 64
- * (groups of 8, 37 tokens: the last group short) */
+ * 128, groups of 4, the fifth token alone); head_dim/2 = 512 table
+ * entries, more than the block fills in one pass (one token a group);
+ * the 1B model's head_dim 64 (groups of 8, 37 tokens: the last group
+ * short) */
 static void test_rope(uint64_t *s)
 {
     const int64_t shapes[4][3] = {{40, 3, 16}, {5, 32, 128}, {3, 2, 1024}, {37, 8, 64}};
