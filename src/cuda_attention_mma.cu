@@ -174,6 +174,47 @@ template <int HD> struct ma_fwd_bufs {
     static constexpr int n = HD <= 64 ? 2 : 1;
 };
 
+/* The masks of a lane's S (or dP) accumulators as column ranges: element
+ * (nb, i) of the lane is column c = nb*8 + 2*t4 + (i&1) of the tile, and
+ * its query sees its key exactly when c lies in [lo, hi] of its row r =
+ * i >> 1.  Stored less 2*t4, so that after unrolling the test compares a
+ * constant, nb*8 + (i&1), with two registers: two 32-bit compares an
+ * element, where the conditions spelled out per element (64-bit keys
+ * against the row's first and last, the tile's tail, the fragment range,
+ * the row's existence) cost about as many instructions as the element's
+ * arithmetic.  An empty range is lo 1, hi 0. */
+struct ma_cols_t {
+    int lo[2], hi[2];
+};
+
+__device__ __forceinline__ void ma_cols_set(ma_cols_t &C, int r, bool v, int64_t lo, int64_t hi)
+{
+    const int t2 = 2 * (threadIdx.x % 4);
+    lo = tc_max64(lo, 0), hi = tc_min64(hi, TC_BK - 1);
+    if (!v || lo > hi)
+        lo = 1, hi = 0;
+    C.lo[r] = (int)lo - t2, C.hi[r] = (int)hi - t2;
+}
+
+__device__ __forceinline__ bool ma_cols_in(const ma_cols_t &C, int nb, int i)
+{
+    const int k = nb * 8 + (i & 1);
+    return k >= C.lo[i >> 1] && k <= C.hi[i >> 1];
+}
+
+/* forward and dq: the keys of the tile at j0 (nj of them, the warp's
+ * fragments [kf0, kf1)) that the lane's query rows see: from the row's
+ * first visible key through the row itself */
+__device__ __forceinline__ ma_cols_t ma_q_cols(const ma_rows_t &R, int64_t j0, int nj, int kf0,
+                                               int kf1)
+{
+    ma_cols_t C;
+    for (int r = 0; r < 2; r++)
+        ma_cols_set(C, r, R.v[r], tc_max64(R.lo[r] - j0, 16 * kf0),
+                    tc_min64(tc_min64(R.t[r] - j0, nj - 1), 16 * kf1 - 1));
+    return C;
+}
+
 /* ------------------------------------------------------------------ kernels */
 
 /* shared: Qs, then ma_fwd_bufs<HD>::n buffers of Ks, Vs, bf16 [64][HD+8]
@@ -232,14 +273,12 @@ __global__ void __launch_bounds__(TC_THREADS)
         ma_dot<HD>(s, Qs, wr0, Ks, 2 * kf0, 2 * kf1);
         /* masks and scale, then the online softmax over the row's 4 lanes */
         float tmax[2] = {-INFINITY, -INFINITY};
+        const ma_cols_t C = ma_q_cols(R, tj0, nj, kf0, kf1);
 #pragma unroll
         for (int nb = 0; nb < 8; nb++)
             for (int i = 0; i < 4; i++) {
-                const int r = i >> 1, c = nb * 8 + 2 * t4 + (i & 1);
-                const int64_t key = tj0 + c;
-                const bool ok = nb >= 2 * kf0 && nb < 2 * kf1 && R.v[r] && c < nj &&
-                                key >= R.lo[r] && key <= R.t[r];
-                s[nb][i] = ok ? s[nb][i] * G.scale : -INFINITY;
+                const int r = i >> 1;
+                s[nb][i] = ma_cols_in(C, nb, i) ? s[nb][i] * G.scale : -INFINITY;
                 tmax[r] = fmaxf(tmax[r], s[nb][i]);
             }
         float corr[2], mnew[2], psum[2] = {0.0f, 0.0f};
@@ -293,7 +332,6 @@ __global__ void __launch_bounds__(TC_THREADS)
     tc_bf16 *Qs = (tc_bf16 *)smem, *dOs = Qs + TC_BQ * LDH, *Kb = dOs + TC_BQ * LDH;
     /* buffer i: Ks at Kb + 2 i TC_BK LDH, Vs TC_BK LDH after it */
 
-    const int t4 = threadIdx.x % 4;
     const tc_qblock_t Q = tc_qblock(G);
     const ma_rows_t R = ma_rows(G, Q);
     const int64_t b = Q.b, h = Q.h, q0 = Q.q0, qlast = Q.qlast;
@@ -332,16 +370,14 @@ __global__ void __launch_bounds__(TC_THREADS)
         float s[8][4], dp[8][4];
         ma_dot<HD>(s, Qs, wr0, Ks, 2 * kf0, 2 * kf1);
         ma_dot<HD>(dp, dOs, wr0, Vs, 2 * kf0, 2 * kf1);
+        const ma_cols_t C = ma_q_cols(R, tj0, nj, kf0, kf1);
 #pragma unroll
         for (int nb = 0; nb < 8; nb++)
             for (int i = 0; i < 4; i++) {
-                const int r = i >> 1, c = nb * 8 + 2 * t4 + (i & 1);
-                const int64_t key = tj0 + c;
-                float ds = 0.0f;
-                if (nb >= 2 * kf0 && nb < 2 * kf1 && R.v[r] && c < nj && key >= R.lo[r] &&
-                    key <= R.t[r])
-                    ds = expf(s[nb][i] * G.scale - L[r]) * (dp[nb][i] - Dr[r]);
-                s[nb][i] = ds;
+                const int r = i >> 1;
+                s[nb][i] = ma_cols_in(C, nb, i)
+                               ? expf(s[nb][i] * G.scale - L[r]) * (dp[nb][i] - Dr[r])
+                               : 0.0f;
             }
         ma_accum<HD>(acc, s, Ks, kf0, kf1);
     }
@@ -428,13 +464,20 @@ __global__ void __launch_bounds__(TC_THREADS)
         float st[8][4], dpt[8][4];
         ma_dot<HD>(st, Ks, wk0, Qs, 2 * qf0, 2 * qf1);
         ma_dot<HD>(dpt, Vs, wk0, dOs, 2 * qf0, 2 * qf1);
+        /* the lane's key rows see the queries from their own position
+         * (causal) to the tile's end, within the warp's fragments, and
+         * with documents only those whose first key is at most the key */
+        ma_cols_t C;
+        for (int r = 0; r < 2; r++)
+            ma_cols_set(C, r, kv[r], tc_max64(kr[r] - tq0, 16 * qf0),
+                        tc_min64(nq - 1, 16 * qf1 - 1));
+        const bool docs = G.doc_start != nullptr;
 #pragma unroll
         for (int nb = 0; nb < 8; nb++)
             for (int i = 0; i < 4; i++) {
                 const int r = i >> 1, c = nb * 8 + 2 * t4 + (i & 1);
                 float p = 0.0f, ds = 0.0f;
-                if (nb >= 2 * qf0 && nb < 2 * qf1 && kv[r] && c < nq && tq0 + c >= kr[r] &&
-                    sLo[c] <= kr[r]) {
+                if (ma_cols_in(C, nb, i) && (!docs || sLo[c] <= kr[r])) {
                     p = expf(st[nb][i] * G.scale - sL[c]);
                     ds = p * (dpt[nb][i] - sD[c]);
                 }
