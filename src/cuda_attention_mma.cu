@@ -281,18 +281,22 @@ __global__ void __launch_bounds__(TC_THREADS)
                 s[nb][i] = ma_cols_in(C, nb, i) ? s[nb][i] * G.scale : -INFINITY;
                 tmax[r] = fmaxf(tmax[r], s[nb][i]);
             }
-        float corr[2], mnew[2], psum[2] = {0.0f, 0.0f};
+        float corr[2], mnew[2], msub[2], psum[2] = {0.0f, 0.0f};
         for (int r = 0; r < 2; r++) {
             tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 1));
             tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
             mnew[r] = fmaxf(m[r], tmax[r]);
             corr[r] = m[r] == -INFINITY ? 0.0f : expf(m[r] - mnew[r]);
+            /* a row with no key seen yet subtracts 0: its masked -inf
+             * elements then give expf(-inf) = 0 as every other row's do,
+             * with no test an element */
+            msub[r] = mnew[r] == -INFINITY ? 0.0f : mnew[r];
         }
 #pragma unroll
         for (int nb = 0; nb < 8; nb++)
             for (int i = 0; i < 4; i++) {
                 const int r = i >> 1;
-                const float p = s[nb][i] == -INFINITY ? 0.0f : expf(s[nb][i] - mnew[r]);
+                const float p = expf(s[nb][i] - msub[r]);
                 s[nb][i] = p;
                 psum[r] += p;
             }
