@@ -174,6 +174,14 @@ template <int HD> struct ma_fwd_bufs {
     static constexpr int n = HD <= 64 ? 2 : 1;
 };
 
+/* exp(x) as 2^(x log2 e): the tile loops' exponentials fold the softmax
+ * scale and the row's offset into one FMA before ex2 (FlashAttention-2's
+ * scale_log2), where expf's own range reduction costs about eight
+ * instructions an element.  The CPU reference uses expf; the two agree to
+ * about |x| 2^-24 relative, far inside the bf16 rounding of P and dS. */
+#define MA_LOG2E 1.4426950408889634f
+__device__ __forceinline__ float ma_exp(float x) { return exp2f(x * MA_LOG2E); }
+
 /* The masks of a lane's S (or dP) accumulators as column ranges: element
  * (nb, i) of the lane is column c = nb*8 + 2*t4 + (i&1) of the tile, and
  * its query sees its key exactly when c lies in [lo, hi] of its row r =
@@ -286,17 +294,17 @@ __global__ void __launch_bounds__(TC_THREADS)
             tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 1));
             tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
             mnew[r] = fmaxf(m[r], tmax[r]);
-            corr[r] = m[r] == -INFINITY ? 0.0f : expf(m[r] - mnew[r]);
+            corr[r] = m[r] == -INFINITY ? 0.0f : ma_exp(m[r] - mnew[r]);
             /* a row with no key seen yet subtracts 0: its masked -inf
-             * elements then give expf(-inf) = 0 as every other row's do,
-             * with no test an element */
-            msub[r] = mnew[r] == -INFINITY ? 0.0f : mnew[r];
+             * elements then give 2^-inf = 0 as every other row's do, with
+             * no test an element */
+            msub[r] = (mnew[r] == -INFINITY ? 0.0f : mnew[r]) * MA_LOG2E;
         }
 #pragma unroll
         for (int nb = 0; nb < 8; nb++)
             for (int i = 0; i < 4; i++) {
                 const int r = i >> 1;
-                const float p = expf(s[nb][i] - msub[r]);
+                const float p = exp2f(fmaf(s[nb][i], MA_LOG2E, -msub[r]));
                 s[nb][i] = p;
                 psum[r] += p;
             }
@@ -340,9 +348,10 @@ __global__ void __launch_bounds__(TC_THREADS)
     const ma_rows_t R = ma_rows(G, Q);
     const int64_t b = Q.b, h = Q.h, q0 = Q.q0, qlast = Q.qlast;
     const int nq = Q.nq, wr0 = Q.wr0;
-    float L[2], Dr[2];
+    float L2[2], Dr[2]; /* the rows' lse (in log2 units) and D */
+    const float scale2 = G.scale * MA_LOG2E;
     for (int i = 0; i < 2; i++) {
-        L[i] = R.v[i] ? lse[(b * G.nh + h) * G.T + R.t[i]] : 0.0f;
+        L2[i] = R.v[i] ? lse[(b * G.nh + h) * G.T + R.t[i]] * MA_LOG2E : 0.0f;
         Dr[i] = R.v[i] ? D[(b * G.nh + h) * G.T + R.t[i]] : 0.0f;
     }
     const int64_t qoff = (b * G.T + q0) * G.qstride + h * HD;
@@ -380,7 +389,7 @@ __global__ void __launch_bounds__(TC_THREADS)
             for (int i = 0; i < 4; i++) {
                 const int r = i >> 1;
                 s[nb][i] = ma_cols_in(C, nb, i)
-                               ? expf(s[nb][i] * G.scale - L[r]) * (dp[nb][i] - Dr[r])
+                               ? exp2f(fmaf(s[nb][i], scale2, -L2[r])) * (dp[nb][i] - Dr[r])
                                : 0.0f;
             }
         ma_accum<HD>(acc, s, Ks, kf0, kf1);
@@ -413,6 +422,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g8 = lane >> 2, t4 = lane & 3;
     const int64_t b = blockIdx.z, g = blockIdx.y;
     const int64_t j0 = (int64_t)blockIdx.x * TC_BK;
+    const float scale2 = G.scale * MA_LOG2E;
     const int nk = (int)tc_min64(TC_BK, G.T - j0);
     const int64_t klast = j0 + nk - 1;
     const int wk0 = w * 16;
@@ -482,7 +492,7 @@ __global__ void __launch_bounds__(TC_THREADS)
                 const int r = i >> 1, c = nb * 8 + 2 * t4 + (i & 1);
                 float p = 0.0f, ds = 0.0f;
                 if (ma_cols_in(C, nb, i) && (!docs || sLo[c] <= kr[r])) {
-                    p = expf(st[nb][i] * G.scale - sL[c]);
+                    p = exp2f(fmaf(st[nb][i], scale2, -sL[c] * MA_LOG2E));
                     ds = p * (dpt[nb][i] - sD[c]);
                 }
                 st[nb][i] = p;
