@@ -174,13 +174,13 @@ template <int HD> struct ma_fwd_bufs {
     static constexpr int n = HD <= 64 ? 2 : 1;
 };
 
-/* exp(x) as 2^(x log2 e): the tile loops' exponentials fold the softmax
- * scale and the row's offset into one FMA before ex2 (FlashAttention-2's
- * scale_log2), where expf's own range reduction costs about eight
- * instructions an element.  The CPU reference uses expf; the two agree to
- * about |x| 2^-24 relative, far inside the bf16 rounding of P and dS. */
+/* exp(x) as 2^(x log2 e): the tile loops' exponentials are exp2f of one
+ * FMA, the softmax scale and the row's max or lse folded in (scale2 =
+ * scale log2 e, FlashAttention-2's scale_log2), where expf's own range
+ * reduction costs about eight instructions an element.  The CPU
+ * reference uses expf; the two agree to about |x| 2^-24 relative, far
+ * inside the bf16 rounding of P and dS. */
 #define MA_LOG2E 1.4426950408889634f
-__device__ __forceinline__ float ma_exp(float x) { return exp2f(x * MA_LOG2E); }
 
 /* The masks of a lane's S (or dP) accumulators as column ranges: element
  * (nb, i) of the lane is column c = nb*8 + 2*t4 + (i&1) of the tile, and
@@ -250,6 +250,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     for (int nd = 0; nd < HD / 8; nd++)
         o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    const float scale2 = G.scale * MA_LOG2E;
     const int64_t kvbase = b * G.T * G.kvstride + Q.g * HD;
 
     int64_t j0 = Q.minlo;
@@ -279,14 +280,16 @@ __global__ void __launch_bounds__(TC_THREADS)
             continue; /* none of the warp's rows sees this tile (warp-uniform) */
         float s[8][4];
         ma_dot<HD>(s, Qs, wr0, Ks, 2 * kf0, 2 * kf1);
-        /* masks and scale, then the online softmax over the row's 4 lanes */
+        /* masks, then the online softmax over the row's 4 lanes; S, the
+         * row maxima m stay unscaled, the scale is folded into the
+         * exponentials' FMA (scale2) */
         float tmax[2] = {-INFINITY, -INFINITY};
         const ma_cols_t C = ma_q_cols(R, tj0, nj, kf0, kf1);
 #pragma unroll
         for (int nb = 0; nb < 8; nb++)
             for (int i = 0; i < 4; i++) {
                 const int r = i >> 1;
-                s[nb][i] = ma_cols_in(C, nb, i) ? s[nb][i] * G.scale : -INFINITY;
+                s[nb][i] = ma_cols_in(C, nb, i) ? s[nb][i] : -INFINITY;
                 tmax[r] = fmaxf(tmax[r], s[nb][i]);
             }
         float corr[2], mnew[2], msub[2], psum[2] = {0.0f, 0.0f};
@@ -294,17 +297,17 @@ __global__ void __launch_bounds__(TC_THREADS)
             tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 1));
             tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
             mnew[r] = fmaxf(m[r], tmax[r]);
-            corr[r] = m[r] == -INFINITY ? 0.0f : ma_exp(m[r] - mnew[r]);
+            corr[r] = m[r] == -INFINITY ? 0.0f : exp2f((m[r] - mnew[r]) * scale2);
             /* a row with no key seen yet subtracts 0: its masked -inf
              * elements then give 2^-inf = 0 as every other row's do, with
              * no test an element */
-            msub[r] = (mnew[r] == -INFINITY ? 0.0f : mnew[r]) * MA_LOG2E;
+            msub[r] = (mnew[r] == -INFINITY ? 0.0f : mnew[r]) * scale2;
         }
 #pragma unroll
         for (int nb = 0; nb < 8; nb++)
             for (int i = 0; i < 4; i++) {
                 const int r = i >> 1;
-                const float p = exp2f(fmaf(s[nb][i], MA_LOG2E, -msub[r]));
+                const float p = exp2f(fmaf(s[nb][i], scale2, -msub[r]));
                 s[nb][i] = p;
                 psum[r] += p;
             }
@@ -327,7 +330,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     if (t4 == 0)
         for (int r = 0; r < 2; r++)
             if (R.v[r])
-                lse[(b * G.nh + h) * G.T + R.t[r]] = m[r] + logf(l[r]);
+                lse[(b * G.nh + h) * G.T + R.t[r]] = m[r] * G.scale + logf(l[r]);
 }
 
 /* dq of 64 query rows.  Shared: Qs, dOs, then two buffers of Ks, Vs,
