@@ -194,6 +194,8 @@ template <int HD> struct ma_fwd_bufs {
 struct ma_cols_t {
     int lo[2], hi[2];
 };
+/* the accumulators' 64 columns: TC_BK keys, or in dk/dv TC_BQ queries */
+static_assert(TC_BQ == TC_BK && TC_BK == 64, "ma_cols_t: 8 column blocks of 8");
 
 __device__ __forceinline__ void ma_cols_set(ma_cols_t &C, int r, bool v, int64_t lo, int64_t hi)
 {
