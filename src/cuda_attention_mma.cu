@@ -30,6 +30,8 @@
  * cp.async, double-buffered in dq and dk/dv, and in the forward at head
  * dim 64.  Not here: more than 16 rows a warp (B fragments reused across
  * row tiles), wgmma/TMA (Hopper's FlashAttention-3). */
+#include <float.h>
+
 #include "cuda_attention_tc.cuh"
 /* (here, not in the header: the host emulation rewrites it in .cu files) */
 #define TC_DECLARE_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
@@ -174,13 +176,31 @@ template <int HD> struct ma_fwd_bufs {
     static constexpr int n = HD <= 64 ? 2 : 1;
 };
 
-/* exp(x) as 2^(x log2 e): the tile loops' exponentials are exp2f of one
- * FMA, the softmax scale and the row's max or lse folded in (scale2 =
+/* exp(x) as 2^(x log2 e): the tile loops' exponentials are 2^ (ma_exp2)
+ * of one FMA, the softmax scale and the row's max or lse folded in (scale2 =
  * scale log2 e, FlashAttention-2's scale_log2), where expf's own range
  * reduction costs about eight instructions an element.  The CPU
  * reference uses expf; the two agree to about |x| 2^-24 relative, far
  * inside the bf16 rounding of P and dS. */
 #define MA_LOG2E 1.4426950408889634f
+
+/* 2^x by ex2.approx.ftz: one MUFU instruction.  exp2f compiles to the
+ * non-flushing ex2.approx.f32, which adds a range check and two scaling
+ * multiplies around it for subnormal results; flushed, a P below 2^-126
+ * is 0, nothing against the row's largest, which is 1.  -inf gives 0,
+ * NaN stays NaN.  (The host emulation: exp2f, its subnormal results
+ * flushed.) */
+__device__ __forceinline__ float ma_exp2(float x)
+{
+#ifdef MT_CUDA_EMULATED
+    const float y = exp2f(x);
+    return y < FLT_MIN ? 0.0f * y : y;
+#else
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#endif
+}
 
 /* The masks of a lane's S (or dP) accumulators as column ranges: element
  * (nb, i) of the lane is column c = nb*8 + 2*t4 + (i&1) of the tile, and
@@ -299,7 +319,7 @@ __global__ void __launch_bounds__(TC_THREADS)
             tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 1));
             tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
             mnew[r] = fmaxf(m[r], tmax[r]);
-            corr[r] = m[r] == -INFINITY ? 0.0f : exp2f((m[r] - mnew[r]) * scale2);
+            corr[r] = m[r] == -INFINITY ? 0.0f : ma_exp2((m[r] - mnew[r]) * scale2);
             /* a row with no key seen yet subtracts 0: its masked -inf
              * elements then give 2^-inf = 0 as every other row's do, with
              * no test an element */
@@ -309,7 +329,7 @@ __global__ void __launch_bounds__(TC_THREADS)
         for (int nb = 0; nb < 8; nb++)
             for (int i = 0; i < 4; i++) {
                 const int r = i >> 1;
-                const float p = exp2f(fmaf(s[nb][i], scale2, -msub[r]));
+                const float p = ma_exp2(fmaf(s[nb][i], scale2, -msub[r]));
                 s[nb][i] = p;
                 psum[r] += p;
             }
@@ -394,7 +414,7 @@ __global__ void __launch_bounds__(TC_THREADS)
             for (int i = 0; i < 4; i++) {
                 const int r = i >> 1;
                 s[nb][i] = ma_cols_in(C, nb, i)
-                               ? exp2f(fmaf(s[nb][i], scale2, -L2[r])) * (dp[nb][i] - Dr[r])
+                               ? ma_exp2(fmaf(s[nb][i], scale2, -L2[r])) * (dp[nb][i] - Dr[r])
                                : 0.0f;
             }
         ma_accum<HD>(acc, s, Ks, kf0, kf1);
@@ -497,7 +517,7 @@ __global__ void __launch_bounds__(TC_THREADS)
                 const int r = i >> 1, c = nb * 8 + 2 * t4 + (i & 1);
                 float p = 0.0f, ds = 0.0f;
                 if (ma_cols_in(C, nb, i) && (!docs || sLo[c] <= kr[r])) {
-                    p = exp2f(fmaf(st[nb][i], scale2, -sL[c] * MA_LOG2E));
+                    p = ma_exp2(fmaf(st[nb][i], scale2, -sL[c] * MA_LOG2E));
                     ds = p * (dpt[nb][i] - sD[c]);
                 }
                 st[nb][i] = p;

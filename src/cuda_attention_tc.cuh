@@ -17,7 +17,7 @@
 
 typedef struct {
     int64_t B, T, nh, nkv, group, qstride, kvstride;
-    float scale;
+    float scale; /* 1/sqrt(hd) > 0: the mma.sync forward takes maxima of unscaled S */
     int vec;   /* every row start aligned: 0 no, 1 to 4 elements (float4 loads of
                 * float32, 8-byte ones of bf16), 2 bf16 to 16 bytes (cp.async) */
     int round; /* the outputs rounded to bf16 as they are stored */
