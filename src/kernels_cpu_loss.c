@@ -80,17 +80,14 @@ static double ce_row(float *dr, const float *lr, int32_t y, int64_t V, int64_t v
         }
         bmx[bi] = m;
         float *dst = dr ? dr + j0 : e;
-        if (m == -INFINITY) {
-            /* no finite max yet: the logits so far are -inf, or a NaN
-             * first in its block hid the block's max (block_max).  -inf
-             * gives 0; the rest pass through, so a NaN makes Z NaN */
-            for (int64_t j = 0; j < nb; j++)
-                dst[j] = lr[j0 + j] == -INFINITY ? 0.0f : lr[j0 + j];
-        } else {
+        /* the exponent's offset: the running max, or 0 while no finite
+         * one is known (the logits so far -inf, or a NaN first in its
+         * block hid the block's max, block_max), so that -inf gives
+         * exp(-inf) = 0 and a NaN still makes Z NaN, as in the CUDA kernel */
+        const float off = m == -INFINITY ? 0.0f : m;
 #pragma omp simd
-            for (int64_t j = 0; j < nb; j++)
-                dst[j] = mt_cpu_expf(lr[j0 + j] - m);
-        }
+        for (int64_t j = 0; j < nb; j++)
+            dst[j] = mt_cpu_expf(lr[j0 + j] - off);
         z += mt_cpu_sum_f64(dst, nb);
     }
     const double loss = ((double)m - (double)ly) + log(z);
