@@ -44,9 +44,7 @@ static void mt_cpu_matmul(float *c, const float *a, const float *b, int64_t m, i
 static void mt_cpu_matmul_add(float *c, const float *r, const float *a, const float *b,
                               int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b)
 {
-    if (c != r && m > 0 && n > 0)
-        memmove(c, r, sizeof(float) * (size_t)(m * n));
-    mt_cpu_matmul(c, a, b, m, n, k, trans_a, trans_b, 1.0f);
+    mt_cpu_matmul_add_by(mt_cpu_matmul, sizeof(float), c, r, a, b, m, n, k, trans_a, trans_b);
 }
 
 /* ------------------------------------------------------------------ elementwise */

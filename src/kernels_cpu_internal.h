@@ -60,6 +60,19 @@ static inline float mt_cpu_bf16_if(float x, int r)
     return y;
 }
 
+/* matmul_add (mt_backend_t) through a table's matmul mm, whose elements
+ * are esize bytes (4: float32, 2: bf16 storage): r into c, then beta 1 */
+static inline void mt_cpu_matmul_add_by(void (*mm)(float *, const float *, const float *,
+                                                   int64_t, int64_t, int64_t, bool, bool, float),
+                                        size_t esize, float *c, const float *r, const float *a,
+                                        const float *b, int64_t m, int64_t n, int64_t k, bool ta,
+                                        bool tb)
+{
+    if (c != r && m > 0 && n > 0)
+        memmove(c, r, esize * (size_t)(m * n));
+    mm(c, a, b, m, n, k, ta, tb, 1.0f);
+}
+
 /* exp(x) in float, written so the compiler can vectorise loops that call
  * it (libm's expf is an opaque scalar call at -O2).  Cephes' expf: x =
  * n ln2 + r with |r| <= ln2/2, a degree-6 polynomial for e^r, 2^n from the

@@ -69,9 +69,7 @@ static void s_matmul(float *c, const float *a, const float *b, int64_t m, int64_
 static void s_matmul_add(float *c, const float *r, const float *a, const float *b, int64_t m,
                          int64_t n, int64_t k, bool ta, bool tb)
 {
-    if (c != r && m > 0 && n > 0)
-        memmove(c, r, sizeof(uint16_t) * (size_t)(m * n));
-    s_matmul(c, a, b, m, n, k, ta, tb, 1.0f);
+    mt_cpu_matmul_add_by(s_matmul, sizeof(uint16_t), c, r, a, b, m, n, k, ta, tb);
 }
 
 static void s_matmul_f32out(float *c, const float *a, const float *b, int64_t m, int64_t n,
