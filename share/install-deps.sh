@@ -7,7 +7,7 @@
 # groff for the man pages.  Their daemons are not started here: the tests
 # start their own.
 set -e
-pkgs="mpich libmpich-dev libhdf5-mpich-dev hdf5-tools libyaml-dev libopenblas-dev libopenblas-openmp-dev
+pkgs="mpich libmpich-dev libhdf5-mpich-dev hdf5-tools libyaml-dev libjansson-dev libssl-dev libopenblas-dev libopenblas-openmp-dev
       autoconf automake libtool pkg-config make gcc g++ python3
       slurm-wlm munge gnuplot-nox lmod groff-base"
 missing=
