@@ -1,5 +1,5 @@
-/* meshtrain-ckpt: thin main; all logic lives in libmeshtrain (src/ckpt_cli.c,
- * src/hf_cli.c).  list, verify, config and steps need no MPI launch and never
+/* meshtrain-ckpt: thin main; all logic lives in libmeshtrain (src/checkpoint/ckpt_cli.c,
+ * src/hf/hf_cli.c).  list, verify, config and steps need no MPI launch and never
  * call MPI_Init; export and import start MPI and also run under mpiexec. */
 #include "mt_ckpt_cli.h"
 

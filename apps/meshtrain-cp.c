@@ -1,4 +1,4 @@
-/* meshtrain-cp: thin main; all logic lives in libmeshtrain (src/app.c). */
+/* meshtrain-cp: thin main; all logic lives in libmeshtrain (src/app/app.c). */
 #include "mt_app.h"
 
 int main(int argc, char **argv)

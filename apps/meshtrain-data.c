@@ -1,5 +1,5 @@
 /* meshtrain-data: thin main; all logic lives in libmeshtrain
- * (src/data_write.c).  Needs no MPI launch: it never calls MPI_Init. */
+ * (src/data/data_write.c).  Needs no MPI launch: it never calls MPI_Init. */
 #include <stdio.h>
 
 #include "mt_data.h"

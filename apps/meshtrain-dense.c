@@ -1,4 +1,4 @@
-/* meshtrain-dense: thin main; all logic lives in libmeshtrain (src/app.c). */
+/* meshtrain-dense: thin main; all logic lives in libmeshtrain (src/app/app.c). */
 #include "mt_app.h"
 
 int main(int argc, char **argv)

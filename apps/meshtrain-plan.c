@@ -1,4 +1,4 @@
-/* meshtrain-plan: thin main; all logic lives in libmeshtrain (src/plan_cli.c).
+/* meshtrain-plan: thin main; all logic lives in libmeshtrain (src/app/plan_cli.c).
  * Needs no MPI launch: it never calls MPI_Init. */
 #include <stdio.h>
 

@@ -14,9 +14,9 @@
  * TFLOP/s, H100/H200 dense bf16).  It also prints the normwise difference
  * between the two tables' outputs at B = 1, a smoke check of the
  * tensor-core kernels at full size (expect a few 1e-3: P is rounded to
- * bf16; tests/test_cuda_bf16 has the real checks), for both kinds.
+ * bf16; tests/backend/cuda/test_cuda_bf16 has the real checks), for both kinds.
  *
- *   bench/cuda_attention_bench [--iters N] [--peak TFLOPS] [--T N] [--hd 64|128]
+ *   bench/bench_cuda_attention [--iters N] [--peak TFLOPS] [--T N] [--hd 64|128]
  *
  * Exits 77 without a CUDA device. */
 #include <math.h>

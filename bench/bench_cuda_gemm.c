@@ -17,7 +17,7 @@
  * attention, norms and the optimizer are not in it, so the MFU of a real
  * step is lower.
  *
- *   bench/cuda_gemm_bench [--tokens N] [--iters N] [--peak TFLOPS]
+ *   bench/bench_cuda_gemm [--tokens N] [--iters N] [--peak TFLOPS]
  *
  * Exits 77 without a CUDA device. */
 #include <stdio.h>

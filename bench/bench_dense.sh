@@ -1,6 +1,6 @@
 #!/bin/sh
 # bench_dense.sh: meshtrain-dense against PyTorch eager on the dense-model
-# issue's bench config (bench/dense-bench.yaml), same threads, same steps.
+# issue's bench config (bench/dense.yaml), same threads, same steps.
 # Alternates the two REPS times (default 3) and prints the median tokens/s
 # of each, their ratio, and MFU against the best single-process SGEMM rate
 # measured before and after the runs.  Run from the build directory:  make bench
@@ -21,7 +21,7 @@ sgemm() { ./bench/sgemm_rate 2048 5 | sed -n 's/.*gflops=//p'; }
 r1=$(sgemm)
 mt_run() {
     rm -f bench-metrics.jsonl
-    ./apps/meshtrain-dense --config "$srcdir/bench/dense-bench.yaml" \
+    ./apps/meshtrain-dense --config "$srcdir/bench/dense.yaml" \
         step_scheduler.max_steps=$steps > bench-dense.log
     awk -v w=$warm -F'"tokens_per_s": ' 'NR > w { split($2, a, ","); s += a[1]; n++ } END { printf "%.1f", s / n }' bench-metrics.jsonl
 }

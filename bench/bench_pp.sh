@@ -4,7 +4,7 @@
 # measured mean F, B and W costs (the executor's end-of-run line, see
 # doc/pipeline.md "Measured bubble").  Not part of make check.
 #
-#   sh bench/pp_bench.sh [STEPS]        (from the build directory)
+#   sh bench/bench_pp.sh [STEPS]        (from the build directory)
 #
 # Environment: NP (default 4 = pp_size), MPIEXEC (default mpiexec),
 # BENCH_ARGS (extra key=value overrides).  On fewer cores than ranks the

@@ -1,5 +1,5 @@
 /* comm_replay.c: replay one training step's collectives without compute
- * and time them, for bench/comm_bench.sh.
+ * and time them, for bench/bench_comm.sh.
  *
  *     mpiexec -n NP bench/comm_replay TRACE_PREFIX [REPS]
  *

@@ -1,5 +1,5 @@
 /* pmpi_count.c: a PMPI interposition library that counts the collectives a
- * program issues, for bench/comm_bench.sh.  Loaded with LD_PRELOAD on the
+ * program issues, for bench/bench_comm.sh.  Loaded with LD_PRELOAD on the
  * mpiexec'd processes; each process writes, at MPI_Finalize, the file
  * $MT_PMPI_OUT.<world rank>: a per-kind summary and the ordered trace of
  * every collective (kind, datatype, element counts, communicator size and
@@ -93,7 +93,7 @@ static void type_of(MPI_Datatype t, char name[8], int *size)
     PMPI_Type_get_name(t, tn, &len);
     const char *s = t == MPI_FLOAT ? "float" : t == MPI_DOUBLE ? "double" : t == MPI_INT ? "int"
                     : t == MPI_INT64_T || t == MPI_LONG_LONG ? "int64" : t == MPI_BYTE ? "byte"
-                    : strcmp(tn, "mt_bf16") == 0 ? "bf16" /* src/comm_bf16.c's wire type */
+                    : strcmp(tn, "mt_bf16") == 0 ? "bf16" /* src/comm/comm_bf16.c's wire type */
                     : "other";
     snprintf(name, 8, "%s", s);
 }

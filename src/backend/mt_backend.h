@@ -388,7 +388,7 @@ const mt_backend_t *mt_backend_cpu_guarded(void);
  * read, stops the program the same way.  Off by default; on from the
  * first mt_backend_cpu_guarded() call when the environment sets
  * MESHTRAIN_GUARD_STRICT to anything but 0 (the trainer's guarded runs in
- * tests/device_guard.sh). */
+ * tests/train/device_guard.sh). */
 void mt_cpu_guard_strict(bool on);
 
 /* A table that times every entry of be (kernels_profile.c): each call

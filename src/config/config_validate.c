@@ -2,7 +2,7 @@
  *
  * Each rule has its own message, names the key path and where the value
  * came from (FILE:LINE:COL, an override, or the default), and has its own
- * test in tests/test_config_validate.c.  All violated rules are reported
+ * test in tests/config/test_config_validate.c.  All violated rules are reported
  * together.  The same function serves the apps and meshtrain-plan, so a
  * config that plans cleanly starts cleanly.  Derived sizes are filled in
  * cfg->derived; nothing here talks to MPI. */

@@ -651,7 +651,7 @@ void mt_config_init(mt_config_t *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
     for (int i = 0; i < mt_cfg_nkeys; i++) {
-        /* Defaults are tested to parse (tests/test_config_parse). */
+        /* Defaults are tested to parse (tests/config/test_config_parse). */
         (void)mt_cfg_set_default(cfg, &mt_cfg_keys[i]);
         cfg->key_origin[i].kind = MT_ORIGIN_DEFAULT;
     }

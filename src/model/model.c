@@ -81,7 +81,7 @@ void mt_model_init_range(const mt_model_t *m, uint64_t seed, int64_t lo, int64_t
 
 /* Elements [lo, hi) of the initial weights into backend memory at dst, in
  * host chunks: float32, or with bf16 their bf16 bits (bf16 storage: the
- * values a float32 arena holds after the trainer's rounding, src/train_mp.c) */
+ * values a float32 arena holds after the trainer's rounding, src/train/train_mp.c) */
 static void init_to_device(const mt_model_t *m, uint64_t seed, int64_t lo, int64_t hi, void *dst,
                            bool bf16)
 {

@@ -4,7 +4,7 @@
  * contiguous row datatype so counts and displacements are rows, not
  * floats.  It deliberately keeps no routing logic: the model decides what
  * goes where; this file only ships it and counts the bytes and seconds
- * (bench/moe_bench.sh reads them).  The counts are host memory; the rows
+ * (bench/bench_moe.sh reads them).  The counts are host memory; the rows
  * are the backend's and go through mt_stage_alltoallv (host copies off
  * the plain CPU backend, MPI on the rows themselves on it).  Under bf16
  * storage the rows are bf16 bits already and go as they are. */

@@ -19,7 +19,7 @@
  *
  * The loss of numerical identity with the dense kernel is only the order
  * of the softmax merges and of the dK/dV sums: parity is to rounding
- * (tests/test_ring_attention.c).
+ * (tests/parallel/test_ring_attention.c).
  *
  * Memory: the blocks and accumulators are the backend's, touched only by
  * its kernels and copies.  Off the plain CPU backend (mt_stage_needed) the

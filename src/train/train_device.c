@@ -94,7 +94,7 @@ static const char *env_on(const char *name)
  * cleared, so the model rounds every activation in a pass of its own, as
  * before the roundings moved into the kernels.  The kernels' own roundings
  * then meet bf16 values and change nothing, so a run must give the same
- * bits either way: a check of the fused roundings (tests/cuda_emulation.sh)
+ * bits either way: a check of the fused roundings (tests/emu/cuda_emulation.sh)
  * and a way to bisect a numerical difference on a device. */
 static void bf16_passes(mt_train_device_t *d)
 {

@@ -2,7 +2,7 @@
 # man_help.sh: every installed program has a man page that renders without
 # warnings (groff -ww, when groff is here) and names the program, and
 # `--help` on every program exits 0 and prints its usage.
-. "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
+. "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 progs="meshtrain-dense meshtrain-moe meshtrain-cp meshtrain-plan meshtrain-data meshtrain-ckpt meshtrain-plot"
 for p in $progs; do
     case $p in

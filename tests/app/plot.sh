@@ -3,7 +3,7 @@
 # bytes, IHDR size, not trivially small), with and without val_loss, and
 # fails clearly on a missing, empty or foreign file.  Skips (77) without
 # gnuplot.
-. "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
+. "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 plot="$abs_top_srcdir/apps/meshtrain-plot"
 command -v gnuplot >/dev/null 2>&1 || { echo "SKIP: no gnuplot (Debian: gnuplot-nox)"; exit 77; }
 command -v python3 >/dev/null 2>&1 || { echo "SKIP: no python3"; exit 77; }

@@ -4,10 +4,10 @@
 # documented paths, dtypes, shapes, values and /meta attributes (also of
 # tensors written as column blocks), and coreutils' sha256sum accepts the
 # manifest.  Skips (77) without h5dump.
-. "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
+. "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 
 command -v h5dump >/dev/null 2>&1 || { echo "checkpoint_h5dump.sh: no h5dump; skipping"; exit 77; }
-prog="$abs_top_builddir/tests/test_checkpoint"
+prog="$abs_top_builddir/tests/checkpoint/test_checkpoint"
 [ -x "$prog" ] || { echo "checkpoint_h5dump.sh: $prog not built" >&2; exit 99; }
 
 # test_checkpoint save=DIR writes step 7: three tensors, rows split over

@@ -5,7 +5,7 @@
 # before and after a byte of model.h5 is corrupted, steps, config, the
 # resolution of a checkpoint_dir to a step, files that are not
 # checkpoints, and usage errors (exit 2).
-. "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
+. "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 ckpt="$bindir/meshtrain-ckpt"
 [ -r "$data" ] || { echo "no $data: build it with make"; exit 99; }
 ck="$workdir/ck"

@@ -13,7 +13,7 @@
  *
  * `test_checkpoint save=DIR` only writes step 7 into DIR, and
  * `test_checkpoint save-blocks=DIR` only writes step 1 of the block
- * tensors (for tests/checkpoint_h5dump.sh); each then exits. */
+ * tensors (for tests/checkpoint/checkpoint_h5dump.sh); each then exits. */
 #define _XOPEN_SOURCE 700 /* nftw */
 #include <dirent.h>
 #include <errno.h>

@@ -11,7 +11,7 @@
 void test_blocks(MPI_Comm comm, const char *root, int *checks, int *failures);
 
 /* Only write step 1 of the block tensors, as a grid of blocks, into dir
- * (for tests/checkpoint_h5dump.sh); 0 when every rank succeeded. */
+ * (for tests/checkpoint/checkpoint_h5dump.sh); 0 when every rank succeeded. */
 int save_blocks_only(MPI_Comm comm, const char *dir);
 
 /* test_checkpoint_sha256.c: SHA-256 vectors, in memory and from a file

@@ -1,6 +1,6 @@
 #!/bin/sh
 # comm_dtype.sh: the data-parallel collectives in distributed.mp_policy's
-# dtypes (src/comm_bf16.c) through the trainer, on 2 ranks, 10 steps.
+# dtypes (src/comm/comm_bf16.c) through the trainer, on 2 ranks, 10 steps.
 #
 #   - fsdp2 and ddp with reduce_dtype bfloat16 follow the float32 run
 #     within a bf16 tolerance (losses 2e-2 relative, gradient norms 2e-1:
@@ -12,7 +12,7 @@
 #   - the same bf16 layout run twice is bit-identical (a deterministic sum).
 # The float32 default is covered bit for bit by ddp_parity.sh and
 # fsdp_parity.sh; test_comm_bf16 checks the collectives themselves.
-. "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
+. "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 cfg="$small_cfg"
 common="dataset.path=$data step_scheduler.max_steps=10 step_scheduler.ckpt_every_steps=10
  step_scheduler.local_batch_size=2 checkpoint.keep_last_n=0"

@@ -1,5 +1,5 @@
-/* test_comm_bf16.c: bfloat16 on the wire (src/comm_bf16.c) and its use by
- * the sharded strategies (src/fsdp.c), on 2, 3 and 4 ranks
+/* test_comm_bf16.c: bfloat16 on the wire (src/comm/comm_bf16.c) and its use by
+ * the sharded strategies (src/parallel/fsdp.c), on 2, 3 and 4 ranks
  * (tests/comm-bf16-np*.mpi).
  *
  *   1. pack / unpack round to nearest even like safetensors.c, NaN stays NaN;
@@ -26,7 +26,7 @@
  *   6. mt_stage_allreduce_grad (replicated experts, tp_partial_grad) on
  *      both backends: float32 is MPI's sum, bf16 the bf16 op's bits, and
  *      on 2 ranks across the 2^24-element piece boundary;
- *   7. the MoE row all-to-all (src/moe_dispatch.c) on both backends, by
+ *   7. the MoE row all-to-all (src/parallel/moe_dispatch.c) on both backends, by
  *      the hook and by start + join: uneven (and empty) counts deliver
  *      every row exactly, float32 and bf16 alike for bf16 values, bf16
  *      counting half the row bytes; a value that is not bf16 arrives

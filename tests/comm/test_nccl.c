@@ -11,8 +11,8 @@
  * 77 on every rank when any rank sees no CUDA device (the build machines
  * and CI): there it proves that the NCCL build links.  One rank per GPU:
  * NCCL refuses two ranks on one device, so make check runs it at NP=1
- * (tests/nccl-np1.mpi); a machine with N GPUs runs it with
- * `mpiexec -n N tests/test_nccl` (doc/gpu.md). */
+ * (tests/comm/nccl-np1.mpi); a machine with N GPUs runs it with
+ * `mpiexec -n N tests/comm/test_nccl` (doc/gpu.md). */
 #include <stdlib.h>
 
 #include "mt_cuda.h"

@@ -3,7 +3,7 @@
 # promptly, non-zero, with one message that names file, line, key and rule.
 # Also: --dry-run on a valid config succeeds on 8 ranks, and a failure
 # when training starts is reported once, by rank 0.
-. "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
+. "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 
 run8() { timeout 120 "$MPIEXEC" $MPIEXEC_NP 8 "$@"; }
 

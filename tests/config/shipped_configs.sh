@@ -3,7 +3,7 @@
 # scale its header names, and the tiny one builds a mesh on 1, 2 and 4
 # real ranks (dense app, --dry-run); moe-tiny and cp-tiny do the same with
 # their apps on 2 ranks.  Every config under share/configs must be listed.
-. "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
+. "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 plan="$bindir/meshtrain-plan"
 # name, world size, ranks per node: the scale each config's header names
 shipped="tiny 8 4|llama3-8b-fsdp2-tp8 16 8|llama3-70b-tp8-pp4 64 8|moe-ep16 16 8|long-context-cp8 8 8

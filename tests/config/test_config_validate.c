@@ -1,4 +1,4 @@
-/* test_config_validate: every cross-key rule of src/config_validate.c.
+/* test_config_validate: every cross-key rule of src/config/config_validate.c.
  * Each rule has a valid case and an invalid one whose message must name the
  * key path and the rule's own text.  Also: warnings for ignored blocks,
  * schedule names at parse time, the node topology rule, derived sizes,

@@ -1,4 +1,4 @@
-/* test_pool.c: the device-memory pool's allocator (src/pool.c), on host
+/* test_pool.c: the device-memory pool's allocator (src/core/pool.c), on host
  * bookkeeping only.  Random allocations and frees against a shadow map of
  * the region: live allocations never overlap, stay inside it and are
  * 256-byte aligned; used and peak add up; freeing everything merges the

@@ -3,7 +3,7 @@
 # Megatron files, the three document modes, --split-validation, --inspect
 # output (checked against counts made here with wc), the shipped corpus,
 # and exit codes 0 ok, 1 error, 2 usage.
-. "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
+. "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 data="$bindir/meshtrain-data"
 w=$workdir
 

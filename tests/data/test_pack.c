@@ -1,4 +1,4 @@
-/* test_pack.c: packed sequences (src/pack.c).  A Megatron file of
+/* test_pack.c: packed sequences (src/data/pack.c).  A Megatron file of
  * documents with known lengths and contents is packed; every packable
  * token must appear exactly once, in document order within its piece,
  * rows hold exactly S tokens, pieces are at most S long, the first-fit rule

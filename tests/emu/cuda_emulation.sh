@@ -7,7 +7,7 @@
 # threads as fibers under random schedules, barriers and shuffles checked,
 # WMMA, cuBLAS, cuBLASLt and CUB as checked host loops, device memory
 # filled with NaN bytes when allocated (MT_EMU_POISON).  Here:
-#  - tests/test_cuda_kernels and tests/test_cuda_bf16, exactly the
+#  - tests/backend/cuda/test_cuda_kernels and tests/backend/cuda/test_cuda_bf16, exactly the
 #    programs tests/gpu/run.sh runs on a GPU, must pass;
 #  - one rank trains 3 steps with distributed.device cuda (every kernel of
 #    the table, the tensor-core attention at head dim 64, cuBLAS through
@@ -34,7 +34,7 @@
 # What it cannot check: the hardware (timing, fragment layouts, tensor-core
 # rounding, FMA contraction), and anything the schedules drawn here do not
 # expose.
-. "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
+. "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 emu="$abs_top_builddir/tests/emu/cuda/build/bin"
 [ -x "$emu/test_cuda_kernels" ] || { echo "no $emu/test_cuda_kernels: make check builds it"; exit 99; }
 gpu_args= # the host emulation, never the GPUs

@@ -5,7 +5,7 @@
 # of the CUDA runtime and NCCL (tests/emu/nccl, doc/gpu.md "Host emulation
 # of the NCCL paths"): distributed.device cuda then binds an emulated GPU
 # per rank, the trainer takes NCCL (collectives nccl), and every
-# collective goes through src/nccl_comm.c on emulated streams, with the
+# collective goes through src/comm/nccl_comm.c on emulated streams, with the
 # CPU backend's kernels.  Each mesh must log that it ran on NCCL and
 # reproduce the CPU run of the same mesh, built the same way:
 #  - ddp (buckets on the group stream; bf16 buckets through the pad; small
@@ -43,7 +43,7 @@
 # written by an emulated fsdp2 run resumes there bit for bit; and a hung
 # collective (a data-parallel all-reduce, a pipeline channel's receive)
 # ends the run through the watchdog after distributed.timeout_s.
-. "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
+. "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 emu="$abs_top_builddir/tests/emu/nccl/build/bin"
 [ -x "$emu/meshtrain-dense" ] || { echo "no $emu/meshtrain-dense: make check builds it"; exit 99; }
 gpu_args= # the host emulation, never the GPUs

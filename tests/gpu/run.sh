@@ -18,11 +18,11 @@
 #      OpenBLAS, and points the build at it;
 #   1. builds with --with-cuda --with-nccl out of tree (from ./configure,
 #      else a meshtrain-*.tar.gz from `make dist`, else ./autogen.sh);
-#   2. runs the kernel tests: the CPU kernels (tests/test_kernels,
+#   2. runs the kernel tests: the CPU kernels (tests/backend/test_kernels,
 #      test_kernels_layers, test_kernels_softmax: the reference), every
-#      CUDA kernel against them (tests/test_cuda_kernels), the bf16
-#      tensor-core table (tests/test_cuda_bf16) and the NCCL layer on one
-#      rank (tests/nccl-np1.mpi);
+#      CUDA kernel against them (tests/backend/cuda/test_cuda_kernels), the bf16
+#      tensor-core table (tests/backend/cuda/test_cuda_bf16) and the NCCL layer on one
+#      rank (tests/comm/nccl-np1.mpi);
 #   3. trains 10 steps on one rank on the GPU (distributed.device=cuda) and
 #      on the CPU, dense and MoE, fp32 and bf16 (and bf16 at head dim 64,
 #      the tensor-core attention, also on bf16 storage and on the WMMA
@@ -33,13 +33,13 @@
 #      2048 tokens a step, as the shipped config's rank does, and one
 #      micro-step; tokens/s and MFU against MT_PEAK_TFLOPS; then that run
 #      profiled (MESHTRAIN_PROFILE=1: each kernel's share of the step);
-#   4. runs the GEMM throughput micro-benchmark (bench/cuda_gemm_bench:
+#   4. runs the GEMM throughput micro-benchmark (bench/bench_cuda_gemm:
 #      bf16 cuBLASLt at Llama-1B shapes, TFLOP/s and MFU against 989, and
 #      the same through the float32-storage FAST_16BF GEMM) and the 1B run
 #      on float32 storage (what bf16 storage wins);
 #      3b. two ranks sharing the GPU (the MPI-staged multi-rank paths: ddp,
 #      fsdp2, tp 2 + SP, pp 2 in bf16, MoE ep 2) against step 3's CPU runs;
-#      then the attention micro-benchmark (bench/cuda_attention_bench:
+#      then the attention micro-benchmark (bench/bench_cuda_attention:
 #      fp32 vs bf16 tensor-core kernels, T 2048, 32/8 heads of 64, B 1..4);
 #   4a. the bf16 dense (head dim 64) and MoE runs of step 3 again with
 #      MESHTRAIN_BF16_PASSES=1: the same bits as the fused roundings; the
@@ -215,8 +215,8 @@ fi
 
 # ---------------------------------------------------------------- 2. kernel tests
 # (a hung kernel must not eat the machine's time: each test gets 5 minutes)
-cpu_kernel_tests="tests/test_kernels tests/test_kernels_layers tests/test_kernels_softmax"
-kernel_tests="$cpu_kernel_tests tests/test_cuda_kernels tests/test_cuda_bf16 tests/nccl-np1.mpi"
+cpu_kernel_tests="tests/backend/test_kernels tests/backend/test_kernels_layers tests/backend/test_kernels_softmax"
+kernel_tests="$cpu_kernel_tests tests/backend/cuda/test_cuda_kernels tests/backend/cuda/test_cuda_bf16 tests/comm/nccl-np1.mpi"
 if [ "$emulate" = 1 ]; then # the emulated CUDA tests; nccl-np1 needs a device
     kernel_tests=$cpu_kernel_tests
     for t in test_cuda_kernels test_cuda_bf16; do

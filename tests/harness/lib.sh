@@ -1,6 +1,6 @@
 # lib.sh: helpers for the shell tests (sourced).  Exit codes follow
 # Automake: 0 pass, 1 fail, 77 skip, 99 hard error.
-: "${abs_top_builddir:=$(cd "$(dirname "$0")/.." && pwd)}"
+: "${abs_top_builddir:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${abs_top_srcdir:=$abs_top_builddir}"
 : "${MPIEXEC:=mpiexec}"
 : "${MPIEXEC_NP:=-n}"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """hf_check.py: an independent reader and writer of Hugging Face
-safetensors directories for tests/hf_interchange.sh, using the Python
+safetensors directories for tests/hf/hf_interchange.sh, using the Python
 standard library only (json, struct), following the safetensors format
 exactly: an 8-byte little-endian header length N, N bytes of JSON padded
 with spaces so the data starts 8-byte aligned, "__metadata__" a map of

@@ -3,7 +3,7 @@
 # on checkpoints of two short training runs (a Llama and a tied Qwen3-style
 # model, 5 steps each).  Export on 1 and 2 ranks (byte-identical), sharded
 # with a tiny --max-shard-size, and as bfloat16; every file is checked by
-# tests/hf_check.py (standard library only) for its layout and its values
+# tests/hf/hf_check.py (standard library only) for its layout and its values
 # against h5dump's.  Import back on 1 and 2 ranks, single and sharded: every
 # /model dataset is identical (h5diff), the optimizer state is zero, and
 # training starts from it at step 0 with the imported weights.  Import of
@@ -12,12 +12,12 @@
 # architectures and features, a disagreeing --config, non-empty targets,
 # malformed config.json, usage errors.  Skips (77) without python3, h5dump
 # or h5diff.
-. "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
+. "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 for tool in python3 h5dump h5diff; do
     command -v $tool >/dev/null 2>&1 || { echo "hf_interchange.sh: no $tool; skipping"; exit 77; }
 done
 ckpt="$bindir/meshtrain-ckpt"
-check="python3 $abs_top_srcdir/tests/hf_check.py"
+check="python3 $abs_top_srcdir/tests/hf/hf_check.py"
 [ -r "$data" ] || { echo "no $data: build it with make"; exit 99; }
 mpi2() { timeout 120 "$MPIEXEC" $MPIEXEC_NP 2 "$@"; }
 w=$workdir

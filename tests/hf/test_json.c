@@ -1,4 +1,4 @@
-/* test_json: the strict JSON reader (src/json.c).  Every value type,
+/* test_json: the strict JSON reader (src/hf/json.c).  Every value type,
  * escapes and UTF-8, integers kept exact, positions of values, lookups,
  * and every kind of malformed text refused with LINE:COL and the reason.
  * Also the safetensors dtype conversions (round to nearest even) and

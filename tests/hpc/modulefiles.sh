@@ -6,7 +6,7 @@
 # on PKG_CONFIG_PATH (found there, naming the install prefix) and the MESHTRAIN_* variables on directories that
 # exist; unloading takes them away.  Without a module system only the
 # files' contents are checked.
-. "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
+. "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 prefix="$workdir/prefix"
 version=$(sed -n 's/^#define PACKAGE_VERSION "\(.*\)"/\1/p' "$abs_top_builddir/config.h")
 [ -n "$version" ] || { echo "no PACKAGE_VERSION in $abs_top_builddir/config.h"; exit 99; }

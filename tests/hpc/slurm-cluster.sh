@@ -54,7 +54,7 @@ print(" ".join(str(s.getsockname()[1]) for s in ss))') || return 99
         mknod "$sd/gpu$i" c 1 3 2>/dev/null || : > "$sd/gpu$i"
     done
     cat > "$sd/slurm.conf" <<EOF
-# written by tests/slurm-cluster.sh
+# written by tests/hpc/slurm-cluster.sh
 ClusterName=meshtrain-test
 SlurmctldHost=$host(127.0.0.1)
 SlurmctldPort=$1

@@ -10,9 +10,9 @@
 #    (--dry-run), and the MoE script trains moe-tiny.yaml at ep 2;
 #  - dry-run.sbatch; the mpiexec fallback inside an allocation
 #    (MESHTRAIN_LAUNCHER=mpiexec) and outside Slurm.
-# Skips (77) when Slurm cannot start here (see tests/slurm-cluster.sh).
-. "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
-. "$abs_top_srcdir/tests/slurm-cluster.sh"
+# Skips (77) when Slurm cannot start here (see tests/hpc/slurm-cluster.sh).
+. "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
+. "$abs_top_srcdir/tests/hpc/slurm-cluster.sh"
 [ -r "$data" ] || { echo "no $data: build it with make"; exit 99; }
 js="$abs_top_srcdir/jobscripts"
 small="$small_cfg"

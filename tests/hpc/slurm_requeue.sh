@@ -10,8 +10,8 @@
 # Slurm holds a requeued job for about two minutes (its BeginTime) before
 # it may start again; the test releases it at once with
 # `scontrol update StartTime=now`.
-. "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
-. "$abs_top_srcdir/tests/slurm-cluster.sh"
+. "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
+. "$abs_top_srcdir/tests/hpc/slurm-cluster.sh"
 [ -r "$data" ] || { echo "no $data: build it with make"; exit 99; }
 js="$abs_top_srcdir/jobscripts"
 small="$small_cfg"

@@ -442,7 +442,7 @@ static void run(const char *label, const char *extra, bool moe, bool reads, bool
         return;
     mt_model_init_weights(&m, 1);
     /* what the parallelize layer does: the weights the kernels read are
-     * bf16 values (src/train_mp.c) */
+     * bf16 values (src/train/train_mp.c) */
     inner->round_bf16(m.param_mem, m.numel);
     if (m.moe && m.moe->param_mem)
         inner->round_bf16(m.moe->param_mem, m.moe->numel);

@@ -5,7 +5,7 @@
  *    every norm, lm_head), along a random direction restricted to that
  *    tensor:  (L(w + h d) - L(w - h d)) / 2h  versus  <grad, d>.  This
  *    exercises the embedding, RMSNorm, RoPE, attention, SwiGLU and
- *    cross-entropy backward inside the model; tests/test_kernels checks each
+ *    cross-entropy backward inside the model; tests/backend/test_kernels checks each
  *    kernel alone.  Variants: GQA, qk_norm, tied embeddings, B > 1, padded
  *    vocabulary.  Tolerance: relative error 2e-2 (or absolute 2e-5): fp32
  *    forward, h = 1e-2 / |d|, a loss of about 5.5, so the rounding noise of

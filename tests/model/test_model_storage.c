@@ -5,7 +5,7 @@
  * storage.
  *
  * Two models of the tiny config, one on each table, same seed: the float32
- * one's weights rounded as the trainer rounds them (src/train_mp.c), the
+ * one's weights rounded as the trainer rounds them (src/train/train_mp.c), the
  * other's initialised as bf16 bits.  Two micro-batches (the gradients
  * accumulate), forward with the head's backward, then the backward, and
  * an evaluation forward: the losses and token counts must be equal, the
@@ -16,7 +16,7 @@
  * in chunks of 3 rows (the offsets into xf and dh), and MoE layers with a
  * shared expert and with checkpointing (the experts' arena and gradients
  * too).  Also: the arenas take half the bytes, and float32 compute is
- * refused at init.  The parallel paths are tests/mixed_precision.sh's.
+ * refused at init.  The parallel paths are tests/train/mixed_precision.sh's.
  * No MPI ranks beyond one. */
 #include <mpi.h>
 #include <stdint.h>

@@ -16,7 +16,7 @@
 # step-10 checkpoint continues bit-identically, and the cp 1 checkpoint
 # resumes under cp 2 (parameters are replicated over cp, so checkpoints do
 # not depend on it).
-. "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
+. "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 cfg="$small_cfg"
 
 # ---- packed rows

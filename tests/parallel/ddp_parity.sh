@@ -6,7 +6,7 @@
 # run: step 1 to 1e-6 relative, every step of 12 to 1e-5.  The 2-rank run
 # uses tiny buckets (many overlapped all-reduces).  A checkpoint saved by
 # the 2-rank run at step 6 resumes on 1 rank and continues like it.
-. "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
+. "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 dense="$bindir/meshtrain-dense"
 cfg="$small_cfg"
 common="dataset.path=$data step_scheduler.max_steps=12 step_scheduler.ckpt_every_steps=6 step_scheduler.local_batch_size=2"

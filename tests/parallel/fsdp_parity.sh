@@ -13,7 +13,7 @@
 # written again there bit for bit, resumes under ddp on 2 ranks and under
 # fsdp2 on 8 (bit-identical to the uninterrupted run), and a 1-rank
 # checkpoint resumes under fsdp2 HSDP on 4.
-. "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
+. "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 dense="$bindir/meshtrain-dense"
 cfg="$small_cfg"
 common="$parity_common"

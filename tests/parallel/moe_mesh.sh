@@ -27,7 +27,7 @@
 #  - final parameters within 5e-5 per tensor (norm-wise);
 #  - checkpoints under global layer names: an ep 2 x pp 2 checkpoint
 #    resumes on 1 rank, a 1-rank one under pp 2 x tp 2 x ep 2.
-. "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
+. "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 app="$bindir/meshtrain-moe"
 cfg="$small_cfg"
 model="model.num_hidden_layers=4 model.hidden_size=32 model.intermediate_size=64

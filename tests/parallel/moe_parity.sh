@@ -25,7 +25,7 @@
 # imports back identically.  What this release refuses is refused with a
 # message.  (MoE with tensor, sequence, pipeline and context parallelism:
 # moe_mesh.sh.)
-. "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
+. "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 app="$bindir/meshtrain-moe"
 cfg="$small_cfg"
 common="$parity_common model.num_experts=4 model.num_experts_per_tok=2

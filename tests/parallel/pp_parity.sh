@@ -19,7 +19,7 @@
 #    uninterrupted run.
 #  - Activation memory follows the schedule: with 4 microbatches on 2
 #    stages, gpipe's first rank holds 4 microbatches, 1f1b's 2.
-. "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
+. "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 cfg="$small_cfg"
 # lr 1e-3: at the small config's 3e-3 this narrow model has gradient-norm
 # spikes (7.6 against 1.5) whose size depends on rounding (1.6e-4 between

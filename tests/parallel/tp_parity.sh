@@ -16,7 +16,7 @@
 # parallelism (tp 2; tp 2 x fsdp2 dp 2 with activation checkpointing)
 # matches too, with smaller activations than plain TP, as planned.  The
 # LM head and loss in 7-row chunks (1 rank; tp 2 with SP) match as well.
-. "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
+. "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 dense="$bindir/meshtrain-dense"
 cfg="$small_cfg"
 common="$parity_common"

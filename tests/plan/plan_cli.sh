@@ -2,7 +2,7 @@
 # plan_cli.sh: the installed-style meshtrain-plan binary, run without an
 # MPI launcher: exit codes, text and JSON output (JSON parsed when python3
 # is available), warnings, and the resolved config it prints.
-. "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
+. "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 plan="$bindir/meshtrain-plan"
 
 expect_rc 0 "$plan" --config "$configs/llama3-8b-fsdp2-tp8.yaml" --world-size 16 --ranks-per-node 8

@@ -39,7 +39,7 @@
 #    wraps the backend too: ddp 2 profiled is bit for bit the plain run,
 #    and it counts whole steps past the first: 3 steps count twice the
 #    matmuls of 2, and one gradient-norm sum_squares a step.
-. "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
+. "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 cfg="$small_cfg"
 val="dataset.validation_path=$data step_scheduler.val_every_steps=10"
 common="$parity_common $val step_scheduler.max_steps=12"

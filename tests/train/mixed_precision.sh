@@ -29,7 +29,7 @@
 #    layers its measured activations are 3 inputs of [128, 64] x 2 bytes
 #    below the fp32 run's with checkpointing.
 # Every rank runs one thread, so the 1-rank reference sums like each rank.
-. "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
+. "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 # float32 storage but where bf16 storage is asked for (it is the default
 # for bf16 on device cuda, as under make check MESHTRAIN_TEST_GPUS=N)

@@ -4,8 +4,8 @@
 # token).  1 rank, fsdp2 on 2 ranks and ddp on 4 compute the same run
 # (step 1 within 1e-6, 20 steps within 1e-5); a run resumed from its step
 # 10 continues bit-identically, and the packing log line is printed.
-# Context parallelism over packed rows: tests/cp_parity.sh.
-. "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
+# Context parallelism over packed rows: tests/parallel/cp_parity.sh.
+. "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 app="$bindir/meshtrain-cp"
 cfg="$small_cfg"
 common="$parity_common packed_sequence.packed_sequence_size=64"

@@ -8,7 +8,7 @@
 #     significant digits, and the final weights (h5diff) must equal A's.
 #  Also: a corrupt checkpoint named explicitly, and a bad data file, fail
 #  with clear messages.
-. "${abs_top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
+. "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 dense="$bindir/meshtrain-dense"
 cfg="$small_cfg"
 [ -r "$data" ] || { echo "no $data: build it with make"; exit 99; }

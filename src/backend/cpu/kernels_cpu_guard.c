@@ -1,5 +1,5 @@
 /* kernels_cpu_guard.c: mt_backend_cpu_guarded(), the CPU backend with a
- * guard for tests of device discipline (tests/test_device_discipline.c).
+ * guard for tests of device discipline (tests/model/test_device_discipline.c).
  *
  * Its device_alloc maps fresh pages (mmap) and records them.  Between
  * calls of the table's entries every recorded allocation is PROT_NONE;
@@ -217,7 +217,7 @@ static const mt_backend_t guarded = {
     .device_alloc = g_device_alloc,
     .device_free = g_device_free,
     .rounds_bf16 = false, /* it wraps the plain table: a bf16 model rounds in passes, which
-                           * gives the rounding table's bits (tests/device_guard.sh) */
+                           * gives the rounding table's bits (tests/train/device_guard.sh) */
     .reads_bf16 = false,
 };
 
@@ -231,7 +231,7 @@ const mt_backend_t *mt_backend_cpu_guarded(void)
         sa.sa_flags = SA_SIGINFO;
         sigemptyset(&sa.sa_mask);
         sigaction(SIGSEGV, &sa, NULL);
-        /* for the trainer's tests (tests/device_guard.sh), which cannot call
+        /* for the trainer's tests (tests/train/device_guard.sh), which cannot call
          * mt_cpu_guard_strict: strict from the start */
         const char *e = getenv("MESHTRAIN_GUARD_STRICT");
         if (e && *e && strcmp(e, "0") != 0)

@@ -1,5 +1,5 @@
 /* kernels_cpu_internal.h: helpers shared by the CPU backend's kernel files
- * (kernels_cpu*.c) and by tests/test_kernels.c.  Not installed.
+ * (kernels_cpu*.c) and by tests/backend/test_kernels.c.  Not installed.
  *
  * It holds the kernels' cross-file declarations, the precondition check,
  * a vectorisable expf, explicit 4-lane vector types, and fixed-order sums

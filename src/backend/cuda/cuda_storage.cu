@@ -1,7 +1,7 @@
 /* cuda_storage.cu: bf16 storage on the GPU, mt_backend_cuda_bf16_storage
  * (mt_backend.h's stores_bf16; doc/mixed-precision.md, "bf16 storage: the
  * plan"); the trainer takes it under MESHTRAIN_BF16_STORAGE=1
- * (src/train_device.c).
+ * (src/train/train_device.c).
  *
  * The activation and weight arguments are bf16 bits.  The entries run the
  * rounding table's kernels instantiated on __nv_bfloat16 (the _bf16s
@@ -17,7 +17,7 @@
  * from bf16 bits for head dims 64 and 128 on sm_80 and up, and the
  * CUDA-core kernels on bf16 bits otherwise; the ring-attention blocks, the
  * vocabulary-parallel loss and the MoE rows are bf16 instantiations too.
- * tests/test_cuda_bf16 checks every entry against the rounding table. */
+ * tests/backend/cuda/test_cuda_bf16 checks every entry against the rounding table. */
 #include "cuda_common.cuh"
 
 #define ST (mt_cuda_ctx(__func__)->stream)

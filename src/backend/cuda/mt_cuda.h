@@ -34,7 +34,7 @@ extern "C" {
 
 /* ------------------------------------------------------------------ device */
 
-/* The trainer's reservation (mt_cuda_setup, src/train_device.c), which
+/* The trainer's reservation (mt_cuda_setup, src/train/train_device.c), which
  * meshtrain-plan counts: this share of the GPU's memory
  * (MT_CUDA_MEMORY_FRACTION in the environment overrides it), the backend's
  * cuBLASLt workspace and kernel scratch taken from it, the rest the pool. */
@@ -165,7 +165,7 @@ const mt_backend_t *mt_backend_cuda_bf16(void);
  * is built; attention runs on tensor cores for head dims 64 and 128 on
  * sm_80 and up, on CUDA cores otherwise.  The trainer takes it for bf16
  * compute on device cuda unless MESHTRAIN_BF16_STORAGE=0
- * (src/train_device.c). */
+ * (src/train/train_device.c). */
 const mt_backend_t *mt_backend_cuda_bf16_storage(void);
 
 /* Whether that table's attention runs on tensor cores for head dim hd on
@@ -175,7 +175,7 @@ const mt_backend_t *mt_backend_cuda_bf16_storage(void);
 bool mt_cuda_attention_tc_supported(int64_t hd);
 
 /* Which tensor-core kernels serve it: mma.sync ones (1, the default;
- * src/cuda_attention_mma.cu) or the WMMA ones (0; cuda_attention_tc.cu);
+ * src/backend/cuda/cuda_attention_mma.cu) or the WMMA ones (0; cuda_attention_tc.cu);
  * -1 goes back to MESHTRAIN_ATTENTION_KERNEL (mma or wmma).  Tests and
  * benchmarks compare the two with it. */
 void mt_cuda_attention_tc_select(int mma);

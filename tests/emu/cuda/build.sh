@@ -12,7 +12,7 @@ set -e
 src=$1 out=$2 nobj=$3
 emu="$src/tests/emu/cuda"
 mkdir -p "$out/cu" "$out/obj" "$out/bin"
-flags="-I$emu -I$src/tests/emu/nccl -I$src/tests -DMT_HAVE_CUDA=1 -DMT_HAVE_NCCL=1 $CPPFLAGS"
+flags="-I$emu -I$src/tests/emu/nccl -I$src/tests/harness -I$src/tests/backend/cuda -DMT_HAVE_CUDA=1 -DMT_HAVE_NCCL=1 $CPPFLAGS"
 cxx="-x c++ -std=c++17 -O2 -g -fno-strict-aliasing -fsanitize=alignment -fno-sanitize-recover=alignment -Wno-error"
 jobs=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
 # the flags of the last build: when they change, everything is stale
@@ -20,8 +20,9 @@ stamp="$out/obj/flags"
 printf '%s\n' "$CC $flags $cxx $CFLAGS" > "$stamp.new"
 cmp -s "$stamp.new" "$stamp" || { mv "$stamp.new" "$stamp"; touch "$stamp"; }
 rm -f "$stamp.new"
-newest=$(ls -t "$src"/src/*.h "$src"/src/*.cuh "$src"/src/*.def "$emu"/*.h \
-    "$emu"/cub/device/*.cuh "$src"/tests/emu/nccl/*.h "$src"/tests/*.h config.h "$stamp" \
+newest=$(ls -t "$src"/src/*/*.h "$src"/src/*/*/*.h "$src"/src/backend/cuda/*.cuh "$src"/src/backend/*.def \
+    "$emu"/*.h "$emu"/cub/device/*.cuh "$src"/tests/emu/nccl/*.h "$src"/tests/*/*.h \
+    "$src"/tests/backend/cuda/*.h config.h "$stamp" \
     "$emu"/build.sh "$emu"/rewrite.pl 2>/dev/null | head -n 1)
 list=
 objs=
@@ -34,12 +35,12 @@ add() {
         list="$list $3:$2:$o"
     fi
 }
-for f in "$src"/src/cuda_*.cu; do add "$(basename "$f" .cu)" "$f" cu; done
+for f in "$src"/src/backend/cuda/cuda_*.cu; do add "$(basename "$f" .cu)" "$f" cu; done
 add emu_kernels "$emu/emu_kernels.cc" cc
 add emu_blas "$emu/emu_blas.cc" cc
 for t in test_cuda_kernels test_cuda_attention test_cuda_kernels_moe test_cuda_bf16 \
     test_cuda_storage; do
-    add "$t" "$src/tests/$t.c" c
+    add "$t" "$src/tests/backend/cuda/$t.c" c
 done
 printf '%s\n' $list | sed '/^$/d' | xargs -P "$jobs" -I{} sh -c '
     kind=${1%%:*} rest=${1#*:}; f=${rest%%:*} o=${rest#*:}

@@ -1,4 +1,4 @@
-/* cublasLt.h: the cuBLASLt subset of src/cuda_matmul.cu for the host
+/* cublasLt.h: the cuBLASLt subset of src/backend/cuda/cuda_matmul.cu for the host
  * emulation of the CUDA kernels (tests/emu/cuda, emu_blas.cc).  Layouts
  * are column-major; a matmul takes m and n from D's layout and k from
  * op(A)'s, and refuses (CUBLAS_STATUS_INVALID_VALUE) layouts that do not

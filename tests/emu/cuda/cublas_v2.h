@@ -1,5 +1,5 @@
-/* cublas_v2.h: the cuBLAS subset of src/cuda_matmul.cu and
- * src/cuda_backend.cu, for the host emulation of the CUDA kernels
+/* cublas_v2.h: the cuBLAS subset of src/backend/cuda/cuda_matmul.cu and
+ * src/backend/cuda/cuda_backend.cu, for the host emulation of the CUDA kernels
  * (tests/emu/cuda; the GEMMs are host loops in emu_blas.cc that check
  * their arguments as cuBLAS documents them: column-major operands,
  * leading dimensions, transposes).  Enumerator values are cuBLAS 13's. */

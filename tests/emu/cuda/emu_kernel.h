@@ -145,7 +145,7 @@ template <typename T> static inline T __shfl_down_sync(unsigned mask, T v, unsig
     return emu_shfl(mask, v, l + (int)d < 32 ? l + (int)d : l);
 }
 unsigned __ballot_sync(unsigned mask, int pred);
-/* the kernels' mma.sync m16n8k16 bf16 (src/cuda_attention_tc.cuh,
+/* the kernels' mma.sync m16n8k16 bf16 (src/backend/cuda/cuda_attention_tc.cuh,
  * mt_mma_bf16_16816), a warp-wide exchange of the fragments: the PTX
  * ISA's fragment layout, fp32 sums in k order (emu_kernels.cc) */
 #define MT_CUDA_EMULATED 1

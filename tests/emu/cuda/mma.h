@@ -1,6 +1,6 @@
 /* mma.h: nvcuda::wmma for the host emulation of the CUDA kernels
  * (tests/emu/cuda), bf16 16x16x16 with fp32 accumulators, as
- * src/cuda_attention_tc.cu uses it.
+ * src/backend/cuda/cuda_attention_tc.cu uses it.
  *
  * A and B fragments hold the whole 16x16 tile in every lane; an
  * accumulator holds the lane's 8 elements (num_elements 8, as on the

@@ -17,7 +17,7 @@ jobs=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
 objs=
 list=
 # the newest header: an object older than it is compiled again
-newest=$(ls -t "$src"/src/*.h "$src"/src/*.def "$emu"/*.h config.h 2>/dev/null | head -n 1)
+newest=$(ls -t "$src"/src/*/*.h "$src"/src/*/*/*.h "$src"/src/backend/*.def "$emu"/*.h config.h 2>/dev/null | head -n 1)
 for f in $(printf '%s\n' "$@" | sort -u) tests/emu/nccl/emu_runtime.c tests/emu/nccl/emu_backend.c; do
     case $f in *.c) ;; *) continue ;; esac
     o="$out/obj/$(echo "$f" | tr / _ | sed 's/\.c$/.o/')"
