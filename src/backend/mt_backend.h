@@ -354,7 +354,16 @@ struct mt_backend {
      * (its outputs are rounded and its inputs bf16, trivially); the model
      * then runs no rounding pass of its own. */
     bool stores_bf16;
+    /* The table's memory is plain host memory: MPI and host code may take
+     * its pointers as they are.  true for the CPU tables and copies of
+     * them; false for device memory (cuda) and for memory the host must
+     * not touch directly (cpu_guarded, the profiling wrapper), whose
+     * collectives stage through host buffers (mt_stage.h). */
+    bool host_memory;
 };
+
+/* true when MPI may not be handed be's memory directly. */
+static inline bool mt_stage_needed(const mt_backend_t *be) { return !be->host_memory; }
 
 /* The CPU reference backend. */
 const mt_backend_t *mt_backend_cpu(void);

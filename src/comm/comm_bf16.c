@@ -4,7 +4,7 @@
  * backend's round_bf16. */
 #include "mt_comm_bf16.h"
 
-#include "hf_internal.h" /* mt_f32_to_bf16, mt_bf16_to_f32 */
+#include "mt_bf16.h" /* mt_f32_to_bf16, mt_bf16_to_f32 */
 #include "mt_stage.h"
 
 /* inout[i] = bf16(in[i] + inout[i]), the sum taken in float32.  MPI passes

@@ -8,7 +8,8 @@
  * is the fallback that lets several ranks share one GPU (and run without
  * CUDA-aware MPI or NCCL): two copies per collective and host buffers the
  * size of what is in flight.  The plain CPU backend's memory is host
- * memory: nothing is staged and MPI works on it directly, as before.
+ * memory (mt_backend_t.host_memory): nothing is staged and MPI works on
+ * it directly.
  *
  * Users: fsdp.c, ddp.c and train.c (data and tensor parallelism, with
  * their own host regions for what they keep in flight), ring_attention.c
@@ -32,11 +33,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* true when MPI may not be handed be's memory directly: every backend but
- * the plain CPU ones (cpu, cpu_bf16, and copies of them: whatever
- * allocates with the CPU's device_alloc). */
-bool mt_stage_needed(const mt_backend_t *be);
 
 /* A host buffer for blocking staged collectives, grown on demand (and
  * what mt_stage_allreduce_grad's bf16 messages need beside it). */

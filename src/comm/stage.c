@@ -13,13 +13,6 @@
 #define CS ((cudaStream_t)mt_cuda_stream())
 #endif
 
-bool mt_stage_needed(const mt_backend_t *be)
-{
-    /* the CPU tables, or a copy of one (train_device.c's bf16_passes),
-     * share the CPU's allocator; the guarded and device ones do not */
-    return be->device_alloc != mt_backend_cpu()->device_alloc;
-}
-
 mt_status_t mt_stage_join(void *ticket)
 {
 #ifdef MT_HAVE_NCCL

@@ -366,7 +366,6 @@ const char *mt_collectives_name(mt_collectives_t c)
 {
     return mt_cfg_enum_canonical(collectives_enum, (int)c);
 }
-const char *mt_pp_schedule_name(mt_pp_schedule_t s) { return mt_cfg_enum_canonical(schedule_enum, (int)s); }
 const char *mt_dtype_name(mt_dtype_t d) { return mt_cfg_enum_canonical(dtype_enum, (int)d); }
 
 size_t mt_dtype_size(mt_dtype_t d) { return d == MT_DTYPE_BFLOAT16 ? 2 : 4; }
@@ -382,8 +381,3 @@ const char *mt_app_kind_name(mt_app_kind_t k)
     return "meshtrain";
 }
 
-bool mt_pp_schedule_multi_stage(mt_pp_schedule_t s)
-{
-    return s == MT_PP_INTERLEAVED_1F1B || s == MT_PP_LOOPED_BFS || s == MT_PP_DFS ||
-           s == MT_PP_V_SCHEDULE;
-}

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "mt_pp_schedule.h"
 #include "mt_status.h"
 
 #ifdef __cplusplus
@@ -27,16 +28,6 @@ extern "C" {
 #define MT_MAX_LIST 8  /* longest list value (optimizer.betas, ...) */
 
 typedef enum { MT_STRATEGY_FSDP2, MT_STRATEGY_MEGATRON_FSDP, MT_STRATEGY_DDP } mt_strategy_t;
-
-typedef enum {
-    MT_PP_1F1B,
-    MT_PP_GPIPE,
-    MT_PP_INTERLEAVED_1F1B,
-    MT_PP_LOOPED_BFS,
-    MT_PP_DFS,
-    MT_PP_V_SCHEDULE,
-    MT_PP_ZERO_BUBBLE
-} mt_pp_schedule_t;
 
 typedef enum { MT_DATA_AUTO, MT_DATA_LLMC, MT_DATA_MEGATRON } mt_data_format_t;
 typedef enum { MT_LR_COSINE, MT_LR_LINEAR, MT_LR_CONSTANT } mt_lr_decay_t;
@@ -244,12 +235,9 @@ void mt_config_write_reference(FILE *out);
 const char *mt_strategy_name(mt_strategy_t s);
 const char *mt_device_name(mt_device_t d);
 const char *mt_collectives_name(mt_collectives_t c);
-const char *mt_pp_schedule_name(mt_pp_schedule_t s);
 const char *mt_dtype_name(mt_dtype_t d);
 size_t mt_dtype_size(mt_dtype_t d);
 const char *mt_app_kind_name(mt_app_kind_t k);
-/* Schedules that place two or more stages on each rank. */
-bool mt_pp_schedule_multi_stage(mt_pp_schedule_t s);
 
 /* Levenshtein distance, used for "did you mean" suggestions. */
 int mt_edit_distance(const char *a, const char *b);

@@ -19,14 +19,30 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "mt_config.h"
 #include "mt_status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* The schedules, as distributed.pipeline.pp_schedule names them (the
+ * config layer parses the names; this layer owns what they mean). */
+typedef enum {
+    MT_PP_1F1B,
+    MT_PP_GPIPE,
+    MT_PP_INTERLEAVED_1F1B,
+    MT_PP_LOOPED_BFS,
+    MT_PP_DFS,
+    MT_PP_V_SCHEDULE,
+    MT_PP_ZERO_BUBBLE
+} mt_pp_schedule_t;
+
 #define MT_PP_NUM_SCHEDULES 7 /* members of mt_pp_schedule_t */
+
+/* The canonical config name of s ("1f1b", "interleaved_1f1b", ...). */
+const char *mt_pp_schedule_name(mt_pp_schedule_t s);
+/* Schedules that place two or more stages on each rank. */
+bool mt_pp_schedule_multi_stage(mt_pp_schedule_t s);
 
 typedef enum {
     MT_PP_FORWARD,          /* F: forward of (stage, microbatch) */

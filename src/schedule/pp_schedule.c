@@ -36,6 +36,26 @@ static mt_status_t push(alist_t *l, mt_pp_action_kind_t kind, int stage, int mb,
 
 #define PUSH(l, kind, s, i) MT_TRY(push((l), (kind), (s), (i), -1, -1))
 
+const char *mt_pp_schedule_name(mt_pp_schedule_t s)
+{
+    switch (s) {
+    case MT_PP_1F1B: return "1f1b";
+    case MT_PP_GPIPE: return "gpipe";
+    case MT_PP_INTERLEAVED_1F1B: return "interleaved_1f1b";
+    case MT_PP_LOOPED_BFS: return "looped_bfs";
+    case MT_PP_DFS: return "dfs";
+    case MT_PP_V_SCHEDULE: return "v_schedule";
+    case MT_PP_ZERO_BUBBLE: return "zero_bubble";
+    }
+    return "?";
+}
+
+bool mt_pp_schedule_multi_stage(mt_pp_schedule_t s)
+{
+    return s == MT_PP_INTERLEAVED_1F1B || s == MT_PP_LOOPED_BFS || s == MT_PP_DFS ||
+           s == MT_PP_V_SCHEDULE;
+}
+
 int mt_pp_schedule_default_v(mt_pp_schedule_t s)
 {
     return mt_pp_schedule_multi_stage(s) ? 2 : 1;

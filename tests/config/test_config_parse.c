@@ -254,6 +254,19 @@ static void test_edit_distance(void)
     CHECK(mt_closest_name("zzzzzzzz", names, 3) == NULL, "no far-fetched suggestion");
 }
 
+/* The schedule layer names its schedules; the config layer parses names:
+ * each canonical name must parse back to its schedule. */
+static void test_schedule_names(void)
+{
+    for (int s = 0; s < MT_PP_NUM_SCHEDULES; s++) {
+        char yaml[200];
+        snprintf(yaml, sizeof yaml, "distributed:\n  pipeline:\n    pp_schedule: %s\n",
+                 mt_pp_schedule_name((mt_pp_schedule_t)s));
+        CHECK(load(yaml) == MT_OK && cfg.distributed.pipeline.pp_schedule == (mt_pp_schedule_t)s,
+              "schedule %d's name %s parses back", s, mt_pp_schedule_name((mt_pp_schedule_t)s));
+    }
+}
+
 int main(void)
 {
     test_defaults();
@@ -264,5 +277,6 @@ int main(void)
     test_overrides();
     test_round_trip();
     test_edit_distance();
+    test_schedule_names();
     return mt_test_exit("test_config_parse");
 }

@@ -342,7 +342,7 @@ static double cpu_ce_shard_finish_bf16(float *dlogits, const float *logits,
     .moe_router_backward = mt_cpu_moe_router_backward,                                       \
     .moe_prob_sums = mt_cpu_moe_prob_sums, .moe_gather_rows = mt_cpu_moe_gather_rows,        \
     .moe_combine = mt_cpu_moe_combine, .moe_combine_backward = mt_cpu_moe_combine_backward,  \
-    .device_alloc = mt_cpu_device_alloc, .device_free = mt_cpu_device_free
+    .device_alloc = mt_cpu_device_alloc, .device_free = mt_cpu_device_free, .host_memory = true
 
 static const mt_backend_t mt_cpu_backend = {
     CPU_COMMON_ENTRIES,
