@@ -14,6 +14,8 @@
 #include <mpi.h>
 #include <stdio.h>
 
+#include "mt_hf.h" /* mt_ckpt_hf_main: export and import */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -21,11 +23,6 @@ extern "C" {
 /* meshtrain-ckpt {list|verify|config|steps} [--json] PATH.  Returns the
  * process exit code: 0 ok, 1 error (a bad or missing checkpoint), 2 usage. */
 int mt_ckpt_main(int argc, char **argv, FILE *out, FILE *err);
-
-/* meshtrain-ckpt {export|import} ...: collective over comm (MPI must be
- * initialised); only rank 0 prints.  Every rank returns the same exit
- * code: 0 ok, 1 error, 2 usage. */
-int mt_ckpt_hf_main(MPI_Comm comm, int argc, char **argv, FILE *out, FILE *err);
 
 /* The program: export and import run between MPI_Init and MPI_Finalize
  * on MPI_COMM_WORLD (a single process, or under mpiexec); every other

@@ -1,13 +1,13 @@
-/* ckpt_cli.c: meshtrain-ckpt's command line: list, verify, config and
- * steps over the checkpoints mt_ckpt_save writes (doc/checkpoints.md):
- * argument parsing, resolving PATH to a step directory, text and JSON
- * output.  Takes its output streams as arguments so tests can drive it
- * in-process.  Reading model.h5 is ckpt_inspect.c.
+/* ckpt_cli.c: meshtrain-ckpt's inspection commands: list, verify, config
+ * and steps over the checkpoints mt_ckpt_save writes (doc/checkpoints.md):
+ * resolving PATH to a step directory, text and JSON output.  Takes its
+ * output streams as arguments so tests can drive it in-process.  Reading
+ * model.h5 is ckpt_inspect.c; parsing the command line, and sending export
+ * and import to the hf layer, is the tool's dispatcher (app/ckpt_tool.c).
  *
  * It runs without an MPI launch and never calls MPI_Init: manifests are
  * checked by the library's plain POSIX mt_ckpt_verify and mt_ckpt_find_latest,
- * and HDF5 is used serially only.  It never writes a checkpoint.  export
- * and import (hf_cli.c) are collective and start MPI themselves. */
+ * and HDF5 is used serially only.  It never writes a checkpoint. */
 #include <config.h>
 
 #include "ckpt_cli_internal.h"
@@ -22,19 +22,13 @@
 #define PROG "meshtrain-ckpt"
 #define PATH_CAP MT_CKPT_PATH_CAP
 
-static void usage(FILE *o)
+void mt_ckpt_cli_usage(FILE *o)
 {
     fprintf(o,
             "usage: " PROG " list [--json] PATH     header, every dataset, totals\n"
             "       " PROG " verify PATH            SHA-256 manifest, /meta format and version\n"
             "       " PROG " config PATH            the stored resolved config (YAML)\n"
             "       " PROG " steps [--json] DIR     every step_* directory and its status\n");
-    mt_ckpt_hf_usage(o);
-    fprintf(o,
-            "PATH is a step directory, its model.h5, or a checkpoint_dir (then the step\n"
-            "directory `latest` names, or else the newest complete one). list, verify, config\n"
-            "and steps run without MPI; export and import start it. Exit status: 0 ok, 1 bad\n"
-            "or missing checkpoint or model, 2 usage.\n");
 }
 
 /* ------------------------------------------------------------ directories */
@@ -375,73 +369,32 @@ static int cmd_steps(const char *dir, int json, FILE *out, FILE *err)
     return code;
 }
 
-/* ------------------------------------------------------------ main */
+/* ------------------------------------------------------------ commands */
 
-int mt_ckpt_main(int argc, char **argv, FILE *out, FILE *err)
+static const char *const command_names[] = {"list", "verify", "config", "steps"};
+
+int mt_ckpt_cli_command(const char *name)
 {
-    const char *cmd = NULL, *path = NULL;
-    int json = 0, options = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (options && (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)) {
-            usage(out);
-            return 0;
-        } else if (options && strcmp(a, "--version") == 0) {
-            fprintf(out, PROG " (%s) %s\n", PACKAGE_NAME, PACKAGE_VERSION);
-            return 0;
-        } else if (options && strcmp(a, "--json") == 0) {
-            json = 1;
-        } else if (options && strcmp(a, "--") == 0) {
-            options = 0;
-        } else if (options && a[0] == '-' && a[1]) {
-            fprintf(err, PROG ": unknown option '%s'\n", a);
-            usage(err);
-            return 2;
-        } else if (!cmd) {
-            cmd = a;
-        } else if (!path) {
-            path = a;
-        } else {
-            fprintf(err, PROG ": unexpected argument '%s': one PATH per call\n", a);
-            usage(err);
-            return 2;
-        }
-    }
-    enum { LIST, VERIFY, CONFIG, STEPS, NONE } c = NONE;
-    static const char *const names[] = {"list", "verify", "config", "steps"};
-    for (int k = 0; cmd && k < NONE; k++)
-        if (strcmp(cmd, names[k]) == 0)
-            c = k;
-    if (c == NONE || !path) {
-        if (!cmd)
-            fprintf(err, PROG ": a command is required\n");
-        else if (c == NONE && (strcmp(cmd, "export") == 0 || strcmp(cmd, "import") == 0))
-            fprintf(err, PROG ": %s is collective: run the meshtrain-ckpt program, or call "
-                    "mt_ckpt_hf_main with a communicator\n", cmd);
-        else if (c == NONE)
-            fprintf(err, PROG ": unknown command '%s'\n", cmd);
-        else
-            fprintf(err, PROG ": %s needs a %s\n", cmd, c == STEPS ? "DIR" : "PATH");
-        usage(err);
-        return 2;
-    }
-    if (json && (c == VERIFY || c == CONFIG)) {
-        fprintf(err, PROG ": --json applies to list and steps, not %s\n", cmd);
-        return 2;
-    }
+    for (int k = 0; name && k < MT_CKPT_CLI_NCOMMANDS; k++)
+        if (strcmp(name, command_names[k]) == 0)
+            return k;
+    return -1;
+}
 
+int mt_ckpt_cli_run(int c, const char *path, int json, FILE *out, FILE *err)
+{
     char step[PATH_CAP];
-    int code = c == STEPS ? cmd_steps(path, json, out, err) : mt_ckpt_cli_resolve(path, step, err);
-    if (c == LIST && code == 0) {
+    int code = c == MT_CKPT_CLI_STEPS ? cmd_steps(path, json, out, err) : mt_ckpt_cli_resolve(path, step, err);
+    if (c == MT_CKPT_CLI_LIST && code == 0) {
         code = cmd_list(step, json, out, err);
-    } else if (c == VERIFY && code == 0) {
+    } else if (c == MT_CKPT_CLI_VERIFY && code == 0) {
         int manifest_ok;
         if (mt_ckpt_check_step(step, &manifest_ok) != MT_OK)
             code = report(err, "verify failed: ");
         else
             fprintf(out, "%s: OK (" MT_CKPT_MANIFEST " matches; " MT_CKPT_FORMAT " version %d)\n",
                     step, MT_CKPT_VERSION);
-    } else if (c == CONFIG && code == 0) {
+    } else if (c == MT_CKPT_CLI_CONFIG && code == 0) {
         char *yaml;
         if (mt_ckpt_read_config(step, &yaml) != MT_OK) {
             code = report(err, "");

@@ -1,7 +1,8 @@
-/* ckpt_cli_internal.h: what meshtrain-ckpt's two files share: ckpt_cli.c
- * (command line, path resolution, output) and ckpt_inspect.c (reading a
- * model.h5 with serial HDF5, no MPI).  Not installed; the tool's entry
- * point is mt_ckpt_cli.h. */
+/* ckpt_cli_internal.h: meshtrain-ckpt's checkpoint side, for the tool's
+ * dispatcher (app/ckpt_tool.c) and the hf layer's export: ckpt_cli.c
+ * (the inspection commands, path resolution, output) and ckpt_inspect.c
+ * (reading a model.h5 with serial HDF5, no MPI).  Not installed; the
+ * tool's entry point is mt_ckpt_cli.h. */
 #ifndef MT_CKPT_CLI_INTERNAL_H
 #define MT_CKPT_CLI_INTERNAL_H
 
@@ -48,7 +49,22 @@ mt_status_t mt_ckpt_check_step(const char *step_dir, int *manifest_ok);
  * err.  Returns 0, or the exit code 1.  (ckpt_cli.c) */
 int mt_ckpt_cli_resolve(const char *path, char *step, FILE *err);
 
-/* The export and import lines of the usage text.  (hf_cli.c) */
-void mt_ckpt_hf_usage(FILE *o);
+/* The inspection commands (ckpt_cli.c), by their command-line names. */
+enum {
+    MT_CKPT_CLI_LIST,
+    MT_CKPT_CLI_VERIFY,
+    MT_CKPT_CLI_CONFIG,
+    MT_CKPT_CLI_STEPS,
+    MT_CKPT_CLI_NCOMMANDS
+};
+/* "list", "verify", "config" or "steps" as its MT_CKPT_CLI_*; -1 for
+ * anything else (NULL included). */
+int mt_ckpt_cli_command(const char *name);
+/* Run inspection command c on PATH (steps: a checkpoint_dir), as the
+ * tool does: returns the exit code (0 ok, 1 a bad or missing checkpoint
+ * or an output error). */
+int mt_ckpt_cli_run(int c, const char *path, int json, FILE *out, FILE *err);
+/* Their lines of the usage text, from "usage:" on. */
+void mt_ckpt_cli_usage(FILE *o);
 
 #endif

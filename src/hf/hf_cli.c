@@ -1,13 +1,12 @@
 /* hf_cli.c: the command line of `meshtrain-ckpt export` and `import`
- * (mt_hf.h), and the tool's entry point, which starts MPI for those two
- * commands only: the inspection commands (ckpt_cli.c) still run without
- * MPI_Init.  Export and import run as a single process or under mpiexec;
- * every rank parses the same arguments, and only rank 0 prints. */
+ * (mt_hf.h).  Export and import run as a single process or under mpiexec;
+ * every rank parses the same arguments, and only rank 0 prints.  The
+ * tool's dispatcher (app/ckpt_tool.c) starts MPI for these two commands
+ * only. */
 #include <config.h>
 
 #include "ckpt_cli_internal.h"
 #include "hf_internal.h"
-#include "mt_ckpt_cli.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -120,27 +119,4 @@ int mt_ckpt_hf_main(MPI_Comm comm, int argc, char **argv, FILE *out, FILE *err)
         return 1;
     }
     return 0;
-}
-
-/* The first argument that is not an option: the command. */
-static const char *command_of(int argc, char **argv)
-{
-    for (int i = 1; i < argc; i++)
-        if (argv[i][0] != '-')
-            return argv[i];
-    return NULL;
-}
-
-int mt_ckpt_tool_main(int argc, char **argv)
-{
-    const char *cmd = command_of(argc, argv);
-    if (!cmd || (strcmp(cmd, "export") != 0 && strcmp(cmd, "import") != 0))
-        return mt_ckpt_main(argc, argv, stdout, stderr);
-    if (MPI_Init(&argc, &argv) != MPI_SUCCESS) {
-        fprintf(stderr, PROG ": %s: MPI_Init failed\n", cmd);
-        return 1;
-    }
-    int rc = mt_ckpt_hf_main(MPI_COMM_WORLD, argc, argv, stdout, stderr);
-    MPI_Finalize();
-    return rc;
 }

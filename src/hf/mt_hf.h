@@ -47,6 +47,14 @@ mt_status_t mt_hf_export(MPI_Comm comm, const char *step_dir, const char *hf_dir
 mt_status_t mt_hf_import(MPI_Comm comm, const char *hf_dir, const char *checkpoint_dir,
                          const char *config_path, FILE *out);
 
+/* meshtrain-ckpt {export|import} ...: collective over comm (MPI must be
+ * initialised); only rank 0 prints.  Every rank returns the same exit
+ * code: 0 ok, 1 error, 2 usage. */
+int mt_ckpt_hf_main(MPI_Comm comm, int argc, char **argv, FILE *out, FILE *err);
+
+/* The export and import lines of meshtrain-ckpt's usage text. */
+void mt_ckpt_hf_usage(FILE *o);
+
 #ifdef __cplusplus
 }
 #endif
