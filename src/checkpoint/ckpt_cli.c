@@ -11,7 +11,6 @@
 #include <config.h>
 
 #include "ckpt_cli_internal.h"
-#include "mt_ckpt_cli.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -128,8 +128,12 @@ static int check_tensor(const char *variant, mt_model_t *m, mt_param_t *p, uint3
     }
     memcpy(p->data, w0, sizeof(float) * (size_t)p->numel);
     double err = fabs(fd - dot), scale = fmax(fabs(fd), fabs(dot));
+    /* 1e-4 absolute: the central difference of a float32 objective (a
+     * loss near 5) carries a few 1e-5 of rounding noise at these steps,
+     * and which OpenBLAS kernel runs (SkylakeX, Haswell) moves it; a
+     * directional derivative below 1e-2 is checked to that floor */
     if (same)
-        CHECK(err <= 1e-2 * scale || err <= 1e-5, "%s: %s: analytic %.6e, finite difference %.6e",
+        CHECK(err <= 1e-2 * scale || err <= 1e-4, "%s: %s: analytic %.6e, finite difference %.6e",
               variant, p->name, dot, fd);
     free(c0), free(c1), free(d), free(w0);
     return same;
