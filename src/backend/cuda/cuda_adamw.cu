@@ -1,6 +1,6 @@
 /* cuda_adamw.cu: AdamW of the CUDA backend on fp32 master weights, with
  * an optional working copy of the parameters written in the same pass (the
- * copy the bf16 forward reads; mixed precision, issue 8): as bf16 bits, or
+ * copy the bf16 forward reads under mixed precision): as bf16 bits, or
  * as float32 holding bf16 values (adamw_bf16_copy, train_mp.c).
  *
  * The bias corrections are formed in double on the host, as on the CPU,

@@ -1,117 +1,30 @@
-/* cuda_backend.cu: the CUDA backend's context (stream, cuBLAS handles,
- * scratch) and its mt_backend_t tables, mt_backend_cuda() and the
- * bf16-numerics one mt_backend_cuda_bf16(), plus the public bf16 and MoE
- * entry points of mt_cuda.h.
+/* cuda_backend.cu: the CUDA backend's mt_backend_t tables,
+ * mt_backend_cuda() and the bf16-numerics one mt_backend_cuda_bf16(), the
+ * public bf16 and MoE entry points of mt_cuda.h, and the backend's
+ * teardown (mt_cuda_backend_free).
  *
  * The table's functions have the CPU backend's signatures, with device
- * pointers; they run the launchers of the cuda_*.cu files on the
- * context's stream.  Functions that return a value (cross_entropy,
- * ce_shard_finish, sum_squares) copy per-row or per-part sums to pinned
- * host memory, wait for the stream and add them in order on the host, so
- * the result is the CPU's row-order sum of the same terms.  The context is
- * per process (one GPU per rank); it is not thread-safe, and every kernel
- * shares one scratch area, which stream order protects.  It does not
- * overlap anything: communication streams live in nccl_comm.c. */
-#include <cublasLt.h>
-#include <cublas_v2.h>
+ * pointers; they run the launchers of the cuda_*.cu files on the stream
+ * of the context (cuda_context.cu).  Functions that return a value
+ * (cross_entropy, ce_shard_finish, sum_squares) copy per-row or per-part
+ * sums to the context's pinned host memory, wait for the stream and add
+ * them in order on the host, so the result is the CPU's row-order sum of
+ * the same terms.  It does not overlap anything: communication streams
+ * live in nccl_comm.c. */
 #include <string.h>
 
 #include "cuda_common.cuh"
 
-static mt_cuda_ctx_t ctx;
+#define S (mt_cuda_ctx(__func__)->stream)
 
-/* ------------------------------------------------------------------ context */
-
-extern "C" mt_cuda_ctx_t *mt_cuda_ctx(const char *kernel)
-{
-    if (!ctx.ready)
-        mt_cuda_die(kernel, "the CUDA backend is not initialised: call mt_cuda_backend_init first",
-                    __FILE__, __LINE__);
-    return &ctx;
-}
-
-extern "C" void *mt_cuda_scratch(const char *kernel, size_t bytes)
-{
-    mt_cuda_ctx(kernel);
-    if (bytes > ctx.scratch_bytes) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "needs %zu bytes of scratch, the backend has %zu", bytes,
-                 ctx.scratch_bytes);
-        mt_cuda_die(kernel, msg, __FILE__, __LINE__);
-    }
-    return ctx.scratch;
-}
-
-/* pinned host buffer of at least `bytes` */
-static char *host_buf(const char *kernel, size_t bytes)
-{
-    if (bytes > ctx.host_bytes) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "needs %zu bytes of host staging, the backend has %zu", bytes,
-                 ctx.host_bytes);
-        mt_cuda_die(kernel, msg, __FILE__, __LINE__);
-    }
-    return ctx.host;
-}
-
-extern "C" mt_status_t mt_cuda_backend_init(mt_cuda_arena_t *arena, size_t scratch_bytes)
-{
-    if (ctx.ready)
-        MT_FAIL(MT_ERR_INTERNAL, "the CUDA backend is already initialised");
-    memset(&ctx, 0, sizeof ctx);
-    MT_CUDA_TRY(cudaStreamCreateWithFlags(&ctx.stream, cudaStreamNonBlocking));
-    cublasHandle_t h;
-    cublasStatus_t st = cublasCreate(&h);
-    if (st != CUBLAS_STATUS_SUCCESS)
-        MT_FAIL(MT_ERR_INTERNAL, "cublasCreate failed: %s", cublasGetStatusString(st));
-    ctx.cublas = h;
-    cublasLtHandle_t lt;
-    st = cublasLtCreate(&lt);
-    if (st != CUBLAS_STATUS_SUCCESS)
-        MT_FAIL(MT_ERR_INTERNAL, "cublasLtCreate failed: %s", cublasGetStatusString(st));
-    ctx.cublaslt = lt;
-    /* fp32 GEMMs stay fp32: no TF32 unless asked for (NVIDIA_TF32_OVERRIDE) */
-    cublasSetMathMode(h, CUBLAS_DEFAULT_MATH);
-    /* cuBLASLt's recommendation for Hopper */
-    MT_TRY(mt_cuda_arena_alloc(arena, MT_CUDA_LT_WORKSPACE_BYTES, &ctx.lt_workspace));
-    ctx.lt_workspace_bytes = MT_CUDA_LT_WORKSPACE_BYTES;
-    void *scratch = NULL;
-    MT_TRY(mt_cuda_arena_alloc(arena, scratch_bytes, &scratch));
-    ctx.scratch = (char *)scratch;
-    ctx.scratch_bytes = scratch_bytes;
-    void *host = NULL;
-    MT_CUDA_TRY(cudaMallocHost(&host, scratch_bytes));
-    ctx.host = (char *)host;
-    ctx.host_bytes = scratch_bytes;
-    ctx.ready = 1;
-    return MT_OK;
-}
-
+/* Everything the backend's files keep: the context, then the GEMMs'
+ * cuBLASLt plans (their descriptors need no handle; the context's
+ * teardown has drained the stream that used them). */
 extern "C" void mt_cuda_backend_free(void)
 {
-    if (!ctx.ready)
-        return;
-    cudaStreamSynchronize(ctx.stream);
+    mt_cuda_context_free();
     mt_cuda_lt_plans_free();
-    cublasLtDestroy((cublasLtHandle_t)ctx.cublaslt);
-    cublasDestroy((cublasHandle_t)ctx.cublas);
-    cudaFreeHost(ctx.host);
-    cudaStreamDestroy(ctx.stream);
-    memset(&ctx, 0, sizeof ctx); /* the scratch belongs to the caller's arena */
 }
-
-extern "C" void *mt_cuda_stream(void)
-{
-    return mt_cuda_ctx("mt_cuda_stream")->stream;
-}
-
-extern "C" mt_status_t mt_cuda_synchronize(void)
-{
-    MT_CUDA_TRY(cudaStreamSynchronize(mt_cuda_ctx("mt_cuda_synchronize")->stream));
-    return MT_OK;
-}
-
-#define S (mt_cuda_ctx(__func__)->stream)
 
 /* ------------------------------------------------------------------ table */
 
@@ -207,11 +120,12 @@ static double sum_rows_onto(const char *kernel, double total, const double *row_
                             const int32_t *targets, int64_t n, int64_t *count, bool add)
 {
     const size_t lb = (size_t)n * sizeof(double);
-    char *h = host_buf(kernel, lb + (size_t)n * sizeof(int32_t));
-    MT_CUDA_CHECK(cudaMemcpyAsync(h, row_loss, lb, cudaMemcpyDeviceToHost, ctx.stream));
+    cudaStream_t s = mt_cuda_ctx(kernel)->stream;
+    char *h = mt_cuda_host(kernel, lb + (size_t)n * sizeof(int32_t));
+    MT_CUDA_CHECK(cudaMemcpyAsync(h, row_loss, lb, cudaMemcpyDeviceToHost, s));
     MT_CUDA_CHECK(cudaMemcpyAsync(h + lb, targets, (size_t)n * sizeof(int32_t),
-                                  cudaMemcpyDeviceToHost, ctx.stream));
-    MT_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+                                  cudaMemcpyDeviceToHost, s));
+    MT_CUDA_CHECK(cudaStreamSynchronize(s));
     const double *loss = (const double *)h;
     const int32_t *tg = (const int32_t *)(h + lb);
     int64_t cnt = 0;
@@ -277,10 +191,11 @@ static double t_sum_squares(const float *x, int64_t n)
 {
     const size_t bytes = MT_CUDA_SUMSQ_PARTS * sizeof(double);
     double *part = (double *)mt_cuda_scratch("sum_squares", bytes);
-    mt_cuda_launch_sum_squares(ctx.stream, part, x, n);
-    double *h = (double *)host_buf("sum_squares", bytes);
-    MT_CUDA_CHECK(cudaMemcpyAsync(h, part, bytes, cudaMemcpyDeviceToHost, ctx.stream));
-    MT_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    cudaStream_t s = S;
+    mt_cuda_launch_sum_squares(s, part, x, n);
+    double *h = (double *)mt_cuda_host("sum_squares", bytes);
+    MT_CUDA_CHECK(cudaMemcpyAsync(h, part, bytes, cudaMemcpyDeviceToHost, s));
+    MT_CUDA_CHECK(cudaStreamSynchronize(s));
     double total = 0.0;
     for (int i = 0; i < MT_CUDA_SUMSQ_PARTS; i++)
         total += h[i];
@@ -315,16 +230,18 @@ static void t_copy_to_device(void *dst, const void *src, size_t bytes)
 {
     if (!bytes)
         return;
-    MT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, S));
-    MT_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    cudaStream_t s = S;
+    MT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
+    MT_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
 static void t_copy_to_host(void *dst, const void *src, size_t bytes)
 {
     if (!bytes)
         return;
-    MT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, S));
-    MT_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    cudaStream_t s = S;
+    MT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
+    MT_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
 /* Device to device: ordered with the kernels on the stream like one of

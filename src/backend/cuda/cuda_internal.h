@@ -1,9 +1,15 @@
 /* cuda_internal.h: what the CUDA backend's files share (not installed).
- * Included by C (cuda_device.c, nccl_comm.c, the tests do not) and by the
- * .cu files.  It holds the error macros, the backend context (stream,
- * cuBLAS handles, scratch) and the launchers' declarations: each launcher
- * takes a stream, checks its shape preconditions, launches and checks the
- * launch.  Device-side helpers live in cuda_common.cuh (C++ only). */
+ * Included by C (cuda_device.c, cuda_setup.c, nccl_comm.c, the tests do
+ * not) and by the .cu files.  It holds the error macros, the backend
+ * context (stream, cuBLAS handles, scratch) and the launchers'
+ * declarations: each launcher takes a stream, checks its shape
+ * preconditions, launches and checks the launch.  Device-side helpers live
+ * in cuda_common.cuh (C++ only).
+ *
+ * The files call one another in one direction, lowest first:
+ * cuda_device.c (errors, binding, arenas), cuda_context.cu (the context),
+ * cuda_setup.c (the trainer's bring-up and the pool), the kernel files
+ * (launchers), then cuda_backend.cu and cuda_storage.cu (the tables). */
 #ifndef MT_CUDA_INTERNAL_H
 #define MT_CUDA_INTERNAL_H
 
@@ -47,6 +53,14 @@ void mt_cuda_die(const char *what, const char *detail, const char *file, int lin
 /* A shape precondition of a launcher (a caller bug; backend_require.h). */
 #define MT_CUDA_REQUIRE(cond, kernel, ...) MT_BACKEND_REQUIRE("cuda", cond, kernel, __VA_ARGS__)
 
+/* Where an arena's next allocation starts (mt_cuda_arena_alloc; the pool
+ * takes the rest from there): its use rounded up to 256 bytes. */
+#define MT_CUDA_ARENA_ALIGN 256
+static inline size_t mt_cuda_arena_next(const mt_cuda_arena_t *a)
+{
+    return (a->used + MT_CUDA_ARENA_ALIGN - 1) / MT_CUDA_ARENA_ALIGN * MT_CUDA_ARENA_ALIGN;
+}
+
 /* The process's backend context (mt_cuda_backend_init). */
 typedef struct {
     int ready;
@@ -61,16 +75,27 @@ typedef struct {
     size_t host_bytes;
 } mt_cuda_ctx_t;
 
-/* The initialised context; stops the process if mt_cuda_backend_init was
- * not called. */
+/* The initialised context (cuda_context.cu); stops the process if
+ * mt_cuda_backend_init was not called. */
 mt_cuda_ctx_t *mt_cuda_ctx(const char *kernel);
-
-/* Destroys the kept cuBLASLt plans (cuda_matmul.cu); with the context. */
-void mt_cuda_lt_plans_free(void);
 
 /* Device scratch of `bytes` (reused by every kernel: valid until the next
  * kernel on the stream), stops the process naming `kernel` when too small. */
 void *mt_cuda_scratch(const char *kernel, size_t bytes);
+
+/* The context's pinned host buffer, at least `bytes` (where the tables
+ * copy partial sums back: valid until the next such copy); stops the
+ * process naming `kernel` when too small. */
+char *mt_cuda_host(const char *kernel, size_t bytes);
+
+/* Waits for the stream and releases the context's stream, handles and
+ * pinned buffer (a no-op without a context); its half of
+ * mt_cuda_backend_free. */
+void mt_cuda_context_free(void);
+
+/* Destroys the kept cuBLASLt plans (cuda_matmul.cu); the other half of
+ * mt_cuda_backend_free. */
+void mt_cuda_lt_plans_free(void);
 
 /* Launchers: kernels first, these last, one file per op family.  All
  * pointers are device pointers; bf16 tensors are uint16_t bit patterns. */

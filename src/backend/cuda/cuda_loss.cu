@@ -10,7 +10,7 @@
  * The row losses go to a device array and the caller adds them in row
  * order, as the CPU does.  The bf16 variant reads bf16 logits and writes
  * bf16 gradients: the fp32 logits exist only in registers, never as a
- * [n, V] fp32 tensor (issue 8's fused cross-entropy).  The rounding
+ * [n, V] fp32 tensor, so the loss costs no memory beyond the bf16 logits.  The rounding
  * table's (mt_f32_as_bf16) reads float32 logits as their bf16 values and
  * writes bf16-valued float32 gradients, so the model needs no rounding
  * pass over the logits before or after; the shard passes likewise.  It does not fuse

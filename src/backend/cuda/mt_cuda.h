@@ -65,7 +65,8 @@ int mt_cuda_device_count(void);
 /* Bind the GPU of this rank's node-local rank: node_comm is a
  * communicator of the ranks on this node (MPI_Comm_split_type with
  * MPI_COMM_TYPE_SHARED).  Device local_rank % device_count, so several
- * ranks may share one GPU (the MPI-staged fallback of issue 8). */
+ * ranks may share one GPU (multi-rank code paths then run on one GPU,
+ * their collectives staged through MPI). */
 mt_status_t mt_cuda_device_init(mt_cuda_device_t *dev, MPI_Comm node_comm);
 #endif
 
