@@ -3,12 +3,14 @@
  * nesting, UTF-8, NUL, NaN and Infinity), integers exact to int64, and every
  * kind of malformed text refused with NAME:LINE:COL and the reason
  * (meshtrain's wording for structural mistakes, jansson's for bad tokens).
- * Also the safetensors dtype conversions (round to nearest even) and header
- * checks that hf_import relies on.  No MPI. */
+ * Duplicate keys are found in linear time: 40,000 keys parse in well under
+ * a second.  Also the safetensors dtype conversions (round to nearest even)
+ * and header checks that hf_import relies on.  No MPI. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "hf_internal.h"
@@ -37,6 +39,13 @@ static void bad_n(const char *text, size_t len, const char *where, const char *w
 static void bad(const char *text, const char *where, const char *why)
 {
     bad_n(text, strlen(text), where, why);
+}
+
+static double seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 static int is_int(const json_t *v, int64_t x)
@@ -190,6 +199,60 @@ static void test_errors(void)
     CHECK_CONTAINS(mt_error_message(), "/nonexistent/x.json: No such file or directory");
 }
 
+/* A model.safetensors.index.json's weight_map of n tensors, the last one
+ * listed twice when dup: "{"weight_map": {"model.layers.0...": "...", ...}}". */
+static char *index_text(int n, int dup, size_t *len)
+{
+    size_t cap = 96 * (size_t)(n + 2), at = 0;
+    char *t = malloc(cap);
+    if (!t)
+        return NULL;
+    at += (size_t)snprintf(t, cap, "{\"weight_map\": {");
+    for (int i = 0; i <= n - (dup ? 0 : 1); i++) {
+        int k = i < n ? i : n - 1;
+        at += (size_t)snprintf(t + at, cap - at, "%s\n\"model.layers.%d.self_attn.q_proj.weight\": "
+                               "\"model-%05d-of-00099.safetensors\"", i ? "," : "", k, k % 99 + 1);
+    }
+    at += (size_t)snprintf(t + at, cap - at, "}}\n");
+    *len = at;
+    return t;
+}
+
+static void test_many_keys(void)
+{
+    enum { N = 40000 };
+    size_t len;
+    char *t = index_text(N, 0, &len);
+    CHECK(t != NULL, "index text");
+    if (!t)
+        return;
+    json_t *v = NULL;
+    double t0 = seconds();
+    mt_status_t s = mt_hf_json_parse(t, len, "index.json", &v);
+    double took = seconds() - t0;
+    CHECK(s == MT_OK && json_object_size(json_object_get(v, "weight_map")) == N,
+          "%d keys: %s", N, s == MT_OK ? "" : mt_error_message());
+    CHECK(took < 2.0, "%d distinct keys took %.3f s: duplicate detection is not linear", N, took);
+    json_decref(v);
+    free(t);
+
+    t = index_text(N, 1, &len);
+    if (!t)
+        return;
+    t0 = seconds();
+    s = mt_hf_json_parse(t, len, "index.json", &v);
+    took = seconds() - t0;
+    CHECK(s == MT_ERR_IO && !v, "the repeated last key is refused");
+    if (s != MT_OK) {
+        CHECK_CONTAINS(mt_error_message(), "index.json:40002:");
+        CHECK_CONTAINS(mt_error_message(),
+                       "duplicate key \"model.layers.39999.self_attn.q_proj.weight\"");
+    }
+    CHECK(took < 2.0, "%d keys and a duplicate took %.3f s", N, took);
+    json_decref(v);
+    free(t);
+}
+
 /* The conversions and header checks hf_import and hf_export rely on. */
 static void test_safetensors(void)
 {
@@ -272,6 +335,7 @@ int main(void)
     test_values();
     test_strings();
     test_errors();
+    test_many_keys();
     test_safetensors();
     return mt_test_exit("test_json");
 }
