@@ -111,56 +111,55 @@ mt_status_t mt_hf_expected_tensors(const mt_model_config_t *m, mt_hf_tensor_t **
 /* ------------------------------------------------------------ reading config.json */
 
 typedef struct {
-    const mt_json_t *j;
+    const json_t *j;
     const char *name; /* the file, for messages */
 } cfg_t;
 
-static mt_status_t bad_type(const cfg_t *c, const char *key, const mt_json_t *v, const char *want)
+static mt_status_t bad_type(const cfg_t *c, const char *key, const json_t *v, const char *want)
 {
-    MT_FAIL(MT_ERR_IO, "%s:%d:%d: \"%s\" is a %s, expected %s", c->name, v->line, v->column, key,
-            mt_json_type_name(v->type), want);
+    MT_FAIL(MT_ERR_IO, "%s: \"%s\" is a %s, expected %s", c->name, key, mt_hf_json_type(v), want);
 }
 
 /* An integer >= 1; required, or *out keeps def when absent or null. */
 static mt_status_t get_int(const cfg_t *c, const char *key, int required, int64_t def,
                            int64_t *out)
 {
-    const mt_json_t *v = mt_json_get(c->j, key);
-    if (!v || v->type == MT_JSON_NULL) {
+    const json_t *v = json_object_get(c->j, key);
+    if (!v || json_is_null(v)) {
         if (required)
             MT_FAIL(MT_ERR_IO, "%s: \"%s\" is missing: it is required", c->name, key);
         *out = def;
         return MT_OK;
     }
-    if (v->type != MT_JSON_NUMBER || !v->is_int || v->integer < 1)
+    if (!json_is_integer(v) || json_integer_value(v) < 1)
         return bad_type(c, key, v, "a positive integer");
-    *out = v->integer;
+    *out = json_integer_value(v);
     return MT_OK;
 }
 
 static mt_status_t get_num(const cfg_t *c, const char *key, double def, double *out)
 {
-    const mt_json_t *v = mt_json_get(c->j, key);
-    if (!v || v->type == MT_JSON_NULL) {
+    const json_t *v = json_object_get(c->j, key);
+    if (!v || json_is_null(v)) {
         *out = def;
         return MT_OK;
     }
-    if (v->type != MT_JSON_NUMBER || !(v->number > 0))
+    if (!json_is_number(v) || !(json_number_value(v) > 0))
         return bad_type(c, key, v, "a positive number");
-    *out = v->number;
+    *out = json_number_value(v);
     return MT_OK;
 }
 
 static mt_status_t get_bool(const cfg_t *c, const char *key, int def, int *out)
 {
-    const mt_json_t *v = mt_json_get(c->j, key);
-    if (!v || v->type == MT_JSON_NULL) {
+    const json_t *v = json_object_get(c->j, key);
+    if (!v || json_is_null(v)) {
         *out = def;
         return MT_OK;
     }
-    if (v->type != MT_JSON_BOOL)
+    if (!json_is_boolean(v))
         return bad_type(c, key, v, "true or false");
-    *out = v->boolean;
+    *out = json_is_true(v);
     return MT_OK;
 }
 
@@ -185,16 +184,17 @@ static int looks_moe(const char *arch)
 /* The architecture: 0 Llama, 1 Qwen3, 2 Qwen3-MoE. */
 static mt_status_t architecture(const cfg_t *c, int *qwen3)
 {
-    const mt_json_t *a = mt_json_get(c->j, "architectures"), *mt = mt_json_get(c->j, "model_type");
+    const json_t *a = json_object_get(c->j, "architectures");
+    const json_t *mt = json_object_get(c->j, "model_type");
     const char *arch = NULL, *type = NULL;
     char what[512];
-    if (mt && mt->type != MT_JSON_STRING)
+    if (mt && !json_is_string(mt))
         return bad_type(c, "model_type", mt, "a string");
-    type = mt ? mt->string : NULL;
-    if (a && a->type != MT_JSON_NULL) {
-        if (a->type != MT_JSON_ARRAY || a->count != 1 || a->items[0].type != MT_JSON_STRING)
+    type = mt ? json_string_value(mt) : NULL;
+    if (a && !json_is_null(a)) {
+        if (!json_is_array(a) || json_array_size(a) != 1 || !json_is_string(json_array_get(a, 0)))
             return bad_type(c, "architectures", a, "an array of one string");
-        arch = a->items[0].string;
+        arch = json_string_value(json_array_get(a, 0));
     }
     if (!arch && !type)
         MT_FAIL(MT_ERR_IO, "%s: neither \"architectures\" nor \"model_type\" says what model "
@@ -229,33 +229,35 @@ static mt_status_t rope(const cfg_t *c, double *theta)
     static const char *const keys[] = {"rope_scaling", "rope_parameters"};
     char what[300];
     for (int k = 0; k < 2; k++) {
-        const mt_json_t *r = mt_json_get(c->j, keys[k]);
-        if (!r || r->type == MT_JSON_NULL)
+        const json_t *r = json_object_get(c->j, keys[k]);
+        if (!r || json_is_null(r))
             continue;
-        if (r->type != MT_JSON_OBJECT)
+        if (!json_is_object(r))
             return bad_type(c, keys[k], r, "an object or null");
-        const mt_json_t *t = mt_json_get(r, "rope_type");
+        const json_t *t = json_object_get(r, "rope_type");
         if (!t)
-            t = mt_json_get(r, "type");
-        if (t && (t->type != MT_JSON_STRING || strcmp(t->string, "default") != 0)) {
+            t = json_object_get(r, "type");
+        const char *tname = json_string_value(t); /* NULL unless a string */
+        if (t && (!tname || strcmp(tname, "default") != 0)) {
             snprintf(what, sizeof what, "%s of type %.100s is not supported: meshtrain's RoPE "
-                     "has no scaling", keys[k], t->type == MT_JSON_STRING ? t->string : "?");
+                     "has no scaling", keys[k], tname ? tname : "?");
             return unsupported(c, what);
         }
-        const mt_json_t *th = mt_json_get(r, "rope_theta");
-        if (th && th->type == MT_JSON_NUMBER && th->number > 0 && !mt_json_get(c->j, "rope_theta"))
-            *theta = th->number;
+        const json_t *th = json_object_get(r, "rope_theta");
+        if (json_is_number(th) && json_number_value(th) > 0 &&
+            !json_object_get(c->j, "rope_theta"))
+            *theta = json_number_value(th);
     }
     return MT_OK;
 }
 
-mt_status_t mt_hf_config_to_model(const mt_json_t *j, const char *name, mt_model_config_t *m,
+mt_status_t mt_hf_config_to_model(const json_t *j, const char *name, mt_model_config_t *m,
                                   FILE *note)
 {
     cfg_t c = {j, name};
-    if (j->type != MT_JSON_OBJECT)
+    if (!json_is_object(j))
         MT_FAIL(MT_ERR_IO, "%s: the file is a JSON %s, expected an object", name,
-                mt_json_type_name(j->type));
+                mt_hf_json_type(j));
     int qwen3 = 0, flag = 0;
     MT_TRY(architecture(&c, &qwen3));
 
@@ -272,19 +274,20 @@ mt_status_t mt_hf_config_to_model(const mt_json_t *j, const char *name, mt_model
     }
     static const char *const moe_keys[] = {"num_experts", "num_local_experts", "n_routed_experts"};
     for (int k = qwen3 == 2 ? 3 : 0; k < 3; k++) {
-        const mt_json_t *v = mt_json_get(j, moe_keys[k]);
-        if (v && v->type == MT_JSON_NUMBER && v->number > 0) {
+        const json_t *v = json_object_get(j, moe_keys[k]);
+        if (json_is_number(v) && json_number_value(v) > 0) {
             char what[200];
             snprintf(what, sizeof what, "\"%s\": %g: mixture-of-experts models are not supported "
-                     "by import", moe_keys[k], v->number);
+                     "by import", moe_keys[k], json_number_value(v));
             return unsupported(&c, what);
         }
     }
-    const mt_json_t *act = mt_json_get(j, "hidden_act");
-    if (act && (act->type != MT_JSON_STRING || strcmp(act->string, "silu") != 0)) {
+    const json_t *act = json_object_get(j, "hidden_act");
+    const char *act_name = json_string_value(act); /* NULL unless a string */
+    if (act && (!act_name || strcmp(act_name, "silu") != 0)) {
         char what[200];
         snprintf(what, sizeof what, "hidden_act %.60s is not supported: meshtrain's MLP is "
-                 "SwiGLU (silu)", act->type == MT_JSON_STRING ? act->string : "(not a string)");
+                 "SwiGLU (silu)", act_name ? act_name : "(not a string)");
         return unsupported(&c, what);
     }
 
@@ -319,15 +322,16 @@ mt_status_t mt_hf_config_to_model(const mt_json_t *j, const char *name, mt_model
         x.norm_topk_prob = flag;
         MT_TRY(get_num(&c, "router_aux_loss_coef", 0.001, &x.router_aux_loss_coef));
         MT_TRY(get_int(&c, "decoder_sparse_step", 0, 1, &step));
-        const mt_json_t *dl = mt_json_get(j, "mlp_only_layers");
-        if (dl && dl->type != MT_JSON_NULL && dl->type != MT_JSON_ARRAY)
+        const json_t *dl = json_object_get(j, "mlp_only_layers");
+        if (dl && !json_is_null(dl) && !json_is_array(dl))
             return bad_type(&c, "mlp_only_layers", dl, "an array of layer indices");
         /* dense: listed, or not on the sparse step (transformers' rule) */
         size_t used = 0;
         for (int64_t l = 0; l < x.num_hidden_layers; l++) {
             int dense = step < 1 || (l + 1) % step != 0;
-            for (size_t i = 0; dl && dl->type == MT_JSON_ARRAY && i < dl->count; i++)
-                dense |= dl->items[i].type == MT_JSON_NUMBER && dl->items[i].number == (double)l;
+            for (size_t i = 0; i < json_array_size(dl); i++) /* 0 unless an array */
+                dense |= json_is_number(json_array_get(dl, i)) &&
+                         json_number_value(json_array_get(dl, i)) == (double)l;
             if (dense && used + 24 < sizeof x.mlp_only_layers)
                 used += (size_t)snprintf(x.mlp_only_layers + used, sizeof x.mlp_only_layers - used,
                                          "%s%lld", used ? "," : "", (long long)l);
@@ -349,10 +353,10 @@ mt_status_t mt_hf_config_to_model(const mt_json_t *j, const char *name, mt_model
         MT_FAIL(MT_ERR_IO, "%s: num_attention_heads %lld is not divisible by "
                 "num_key_value_heads %lld", name, (long long)x.num_attention_heads, (long long)kv);
     if (note) {
-        const mt_json_t *pt = mt_json_get(j, "pretraining_tp");
-        if (pt && pt->type == MT_JSON_NUMBER && pt->number > 1)
+        const json_t *pt = json_object_get(j, "pretraining_tp");
+        if (json_is_number(pt) && json_number_value(pt) > 1)
             fprintf(note, "note: %s: pretraining_tp %g only changes how transformers splits "
-                    "matmuls; ignored\n", name, pt->number);
+                    "matmuls; ignored\n", name, json_number_value(pt));
     }
     *m = x;
     return MT_OK;

@@ -106,11 +106,11 @@ static mt_status_t build_config(const char *hf_dir, const char *config_path, mt_
     mt_config_init(cfg);
     if (config_path)
         MT_TRY(mt_config_load_file(cfg, config_path));
-    mt_json_t *j;
-    MT_TRY(mt_json_parse_file(name, MAX_JSON_BYTES, &j));
+    json_t *j;
+    MT_TRY(mt_hf_json_load(name, MAX_JSON_BYTES, &j));
     mt_model_config_t hf = cfg->model;
     mt_status_t s = mt_hf_config_to_model(j, name, &hf, note);
-    mt_json_free(j);
+    json_decref(j);
     MT_TRY(s);
     if (config_path)
         MT_TRY(compare_model(cfg, &hf, name));
@@ -148,45 +148,51 @@ static const mt_st_entry_t *find(const source_t *src, const char *name, int *fil
     return NULL;
 }
 
+/* One weight_map member: the shard it names is opened (once) and its
+ * header has the tensor. */
+static mt_status_t map_entry(source_t *src, const char *hf_dir, const char *index,
+                             const char *tensor, const json_t *v)
+{
+    const char *file = json_string_value(v);
+    if (!file || !file[0] || strchr(file, '/') || file[0] == '.')
+        MT_FAIL(MT_ERR_IO, "%s: weight_map \"%s\" must name a file in the same directory", index,
+                tensor);
+    int known = 0;
+    for (int k = 0; k < src->nf && !known; k++) {
+        const char *base = strrchr(src->f[k].path, '/');
+        known = strcmp(base ? base + 1 : src->f[k].path, file) == 0;
+    }
+    if (!known) {
+        char path[MT_CKPT_PATH_CAP];
+        MT_TRY(mt_ckpt_join(path, hf_dir, file));
+        MT_TRY(add_file(src, path));
+    }
+    int at;
+    if (!find(src, tensor, &at) || strcmp(strrchr(src->f[at].path, '/') + 1, file) != 0)
+        MT_FAIL(MT_ERR_IO, "%s maps %s to %s, whose header does not have it", index, tensor, file);
+    return MT_OK;
+}
+
 /* The index's weight_map and the shards' headers must agree exactly. */
 static mt_status_t open_index(source_t *src, const char *hf_dir, const char *index)
 {
-    mt_json_t *j;
-    MT_TRY(mt_json_parse_file(index, MAX_JSON_BYTES, &j));
-    const mt_json_t *wm = mt_json_get(j, "weight_map");
+    json_t *j;
+    MT_TRY(mt_hf_json_load(index, MAX_JSON_BYTES, &j));
+    json_t *wm = json_object_get(j, "weight_map");
     mt_status_t s = MT_OK;
-    char path[MT_CKPT_PATH_CAP];
-    if (!wm || wm->type != MT_JSON_OBJECT)
+    if (!json_is_object(wm))
         s = mt_error_set(MT_ERR_IO, __FILE__, __LINE__, "%s: no \"weight_map\" object", index);
-    size_t listed = wm && s == MT_OK ? wm->count : 0;
-    for (size_t i = 0; i < listed && s == MT_OK; i++) {
-        const mt_json_t *v = &wm->items[i];
-        if (v->type != MT_JSON_STRING || !v->string[0] || strchr(v->string, '/') ||
-            v->string[0] == '.') {
-            s = mt_error_set(MT_ERR_IO, __FILE__, __LINE__, "%s:%d:%d: weight_map \"%s\" must "
-                             "name a file in the same directory", index, v->line, v->column,
-                             wm->keys[i]);
+    const char *tensor;
+    json_t *v;
+    json_object_foreach(wm, tensor, v) /* none unless an object */
+        if ((s = map_entry(src, hf_dir, index, tensor, v)) != MT_OK)
             break;
-        }
-        int known = 0;
-        for (int k = 0; k < src->nf && !known; k++) {
-            const char *base = strrchr(src->f[k].path, '/');
-            known = strcmp(base ? base + 1 : src->f[k].path, v->string) == 0;
-        }
-        if (!known && (s = mt_ckpt_join(path, hf_dir, v->string)) == MT_OK)
-            s = add_file(src, path);
-        int at;
-        if (s == MT_OK && (!find(src, wm->keys[i], &at) ||
-                           strcmp(strrchr(src->f[at].path, '/') + 1, v->string) != 0))
-            s = mt_error_set(MT_ERR_IO, __FILE__, __LINE__, "%s maps %s to %s, whose header "
-                             "does not have it", index, wm->keys[i], v->string);
-    }
     for (int k = 0; k < src->nf && s == MT_OK; k++)
         for (int e = 0; e < src->f[k].n && s == MT_OK; e++)
-            if (!mt_json_get(wm, src->f[k].e[e].name))
+            if (!json_object_get(wm, src->f[k].e[e].name))
                 s = mt_error_set(MT_ERR_IO, __FILE__, __LINE__, "%s has tensor %s, which %s "
                                  "does not list", src->f[k].path, src->f[k].e[e].name, index);
-    mt_json_free(j);
+    json_decref(j);
     return s;
 }
 

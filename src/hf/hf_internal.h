@@ -1,18 +1,18 @@
 /* hf_internal.h: what the Hugging Face interchange files share:
- * safetensors.c (the file format, dtype conversion), hf_config.c
- * (config.json <-> the model section, the tensor list), hf_export.c and
- * hf_import.c (the collective export and import), hf_cli.c (their command
- * line).  Not installed: callers use mt_hf.h. */
+ * hf_json.c (JSON through jansson), safetensors.c (the file format, dtype
+ * conversion), hf_config.c (config.json <-> the model section, the tensor
+ * list), hf_export.c and hf_import.c (the collective export and import),
+ * hf_cli.c (their command line).  Not installed: callers use mt_hf.h. */
 #ifndef MT_HF_INTERNAL_H
 #define MT_HF_INTERNAL_H
 
+#include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "mt_bf16.h"
 #include "mt_config.h"
 #include "mt_hf.h"
-#include "mt_json.h"
 #include "mt_status.h"
 
 #define MT_HF_NAME_MAX 200    /* tensor names (the checkpoint's paths hold 256) */
@@ -20,6 +20,23 @@
 #define MT_ST_MAX_HEADER (100u << 20) /* as the safetensors reference reader */
 #define MT_HF_INDEX "model.safetensors.index.json"
 #define MT_HF_SINGLE "model.safetensors"
+
+/* ------------------------------------------------------------ JSON */
+
+#define MT_HF_JSON_MAX_DEPTH 256 /* nesting levels (a plain literal: messages stringify it) */
+
+/* Parse text[0, len) as one JSON document of any type: duplicate keys,
+ * text after the value, nesting beyond MT_HF_JSON_MAX_DEPTH and what
+ * jansson refuses are MT_ERR_IO errors "NAME:LINE:COL: what (found TOKEN)".
+ * Integers that fit long long are JSON integers, exactly; larger ones are
+ * refused.  Release *out with json_decref. */
+mt_status_t mt_hf_json_parse(const char *text, size_t len, const char *name, json_t **out);
+
+/* Read a whole file (over max_bytes is refused) and parse it. */
+mt_status_t mt_hf_json_load(const char *path, size_t max_bytes, json_t **out);
+
+/* "null", "boolean", "number", "string", "array" or "object", for messages. */
+const char *mt_hf_json_type(const json_t *v);
 
 /* ------------------------------------------------------------ dtypes */
 
@@ -82,7 +99,7 @@ mt_status_t mt_hf_expected_tensors(const mt_model_config_t *m, mt_hf_tensor_t **
 /* config.json (parsed) into the model section; refuses architectures and
  * features the dense model does not have, naming them.  Notes (ignored
  * keys) go to `note` if not NULL. */
-mt_status_t mt_hf_config_to_model(const mt_json_t *j, const char *name, mt_model_config_t *m,
+mt_status_t mt_hf_config_to_model(const json_t *j, const char *name, mt_model_config_t *m,
                                   FILE *note);
 
 /* config.json text for the model section (malloc'd). */

@@ -101,7 +101,17 @@ static int by_begin(const void *a, const void *b)
     return (x->begin > y->begin) - (x->begin < y->begin);
 }
 
-static mt_status_t read_entry(const mt_st_file_t *f, const char *key, const mt_json_t *v,
+/* shape[d] and data_offsets[k]: exact non-negative integers */
+static int count_at(const json_t *a, size_t i, int64_t *out)
+{
+    const json_t *x = json_array_get(a, i);
+    if (!json_is_integer(x) || json_integer_value(x) < 0)
+        return 0;
+    *out = json_integer_value(x);
+    return 1;
+}
+
+static mt_status_t read_entry(const mt_st_file_t *f, const char *key, const json_t *v,
                               mt_st_entry_t *e)
 {
     const char *fn = f->path;
@@ -109,40 +119,38 @@ static mt_status_t read_entry(const mt_st_file_t *f, const char *key, const mt_j
         MT_FAIL(MT_ERR_IO, "%s: tensor name \"%.60s...\" is longer than %d bytes", fn, key,
                 MT_HF_NAME_MAX - 1);
     snprintf(e->name, sizeof e->name, "%s", key);
-    if (v->type != MT_JSON_OBJECT)
+    if (!json_is_object(v))
         MT_FAIL(MT_ERR_IO, "%s: header entry \"%s\" is a JSON %s, expected an object with dtype, "
-                "shape and data_offsets", fn, key, mt_json_type_name(v->type));
-    const mt_json_t *dt = mt_json_get(v, "dtype"), *sh = mt_json_get(v, "shape"),
-                    *off = mt_json_get(v, "data_offsets");
-    if (!dt || dt->type != MT_JSON_STRING || !sh || sh->type != MT_JSON_ARRAY || !off ||
-        off->type != MT_JSON_ARRAY)
+                "shape and data_offsets", fn, key, mt_hf_json_type(v));
+    const char *dt = json_string_value(json_object_get(v, "dtype"));
+    const json_t *sh = json_object_get(v, "shape"), *off = json_object_get(v, "data_offsets");
+    if (!dt || !json_is_array(sh) || !json_is_array(off))
         MT_FAIL(MT_ERR_IO, "%s: tensor %s: the header needs \"dtype\" (a string), \"shape\" and "
                 "\"data_offsets\" (arrays)", fn, key);
-    snprintf(e->dtype_text, sizeof e->dtype_text, "%s", dt->string);
-    e->dtype = !strcmp(dt->string, "F32") ? MT_ST_F32 : !strcmp(dt->string, "BF16") ? MT_ST_BF16
-             : !strcmp(dt->string, "F16") ? MT_ST_F16 : MT_ST_OTHER;
-    if (sh->count > MT_ST_MAX_DIMS)
+    snprintf(e->dtype_text, sizeof e->dtype_text, "%s", dt);
+    e->dtype = !strcmp(dt, "F32") ? MT_ST_F32 : !strcmp(dt, "BF16") ? MT_ST_BF16
+             : !strcmp(dt, "F16") ? MT_ST_F16 : MT_ST_OTHER;
+    if (json_array_size(sh) > MT_ST_MAX_DIMS)
         MT_FAIL(MT_ERR_IO, "%s: tensor %s has %zu dimensions; at most %d are supported", fn, key,
-                sh->count, MT_ST_MAX_DIMS);
-    e->ndim = (int)sh->count;
+                json_array_size(sh), MT_ST_MAX_DIMS);
+    e->ndim = (int)json_array_size(sh);
     uint64_t nelem = 1;
     for (int d = 0; d < e->ndim; d++) {
-        const mt_json_t *x = &sh->items[d];
-        if (x->type != MT_JSON_NUMBER || !x->is_int || x->integer < 0)
+        if (!count_at(sh, (size_t)d, &e->shape[d]))
             MT_FAIL(MT_ERR_IO, "%s: tensor %s: shape[%d] is not a non-negative integer", fn, key,
                     d);
-        e->shape[d] = x->integer;
-        if (x->integer && nelem > UINT64_MAX / 16 / (uint64_t)x->integer)
+        uint64_t x = (uint64_t)e->shape[d];
+        if (x && nelem > UINT64_MAX / 16 / x)
             MT_FAIL(MT_ERR_IO, "%s: tensor %s: the shape is too large", fn, key);
-        nelem *= (uint64_t)x->integer;
+        nelem *= x;
     }
-    if (off->count != 2 || off->items[0].type != MT_JSON_NUMBER || !off->items[0].is_int ||
-        off->items[1].type != MT_JSON_NUMBER || !off->items[1].is_int ||
-        off->items[0].integer < 0 || off->items[1].integer < off->items[0].integer)
+    int64_t begin, end;
+    if (json_array_size(off) != 2 || !count_at(off, 0, &begin) || !count_at(off, 1, &end) ||
+        end < begin)
         MT_FAIL(MT_ERR_IO, "%s: tensor %s: data_offsets must be [begin, end] with 0 <= begin <= "
                 "end", fn, key);
-    e->begin = (uint64_t)off->items[0].integer;
-    e->end = (uint64_t)off->items[1].integer;
+    e->begin = (uint64_t)begin;
+    e->end = (uint64_t)end;
     size_t es = mt_st_dtype_size(e->dtype);
     if (es && e->end - e->begin != nelem * es)
         MT_FAIL(MT_ERR_IO, "%s: tensor %s: data_offsets [%llu, %llu] span %llu bytes, but %llu "
@@ -156,26 +164,35 @@ static mt_status_t read_entry(const mt_st_file_t *f, const char *key, const mt_j
     return MT_OK;
 }
 
-static mt_status_t parse_header(mt_st_file_t *f, const mt_json_t *j)
+static mt_status_t check_metadata(const mt_st_file_t *f, json_t *m)
 {
-    if (j->type != MT_JSON_OBJECT)
+    const char *key;
+    json_t *v;
+    if (!json_is_object(m))
+        MT_FAIL(MT_ERR_IO, "%s: __metadata__ must be an object of strings", f->path);
+    json_object_foreach(m, key, v)
+        if (!json_is_string(v))
+            MT_FAIL(MT_ERR_IO, "%s: __metadata__ \"%s\" is a %s; the format allows strings only",
+                    f->path, key, mt_hf_json_type(v));
+    return MT_OK;
+}
+
+static mt_status_t parse_header(mt_st_file_t *f, json_t *j)
+{
+    if (!json_is_object(j))
         MT_FAIL(MT_ERR_IO, "%s: the header is a JSON %s, expected an object", f->path,
-                mt_json_type_name(j->type));
-    if (!(f->e = calloc(j->count ? j->count : 1, sizeof *f->e)))
-        MT_FAIL(MT_ERR_NOMEM, "%s: %zu header entries", f->path, j->count);
-    for (size_t i = 0; i < j->count; i++) {
-        if (strcmp(j->keys[i], "__metadata__") == 0) {
-            const mt_json_t *m = &j->items[i];
-            if (m->type != MT_JSON_OBJECT)
-                MT_FAIL(MT_ERR_IO, "%s: __metadata__ must be an object of strings", f->path);
-            for (size_t k = 0; k < m->count; k++)
-                if (m->items[k].type != MT_JSON_STRING)
-                    MT_FAIL(MT_ERR_IO, "%s: __metadata__ \"%s\" is a %s; the format allows "
-                            "strings only", f->path, m->keys[k],
-                            mt_json_type_name(m->items[k].type));
+                mt_hf_json_type(j));
+    size_t count = json_object_size(j);
+    if (!(f->e = calloc(count ? count : 1, sizeof *f->e)))
+        MT_FAIL(MT_ERR_NOMEM, "%s: %zu header entries", f->path, count);
+    const char *key;
+    json_t *v;
+    json_object_foreach(j, key, v) { /* in the header's order */
+        if (strcmp(key, "__metadata__") == 0) {
+            MT_TRY(check_metadata(f, v));
             continue;
         }
-        MT_TRY(read_entry(f, j->keys[i], &j->items[i], &f->e[f->n]));
+        MT_TRY(read_entry(f, key, v, &f->e[f->n]));
         f->n++;
     }
     /* Tensors must not share bytes. */
@@ -229,15 +246,15 @@ mt_status_t mt_st_read_header(const char *path, mt_st_file_t *f)
                              path, strerror(errno));
     }
     close(fd);
-    mt_json_t *j = NULL;
+    json_t *j = NULL;
     if (s == MT_OK && (n == 0 || hdr[0] != '{'))
         s = mt_error_set(MT_ERR_IO, __FILE__, __LINE__, "%s: not a safetensors file: the header "
                          "does not start with '{'", path);
     if (s == MT_OK)
-        s = mt_json_parse(hdr, n, path, &j);
+        s = mt_hf_json_parse(hdr, n, path, &j);
     if (s == MT_OK)
         s = parse_header(f, j);
-    mt_json_free(j);
+    json_decref(j);
     free(hdr);
     if (s != MT_OK)
         mt_st_file_free(f);
