@@ -1,0 +1,3 @@
+# src/data: token files, sampling, packing, the writers meshtrain-data uses.
+src_libmeshtrain_la_SOURCES += src/data/data.c src/data/data_write.c src/data/pack.c
+pkginclude_HEADERS += src/data/mt_data.h src/data/mt_pack.h

@@ -1,0 +1,6 @@
+# tests/data: readers, sampling, packing, meshtrain-data
+check_PROGRAMS += tests/data/test_data tests/data/test_pack
+tests_data_test_data_SOURCES = tests/data/test_data.c tests/harness/mt_test.h
+tests_data_test_pack_SOURCES = tests/data/test_pack.c tests/harness/mt_test.h
+TESTS += tests/data/test_data tests/data/test_pack tests/data/data_tool.sh
+EXTRA_DIST += tests/data/data_tool.sh
