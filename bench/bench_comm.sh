@@ -1,6 +1,6 @@
 #!/bin/sh
-# comm_bench.sh: communication of every data-parallel strategy at 4 ranks
-# (issue 4, "Numbers"), from the build directory:  make bench-comm
+# bench_comm.sh: communication of every data-parallel strategy at 4 ranks
+# (doc/performance.md), from the build directory:  make bench-comm
 #
 # For ddp, fsdp2, fsdp2 HSDP (2 replicas x 2 shards) and megatron_fsdp
 # zero_dp_strategy 1, 2, 3 it trains the same small model for STEPS steps
@@ -31,8 +31,8 @@ pdtype=${PARAM_DTYPE:-float32} rdtype=${REDUCE_DTYPE:-float32}
 mpiexec=${MPIEXEC:-mpiexec} npflag=${MPIEXEC_NP:--n}
 out=${OUT:-comm-bench}
 shim=$(pwd)/bench/.libs/pmpi_count.so
-[ -f "$shim" ] || { echo "comm_bench: $shim missing: make bench-comm builds it" >&2; exit 99; }
-[ "$steps" -ge 3 ] || { echo "comm_bench: STEPS must be at least 3" >&2; exit 99; }
+[ -f "$shim" ] || { echo "bench_comm: $shim missing: make bench-comm builds it" >&2; exit 99; }
+[ "$steps" -ge 3 ] || { echo "bench_comm: STEPS must be at least 3" >&2; exit 99; }
 mkdir -p "$out"
 rm -f "$out"/*
 data=$(pwd)/share/data/tiny-corpus.bin
@@ -49,7 +49,7 @@ unset OMP_NUM_THREADS OPENBLAS_NUM_THREADS
 plan=$(./apps/meshtrain-plan $common --world-size "$np" --json)
 P=$(printf '%s\n' "$plan" | sed -n 's/.*"parameters": {"total": \([0-9]*\).*/\1/p')
 HEAD=$(printf '%s\n' "$plan" | sed -n 's/.*"head": \([0-9]*\).*/\1/p')
-[ -n "$P" ] && [ -n "$HEAD" ] || { echo "comm_bench: no parameter count from meshtrain-plan" >&2; exit 99; }
+[ -n "$P" ] && [ -n "$HEAD" ] || { echo "bench_comm: no parameter count from meshtrain-plan" >&2; exit 99; }
 
 strategies="ddp fsdp2 hsdp zero1 zero2 zero3"
 # HSDP needs 2 replicas of at least 2 shards
@@ -95,7 +95,7 @@ measured() {
                 mark[++m] = n
         }
         END {
-            if (m < steps) { print "comm_bench: " FILENAME ": " m " step markers, expected " steps > "/dev/stderr"; exit 1 }
+            if (m < steps) { print "bench_comm: " FILENAME ": " m " step markers, expected " steps > "/dev/stderr"; exit 1 }
             for (i = mark[m - steps + 1] + 1; i <= mark[m]; i++) {
                 k = kind[i]; b = bytes[i]; p = size[i]
                 f = p > 1 ? (k == "allreduce" ? 2 * (p - 1) / p : k ~ /^(allgather|reduce_scatter)/ ? (p - 1) / p : 1) : 0
@@ -123,14 +123,14 @@ for s in $strategies; do
     # shellcheck disable=SC2046
     $mpiexec $npflag "$np" env LD_PRELOAD="$shim" MT_PMPI_OUT="$out/$s.trace" \
         ./apps/meshtrain-dense $common $(overrides "$s") logging.metrics_file="$out/$s.jsonl" \
-        > "$log" 2>&1 || { echo "comm_bench: $s failed, see $log" >&2; exit 1; }
+        > "$log" 2>&1 || { echo "bench_comm: $s failed, see $log" >&2; exit 1; }
     set -- $(measured "$out/$s.trace")
     m_ar=$1 m_ag=$2 m_rs=$3 m_ot=$4 m_cb=$5 m_cc=$6
     set -- $(analytic "$s")
     a_ar=$1 a_ag=$2 a_rs=$3
     exposed=$(awk -F'"comm_wait_s": ' 'NR > 1 { split($2, a, "}"); t += a[1]; n++ } END { printf "%.4f", t / n }' "$out/$s.jsonl")
     $mpiexec $npflag "$np" ./bench/comm_replay "$out/$s.trace" "$reps" > "$out/$s.replay" 2>&1 ||
-        { echo "comm_bench: replay of $s failed, see $out/$s.replay" >&2; exit 1; }
+        { echo "bench_comm: replay of $s failed, see $out/$s.replay" >&2; exit 1; }
     replay=$(sed -n 's/^replay step_s \([0-9.]*\).*/\1/p' "$out/$s.replay")
     awk -v s="$s" -v ar="$m_ar" -v ag="$m_ag" -v rs="$m_rs" -v ot="$m_ot" -v cb="$m_cb" -v cc="$m_cc" \
         -v aar="$a_ar" -v aag="$a_ag" -v ars="$a_rs" -v ex="$exposed" -v re="$replay" 'BEGIN {

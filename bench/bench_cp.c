@@ -1,4 +1,4 @@
-/* cp_bench.c: context-parallel attention figures (make bench-cp; never part
+/* bench_cp.c: context-parallel attention figures (make bench-cp; never part
  * of make check).
  *
  * 1. Balance (rank 0, no MPI traffic): per-rank attention FLOPs of one row
@@ -85,7 +85,7 @@ int main(int argc, char **argv)
         balance(T, nh, hd);
     if (T % (2 * P)) {
         if (rank == 0)
-            fprintf(stderr, "cp_bench: T %lld is not divisible by 2 x %d ranks\n", (long long)T, P);
+            fprintf(stderr, "bench_cp: T %lld is not divisible by 2 x %d ranks\n", (long long)T, P);
         MPI_Finalize();
         return 1;
     }

@@ -1,4 +1,4 @@
-/* cuda_attention_bench: attention throughput of the CUDA backend at the
+/* bench_cuda_attention: attention throughput of the CUDA backend at the
  * Llama-3.2-1B shape (T 2048, 32 query heads, 8 kv heads, head dim 64,
  * causal), B = 1..4: the fp32 kernels of mt_backend_cuda()
  * (cuda_attention.cu, CUDA cores; at B = 1 only, they are slow) against the bf16 tensor-core kernels of
@@ -37,7 +37,7 @@ static double now_s(void)
 
 static void die(const char *what)
 {
-    fprintf(stderr, "cuda_attention_bench: %s: %s (%s)\nhint: %s\n", what, mt_error_message(),
+    fprintf(stderr, "bench_cuda_attention: %s: %s (%s)\nhint: %s\n", what, mt_error_message(),
             mt_error_where(), mt_error_hint_text());
     exit(1);
 }
@@ -103,7 +103,7 @@ int main(int argc, char **argv)
         }
     }
     if (mt_cuda_device_count() == 0) {
-        printf("cuda_attention_bench: no CUDA device: skipping\n");
+        printf("bench_cuda_attention: no CUDA device: skipping\n");
         return 77;
     }
     const size_t nq = (size_t)(Bmax * T * nh * hd), nk = (size_t)(Bmax * T * nkv * hd),
@@ -131,7 +131,7 @@ int main(int argc, char **argv)
         f32->copy_to_device(dst[j], h, n * sizeof(float));
         tc->round_bf16(dst[j], (int64_t)n);
     }
-    printf("cuda_attention_bench: causal GQA attention, T=%lld nh=%lld nkv=%lld hd=%lld, "
+    printf("bench_cuda_attention: causal GQA attention, T=%lld nh=%lld nkv=%lld hd=%lld, "
            "%d iters\n",
            (long long)T, (long long)nh, (long long)nkv, (long long)hd, iters);
     if (!mt_cuda_attention_tc_supported(hd))

@@ -1,4 +1,4 @@
-/* cuda_gemm_bench: bf16 GEMM throughput of the CUDA backend (cuBLASLt,
+/* bench_cuda_gemm: bf16 GEMM throughput of the CUDA backend (cuBLASLt,
  * fp32 accumulation, mt_cuda_matmul_bf16) at the GEMM shapes of one
  * training step of a Llama-3.2-1B-sized model (d 2048, ffn 8192, 32 heads
  * of 64, 8 kv heads, vocabulary 128256, 16 layers), and what that
@@ -42,7 +42,7 @@ static double now_s(void)
 
 static void die(const char *what)
 {
-    fprintf(stderr, "cuda_gemm_bench: %s: %s (%s)\nhint: %s\n", what, mt_error_message(),
+    fprintf(stderr, "bench_cuda_gemm: %s: %s (%s)\nhint: %s\n", what, mt_error_message(),
             mt_error_where(), mt_error_hint_text());
     exit(1);
 }
@@ -128,7 +128,7 @@ int main(int argc, char **argv)
         }
     }
     if (mt_cuda_device_count() == 0) {
-        printf("cuda_gemm_bench: no CUDA device: skipping\n");
+        printf("bench_cuda_gemm: no CUDA device: skipping\n");
         return 77;
     }
     const int L = 16;
@@ -192,7 +192,7 @@ int main(int argc, char **argv)
         be->copy_to_device(Y, src, maxy * el);
         be->copy_to_device(X, src, maxx * el);
         be->copy_to_device(Wb, fill, maxw * 2);
-        printf("cuda_gemm_bench: %s, fp32 accumulation, M = %lld tokens, %d iters\n", title[mode],
+        printf("bench_cuda_gemm: %s, fp32 accumulation, M = %lld tokens, %d iters\n", title[mode],
                (long long)M, iters);
         printf("%-18s %-9s %8s %8s %8s %10s %9s\n", "gemm", "pass", "M", "N", "K", "ms",
                "TFLOP/s");
@@ -235,7 +235,7 @@ int main(int argc, char **argv)
     be->copy_to_device(Y, fill, (size_t)(M * V) * 2);
     be->copy_to_device(X, fill, (size_t)(M * H) * 2);
     be->zero(dW, (size_t)(V * H) * 4);
-    printf("cuda_gemm_bench: the LM head's weight gradient, dW [%lld, %lld] float32 += "
+    printf("bench_cuda_gemm: the LM head's weight gradient, dW [%lld, %lld] float32 += "
            "dlogits^T x, by chunk rows\n%8s %10s %9s\n",
            (long long)V, (long long)H, "rows", "ms", "TFLOP/s");
     for (int i = 0; i < 3 && rows[i] <= M; i++) {

@@ -1,11 +1,16 @@
 #!/bin/sh
-# bench_dense.sh: meshtrain-dense against PyTorch eager on the dense-model
-# issue's bench config (bench/dense.yaml), same threads, same steps.
+# bench_dense.sh: meshtrain-dense against PyTorch eager on the bench
+# config (bench/dense.yaml), same threads, same steps, same BLAS.
 # Alternates the two REPS times (default 3) and prints the median tokens/s
 # of each, their ratio, and MFU against the best single-process SGEMM rate
 # measured before and after the runs.  Run from the build directory:  make bench
 # (THREADS=2 by default; PyTorch from Debian's python3-torch, installed
 # here if missing).
+#
+# PyTorch runs on the OpenBLAS meshtrain links (the OpenMP build, through
+# LD_LIBRARY_PATH): Debian's default libblas.so.3 is the pthread OpenBLAS,
+# whose own thread pool fights PyTorch's libgomp pool on 2 cores and
+# halves PyTorch's speed, which is no fair comparison.
 set -e
 srcdir=${srcdir:-$(dirname "$0")/..}
 threads=${THREADS:-2}
@@ -25,8 +30,14 @@ mt_run() {
         step_scheduler.max_steps=$steps > bench-dense.log
     awk -v w=$warm -F'"tokens_per_s": ' 'NR > w { split($2, a, ","); s += a[1]; n++ } END { printf "%.1f", s / n }' bench-metrics.jsonl
 }
+# the directory of the libopenblas that libmeshtrain loads; its
+# libblas.so.3 then serves PyTorch too
+blasdir=$(ldd ./src/.libs/libmeshtrain.so | awk '/libopenblas/ { print $3; exit }')
+blasdir=$(dirname "$(readlink -f "$blasdir")")
+[ -f "$blasdir/libblas.so.3" ] || { echo "bench: no libblas.so.3 beside $blasdir/libopenblas" >&2; exit 1; }
+echo "bench: PyTorch on $blasdir/libblas.so.3 (meshtrain's OpenBLAS)"
 torch_run() {
-    /usr/bin/python3 "$srcdir/bench/torch_llama.py" --threads "$threads" --steps $((steps - warm)) \
+    LD_LIBRARY_PATH="$blasdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" /usr/bin/python3 "$srcdir/bench/torch_llama.py" --threads "$threads" --steps $((steps - warm)) \
         --warmup $warm | sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p'
 }
 # Alternate the two trainers (REPS times each) and report medians.

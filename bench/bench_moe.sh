@@ -1,6 +1,6 @@
 #!/bin/sh
-# moe_bench.sh: expert-parallel all-to-all traffic and its share of the
-# step (issue 6, "Benchmark"), from the build directory:  make bench-moe
+# bench_moe.sh: expert-parallel all-to-all traffic and its share of the
+# step (doc/moe.md), from the build directory:  make bench-moe
 #
 # Trains share/configs/moe-tiny.yaml (hidden 128, 4 MoE layers of 8
 # experts, top 2, 2 x 128 tokens per micro-step, 16 sequences per step)

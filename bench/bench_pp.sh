@@ -1,5 +1,5 @@
 #!/bin/sh
-# pp_bench.sh: the measured idle share of every pipeline schedule at pp = 4
+# bench_pp.sh: the measured idle share of every pipeline schedule at pp = 4
 # against the simulator's bubble for the same action lists with the
 # measured mean F, B and W costs (the executor's end-of-run line, see
 # doc/pipeline.md "Measured bubble").  Not part of make check.
@@ -15,7 +15,7 @@ steps=${1:-6}
 np=${NP:-4}
 mpiexec=${MPIEXEC:-mpiexec}
 data="$top/share/data/tiny-corpus.bin"
-[ -f "$data" ] || { echo "pp_bench: build first (make), $data is missing" >&2; exit 1; }
+[ -f "$data" ] || { echo "bench_pp: build first (make), $data is missing" >&2; exit 1; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/pp-bench.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 model="model.num_hidden_layers=8 model.hidden_size=128 model.intermediate_size=352

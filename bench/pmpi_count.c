@@ -4,7 +4,7 @@
  * $MT_PMPI_OUT.<world rank>: a per-kind summary and the ordered trace of
  * every collective (kind, datatype, element counts, communicator size and
  * identity, blocking or not, reduction op), which bench/comm_replay.c
- * replays and comm_bench.sh splits into steps.
+ * replays and bench_comm.sh splits into steps.
  *
  * What it counts is each call's logical payload, the full buffer that the
  * collective is about: count x type size for all-reduce, bcast and reduce;

@@ -145,7 +145,7 @@ struct mt_backend {
     void (*adamw)(float *p, const float *g, float gscale, float *m, float *v, int64_t n,
                   float lr, float b1, float b2, float eps, float wd, int64_t t);
 
-    /* ---- context parallelism (issue 7): block attention for ring attention.
+    /* ---- context parallelism: block attention for ring attention.
      * One block = nq query tokens against nk key/value tokens taken from
      * anywhere in a row, identified by their GLOBAL indices in the row:
      * query i is token q0 + i, key c is token k0 + c.  q [nq, nh*hd], k and
@@ -170,7 +170,7 @@ struct mt_backend {
                                      const int32_t *doc_start, int64_t nq, int64_t nk,
                                      int64_t q0, int64_t k0, int64_t nh, int64_t nkv, int64_t hd);
 
-    /* ---- appended for the GPU backend (issue 8) ----
+    /* ---- memory moves for device backends ----
      * Memory moves for a backend whose tensors live on a device; the
      * model's memcpy/memset on arena memory go through these once it is
      * wired to the device (doc/gpu.md).  On the CPU backend they are
@@ -228,7 +228,7 @@ struct mt_backend {
                                  const int32_t *slot_row, const float *w, int64_t n, int64_t k,
                                  int64_t width);
 
-    /* ---- appended for the device wiring (issue 8, doc/gpu.md) ----
+    /* ---- the backend's own memory (doc/gpu.md) ----
      * The backend's own memory: device_alloc returns `bytes` (0 allowed)
      * of zeroed memory that the kernels and the copy/zero entries above
      * take, or NULL when out of memory; device_free releases what
@@ -239,14 +239,14 @@ struct mt_backend {
     void *(*device_alloc)(size_t bytes);
     void (*device_free)(void *p);
 
-    /* ---- appended for mixed precision (issue 8, doc/mixed-precision.md) ----
+    /* ---- bf16 rounding for mixed precision (doc/mixed-precision.md) ----
      * x[i] = the bfloat16 value nearest x[i] (round to nearest, ties to
      * even; NaN stays NaN, infinities stay), in place over n floats.  The
      * model stores a bf16 tensor as float32 holding bf16 values, so this
      * is the one cast; rounding a bf16 value again leaves it unchanged. */
     void (*round_bf16)(float *x, int64_t n);
 
-    /* ---- appended for bf16 storage (issue 8, doc/mixed-precision.md) ----
+    /* ---- bf16 conversions for bf16 storage (doc/mixed-precision.md) ----
      * to_bf16: dst[i] = the bf16 bits of src[i], rounded as round_bf16
      * rounds (exact for a bf16 value); from_bf16: dst[i] = the float of
      * the bf16 bits src[i] (exact).  n elements of the backend's memory
@@ -254,7 +254,7 @@ struct mt_backend {
     void (*to_bf16)(uint16_t *dst, const float *src, int64_t n);
     void (*from_bf16)(float *dst, const uint16_t *src, int64_t n);
 
-    /* ---- appended for mixed precision's optimizer step (issue 8) ----
+    /* ---- mixed precision's optimizer step ----
      * adamw on the fp32 master weights p, and in the same pass work[i] =
      * the bf16 value nearest the updated p[i] (round_bf16's rounding): the
      * compute copy the model reads (train_mp.c), without a copy and a
@@ -264,7 +264,7 @@ struct mt_backend {
                             float *v, int64_t n, float lr, float b1, float b2, float eps,
                             float wd, int64_t t);
 
-    /* ---- appended for bf16 storage (issue 8, doc/mixed-precision.md) ----
+    /* ---- float32 results from bf16 storage (doc/mixed-precision.md) ----
      * C[M,N] = op(A) @ op(B) + beta * C with a float32 C, shapes and
      * transposes as matmul's.  On a table with stores_bf16 (below) A and B
      * are bf16 bits, as matmul's are there, but C stays float32: the
@@ -287,7 +287,7 @@ struct mt_backend {
     void (*matmul_add)(float *c, const float *r, const float *a, const float *b, int64_t m,
                        int64_t n, int64_t k, bool trans_a, bool trans_b);
 
-    /* ---- appended for fused rounding (issue 8, doc/mixed-precision.md) ----
+    /* ---- fused rounding (doc/mixed-precision.md) ----
      * true on the tables the model takes for bf16 mixed precision
      * (mt_backend_cpu_bf16, mt_backend_cuda_bf16): these entries round
      * the activations they write to bf16 values as round_bf16 does, in

@@ -1,5 +1,5 @@
 /* mt_pool.h: a general-purpose allocator of offsets in one region [0, cap),
- * for the CUDA backend's device memory (cuda_device.c: one cudaMalloc, cut
+ * for the CUDA backend's device memory (cuda_setup.c: one cudaMalloc, cut
  * up by this).  Sizes are rounded up to 256 bytes, so every offset is
  * 256-byte aligned.  Best fit (the smallest free block that holds the
  * request, the lowest offset among equals); a freed block merges with

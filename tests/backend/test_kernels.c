@@ -495,7 +495,7 @@ static void test_preconditions(void)
 
 /* ------------------------------------------------------------------ main */
 
-/* The entries appended for the GPU backend (issue 8): on the CPU the memory
+/* The memory moves and matmul_bf16 of device backends: on the CPU the memory
  * moves are memcpy/memset, and matmul_bf16 is the reference the CUDA tests
  * compare cuBLASLt with: fp32 sums of exact bf16 products, one rounding
  * to nearest even at the end.  Checked against a double reference: the

@@ -1,5 +1,5 @@
-/* test_kernels_bf16: the CPU rounding table, mt_backend_cpu_bf16 (issue 8,
- * mt_backend.h "fused rounding").
+/* test_kernels_bf16: the CPU rounding table, mt_backend_cpu_bf16
+ * (mt_backend.h "fused rounding").
  *
  *  - the rounding itself (mt_cpu_bf16_if, which round_bf16 and the fused
  *    kernels use) against the scalar conversion on the cases that matter:

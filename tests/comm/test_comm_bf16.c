@@ -40,7 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hf_internal.h"
+#include "mt_bf16.h"
 #include "mt_backend.h"
 #include "mt_comm_bf16.h"
 #include "mt_fsdp.h"

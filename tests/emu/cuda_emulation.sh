@@ -15,8 +15,8 @@
 #    dense bf16 at head dim 64 and a MoE in bf16 with activation
 #    checkpointing (2e-3: bf16 values one rounding apart move by 2^-8);
 #  - the same bf16 runs with MESHTRAIN_BF16_PASSES=1 (every rounding a
-#    pass of the model's, as before the kernels rounded what they store
-#    and load) give the same bits: dense at head dim 64 (tensor-core
+#    pass of the model's, none in the kernels' stores and loads) give
+#    the same bits: dense at head dim 64 (tensor-core
 #    attention) and 16 with qk_norm (the fp32 fallback), and the MoE; on
 #    two ranks tp 2 + SP, cp 2, a MoE under tp 2 and one under ep 2;
 #  - bf16 storage (the cuda_bf16_storage table, the default for bf16 on

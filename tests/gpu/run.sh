@@ -1,5 +1,5 @@
 #!/bin/bash
-# tests/gpu/run.sh: the GPU checks of issue 8 in one script, for a machine
+# tests/gpu/run.sh: the GPU checks in one script, for a machine
 # with an NVIDIA GPU (an H200 is the target).  Run it from the source tree:
 #
 #   bash tests/gpu/run.sh            (env: MT_CUDA_ARCH=sm_90, MT_GPU_BUILD=build-gpu,
@@ -472,7 +472,7 @@ bench() {
     *) row "$label" "FAIL" "exit $rc, see $log"; fail=1 ;;
     esac
 }
-bench "GEMM bench (Llama-1B shapes)" cuda_gemm_bench
+bench "GEMM bench (Llama-1B shapes)" bench_cuda_gemm
 # the same 1B run on float32 storage holding bf16 values: what bf16
 # storage wins, next to the GEMM bench's figures for the GEMMs alone
 if [ "$(left)" -gt 60 ]; then llama_run bf16 big; else row "Llama-3.2-1B s2048, bf16" "SKIP" "no time left"; fi
@@ -514,7 +514,7 @@ fi
 
 # attention: fp32 (CUDA cores) vs bf16 tensor cores at the 1B shape; exit 1
 # when the two tables' outputs differ beyond the bf16 bound
-bench "attention bench (1B shape, B=4)" cuda_attention_bench
+bench "attention bench (1B shape, B=4)" bench_cuda_attention
 # the bf16 table rounds in its kernels' stores and loads; with
 # MESHTRAIN_BF16_PASSES=1 the model rounds in passes instead and the
 # kernels' roundings meet bf16 values: the same bits, loss and gradient

@@ -332,7 +332,7 @@ static double cpu_ce_shard_finish_bf16(float *dlogits, const float *logits,
     .adamw_bf16_copy = mt_cpu_adamw_bf16_copy, .matmul_f32out = mt_cpu_matmul,               \
     .matmul_add = mt_cpu_matmul_add,                                                         \
     .add_f32 = mt_cpu_add,                                                                   \
-    /* context parallelism (issue 7) */                                                      \
+    /* context parallelism */                                                                \
     .attention_block_forward = mt_cpu_attention_block_forward,                               \
     .attention_block_backward = mt_cpu_attention_block_backward,                             \
     .copy_to_device = mt_cpu_copy, .copy_to_host = mt_cpu_copy, .copy = mt_cpu_copy,         \

@@ -243,7 +243,7 @@ MT_CPU_HIDDEN double mt_cpu_ce_shard_finish(float *dlogits, const float *logits,
                                             int64_t V, int64_t v_lo, int64_t v_valid,
                                             float grad_scale, int64_t *count);
 
-/* context parallelism (issue 7): kernels_cpu_attention_block.c */
+/* context parallelism: kernels_cpu_attention_block.c */
 MT_CPU_HIDDEN void mt_cpu_attention_block_forward(float *out, float *lse, int64_t lse_stride,
                                                   const float *q, const float *k, const float *v,
                                                   const int32_t *doc_start, int64_t nq,

@@ -26,7 +26,7 @@
  * the way to registers.
  *
  * Every output element is summed by one warp in a fixed order: the
- * passes are deterministic without atomics, as before.  Tiles come in by
+ * passes are deterministic without atomics.  Tiles come in by
  * cp.async, double-buffered in dq and dk/dv, and in the forward at head
  * dim 64.  Not here: more than 16 rows a warp (B fragments reused across
  * row tiles), wgmma/TMA (Hopper's FlashAttention-3). */

@@ -444,7 +444,7 @@ static void t_attention_tc_backward(float *dq, float *dk, float *dv, const float
                                          nh, nkv, hd, true);
 }
 
-/* the cuda table (a copy, so every entry it has, appended ones included)
+/* the cuda table (a copy, so it has every entry of the plain table)
  * with the GEMM and the attention on tensor cores, and the activations of
  * RMSNorm, RoPE, SwiGLU and attention rounded to bf16 in their kernels,
  * as they are stored and as they are loaded */

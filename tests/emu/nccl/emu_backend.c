@@ -2,7 +2,7 @@
  * (`make emulate-nccl`), in place of the .cu files: the tables of
  * mt_backend_cuda() and mt_backend_cuda_bf16() are the CPU backend's
  * (mt_backend_cuda_bf16_storage() the CPU storage table's)
- * kernels on "device" memory from the trainer's pool (cuda_device.c,
+ * kernels on "device" memory from the trainer's pool (cuda_setup.c,
  * compiled as is against the emulated runtime), each entry run once its
  * compute stream is drained; the stream, the bf16 conversions the NCCL
  * layer launches, and the backend's set-up.  So an emulated run computes
@@ -15,7 +15,7 @@
 
 #include "cuda_internal.h"
 #include "emu.h"
-#include "hf_internal.h"
+#include "mt_bf16.h"
 #include "mt_backend.h"
 
 static const mt_backend_t *cpu;

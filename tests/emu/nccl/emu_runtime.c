@@ -34,7 +34,7 @@
 
 #include "cuda_runtime.h"
 #include "emu.h"
-#include "hf_internal.h" /* mt_f32_to_bf16, mt_bf16_to_f32 */
+#include "mt_bf16.h" /* mt_f32_to_bf16, mt_bf16_to_f32 */
 #include "mt_comm_bf16.h" /* the library's bf16 type and sum: NCCL's bf16 sum */
 #include "nccl.h"
 
