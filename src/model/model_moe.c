@@ -56,8 +56,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mt_rng.h"
-
 /* The router's outputs of a layer (backend memory): kept per layer and
  * slot, also under activation checkpointing with moe.ignore_router_for_ac. */
 struct moe_route {
@@ -390,20 +388,6 @@ void mt_moe_free(mt_model_t *m)
     m->route = NULL;
     free(x);
     m->moe = NULL;
-}
-
-void mt_moe_init_weights(mt_model_t *m, uint64_t seed)
-{
-    mt_moe_t *x = m->moe;
-    if (!x->param_mem) /* sharded: the sharding layer initialises its rows */
-        return;
-    /* normal(seed, name, element) for every expert tensor, as
-     * mt_model_init_range draws it for a whole (tp_dim -1) tensor */
-    mt_model_t v;
-    memset(&v, 0, sizeof v);
-    v.be = m->be, v.init_std = m->init_std, v.bf16_storage = m->bf16_storage;
-    v.params = x->xp, v.nparams = x->nxp, v.numel = x->numel;
-    mt_model_init_device(&v, seed, x->param_mem);
 }
 
 void mt_moe_update_bias(mt_model_t *m, const int64_t *load, double rate)
