@@ -6,10 +6,10 @@
 #include <stdlib.h>
 
 #include "model_moe.h"
+#include "moe_layout.h"
 #include "mt_cuda.h"
 #include "mt_fsdp.h"
 #include "mt_pp_exec.h"
-#include "train_moe.h"
 
 #include <math.h>
 #include <string.h>
@@ -255,8 +255,8 @@ mt_status_t mt_plan_compute_ex(const mt_config_t *cfg, unsigned flags, mt_plan_t
     /* Experts: split over ep, then FSDP-sharded (fsdp2) over the ranks
      * holding the same ones (ep_shard x tp, or dp x cp x tp without EP)
      * instead of dp_shard_cp. */
-    bool exp_sharded = mt_train_moe_sharded(cfg);
-    double e_shard = exp_sharded ? (double)mt_train_moe_replicas(cfg) : 1;
+    bool exp_sharded = mt_moe_experts_sharded(cfg);
+    double e_shard = exp_sharded ? (double)mt_moe_expert_replicas(cfg) : 1;
 
     /* On a GPU: NCCL (and its wire buffers) unless collectives is mpi; the
      * pipeline's message buffers follow each rank's list */
@@ -428,7 +428,7 @@ mt_status_t mt_plan_compute_ex(const mt_config_t *cfg, unsigned flags, mt_plan_t
             ws = (double)(MT_CUDA_LT_WORKSPACE_BYTES + MT_CUDA_SCRATCH_BYTES);
         if (nccl)
             wire = nccl_wire_bytes(cfg, msg_bufs[r], fsdp, &fso, unit_max, xunit,
-                                   !exp_sharded && mt_train_moe_replicas(cfg) > 1 ? expert : 0,
+                                   !exp_sharded && mt_moe_expert_replicas(cfg) > 1 ? expert : 0,
                                    tokens, p_rank + expert, storage);
         double total = params + grads + optim + acts + ws + wire;
         if (total > plan->bytes_total) {

@@ -32,6 +32,7 @@
 #include "train_internal.h"
 #include "train_moe.h"
 #include "mt_tp_comm.h"
+#include "moe_layout.h"
 #include "train_device.h"
 #include "train_mp.h"
 #include "mt_clock.h"
@@ -252,7 +253,7 @@ static mt_status_t setup(run_t *r, const mt_config_t *cfg, const mt_mesh_t *mesh
     int cp = (int)cfg->distributed.cp_size;
     MT_TRY(mt_train_moe_check(cfg, mesh->size));
     if (cfg->model.num_experts > 0) { /* experts: train_moe.c */
-        if (mt_train_moe_sharded(cfg))
+        if (mt_moe_experts_sharded(cfg))
             flags |= MT_MODEL_NO_EXPERT_ARENAS;
         int ep_rank = cfg->distributed.ep_size > 1 ? mesh->group_rank[MT_GROUP_EP] : -1;
         MT_TRY(mt_model_init_ep(&r->model, cfg, be, B, T / cp, flags,
