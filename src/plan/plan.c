@@ -84,10 +84,10 @@ static double act_per_token_layer(const mt_config_t *cfg, double act_bytes)
     double dense = 3.0 * (double)m->intermediate_size / tp; /* gate, up, act */
     /* a MoE layer, over the tokens each TP rank routes: per routed row the
      * expert input, gate, up and act (their buffers start a quarter above
-     * the balanced load, model_moe.c reserve_rows, with two row indices) and
-     * output; per token the router probabilities and the shared experts'
-     * gate, up, act; per routed row the choice, weight and send slot
-     * (4 bytes each whatever act_bytes is) */
+     * the balanced load, model_moe.c mt_moe_reserve_rows, with two row
+     * indices) and output; per token the router probabilities and the
+     * shared experts' gate, up, act; per routed row the choice, weight and
+     * send slot (4 bytes each whatever act_bytes is) */
     double K = (double)m->num_experts_per_tok, Im = (double)m->moe_intermediate_size;
     double moe = (K * (1.25 * (H + 3.0 * Im + 2.0 * w4) + H + 3.0 * w4) +
                   (double)m->num_experts * w4 +
@@ -478,7 +478,7 @@ static void backward_buffers(const mt_config_t *cfg, const plan_ctx_t *c, double
     if (c->storage) /* dh's float32 accumulator (model_arena.c) */
         *acts += tokens * (double)H * 4.0;
     if (moe_share(cfg) > 0) { /* the MoE layers' send rows, and a quarter above
-                               * the balanced load (reserve_rows) their receive,
+                               * the balanced load (mt_moe_reserve_rows) their receive,
                                * expert-output and activation-gradient rows
                                * (model_moe.c) and under bf16 storage the
                                * experts' float32 input-gradient sums; the
