@@ -1,8 +1,9 @@
 /* checkpoint_internal.h: what the checkpoint files share: checkpoint.c
  * (collective entry points, agreement), checkpoint_plan.c (each rank's
  * block of a tensor, who writes what), checkpoint_dir.c (step
- * directories, manifest, pruning; rank 0 or not collective) and
- * checkpoint_io.c (the HDF5 file).  Not installed: callers use
+ * directories, manifest, pruning; rank 0 or not collective),
+ * checkpoint_io.c (the HDF5 file, collectively) and checkpoint_h5.c (its
+ * HDF5 pieces that need no MPI).  Not installed: callers use
  * mt_checkpoint.h. */
 #ifndef MT_CHECKPOINT_INTERNAL_H
 #define MT_CHECKPOINT_INTERNAL_H
@@ -83,7 +84,33 @@ mt_status_t mt_ckpt_h5_close(mt_ckpt_h5_reader_t *r, mt_status_t s);
 mt_status_t mt_ckpt_h5_read_config(const char *file, char **yaml);
 
 /* ---- HDF5 helpers shared by the readers (checkpoint_io.c, and
- * meshtrain-ckpt's ckpt_inspect.c); none needs MPI. ---- */
+ * meshtrain-ckpt's ckpt_inspect.c); none needs MPI (checkpoint_h5.c). ---- */
+
+/* HDF5's own error printing off between begin and end: the innermost
+ * HDF5 message is folded into ours instead (mt_ckpt_h5_fail). */
+typedef struct {
+    H5E_auto2_t func;
+    void *data;
+} mt_ckpt_h5_quiet_t;
+
+static inline void mt_ckpt_h5_quiet_begin(mt_ckpt_h5_quiet_t *q)
+{
+    H5Eget_auto2(H5E_DEFAULT, &q->func, &q->data);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
+static inline void mt_ckpt_h5_quiet_end(const mt_ckpt_h5_quiet_t *q)
+{
+    H5Eset_auto2(H5E_DEFAULT, q->func, q->data);
+}
+
+/* Close *id with close unless it is closed already (< 0), and mark it so. */
+static inline void mt_ckpt_h5_close_id(hid_t *id, herr_t (*close)(hid_t))
+{
+    if (*id >= 0)
+        close(*id);
+    *id = -1;
+}
 
 /* An MT_ERR_IO error whose message ends with HDF5's innermost reason,
  * "(HDF5: ...)"; clears HDF5's error stack. */

@@ -10,80 +10,22 @@
  * the innermost HDF5 message is folded into ours instead.
  *
  * This file knows nothing about directories, manifests or `latest`; that
- * is checkpoint.c. */
+ * is checkpoint.c.  The HDF5 pieces that need no MPI (errors, reading
+ * attributes, the format check, the serial config read) are
+ * checkpoint_h5.c's. */
 #include "checkpoint_internal.h"
 #include "mt_comm.h"
 
 #include <hdf5.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "config.h" /* PACKAGE_VERSION for /meta software */
 
-static const char *const train_fields[5] = {"step", "consumed_samples", "data_epoch", "rng_seed",
-                                            "rng_offset"};
-
-/* ------------------------------------------------------------ HDF5 errors */
-
-typedef struct {
-    H5E_auto2_t func;
-    void *data;
-} h5_quiet_t;
-
-static void h5_quiet_begin(h5_quiet_t *q)
-{
-    H5Eget_auto2(H5E_DEFAULT, &q->func, &q->data);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-}
-
-static void h5_quiet_end(const h5_quiet_t *q) { H5Eset_auto2(H5E_DEFAULT, q->func, q->data); }
-
-typedef struct {
-    char *buf;
-    size_t cap;
-} h5_reason_t;
-
-static herr_t keep_innermost(unsigned n, const H5E_error2_t *e, void *data)
-{
-    h5_reason_t *r = data;
-    if (e->desc && e->desc[0])
-        snprintf(r->buf, r->cap, "%s", e->desc);
-    return 0;
-}
-
-/* The innermost description on HDF5's error stack (walking downward, the
- * last entry is where the error was first detected), then clear it. */
-static const char *h5_reason(char *buf, size_t cap)
-{
-    h5_reason_t r = {buf, cap};
-    buf[0] = '\0';
-    H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, keep_innermost, &r);
-    H5Eclear2(H5E_DEFAULT);
-    if (!buf[0])
-        snprintf(buf, cap, "no detail from HDF5");
-    return buf;
-}
-
-mt_status_t mt_ckpt_h5_fail(const char *src, int line, const char *fmt, ...)
-{
-    char what[1024], why[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    h5_reason(why, sizeof why);
-    return mt_error_set(MT_ERR_IO, src, line, "%s (HDF5: %s)", what, why);
-}
-
 #define h5_fail mt_ckpt_h5_fail
 
-static void h5_close(hid_t *id, herr_t (*close)(hid_t))
-{
-    if (*id >= 0)
-        close(*id);
-    *id = -1;
-}
+static const char *const train_fields[5] = {"step", "consumed_samples", "data_epoch", "rng_seed",
+                                            "rng_offset"};
 
 /* ------------------------------------------------------------ small pieces */
 
@@ -120,7 +62,7 @@ static hid_t select_block(hid_t fs, const mt_ckpt_tensor_t *t)
         hsize_t one = 1;
         hid_t ms = H5Screate_simple(1, &one, NULL);
         if (ms >= 0 && (H5Sselect_none(ms) < 0 || H5Sselect_none(fs) < 0))
-            h5_close(&ms, H5Sclose);
+            mt_ckpt_h5_close_id(&ms, H5Sclose);
         return ms;
     }
     if (H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) < 0)
@@ -160,9 +102,9 @@ static mt_status_t attr_string(const h5_ctx_t *c, hid_t obj, const char *name, c
         H5Tset_strpad(type, H5T_STR_NULLTERM) >= 0 && H5Tset_cset(type, H5T_CSET_UTF8) >= 0 &&
         (a = H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT)) >= 0)
         rc = H5Awrite(a, type, value);
-    h5_close(&a, H5Aclose);
-    h5_close(&space, H5Sclose);
-    h5_close(&type, H5Tclose);
+    mt_ckpt_h5_close_id(&a, H5Aclose);
+    mt_ckpt_h5_close_id(&space, H5Sclose);
+    mt_ckpt_h5_close_id(&type, H5Tclose);
     if (rc < 0)
         H5_FAIL("%s: cannot write attribute /meta %s", c->name, name);
     return MT_OK;
@@ -175,117 +117,10 @@ static mt_status_t attr_int(const h5_ctx_t *c, hid_t obj, const char *name, hid_
     herr_t rc = -1;
     if (space >= 0 && (a = H5Acreate2(obj, name, file_type, space, H5P_DEFAULT, H5P_DEFAULT)) >= 0)
         rc = H5Awrite(a, H5T_NATIVE_INT64, &value);
-    h5_close(&a, H5Aclose);
-    h5_close(&space, H5Sclose);
+    mt_ckpt_h5_close_id(&a, H5Aclose);
+    mt_ckpt_h5_close_id(&space, H5Sclose);
     if (rc < 0)
         H5_FAIL("%s: cannot write attribute /meta %s", c->name, name);
-    return MT_OK;
-}
-
-/* A string attribute as a malloc'd copy (fixed or variable length, so
- * files edited by other tools still read); *out = NULL when absent. */
-mt_status_t mt_ckpt_h5_attr_string(const char *fname, hid_t file, const char *obj,
-                                  const char *name, char **out)
-{
-    *out = NULL;
-    htri_t ex = H5Aexists_by_name(file, obj, name, H5P_DEFAULT);
-    if (ex < 0)
-        H5_FAIL("%s: cannot look up attribute %s %s", fname, obj, name);
-    if (ex == 0)
-        return MT_OK;
-    hid_t a = H5Aopen_by_name(file, obj, name, H5P_DEFAULT, H5P_DEFAULT), ft = -1, mt = -1;
-    mt_status_t s = MT_OK;
-    if (a < 0 || (ft = H5Aget_type(a)) < 0) {
-        s = h5_fail(__FILE__, __LINE__, "%s: cannot open attribute %s %s", fname, obj, name);
-    } else if (H5Tget_class(ft) != H5T_STRING) {
-        s = mt_error_set(MT_ERR_IO, __FILE__, __LINE__, "%s: attribute %s %s is not a string",
-                         fname, obj, name);
-    } else if (H5Tis_variable_str(ft) > 0) {
-        char *p = NULL;
-        if ((mt = H5Tcopy(H5T_C_S1)) < 0 || H5Tset_size(mt, H5T_VARIABLE) < 0 ||
-            H5Aread(a, mt, &p) < 0)
-            s = h5_fail(__FILE__, __LINE__, "%s: cannot read attribute %s %s", fname, obj, name);
-        else if (!(*out = strdup(p ? p : "")))
-            s = mt_error_set(MT_ERR_NOMEM, __FILE__, __LINE__, "attribute %s %s", obj, name);
-        if (p)
-            H5free_memory(p);
-    } else {
-        size_t size = H5Tget_size(ft);
-        char *buf = calloc(size + 1, 1);
-        if (!buf)
-            s = mt_error_set(MT_ERR_NOMEM, __FILE__, __LINE__, "attribute %s %s: %zu bytes", obj,
-                             name, size);
-        else if (H5Aread(a, ft, buf) < 0)
-            s = h5_fail(__FILE__, __LINE__, "%s: cannot read attribute %s %s", fname, obj, name);
-        if (s == MT_OK)
-            *out = buf;
-        else
-            free(buf);
-    }
-    h5_close(&mt, H5Tclose);
-    h5_close(&ft, H5Tclose);
-    h5_close(&a, H5Aclose);
-    return s;
-}
-
-mt_status_t mt_ckpt_h5_attr_int(const char *fname, hid_t file, const char *obj, const char *name,
-                               int64_t *v, int *present)
-{
-    *present = 0;
-    htri_t ex = H5Aexists_by_name(file, obj, name, H5P_DEFAULT);
-    if (ex < 0)
-        H5_FAIL("%s: cannot look up attribute %s %s", fname, obj, name);
-    if (ex == 0)
-        return MT_OK;
-    hid_t a = H5Aopen_by_name(file, obj, name, H5P_DEFAULT, H5P_DEFAULT), ft = -1;
-    mt_status_t s = MT_OK;
-    if (a < 0 || (ft = H5Aget_type(a)) < 0)
-        s = h5_fail(__FILE__, __LINE__, "%s: cannot open attribute %s %s", fname, obj, name);
-    else if (H5Tget_class(ft) != H5T_INTEGER)
-        s = mt_error_set(MT_ERR_IO, __FILE__, __LINE__, "%s: attribute %s %s is not an integer",
-                         fname, obj, name);
-    else if (H5Aread(a, H5T_NATIVE_INT64, v) < 0)
-        s = h5_fail(__FILE__, __LINE__, "%s: cannot read attribute %s %s", fname, obj, name);
-    else
-        *present = 1;
-    h5_close(&ft, H5Tclose);
-    h5_close(&a, H5Aclose);
-    return s;
-}
-
-mt_status_t mt_ckpt_h5_check_format(const char *fname, hid_t file, int check_version)
-{
-    htri_t ex = H5Lexists(file, "/meta", H5P_DEFAULT);
-    if (ex < 0)
-        H5_FAIL("%s: cannot look up /meta", fname);
-    if (ex == 0)
-        MT_FAIL(MT_ERR_IO, "%s: not a meshtrain checkpoint: it has no /meta group", fname);
-    char *format = NULL;
-    MT_TRY(mt_ckpt_h5_attr_string(fname, file, "/meta", "format", &format));
-    if (!format || strcmp(format, MT_CKPT_FORMAT) != 0) {
-        mt_error_set(MT_ERR_IO, __FILE__, __LINE__,
-                     "%s: not a meshtrain checkpoint: /meta format is %s%s%s, expected \"%s\"",
-                     fname, format ? "\"" : "", format ? format : "missing", format ? "\"" : "",
-                     MT_CKPT_FORMAT);
-        free(format);
-        return MT_ERR_IO;
-    }
-    free(format);
-    if (!check_version)
-        return MT_OK;
-    int64_t version = 0;
-    int present;
-    MT_TRY(mt_ckpt_h5_attr_int(fname, file, "/meta", "version", &version, &present));
-    if (!present)
-        MT_FAIL(MT_ERR_IO, "%s: /meta has no version attribute: the file is damaged", fname);
-    if (version != MT_CKPT_VERSION) {
-        mt_error_set(MT_ERR_IO, __FILE__, __LINE__,
-                     "%s: checkpoint format version %lld; this build of meshtrain reads version %d "
-                     "only",
-                     fname, (long long)version, MT_CKPT_VERSION);
-        mt_error_hint("load it with the meshtrain release that wrote it (see /meta software)");
-        return MT_ERR_IO;
-    }
     return MT_OK;
 }
 
@@ -301,9 +136,9 @@ static mt_status_t write_scalar(const h5_ctx_t *c, const char *path, int64_t v)
         if (c->rank == 0 || (H5Sselect_none(fs) >= 0 && H5Sselect_none(ms) >= 0))
             rc = H5Dwrite(d, H5T_NATIVE_INT64, ms, fs, c->dxpl, &v);
     }
-    h5_close(&d, H5Dclose);
-    h5_close(&ms, H5Sclose);
-    h5_close(&fs, H5Sclose);
+    mt_ckpt_h5_close_id(&d, H5Dclose);
+    mt_ckpt_h5_close_id(&ms, H5Sclose);
+    mt_ckpt_h5_close_id(&fs, H5Sclose);
     if (rc < 0)
         H5_FAIL("%s: cannot write %s", c->name, path);
     return MT_OK;
@@ -412,9 +247,9 @@ static mt_status_t io_tensor(MPI_Comm comm, const h5_ctx_t *c, const mt_ckpt_ten
     if (s == MT_OK && staged && !write)
         t->be->copy_to_device(t->data, staged, sizeof(float) * (size_t)block_numel(t));
     free(staged);
-    h5_close(&ms, H5Sclose);
-    h5_close(&fs, H5Sclose);
-    h5_close(&d, H5Dclose);
+    mt_ckpt_h5_close_id(&ms, H5Sclose);
+    mt_ckpt_h5_close_id(&fs, H5Sclose);
+    mt_ckpt_h5_close_id(&d, H5Dclose);
     return s;
 }
 
@@ -468,10 +303,10 @@ static mt_status_t close_ctx(MPI_Comm comm, h5_ctx_t *c, hid_t *fapl, mt_status_
     if (c->file >= 0)
         rc = H5Fclose(c->file);
     c->file = -1;
-    h5_close(&c->dxpl, H5Pclose);
-    h5_close(&c->dcpl, H5Pclose);
-    h5_close(&c->lcpl, H5Pclose);
-    h5_close(fapl, H5Pclose);
+    mt_ckpt_h5_close_id(&c->dxpl, H5Pclose);
+    mt_ckpt_h5_close_id(&c->dcpl, H5Pclose);
+    mt_ckpt_h5_close_id(&c->lcpl, H5Pclose);
+    mt_ckpt_h5_close_id(fapl, H5Pclose);
     if (s != MT_OK)
         return s; /* already agreed */
     if (rc < 0)
@@ -487,8 +322,8 @@ mt_status_t mt_ckpt_h5_write(MPI_Comm comm, const char *file, const mt_ckpt_tens
     int size;
     MT_MPI_TRY(MPI_Comm_rank(comm, &c.rank));
     MT_MPI_TRY(MPI_Comm_size(comm, &size));
-    h5_quiet_t q;
-    h5_quiet_begin(&q);
+    mt_ckpt_h5_quiet_t q;
+    mt_ckpt_h5_quiet_begin(&q);
 
     mt_status_t s = make_plists(&c, &fapl, comm, 1);
     if (s == MT_OK && (c.file = H5Fcreate(file, H5F_ACC_TRUNC, H5P_DEFAULT, fapl)) < 0)
@@ -499,7 +334,7 @@ mt_status_t mt_ckpt_h5_write(MPI_Comm comm, const char *file, const mt_ckpt_tens
     for (int i = 0; i < n && s == MT_OK; i++)
         s = mt_agree(comm, io_tensor(comm, &c, &t[i], true));
     s = close_ctx(comm, &c, &fapl, s);
-    h5_quiet_end(&q);
+    mt_ckpt_h5_quiet_end(&q);
     return s;
 }
 
@@ -517,7 +352,7 @@ static mt_status_t open_tensor(const h5_ctx_t *c, const mt_ckpt_tensor_t *t, hid
         H5_FAIL("%s: %s is not a dataset", c->name, t->path);
     hid_t type = H5Dget_type(*d);
     H5T_class_t cls = type >= 0 ? H5Tget_class(type) : H5T_NO_CLASS;
-    h5_close(&type, H5Tclose);
+    mt_ckpt_h5_close_id(&type, H5Tclose);
     if (cls != H5T_FLOAT)
         MT_FAIL(MT_ERR_IO, "%s: %s is not a floating-point dataset", c->name, t->path);
 
@@ -564,7 +399,7 @@ static mt_status_t read_state(const h5_ctx_t *c, mt_train_state_t *st)
                     c->name, path);
         hid_t d = H5Dopen2(c->file, path, H5P_DEFAULT);
         herr_t rc = d < 0 ? -1 : H5Dread(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, &v[i]);
-        h5_close(&d, H5Dclose);
+        mt_ckpt_h5_close_id(&d, H5Dclose);
         if (rc < 0)
             H5_FAIL("%s: cannot read %s", c->name, path);
     }
@@ -635,8 +470,8 @@ mt_status_t mt_ckpt_h5_read(MPI_Comm comm, const char *file, const mt_ckpt_tenso
     h5_ctx_t c = {-1, -1, -1, -1, file, 0};
     hid_t fapl = -1;
     MT_MPI_TRY(MPI_Comm_rank(comm, &c.rank));
-    h5_quiet_t q;
-    h5_quiet_begin(&q);
+    mt_ckpt_h5_quiet_t q;
+    mt_ckpt_h5_quiet_begin(&q);
 
     mt_status_t s = make_plists(&c, &fapl, comm, 0);
     if (s == MT_OK && (c.file = H5Fopen(file, H5F_ACC_RDONLY, fapl)) < 0)
@@ -651,7 +486,7 @@ mt_status_t mt_ckpt_h5_read(MPI_Comm comm, const char *file, const mt_ckpt_tenso
     if (s == MT_OK && state)
         s = mt_agree(comm, read_state(&c, state));
     s = close_ctx(comm, &c, &fapl, s);
-    h5_quiet_end(&q);
+    mt_ckpt_h5_quiet_end(&q);
     return s;
 }
 
@@ -659,7 +494,7 @@ struct mt_ckpt_h5_reader {
     MPI_Comm comm;
     h5_ctx_t c;
     hid_t fapl;
-    h5_quiet_t q;
+    mt_ckpt_h5_quiet_t q;
     char name[MT_CKPT_PATH_CAP];
 };
 
@@ -682,7 +517,7 @@ mt_status_t mt_ckpt_h5_open(MPI_Comm comm, const char *file, mt_ckpt_h5_reader_t
     r->c = (h5_ctx_t){-1, -1, -1, -1, r->name, 0};
     r->fapl = -1;
     MPI_Comm_rank(comm, &r->c.rank);
-    h5_quiet_begin(&r->q);
+    mt_ckpt_h5_quiet_begin(&r->q);
     s = make_plists(&r->c, &r->fapl, comm, 0);
     if (s == MT_OK && (r->c.file = H5Fopen(file, H5F_ACC_RDONLY, r->fapl)) < 0)
         s = h5_fail(__FILE__, __LINE__, "%s: cannot open as HDF5", file);
@@ -705,34 +540,7 @@ mt_status_t mt_ckpt_h5_close(mt_ckpt_h5_reader_t *r, mt_status_t s)
     if (!r)
         return s;
     s = close_ctx(r->comm, &r->c, &r->fapl, s);
-    h5_quiet_end(&r->q);
+    mt_ckpt_h5_quiet_end(&r->q);
     free(r);
-    return s;
-}
-
-mt_status_t mt_ckpt_h5_read_config(const char *file, char **yaml)
-{
-    *yaml = NULL;
-    h5_quiet_t q;
-    h5_quiet_begin(&q);
-    mt_status_t s = MT_OK;
-    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS), f = -1;
-#if H5_VERSION_GE(1, 10, 7) && !(H5_VERS_MAJOR == 1 && H5_VERS_MINOR == 12 && H5_VERS_RELEASE == 0)
-    /* Reading only: do not fail on file systems without flock (Lustre). */
-    if (fapl >= 0)
-        H5Pset_file_locking(fapl, 0, 1);
-#endif
-    if (fapl < 0 || (f = H5Fopen(file, H5F_ACC_RDONLY, fapl)) < 0)
-        s = h5_fail(__FILE__, __LINE__, "%s: cannot open as HDF5", file);
-    if (s == MT_OK)
-        s = mt_ckpt_h5_check_format(file, f, 0);
-    if (s == MT_OK)
-        s = mt_ckpt_h5_attr_string(file, f, "/meta", "config", yaml);
-    if (s == MT_OK && !*yaml)
-        s = mt_error_set(MT_ERR_IO, __FILE__, __LINE__, "%s: /meta has no config attribute",
-                         file);
-    h5_close(&f, H5Fclose);
-    h5_close(&fapl, H5Pclose);
-    h5_quiet_end(&q);
     return s;
 }

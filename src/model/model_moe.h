@@ -164,7 +164,7 @@ double mt_moe_flops_per_token(const mt_model_t *m);
  * unit_lo must have room for L + 3 entries. */
 mt_model_t mt_moe_param_view(const mt_model_t *m, int64_t *unit_lo);
 
-/* (model.c) The initial values of m's flat elements [0, m->numel)
+/* (model_init.c) The initial values of m's flat elements [0, m->numel)
  * (mt_model_init_range) into dst, backend memory: generated on the host
  * and copied in chunks; as bf16 bits under m->bf16_storage (an arena). */
 void mt_model_init_device(const mt_model_t *m, uint64_t seed, float *dst);

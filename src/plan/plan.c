@@ -6,10 +6,10 @@
 #include <stdlib.h>
 
 #include "model_moe.h"
+#include "moe_layout.h"
 #include "mt_cuda.h"
 #include "mt_fsdp.h"
 #include "mt_pp_exec.h"
-#include "train_moe.h"
 
 #include <math.h>
 #include <string.h>
@@ -84,10 +84,10 @@ static double act_per_token_layer(const mt_config_t *cfg, double act_bytes)
     double dense = 3.0 * (double)m->intermediate_size / tp; /* gate, up, act */
     /* a MoE layer, over the tokens each TP rank routes: per routed row the
      * expert input, gate, up and act (their buffers start a quarter above
-     * the balanced load, model_moe.c reserve_rows, with two row indices) and
-     * output; per token the router probabilities and the shared experts'
-     * gate, up, act; per routed row the choice, weight and send slot
-     * (4 bytes each whatever act_bytes is) */
+     * the balanced load, model_moe.c mt_moe_reserve_rows, with two row
+     * indices) and output; per token the router probabilities and the
+     * shared experts' gate, up, act; per routed row the choice, weight and
+     * send slot (4 bytes each whatever act_bytes is) */
     double K = (double)m->num_experts_per_tok, Im = (double)m->moe_intermediate_size;
     double moe = (K * (1.25 * (H + 3.0 * Im + 2.0 * w4) + H + 3.0 * w4) +
                   (double)m->num_experts * w4 +
@@ -196,76 +196,109 @@ mt_status_t mt_plan_compute(const mt_config_t *cfg, mt_plan_t *plan)
     return mt_plan_compute_ex(cfg, 0, plan);
 }
 
-mt_status_t mt_plan_compute_ex(const mt_config_t *cfg, unsigned flags, mt_plan_t *plan)
-{
-    memset(plan, 0, sizeof *plan);
-    if (!cfg->validated)
-        MT_FAIL(MT_ERR_RANGE, "mt_plan_compute needs a validated config");
-    const mt_model_config_t *m = &cfg->model;
-    const mt_distributed_config_t *d = &cfg->distributed;
-    const mt_derived_t *dv = &cfg->derived;
-    double tp = (double)d->tp_size;
-    int64_t H = m->hidden_size, V = dv->padded_vocab;
+/* What the estimate of every pipeline rank shares. */
+typedef struct {
+    double lsh, lrep, lexp;   /* per-layer means of layer_params' three parts (the
+                               * layers of a rank are counted, not named) */
+    double fp, fg, fo;        /* data-parallel sharding of parameters, gradients and
+                               * optimizer state */
+    bool fsdp;                /* an fsdp strategy, with the trainer's options fso */
+    mt_fsdp_options_t fso;
+    bool bf16, storage;       /* bf16 compute; bf16 storage (MT_PLAN_BF16_STORAGE) */
+    double pbytes, gbytes, act_bytes; /* bytes of a parameter, gradient, activation */
+    double sbytes;            /* of an owned (fsdp-sharded) parameter */
+    double obytes;            /* optimizer state per element: m, v (+master) */
+    bool exp_sharded;         /* the experts FSDP-sharded over e_shard ranks */
+    double e_shard;
+    bool gpu, nccl;           /* on a GPU; NCCL carries the collectives */
+    int *msg_bufs;            /* [2 pp]: the first pp are each pipeline rank's NCCL
+                               * message buffers, sends and receives together */
+    mt_pp_sim_result_t sim;   /* the chosen schedule, simulated */
+    int64_t first_rank, last_rank; /* pipeline ranks of the first and the last stage */
+} plan_ctx_t;
 
-    /* per-layer means (the layers of a rank are counted, not named) */
-    double lsh = 0, lrep = 0, lexp = 0;
-    int64_t L = m->num_hidden_layers;
+/* One pipeline rank's estimate, in bytes. */
+typedef struct {
+    double layers;            /* decoder layers it holds */
+    double params, grads, optim, acts;
+    double ws, wire;          /* device workspace, NCCL wire buffers */
+    double nflight;           /* stage-microbatches whose activations it holds at once */
+} rank_bytes_t;
+
+/* The logical parameter counts into plan, and the per-layer means. */
+static void count_params(const mt_config_t *cfg, mt_plan_t *plan, plan_ctx_t *c)
+{
+    int64_t H = cfg->model.hidden_size, V = cfg->derived.padded_vocab;
+    int64_t L = cfg->model.num_hidden_layers;
     plan->params_embedding = V * H;
-    plan->params_head = H + (m->tie_word_embeddings ? 0 : V * H);
+    plan->params_head = H + (cfg->model.tie_word_embeddings ? 0 : V * H);
     plan->params_total = plan->params_embedding + plan->params_head;
     for (int l = 0; l < L; l++) {
-        int64_t a, b, c;
-        layer_params(cfg, l, &a, &b, &c);
-        lsh += (double)a / (double)L, lrep += (double)b / (double)L, lexp += (double)c / (double)L;
-        plan->params_total += a + b + c;
-        if (a + b + c > plan->params_layer_max)
-            plan->params_layer_max = a + b + c;
+        int64_t a, b, e;
+        layer_params(cfg, l, &a, &b, &e);
+        c->lsh += (double)a / (double)L, c->lrep += (double)b / (double)L;
+        c->lexp += (double)e / (double)L;
+        plan->params_total += a + b + e;
+        if (a + b + e > plan->params_layer_max)
+            plan->params_layer_max = a + b + e;
     }
+}
 
-    /* Data-parallel sharding factors for parameters, gradients, optimizer. */
+/* Data-parallel sharding factors for parameters, gradients, optimizer. */
+static void sharding(const mt_config_t *cfg, plan_ctx_t *c)
+{
+    const mt_distributed_config_t *d = &cfg->distributed;
+    const mt_derived_t *dv = &cfg->derived;
     double shard = (double)(dv->dp_shard * d->cp_size); /* fsdp2: dp_shard_cp */
-    double fp = 1, fg = 1, fo = 1;
-    mt_fsdp_options_t fso;
-    bool fsdp = mt_fsdp_options_from_config(cfg, &fso);
-    fso.pipeline = d->pp_size > 1; /* the trainer's pipeline mode (mt_fsdp.h) */
+    c->fp = c->fg = c->fo = 1;
+    c->fsdp = mt_fsdp_options_from_config(cfg, &c->fso);
+    c->fso.pipeline = d->pp_size > 1; /* the trainer's pipeline mode (mt_fsdp.h) */
     if (d->strategy == MT_STRATEGY_FSDP2) {
-        fp = fg = fo = shard;
+        c->fp = c->fg = c->fo = shard;
     } else if (d->strategy == MT_STRATEGY_MEGATRON_FSDP) {
         double all = (double)(dv->dp_size * d->cp_size);
-        fo = d->zero_dp_strategy >= 1 ? all : 1;
-        fg = d->zero_dp_strategy >= 2 ? all : 1;
-        fp = d->zero_dp_strategy >= 3 ? all : 1;
+        c->fo = d->zero_dp_strategy >= 1 ? all : 1;
+        c->fg = d->zero_dp_strategy >= 2 ? all : 1;
+        c->fp = d->zero_dp_strategy >= 3 ? all : 1;
     }
-    /* Storage is float32 by default, also under bf16 mixed precision
-     * (bf16 values held in float32: doc/mixed-precision.md), but for the
-     * checkpointed layer inputs and the bf16 wire buffers below; bf16 adds
-     * fp32 master weights beside the optimizer state where the parameters
-     * the optimizer updates are the model's own (not fsdp shards).  Under
-     * bf16 storage (MT_PLAN_BF16_STORAGE) the parameter arena, the gathered
-     * units and the activations are bf16 bits; fsdp's owned shards (the
-     * masters), gradients and the column-parallel dh accumulator float32. */
-    bool bf16 = d->mp_policy.param_dtype != MT_DTYPE_FLOAT32;
-    bool storage = bf16 && (flags & MT_PLAN_BF16_STORAGE);
-    plan->bf16_storage = storage;
-    double pbytes = storage ? 2 : 4, gbytes = 4, act_bytes = storage ? 2 : 4;
-    double sbytes = storage && fsdp && fso.shard_params ? 4 : pbytes; /* owned parameters */
-    bool master = bf16 && !(fsdp && fso.shard_params);
-    double obytes = 8 + (master ? 4 : 0); /* m, v (+master) */
+}
 
-    /* Experts: split over ep, then FSDP-sharded (fsdp2) over the ranks
-     * holding the same ones (ep_shard x tp, or dp x cp x tp without EP)
-     * instead of dp_shard_cp. */
-    bool exp_sharded = mt_train_moe_sharded(cfg);
-    double e_shard = exp_sharded ? (double)mt_train_moe_replicas(cfg) : 1;
+/* Storage is float32 by default, also under bf16 mixed precision (bf16
+ * values held in float32: doc/mixed-precision.md), but for the
+ * checkpointed layer inputs and the bf16 wire buffers; bf16 adds fp32
+ * master weights beside the optimizer state where the parameters the
+ * optimizer updates are the model's own (not fsdp shards).  Under bf16
+ * storage (MT_PLAN_BF16_STORAGE) the parameter arena, the gathered units
+ * and the activations are bf16 bits; fsdp's owned shards (the masters),
+ * gradients and the column-parallel dh accumulator float32.  Experts:
+ * split over ep, then FSDP-sharded (fsdp2) over the ranks holding the
+ * same ones (ep_shard x tp, or dp x cp x tp without EP) instead of
+ * dp_shard_cp. */
+static void element_bytes(const mt_config_t *cfg, unsigned flags, mt_plan_t *plan,
+                          plan_ctx_t *c)
+{
+    c->bf16 = cfg->distributed.mp_policy.param_dtype != MT_DTYPE_FLOAT32;
+    c->storage = c->bf16 && (flags & MT_PLAN_BF16_STORAGE);
+    plan->bf16_storage = c->storage;
+    c->pbytes = c->storage ? 2 : 4, c->gbytes = 4, c->act_bytes = c->storage ? 2 : 4;
+    c->sbytes = c->storage && c->fsdp && c->fso.shard_params ? 4 : c->pbytes;
+    bool master = c->bf16 && !(c->fsdp && c->fso.shard_params);
+    c->obytes = 8 + (master ? 4 : 0);
+    c->exp_sharded = mt_moe_experts_sharded(cfg);
+    c->e_shard = c->exp_sharded ? (double)mt_moe_expert_replicas(cfg) : 1;
+}
 
-    /* On a GPU: NCCL (and its wire buffers) unless collectives is mpi; the
-     * pipeline's message buffers follow each rank's list */
-    bool gpu = d->device == MT_DEVICE_CUDA, nccl = gpu && d->collectives != MT_COLL_MPI;
+/* On a GPU: NCCL (and its wire buffers) unless collectives is mpi; the
+ * pipeline's message buffers follow each rank's list (c->msg_bufs). */
+static mt_status_t nccl_message_buffers(const mt_config_t *cfg, plan_ctx_t *c)
+{
+    const mt_distributed_config_t *d = &cfg->distributed;
+    const mt_derived_t *dv = &cfg->derived;
+    c->gpu = d->device == MT_DEVICE_CUDA, c->nccl = c->gpu && d->collectives != MT_COLL_MPI;
     mt_pp_sched_t lists = {0};
-    if (nccl && d->pp_size > 1)
+    if (c->nccl && d->pp_size > 1)
         MT_TRY(mt_pp_schedule_build(d->pipeline.pp_schedule, (int)d->pp_size,
                                     (int)dv->stages_per_rank, (int)dv->num_microbatches, &lists));
-    /* each pipeline rank's NCCL message buffers, sends and receives together */
     int *msg_bufs = calloc(2 * (size_t)d->pp_size, sizeof *msg_bufs);
     mt_status_t ms = msg_bufs ? MT_OK : mt_error_set(MT_ERR_NOMEM, __FILE__, __LINE__, "plan");
     if (lists.actions && ms == MT_OK &&
@@ -276,172 +309,266 @@ mt_status_t mt_plan_compute_ex(const mt_config_t *cfg, unsigned flags, mt_plan_t
     if (ms != MT_OK)
         free(msg_bufs);
     MT_TRY(ms);
+    c->msg_bufs = msg_bufs;
+    return MT_OK;
+}
 
-    mt_pp_sim_result_t sim;
-    mt_status_t bs = bubble(cfg, plan, &sim);
-    if (bs != MT_OK)
-        free(msg_bufs);
-    MT_TRY(bs);
+/* Pipeline rank r's parameters of the model (this TP rank's part);
+ * *expert: its experts. */
+static double rank_params(const mt_config_t *cfg, const mt_plan_t *plan, const plan_ctx_t *c,
+                          int64_t r, double layers, double *expert)
+{
+    double tp = (double)cfg->distributed.tp_size;
+    int64_t H = cfg->model.hidden_size;
+    bool last = r == c->last_rank;
+    double sharded = layers * c->lsh / tp, repl = layers * c->lrep;
+    if (r == c->first_rank)
+        sharded += (double)plan->params_embedding / tp;
+    if (last)
+        sharded += (double)(plan->params_head - H) / tp, repl += (double)H;
+    if (last && c->last_rank != c->first_rank && cfg->model.tie_word_embeddings)
+        sharded += (double)plan->params_embedding / tp; /* tied lm_head copy on another rank */
+    *expert = layers * c->lexp / (double)cfg->distributed.ep_size; /* this rank's experts */
+    return sharded + repl;
+}
+
+/* FSDP working buffers (gathered units, unsharded unit gradients) of
+ * pipeline rank r, sized by the trainer's own rule over its units: the
+ * embedding, its layers (with EP only its own experts), the head; into
+ * *pw and *gw, and the largest unit (its NCCL pad) into *unit_max.  A
+ * layer's unit: sharded experts gather with it (their own fsdp, driven by
+ * the same unit events). */
+static mt_status_t fsdp_work(const mt_config_t *cfg, const mt_plan_t *plan, const plan_ctx_t *c,
+                             int64_t r, double layers, double p_rank, double *pw, double *gw,
+                             double *unit_max)
+{
+    double tp = (double)cfg->distributed.tp_size;
+    int64_t H = cfg->model.hidden_size;
+    double layer = c->lsh / tp + c->lrep;
+    int64_t nl = (int64_t)layers, nu = 0;
+    int64_t *lo = malloc(sizeof *lo * (size_t)(nl + 3));
+    if (!lo)
+        MT_FAIL(MT_ERR_NOMEM, "plan units");
+    lo[0] = 0;
+    bool has_embed = r == c->first_rank, last = r == c->last_rank;
+    if (has_embed)
+        lo[nu + 1] = lo[nu] + (int64_t)((double)plan->params_embedding / tp), nu++;
+    for (int64_t l = 0; l < nl; l++)
+        lo[nu + 1] = lo[nu] + (int64_t)layer, nu++;
+    if (last)
+        lo[nu + 1] = lo[nu] + (int64_t)((double)(plan->params_head - H) / tp) + H, nu++;
+    for (int64_t u = 0; u < nu; u++)
+        *unit_max = fmax(*unit_max, (double)(lo[u + 1] - lo[u]));
+    int64_t p_work, g_work, rs_tmp;
+    mt_fsdp_work_numel(lo, (int)nu, cfg->model.tie_word_embeddings && has_embed && last,
+                       &c->fso, (int64_t)(p_rank / c->fo), &p_work, &g_work, &rs_tmp);
+    free(lo);
+    *pw = (double)p_work, *gw = (double)(g_work + rs_tmp);
+    return MT_OK;
+}
+
+/* The sharded experts' own fsdp (also when the rest is not sharded, as
+ * under tp alone), a unit a layer: its working buffers added into *pw and
+ * *gw, a layer's experts (its NCCL pad) into *xunit. */
+static mt_status_t expert_work(const mt_config_t *cfg, const plan_ctx_t *c, double layers,
+                               double expert, double *pw, double *gw, double *xunit)
+{
+    const mt_distributed_config_t *d = &cfg->distributed;
+    int64_t nl = (int64_t)layers, p_work, g_work, rs_tmp;
+    mt_fsdp_options_t xo = c->fso;
+    xo.reshard_after_forward = d->moe.reshard_after_forward;
+    int64_t *xl = malloc(sizeof *xl * (size_t)(nl + 1));
+    if (!xl)
+        MT_FAIL(MT_ERR_NOMEM, "plan units");
+    for (int64_t l = 0; l <= nl; l++)
+        xl[l] = l * (int64_t)(c->lexp / (double)d->ep_size);
+    mt_fsdp_work_numel(xl, (int)nl, false, &xo, (int64_t)(expert / c->e_shard), &p_work,
+                       &g_work, &rs_tmp);
+    free(xl);
+    *pw += (double)p_work, *gw += (double)(g_work + rs_tmp);
+    *xunit = c->lexp / (double)d->ep_size;
+    return MT_OK;
+}
+
+/* The tokens of one micro-batch (a pipeline's microbatch) on a CP rank. */
+static double micro_tokens(const mt_config_t *cfg)
+{
+    const mt_distributed_config_t *d = &cfg->distributed;
+    return (double)(d->pp_size > 1 ? d->pipeline.pp_microbatch_size
+                                   : cfg->step_scheduler.local_batch_size) *
+           (double)cfg->derived.seq_len / (double)d->cp_size;
+}
+
+/* The decoder layers' activations that pipeline rank r holds at its peak;
+ * *nflight: the stage-microbatches they belong to (F done, backward
+ * including W not yet), from the simulation. */
+static double layer_activations(const mt_config_t *cfg, const plan_ctx_t *c, int64_t r,
+                                double layers, double tokens, double *nflight)
+{
+    const mt_model_config_t *m = &cfg->model;
+    const mt_distributed_config_t *d = &cfg->distributed;
+    const mt_derived_t *dv = &cfg->derived;
+    double tp = (double)d->tp_size, act_bytes = c->act_bytes;
+    int64_t H = m->hidden_size;
+    double per_layer = act_per_token_layer(cfg, act_bytes) * tokens * act_bytes;
+    if (d->pp_size > 1 && (d->pipeline.pp_schedule == MT_PP_ZERO_BUBBLE ||
+                           d->pipeline.pp_schedule == MT_PP_V_SCHEDULE)) {
+        /* B keeps the linears' output gradients for W: d(down_proj) and
+         * d(o_proj) whole, dq, dk, dv of this rank's heads */
+        double hdim = (double)dv->head_dim;
+        double qkv = ((double)m->num_attention_heads +
+                      2.0 * (double)m->num_key_value_heads.value) * hdim;
+        per_layer += (2.0 * (double)H + qkv / tp) * tokens * act_bytes;
+    }
+    double stage_layers_avg = layers / (double)dv->stages_per_rank;
+    *nflight = d->pp_size > 1 ? (double)c->sim.peak_held[r] : 1;
+    if (d->activation_checkpointing) { /* layer inputs kept, one layer recomputed; under
+                                         * bf16 all but a stage's first as bf16 bits */
+        double xb = c->bf16 ? 2.0 : act_bytes;
+        return *nflight * (act_bytes + (stage_layers_avg - 1) * xb) * tokens * (double)H /
+                   (d->sequence_parallel ? tp : 1) + per_layer;
+    }
+    return *nflight * stage_layers_avg * per_layer;
+}
+
+/* Add into *acts the ring's shards (context parallelism) and, on the last
+ * stage's rank, the logits of one microbatch. */
+static void ring_and_logits(const mt_config_t *cfg, const plan_ctx_t *c, int64_t r,
+                            double tokens, double *acts)
+{
+    const mt_model_config_t *m = &cfg->model;
+    const mt_distributed_config_t *d = &cfg->distributed;
+    const mt_derived_t *dv = &cfg->derived;
+    double tp = (double)d->tp_size;
+    int64_t V = dv->padded_vocab;
+    if (d->cp_size > 1) /* the ring's K/V and dK/dV shards (10 float32, ring_attention.c)
+                         * and under bf16 4 of bf16 bits; under bf16 storage 6 float32
+                         * and 4 bf16, and the out and dq sums (float32) */
+        *acts += tokens * (double)dv->head_dim / tp *
+                 (c->storage ? 32.0 * (double)m->num_key_value_heads.value +
+                                   8.0 * (double)m->num_attention_heads
+                             : (double)m->num_key_value_heads.value *
+                                   (40.0 + (c->bf16 ? 8.0 : 0.0)));
+    /* fp32 logits of one microbatch for the loss: the head's backward
+     * runs right after its forward, so only one is ever alive */
+    if (r == c->last_rank) /* in row chunks (mt_model_head_chunk) */
+        *acts += (double)mt_model_head_chunk((int64_t)tokens, (int64_t)((double)V / tp)) *
+                 (double)V / tp * c->act_bytes; /* (bf16 bits under bf16 storage) */
+}
+
+/* Add into *acts the backward working buffers of one microbatch: the
+ * final norm's input and output and four residual-stream gradients, plus
+ * the q, k, v and MLP gradients (doc/plan.md), and the MoE layers'. */
+static void backward_buffers(const mt_config_t *cfg, const plan_ctx_t *c, double tokens,
+                             double *acts)
+{
+    const mt_model_config_t *m = &cfg->model;
+    const mt_distributed_config_t *d = &cfg->distributed;
+    double tp = (double)d->tp_size, act_bytes = c->act_bytes;
+    int64_t H = m->hidden_size;
+    double hd = (double)cfg->derived.head_dim, Q = (double)m->num_attention_heads * hd;
+    double KV = (double)m->num_key_value_heads.value * hd;
+    double sp = d->sequence_parallel ? tp : 1.0;
+    /* x_final, dres, dtmp (+ the scattered norm gradient under sp)
+     * per rank's tokens; the final norm output, dh, datt (and the
+     * gathered norm output under sp) whole */
+    double stream_b = sp > 1 ? 4.0 * (double)H / sp + 4.0 * (double)H : 6.0 * (double)H;
+    *acts += tokens * (stream_b + (Q + 2.0 * KV + (double)m->intermediate_size) / tp) *
+             act_bytes;
+    if (c->storage) /* dh's float32 accumulator (model_arena.c) */
+        *acts += tokens * (double)H * 4.0;
+    if (moe_share(cfg) > 0) { /* the MoE layers' send rows, and a quarter above
+                               * the balanced load (mt_moe_reserve_rows) their receive,
+                               * expert-output and activation-gradient rows
+                               * (model_moe.c) and under bf16 storage the
+                               * experts' float32 input-gradient sums; the
+                               * rows' tokens and weight gradients; the router's
+                               * logit gradient; under ep in bf16 (not storage)
+                               * the wire's rows both ways */
+        double Hd = (double)H, Imd = (double)m->moe_intermediate_size;
+        *acts += tokens * (double)m->num_experts_per_tok *
+                 ((Hd + 1.25 * (2.0 * Hd + Imd)) * act_bytes +
+                  (c->storage ? 1.25 * 4.0 * Hd : 0.0) + 2.0 * 4.0 +
+                  (d->ep_size > 1 && c->bf16 && !c->storage ? 4.0 * Hd : 0.0)) / tp;
+        *acts += tokens * (double)m->num_experts * act_bytes / tp;
+    }
+}
+
+/* Pipeline rank r's estimate into *b. */
+static mt_status_t rank_bytes(const mt_config_t *cfg, const mt_plan_t *plan, const plan_ctx_t *c,
+                              int64_t r, rank_bytes_t *b)
+{
+    b->layers = (double)mt_plan_layers_on_rank(cfg, r);
+    double expert, p_rank = rank_params(cfg, plan, c, r, b->layers, &expert);
+    /* the largest fsdp unit, and the experts' (their fsdp's NCCL pads) */
+    double pw = 0, gw = 0, unit_max = 0, xunit = 0;
+    if (c->fsdp)
+        MT_TRY(fsdp_work(cfg, plan, c, r, b->layers, p_rank, &pw, &gw, &unit_max));
+    if (c->exp_sharded && b->layers > 0)
+        MT_TRY(expert_work(cfg, c, b->layers, expert, &pw, &gw, &xunit));
+    /* (experts: their fsdp's float32 shards, or an arena like the model's) */
+    b->params = p_rank / c->fp * c->sbytes +
+                expert / c->e_shard * (c->exp_sharded ? 4 : c->pbytes) + pw * c->pbytes;
+    b->grads = (p_rank / c->fg + expert / c->e_shard) * c->gbytes + gw * c->gbytes;
+    /* experts keep a master copy unless fsdp shards them (train_moe.c) */
+    double obytes_exp = 8 + (c->bf16 && !c->exp_sharded ? 4 : 0);
+    b->optim = p_rank / c->fo * c->obytes + expert / c->e_shard * obytes_exp;
+    double tokens = micro_tokens(cfg);
+    b->acts = layer_activations(cfg, c, r, b->layers, tokens, &b->nflight);
+    ring_and_logits(cfg, c, r, tokens, &b->acts);
+    backward_buffers(cfg, c, tokens, &b->acts);
+    b->ws = 0, b->wire = 0;
+    if (c->gpu)
+        b->ws = (double)(MT_CUDA_LT_WORKSPACE_BYTES + MT_CUDA_SCRATCH_BYTES);
+    if (c->nccl)
+        b->wire = nccl_wire_bytes(cfg, c->msg_bufs[r], c->fsdp, &c->fso, unit_max, xunit,
+                                  !c->exp_sharded && mt_moe_expert_replicas(cfg) > 1 ? expert : 0,
+                                  tokens, p_rank + expert, c->storage);
+    return MT_OK;
+}
+
+/* Every pipeline rank's estimate; the largest goes into plan. */
+static mt_status_t worst_rank(const mt_config_t *cfg, mt_plan_t *plan, plan_ctx_t *c)
+{
     plan->bytes_total = -1;
     /* the embedding sits with the first stage; norm, lm_head and loss with the last */
-    int64_t first_rank = stage_rank(cfg, 0), last_rank = stage_rank(cfg, dv->num_stages - 1);
-    for (int64_t r = 0; r < d->pp_size; r++) {
-        bool last = r == last_rank;
-        double layers = (double)mt_plan_layers_on_rank(cfg, r);
-        double sharded = layers * lsh / tp, repl = layers * lrep;
-        if (r == first_rank)
-            sharded += (double)plan->params_embedding / tp;
-        if (last)
-            sharded += (double)(plan->params_head - H) / tp, repl += (double)H;
-        if (last && last_rank != first_rank && m->tie_word_embeddings)
-            sharded += (double)plan->params_embedding / tp; /* tied lm_head copy on another rank */
-        double p_rank = sharded + repl;
-        double expert = layers * lexp / (double)d->ep_size; /* this rank's experts */
-        /* FSDP working buffers (gathered units, unsharded unit gradients),
-         * sized by the trainer's own rule over this rank's units: the
-         * embedding, its layers (with EP only its own experts), the head. */
-        /* the largest fsdp unit, and the experts' (their fsdp's NCCL pads) */
-        double pw = 0, gw = 0, unit_max = 0, xunit = 0;
-        if (fsdp) {
-            /* a layer's unit; sharded experts gather with it (their own
-             * fsdp, driven by the same unit events) */
-            double layer = lsh / tp + lrep;
-            int64_t nl = (int64_t)layers, nu = 0;
-            int64_t *lo = malloc(sizeof *lo * (size_t)(nl + 3));
-            if (!lo) {
-                mt_pp_sim_result_free(&sim);
-                free(msg_bufs);
-                MT_FAIL(MT_ERR_NOMEM, "plan units");
-            }
-            lo[0] = 0;
-            bool has_embed = r == first_rank;
-            if (has_embed)
-                lo[nu + 1] = lo[nu] + (int64_t)((double)plan->params_embedding / tp), nu++;
-            for (int64_t l = 0; l < nl; l++)
-                lo[nu + 1] = lo[nu] + (int64_t)layer, nu++;
-            if (last)
-                lo[nu + 1] = lo[nu] + (int64_t)((double)(plan->params_head - H) / tp) + H, nu++;
-            for (int64_t u = 0; u < nu; u++)
-                unit_max = fmax(unit_max, (double)(lo[u + 1] - lo[u]));
-            int64_t p_work, g_work, rs_tmp;
-            mt_fsdp_work_numel(lo, (int)nu, m->tie_word_embeddings && has_embed && last, &fso,
-                               (int64_t)(p_rank / fo), &p_work, &g_work, &rs_tmp);
-            free(lo);
-            pw = (double)p_work, gw = (double)(g_work + rs_tmp);
-        }
-        if (exp_sharded && layers > 0) { /* the experts' own fsdp (also when the rest is
-                                           * not sharded, as under tp alone): a unit a layer */
-            int64_t nl = (int64_t)layers, p_work, g_work, rs_tmp;
-            mt_fsdp_options_t xo = fso;
-            xo.reshard_after_forward = d->moe.reshard_after_forward;
-            int64_t *xl = malloc(sizeof *xl * (size_t)(nl + 1));
-            if (!xl) {
-                mt_pp_sim_result_free(&sim);
-                free(msg_bufs);
-                MT_FAIL(MT_ERR_NOMEM, "plan units");
-            }
-            for (int64_t l = 0; l <= nl; l++)
-                xl[l] = l * (int64_t)(lexp / (double)d->ep_size);
-            mt_fsdp_work_numel(xl, (int)nl, false, &xo, (int64_t)(expert / e_shard), &p_work,
-                               &g_work, &rs_tmp);
-            free(xl);
-            pw += (double)p_work, gw += (double)(g_work + rs_tmp);
-            xunit = lexp / (double)d->ep_size;
-        }
-        /* (experts: their fsdp's float32 shards, or an arena like the model's) */
-        double params = p_rank / fp * sbytes + expert / e_shard * (exp_sharded ? 4 : pbytes) +
-                        pw * pbytes;
-        double grads = (p_rank / fg + expert / e_shard) * gbytes + gw * gbytes;
-        /* experts keep a master copy unless fsdp shards them (train_moe.c) */
-        double obytes_exp = 8 + (bf16 && !exp_sharded ? 4 : 0);
-        double optim = p_rank / fo * obytes + expert / e_shard * obytes_exp;
-
-        double tokens = (double)(d->pp_size > 1 ? d->pipeline.pp_microbatch_size
-                                                : cfg->step_scheduler.local_batch_size) *
-                        (double)dv->seq_len / (double)d->cp_size;
-        double per_layer = act_per_token_layer(cfg, act_bytes) * tokens * act_bytes;
-        if (d->pp_size > 1 && (d->pipeline.pp_schedule == MT_PP_ZERO_BUBBLE ||
-                               d->pipeline.pp_schedule == MT_PP_V_SCHEDULE)) {
-            /* B keeps the linears' output gradients for W: d(down_proj) and
-             * d(o_proj) whole, dq, dk, dv of this rank's heads */
-            double hdim = (double)dv->head_dim;
-            double qkv = ((double)m->num_attention_heads + 2.0 * (double)m->num_key_value_heads.value) * hdim;
-            per_layer += (2.0 * (double)H + qkv / tp) * tokens * act_bytes;
-        }
-        double stage_layers_avg = layers / (double)dv->stages_per_rank;
-        double acts;
-        /* stage-microbatches whose activations this rank holds at its peak
-         * (F done, backward including W not yet): from the simulation */
-        double nflight = d->pp_size > 1 ? (double)sim.peak_held[r] : 1;
-        if (d->activation_checkpointing) { /* layer inputs kept, one layer recomputed; under
-                                             * bf16 all but a stage's first as bf16 bits */
-            double xb = bf16 ? 2.0 : act_bytes;
-            acts = nflight * (act_bytes + (stage_layers_avg - 1) * xb) * tokens * (double)H /
-                       (d->sequence_parallel ? tp : 1) + per_layer;
-        }
-        else
-            acts = nflight * stage_layers_avg * per_layer;
-        if (d->cp_size > 1) /* the ring's K/V and dK/dV shards (10 float32, ring_attention.c)
-                             * and under bf16 4 of bf16 bits; under bf16 storage 6 float32
-                             * and 4 bf16, and the out and dq sums (float32) */
-            acts += tokens * (double)dv->head_dim / tp *
-                    (storage ? 32.0 * (double)m->num_key_value_heads.value +
-                                   8.0 * (double)m->num_attention_heads
-                             : (double)m->num_key_value_heads.value * (40.0 + (bf16 ? 8.0 : 0.0)));
-        /* fp32 logits of one microbatch for the loss: the head's backward
-         * runs right after its forward, so only one is ever alive */
-        if (last) /* in row chunks (mt_model_head_chunk) */
-            acts += (double)mt_model_head_chunk((int64_t)tokens, (int64_t)((double)V / tp)) *
-                    (double)V / tp * act_bytes; /* (bf16 bits under bf16 storage) */
-        { /* backward working buffers of one microbatch: the final norm's input
-           * and output and four residual-stream gradients, plus the q, k, v
-           * and MLP gradients (doc/plan.md) */
-            double hd = (double)dv->head_dim, Q = (double)m->num_attention_heads * hd;
-            double KV = (double)m->num_key_value_heads.value * hd;
-            double sp = d->sequence_parallel ? tp : 1.0;
-            /* x_final, dres, dtmp (+ the scattered norm gradient under sp)
-             * per rank's tokens; the final norm output, dh, datt (and the
-             * gathered norm output under sp) whole */
-            double stream_b = sp > 1 ? 4.0 * (double)H / sp + 4.0 * (double)H : 6.0 * (double)H;
-            acts += tokens * (stream_b + (Q + 2.0 * KV + (double)m->intermediate_size) / tp) *
-                    act_bytes;
-            if (storage) /* dh's float32 accumulator (model_arena.c) */
-                acts += tokens * (double)H * 4.0;
-            if (moe_share(cfg) > 0) { /* the MoE layers' send rows, and a quarter above
-                                       * the balanced load (reserve_rows) their receive,
-                                       * expert-output and activation-gradient rows
-                                       * (model_moe.c) and under bf16 storage the
-                                       * experts' float32 input-gradient sums; the
-                                       * rows' tokens and weight gradients; the router's
-                                       * logit gradient; under ep in bf16 (not storage)
-                                       * the wire's rows both ways */
-                double Hd = (double)H, Imd = (double)m->moe_intermediate_size;
-                acts += tokens * (double)m->num_experts_per_tok *
-                        ((Hd + 1.25 * (2.0 * Hd + Imd)) * act_bytes +
-                         (storage ? 1.25 * 4.0 * Hd : 0.0) + 2.0 * 4.0 +
-                         (d->ep_size > 1 && bf16 && !storage ? 4.0 * Hd : 0.0)) / tp;
-                acts += tokens * (double)m->num_experts * act_bytes / tp;
-            }
-        }
-        double ws = 0, wire = 0;
-        if (gpu)
-            ws = (double)(MT_CUDA_LT_WORKSPACE_BYTES + MT_CUDA_SCRATCH_BYTES);
-        if (nccl)
-            wire = nccl_wire_bytes(cfg, msg_bufs[r], fsdp, &fso, unit_max, xunit,
-                                   !exp_sharded && mt_train_moe_replicas(cfg) > 1 ? expert : 0,
-                                   tokens, p_rank + expert, storage);
-        double total = params + grads + optim + acts + ws + wire;
+    c->first_rank = stage_rank(cfg, 0);
+    c->last_rank = stage_rank(cfg, cfg->derived.num_stages - 1);
+    for (int64_t r = 0; r < cfg->distributed.pp_size; r++) {
+        rank_bytes_t b;
+        MT_TRY(rank_bytes(cfg, plan, c, r, &b));
+        double total = b.params + b.grads + b.optim + b.acts + b.ws + b.wire;
         if (total > plan->bytes_total) {
             plan->worst_pp_rank = (int)r;
-            plan->layers_on_worst = (int64_t)layers;
-            plan->bytes_params = params, plan->bytes_grads = grads, plan->bytes_optim = optim;
-            plan->bytes_activations = acts, plan->bytes_total = total;
-            plan->inflight_microbatches = nflight;
-            plan->bytes_device_workspace = ws, plan->bytes_device_nccl = wire;
+            plan->layers_on_worst = (int64_t)b.layers;
+            plan->bytes_params = b.params, plan->bytes_grads = b.grads;
+            plan->bytes_optim = b.optim;
+            plan->bytes_activations = b.acts, plan->bytes_total = total;
+            plan->inflight_microbatches = b.nflight;
+            plan->bytes_device_workspace = b.ws, plan->bytes_device_nccl = b.wire;
         }
     }
-    mt_pp_sim_result_free(&sim);
-    free(msg_bufs);
+    return MT_OK;
+}
+
+mt_status_t mt_plan_compute_ex(const mt_config_t *cfg, unsigned flags, mt_plan_t *plan)
+{
+    memset(plan, 0, sizeof *plan);
+    if (!cfg->validated)
+        MT_FAIL(MT_ERR_RANGE, "mt_plan_compute needs a validated config");
+    plan_ctx_t c;
+    memset(&c, 0, sizeof c);
+    count_params(cfg, plan, &c);
+    sharding(cfg, &c);
+    element_bytes(cfg, flags, plan, &c);
+    MT_TRY(nccl_message_buffers(cfg, &c));
+    mt_status_t s = bubble(cfg, plan, &c.sim);
+    if (s == MT_OK) {
+        s = worst_rank(cfg, plan, &c);
+        mt_pp_sim_result_free(&c.sim);
+    }
+    free(c.msg_bufs);
+    MT_TRY(s);
     return MT_OK;
 }
 

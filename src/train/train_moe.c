@@ -38,35 +38,23 @@
 #include <string.h>
 
 #include "model_moe.h"
+#include "moe_layout.h"
 #include "mt_comm.h"
 #include "mt_fsdp.h"
 #ifdef MT_HAVE_NCCL
 #include "mt_nccl.h"
 #endif
 
-int64_t mt_train_moe_replicas(const mt_config_t *cfg)
-{
-    const mt_distributed_config_t *d = &cfg->distributed;
-    int64_t r = d->ep_size > 1 ? cfg->derived.ep_shard : cfg->derived.dp_size * d->cp_size;
-    return r * d->tp_size;
-}
-
-bool mt_train_moe_sharded(const mt_config_t *cfg)
-{
-    return cfg->model.num_experts > 0 && cfg->distributed.strategy == MT_STRATEGY_FSDP2 &&
-           mt_train_moe_replicas(cfg) > 1;
-}
-
 mt_status_t mt_train_moe_check(const mt_config_t *cfg, int world)
 {
     const mt_distributed_config_t *d = &cfg->distributed;
     if (cfg->model.num_experts == 0)
         return MT_OK;
-    if (d->moe.reshard_after_forward && !mt_train_moe_sharded(cfg))
+    if (d->moe.reshard_after_forward && !mt_moe_experts_sharded(cfg))
         MT_FAIL(MT_ERR_UNSUPPORTED, "distributed.moe.reshard_after_forward: the experts are not "
                 "sharded here (they are sharded under fsdp2 over the %lld ranks that hold the "
                 "same experts, when there is more than one), so there is nothing to reshard; "
-                "set it to false", (long long)mt_train_moe_replicas(cfg));
+                "set it to false", (long long)mt_moe_expert_replicas(cfg));
     if (d->moe.ignore_router_for_ac && !d->activation_checkpointing)
         MT_FAIL(MT_ERR_CONFIG, "distributed.moe.ignore_router_for_ac keeps the router out of "
                 "activation checkpointing, which is off: set "
@@ -146,7 +134,7 @@ mt_status_t mt_train_moe_init(mt_train_moe_t *t, mt_model_t *m, const mt_config_
         t->sparse[g] = mt_moe_is_sparse(cfg, g);
     t->view = mt_moe_param_view(m, t->unit_lo);
     int64_t owned = m->moe->numel;
-    t->sharded = mt_train_moe_sharded(cfg);
+    t->sharded = mt_moe_experts_sharded(cfg);
     if (t->sharded) {
         mt_fsdp_options_t fo;
         mt_fsdp_options_from_config(cfg, &fo);

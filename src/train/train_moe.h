@@ -68,14 +68,6 @@ typedef struct {
     int64_t a2a_bytes;        /* this step's all-to-all bytes sent, summed over ranks */
 } mt_train_moe_t;
 
-/* The ranks holding the same experts: ep_shard x tp_size (dp x cp x
- * tp_size when ep_size is 1), per pipeline stage. */
-int64_t mt_train_moe_replicas(const mt_config_t *cfg);
-
-/* Whether the experts are FSDP-sharded over those ranks (fsdp2, more than
- * one of them): the model is then built with MT_MODEL_NO_EXPERT_ARENAS. */
-bool mt_train_moe_sharded(const mt_config_t *cfg);
-
 /* What this release refuses for MoE training, with a message each. */
 mt_status_t mt_train_moe_check(const mt_config_t *cfg, int world);
 

@@ -1,0 +1,185 @@
+/* checkpoint_h5.c: the HDF5 pieces of a checkpoint that need no MPI,
+ * shared by the collective file I/O (checkpoint_io.c) and meshtrain-ckpt's
+ * inspection (ckpt_inspect.c): errors that carry HDF5's innermost reason,
+ * reading /meta's attributes, the format and version check, and the
+ * serial read of the stored config.  It writes nothing and opens files
+ * only with the serial driver. */
+#include "checkpoint_internal.h"
+
+#include <hdf5.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define h5_fail mt_ckpt_h5_fail
+
+typedef struct {
+    char *buf;
+    size_t cap;
+} h5_reason_t;
+
+static herr_t keep_innermost(unsigned n, const H5E_error2_t *e, void *data)
+{
+    h5_reason_t *r = data;
+    if (e->desc && e->desc[0])
+        snprintf(r->buf, r->cap, "%s", e->desc);
+    return 0;
+}
+
+/* The innermost description on HDF5's error stack (walking downward, the
+ * last entry is where the error was first detected), then clear it. */
+static const char *h5_reason(char *buf, size_t cap)
+{
+    h5_reason_t r = {buf, cap};
+    buf[0] = '\0';
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, keep_innermost, &r);
+    H5Eclear2(H5E_DEFAULT);
+    if (!buf[0])
+        snprintf(buf, cap, "no detail from HDF5");
+    return buf;
+}
+
+mt_status_t mt_ckpt_h5_fail(const char *src, int line, const char *fmt, ...)
+{
+    char what[1024], why[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    h5_reason(why, sizeof why);
+    return mt_error_set(MT_ERR_IO, src, line, "%s (HDF5: %s)", what, why);
+}
+
+/* A string attribute as a malloc'd copy (fixed or variable length, so
+ * files edited by other tools still read); *out = NULL when absent. */
+mt_status_t mt_ckpt_h5_attr_string(const char *fname, hid_t file, const char *obj,
+                                  const char *name, char **out)
+{
+    *out = NULL;
+    htri_t ex = H5Aexists_by_name(file, obj, name, H5P_DEFAULT);
+    if (ex < 0)
+        H5_FAIL("%s: cannot look up attribute %s %s", fname, obj, name);
+    if (ex == 0)
+        return MT_OK;
+    hid_t a = H5Aopen_by_name(file, obj, name, H5P_DEFAULT, H5P_DEFAULT), ft = -1, mt = -1;
+    mt_status_t s = MT_OK;
+    if (a < 0 || (ft = H5Aget_type(a)) < 0) {
+        s = h5_fail(__FILE__, __LINE__, "%s: cannot open attribute %s %s", fname, obj, name);
+    } else if (H5Tget_class(ft) != H5T_STRING) {
+        s = mt_error_set(MT_ERR_IO, __FILE__, __LINE__, "%s: attribute %s %s is not a string",
+                         fname, obj, name);
+    } else if (H5Tis_variable_str(ft) > 0) {
+        char *p = NULL;
+        if ((mt = H5Tcopy(H5T_C_S1)) < 0 || H5Tset_size(mt, H5T_VARIABLE) < 0 ||
+            H5Aread(a, mt, &p) < 0)
+            s = h5_fail(__FILE__, __LINE__, "%s: cannot read attribute %s %s", fname, obj, name);
+        else if (!(*out = strdup(p ? p : "")))
+            s = mt_error_set(MT_ERR_NOMEM, __FILE__, __LINE__, "attribute %s %s", obj, name);
+        if (p)
+            H5free_memory(p);
+    } else {
+        size_t size = H5Tget_size(ft);
+        char *buf = calloc(size + 1, 1);
+        if (!buf)
+            s = mt_error_set(MT_ERR_NOMEM, __FILE__, __LINE__, "attribute %s %s: %zu bytes", obj,
+                             name, size);
+        else if (H5Aread(a, ft, buf) < 0)
+            s = h5_fail(__FILE__, __LINE__, "%s: cannot read attribute %s %s", fname, obj, name);
+        if (s == MT_OK)
+            *out = buf;
+        else
+            free(buf);
+    }
+    mt_ckpt_h5_close_id(&mt, H5Tclose);
+    mt_ckpt_h5_close_id(&ft, H5Tclose);
+    mt_ckpt_h5_close_id(&a, H5Aclose);
+    return s;
+}
+
+mt_status_t mt_ckpt_h5_attr_int(const char *fname, hid_t file, const char *obj, const char *name,
+                               int64_t *v, int *present)
+{
+    *present = 0;
+    htri_t ex = H5Aexists_by_name(file, obj, name, H5P_DEFAULT);
+    if (ex < 0)
+        H5_FAIL("%s: cannot look up attribute %s %s", fname, obj, name);
+    if (ex == 0)
+        return MT_OK;
+    hid_t a = H5Aopen_by_name(file, obj, name, H5P_DEFAULT, H5P_DEFAULT), ft = -1;
+    mt_status_t s = MT_OK;
+    if (a < 0 || (ft = H5Aget_type(a)) < 0)
+        s = h5_fail(__FILE__, __LINE__, "%s: cannot open attribute %s %s", fname, obj, name);
+    else if (H5Tget_class(ft) != H5T_INTEGER)
+        s = mt_error_set(MT_ERR_IO, __FILE__, __LINE__, "%s: attribute %s %s is not an integer",
+                         fname, obj, name);
+    else if (H5Aread(a, H5T_NATIVE_INT64, v) < 0)
+        s = h5_fail(__FILE__, __LINE__, "%s: cannot read attribute %s %s", fname, obj, name);
+    else
+        *present = 1;
+    mt_ckpt_h5_close_id(&ft, H5Tclose);
+    mt_ckpt_h5_close_id(&a, H5Aclose);
+    return s;
+}
+
+mt_status_t mt_ckpt_h5_check_format(const char *fname, hid_t file, int check_version)
+{
+    htri_t ex = H5Lexists(file, "/meta", H5P_DEFAULT);
+    if (ex < 0)
+        H5_FAIL("%s: cannot look up /meta", fname);
+    if (ex == 0)
+        MT_FAIL(MT_ERR_IO, "%s: not a meshtrain checkpoint: it has no /meta group", fname);
+    char *format = NULL;
+    MT_TRY(mt_ckpt_h5_attr_string(fname, file, "/meta", "format", &format));
+    if (!format || strcmp(format, MT_CKPT_FORMAT) != 0) {
+        mt_error_set(MT_ERR_IO, __FILE__, __LINE__,
+                     "%s: not a meshtrain checkpoint: /meta format is %s%s%s, expected \"%s\"",
+                     fname, format ? "\"" : "", format ? format : "missing", format ? "\"" : "",
+                     MT_CKPT_FORMAT);
+        free(format);
+        return MT_ERR_IO;
+    }
+    free(format);
+    if (!check_version)
+        return MT_OK;
+    int64_t version = 0;
+    int present;
+    MT_TRY(mt_ckpt_h5_attr_int(fname, file, "/meta", "version", &version, &present));
+    if (!present)
+        MT_FAIL(MT_ERR_IO, "%s: /meta has no version attribute: the file is damaged", fname);
+    if (version != MT_CKPT_VERSION) {
+        mt_error_set(MT_ERR_IO, __FILE__, __LINE__,
+                     "%s: checkpoint format version %lld; this build of meshtrain reads version %d "
+                     "only",
+                     fname, (long long)version, MT_CKPT_VERSION);
+        mt_error_hint("load it with the meshtrain release that wrote it (see /meta software)");
+        return MT_ERR_IO;
+    }
+    return MT_OK;
+}
+
+mt_status_t mt_ckpt_h5_read_config(const char *file, char **yaml)
+{
+    *yaml = NULL;
+    mt_ckpt_h5_quiet_t q;
+    mt_ckpt_h5_quiet_begin(&q);
+    mt_status_t s = MT_OK;
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS), f = -1;
+#if H5_VERSION_GE(1, 10, 7) && !(H5_VERS_MAJOR == 1 && H5_VERS_MINOR == 12 && H5_VERS_RELEASE == 0)
+    /* Reading only: do not fail on file systems without flock (Lustre). */
+    if (fapl >= 0)
+        H5Pset_file_locking(fapl, 0, 1);
+#endif
+    if (fapl < 0 || (f = H5Fopen(file, H5F_ACC_RDONLY, fapl)) < 0)
+        s = h5_fail(__FILE__, __LINE__, "%s: cannot open as HDF5", file);
+    if (s == MT_OK)
+        s = mt_ckpt_h5_check_format(file, f, 0);
+    if (s == MT_OK)
+        s = mt_ckpt_h5_attr_string(file, f, "/meta", "config", yaml);
+    if (s == MT_OK && !*yaml)
+        s = mt_error_set(MT_ERR_IO, __FILE__, __LINE__, "%s: /meta has no config attribute",
+                         file);
+    mt_ckpt_h5_close_id(&f, H5Fclose);
+    mt_ckpt_h5_close_id(&fapl, H5Pclose);
+    mt_ckpt_h5_quiet_end(&q);
+    return s;
+}
