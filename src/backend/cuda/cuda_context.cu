@@ -24,28 +24,27 @@ extern "C" mt_cuda_ctx_t *mt_cuda_ctx(const char *kernel)
     return &ctx;
 }
 
-extern "C" void *mt_cuda_scratch(const char *kernel, size_t bytes)
+/* one of the context's fixed buffers, which must hold `bytes` */
+static void *fixed_buffer(const char *kernel, const char *what, void *buf, size_t have,
+                          size_t bytes)
 {
     mt_cuda_ctx(kernel);
-    if (bytes > ctx.scratch_bytes) {
+    if (bytes > have) {
         char msg[160];
-        snprintf(msg, sizeof msg, "needs %zu bytes of scratch, the backend has %zu", bytes,
-                 ctx.scratch_bytes);
+        snprintf(msg, sizeof msg, "needs %zu bytes of %s, the backend has %zu", bytes, what, have);
         mt_cuda_die(kernel, msg, __FILE__, __LINE__);
     }
-    return ctx.scratch;
+    return buf;
+}
+
+extern "C" void *mt_cuda_scratch(const char *kernel, size_t bytes)
+{
+    return fixed_buffer(kernel, "scratch", ctx.scratch, ctx.scratch_bytes, bytes);
 }
 
 extern "C" char *mt_cuda_host(const char *kernel, size_t bytes)
 {
-    mt_cuda_ctx(kernel);
-    if (bytes > ctx.host_bytes) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "needs %zu bytes of host staging, the backend has %zu", bytes,
-                 ctx.host_bytes);
-        mt_cuda_die(kernel, msg, __FILE__, __LINE__);
-    }
-    return ctx.host;
+    return (char *)fixed_buffer(kernel, "host staging", ctx.host, ctx.host_bytes, bytes);
 }
 
 extern "C" mt_status_t mt_cuda_backend_init(mt_cuda_arena_t *arena, size_t scratch_bytes)
