@@ -31,9 +31,10 @@ d70=$(slurm_submit "$workdir/d70.out" $common --ntasks-per-node=4 "$js/dense-70b
     logging.metrics_file="$workdir/d70.jsonl")
 moe=$(slurm_submit "$workdir/moe.out" $common --ntasks-per-node=8 "$js/moe-ep16.sbatch" \
     "$configs/moe-ep16.yaml" --dry-run distributed.ep_size=8)
+# the corpus is the build's (a VPATH build has none beside the config)
 moet=$(slurm_submit "$workdir/moet.out" $common --ntasks-per-node=2 "$js/moe-ep16.sbatch" \
     "$configs/moe-tiny.yaml" distributed.ep_size=2 step_scheduler.max_steps=3 \
-    checkpoint.enabled=false logging.metrics_file="$workdir/moet.jsonl")
+    dataset.path="$data" checkpoint.enabled=false logging.metrics_file="$workdir/moet.jsonl")
 cp=$(slurm_submit "$workdir/cp.out" $common --ntasks-per-node=8 "$js/long-context-cp8.sbatch" \
     "$configs/long-context-cp8.yaml" --dry-run)
 dry=$(slurm_submit "$workdir/dry.out" --ntasks=4 --chdir="$workdir" "$js/dry-run.sbatch" \
