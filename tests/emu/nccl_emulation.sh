@@ -151,7 +151,8 @@ hang() { # hang RANK:K NEEDLE [key=value ...]
     h=$1 needle=$2; shift 2
     checks=$((checks + 1))
     MT_EMU_HANG=$h np 2 "$emu/meshtrain-dense" --config "$small_cfg" $common \
-        checkpoint.enabled=false $nccl distributed.timeout_s=2 "$@" \
+        checkpoint.enabled=false logging.metrics_file="$workdir/hang.jsonl" $nccl \
+        distributed.timeout_s=2 "$@" \
         >"$workdir/out" 2>"$workdir/err"
     rc=$?
     err=$(cat "$workdir/err")
