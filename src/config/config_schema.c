@@ -69,8 +69,36 @@ static const mt_cfg_enum_t save_enum[] = {
     {"safetensors", MT_SAVE_SAFETENSORS, false},
     {NULL, 0, false}};
 
+static const mt_cfg_enum_t arch_enum[] = {
+    {"auto", MT_ARCH_AUTO, false},
+    {"LlamaForCausalLM", MT_ARCH_LLAMA, false},
+    {"Qwen2ForCausalLM", MT_ARCH_QWEN2, false},
+    {"Qwen3ForCausalLM", MT_ARCH_QWEN3, false},
+    {"Qwen3MoeForCausalLM", MT_ARCH_QWEN3_MOE, false},
+    {"MistralForCausalLM", MT_ARCH_MISTRAL, false},
+    {"MixtralForCausalLM", MT_ARCH_MIXTRAL, false},
+    {"OlmoeForCausalLM", MT_ARCH_OLMOE, false},
+    {NULL, 0, false}};
+
+static const mt_cfg_enum_t rope_enum[] = {
+    {"default", MT_ROPE_DEFAULT, false},
+    {"linear", MT_ROPE_LINEAR, false},
+    {"dynamic", MT_ROPE_DYNAMIC, false},
+    {"llama3", MT_ROPE_LLAMA3, false},
+    {"yarn", MT_ROPE_YARN, false},
+    {NULL, 0, false}};
+
+static const mt_cfg_enum_t consolidate_enum[] = {
+    {"false", MT_CONSOLIDATE_NEVER, false},
+    {"true", MT_CONSOLIDATE_EVERY, false},
+    {"every", MT_CONSOLIDATE_EVERY, false},
+    {"final", MT_CONSOLIDATE_FINAL, false},
+    {NULL, 0, false}};
+
 const mt_cfg_section_t mt_cfg_sections[] = {
     {"model", "The model, with Hugging Face config.json field names."},
+    {"model.rope_scaling", "RoPE scaling, config.json's rope_scaling, with the meaning of "
+                           "transformers' rope initialisation functions."},
     {"dataset", "Token data (read by the training loop)."},
     {"packed_sequence", "Packing documents into fixed-length rows (meshtrain-cp)."},
     {"step_scheduler", "Batch sizes and step counts."},
@@ -151,6 +179,51 @@ const mt_cfg_key_t mt_cfg_keys[] = {
           "Always-active shared experts (DeepSeek style: one SwiGLU of width "
           "num_shared_experts x moe_intermediate_size on every MoE layer, "
           "mlp.shared_experts.*)."),
+
+    K_ENUM("model.architecture", model.architecture, arch_enum, "auto",
+           "The Hugging Face class computed and written (config.json's architectures[0]). "
+           "auto: LlamaForCausalLM, Qwen3ForCausalLM with qk_norm, Qwen3MoeForCausalLM with "
+           "experts. Qwen2ForCausalLM adds q/k/v biases; OlmoeForCausalLM normalises q and k "
+           "over the whole projection; MixtralForCausalLM names its experts w1/w2/w3."),
+    K_OPT("model.head_dim", model.head_dim, "none", 1,
+          "Width of one attention head; none means hidden_size / num_attention_heads. Must be "
+          "even."),
+    K_BOOL("model.attention_bias", model.attention_bias, "false",
+           "Biases on q_proj, k_proj, v_proj and o_proj (Llama's attention_bias)."),
+    K_BOOL("model.mlp_bias", model.mlp_bias, "false",
+           "Biases on gate_proj, up_proj and down_proj (Llama's mlp_bias)."),
+    K_OPT("model.sliding_window", model.sliding_window, "none", 1,
+          "Sliding-window attention (Mistral): a token sees itself and the window - 1 tokens "
+          "before it. none: full causal attention."),
+    K_ENUM("model.rope_scaling.rope_type", model.rope_scaling.rope_type, rope_enum, "default",
+           "default (none), linear, dynamic (NTK), llama3 or yarn."),
+    K_FLT("model.rope_scaling.factor", model.rope_scaling.factor, "1.0",
+          "Scaling factor of linear, dynamic, llama3 and yarn. Must be at least 1."),
+    K_FLT("model.rope_scaling.low_freq_factor", model.rope_scaling.low_freq_factor, "1.0",
+          "llama3: wavelengths above original_max_position_embeddings / low_freq_factor are "
+          "divided by factor."),
+    K_FLT("model.rope_scaling.high_freq_factor", model.rope_scaling.high_freq_factor, "4.0",
+          "llama3: wavelengths below original_max_position_embeddings / high_freq_factor are "
+          "kept; between the two they are interpolated."),
+    K_OPT("model.rope_scaling.original_max_position_embeddings",
+          model.rope_scaling.original_max_position_embeddings, "none", 1,
+          "llama3 and yarn: the context the model was trained on before scaling; none means "
+          "max_position_embeddings (yarn), required by llama3."),
+    K_FLT("model.rope_scaling.beta_fast", model.rope_scaling.beta_fast, "32.0",
+          "yarn: rotations at which the high-frequency (extrapolated) band ends."),
+    K_FLT("model.rope_scaling.beta_slow", model.rope_scaling.beta_slow, "1.0",
+          "yarn: rotations at which the low-frequency (interpolated) band starts."),
+    K_FLT("model.rope_scaling.attention_factor", model.rope_scaling.attention_factor, "0.0",
+          "yarn: scale of cos and sin; 0 means 0.1 ln(factor) + 1."),
+    K_BOOL("model.rope_scaling.truncate", model.rope_scaling.truncate, "true",
+           "yarn: round the correction range to whole dimensions."),
+    K_STR("model.pretrained_model_name_or_path", model.pretrained_model_name_or_path, "\"\"",
+          "A Hugging Face model: a directory with config.json and *.safetensors, or a hub id "
+          "org/name found in the local cache (HF_HUB_CACHE, else HF_HOME/hub, else "
+          "~/.cache/huggingface/hub); nothing is downloaded. Its config.json gives the "
+          "architecture and its weights the initial values."),
+    K_STR("model.revision", model.revision, "\"\"",
+          "With a hub id: the branch, tag or commit of the cached snapshot; empty means main."),
 
     /* dataset */
     K_STR("dataset.path", dataset.path, "\"\"",
@@ -300,8 +373,9 @@ const mt_cfg_key_t mt_cfg_keys[] = {
            "written again on this mesh; with max_steps equal to that step nothing trains)."),
     K_INT("checkpoint.keep_last_n", checkpoint.keep_last_n, "0", 0,
           "Keep the newest n checkpoints; 0 keeps all. Must be at least 2 when above 0."),
-    K_BOOL("checkpoint.save_consolidated", checkpoint.save_consolidated, "false",
-           "Also export a consolidated Hugging Face checkpoint."),
+    K_ENUM("checkpoint.save_consolidated", checkpoint.save_consolidated, consolidate_enum, "false",
+           "Also write a consolidated Hugging Face directory beside each checkpoint: true or "
+           "every (at every save, AutoModel's true), final (at the last step only) or false."),
     K_ENUM("checkpoint.model_save_format", checkpoint.model_save_format, save_enum, "hdf5",
            "Format of the consolidated export: hdf5 or safetensors."),
 
@@ -369,6 +443,16 @@ const char *mt_collectives_name(mt_collectives_t c)
 const char *mt_dtype_name(mt_dtype_t d) { return mt_cfg_enum_canonical(dtype_enum, (int)d); }
 
 size_t mt_dtype_size(mt_dtype_t d) { return d == MT_DTYPE_BFLOAT16 ? 2 : 4; }
+
+const char *mt_arch_name(mt_arch_t a)
+{
+    return mt_cfg_enum_canonical(arch_enum, (int)a);
+}
+
+const char *mt_rope_type_name(mt_rope_type_t t)
+{
+    return mt_cfg_enum_canonical(rope_enum, (int)t);
+}
 
 const char *mt_app_kind_name(mt_app_kind_t k)
 {

@@ -161,6 +161,34 @@ static void check_ranges(vctx_t *v)
              "incomplete when a job dies, so one older complete one must survive");
 }
 
+/* ---- RoPE scaling: the ranges transformers' rope initialisation accepts ---- */
+static void check_rope(vctx_t *v, const mt_model_config_t *m)
+{
+    const mt_rope_scaling_t *r = &m->rope_scaling;
+    if (r->rope_type == MT_ROPE_DEFAULT)
+        return;
+    if (!(r->factor >= 1.0))
+        verr(v, "model.rope_scaling.factor", "must be at least 1 for rope_type %s, got %g",
+             mt_rope_type_name(r->rope_type), r->factor);
+    if (r->rope_type == MT_ROPE_LLAMA3) {
+        if (!r->original_max_position_embeddings.set)
+            verr(v, "model.rope_scaling.original_max_position_embeddings",
+                 "is required by rope_type llama3 (the context before scaling, 8192 for "
+                 "Llama 3.1)");
+        if (!(r->low_freq_factor > 0 && r->high_freq_factor > r->low_freq_factor))
+            verr(v, "model.rope_scaling.high_freq_factor", "llama3 needs 0 < low_freq_factor < "
+                 "high_freq_factor, got %g and %g", r->low_freq_factor, r->high_freq_factor);
+    }
+    if (r->rope_type == MT_ROPE_YARN) {
+        if (!(r->beta_slow > 0 && r->beta_fast > r->beta_slow))
+            verr(v, "model.rope_scaling.beta_fast", "yarn needs 0 < beta_slow < beta_fast, got "
+                 "%g and %g", r->beta_slow, r->beta_fast);
+        if (r->attention_factor < 0)
+            verr(v, "model.rope_scaling.attention_factor", "must not be negative, got %g",
+                 r->attention_factor);
+    }
+}
+
 /* ---- model shape ---- */
 static void check_model(vctx_t *v, mt_app_kind_t app)
 {
@@ -168,9 +196,14 @@ static void check_model(vctx_t *v, mt_app_kind_t app)
     if (!m->num_key_value_heads.set) /* HF: none means multi-head attention */
         m->num_key_value_heads.set = true, m->num_key_value_heads.value = m->num_attention_heads;
     int64_t kv = m->num_key_value_heads.value;
-    if (m->hidden_size % m->num_attention_heads)
-        verr(v, "model.hidden_size", "%lld is not divisible by num_attention_heads (%lld)",
+    if (!m->head_dim.set && m->hidden_size % m->num_attention_heads)
+        verr(v, "model.hidden_size", "%lld is not divisible by num_attention_heads (%lld); "
+             "set model.head_dim when heads are not hidden_size / num_attention_heads wide",
              (long long)m->hidden_size, (long long)m->num_attention_heads);
+    if (m->head_dim.set && m->head_dim.value % 2)
+        verr(v, "model.head_dim", "%lld is odd: RoPE rotates pairs of dimensions",
+             (long long)m->head_dim.value);
+    check_rope(v, m);
     if (m->num_attention_heads % kv)
         verr(v, "model.num_key_value_heads",
              "num_attention_heads (%lld) is not divisible by num_key_value_heads (%lld)",
@@ -452,7 +485,8 @@ static void check_tp_batch(vctx_t *v)
             verr(v, need[i].path, "%lld is not divisible by tp_size %lld%s", (long long)need[i].val,
                  (long long)tp, note);
     cfg->derived.padded_vocab = (m->vocab_size + tp - 1) / tp * tp;
-    cfg->derived.head_dim = m->hidden_size / m->num_attention_heads;
+    cfg->derived.head_dim = m->head_dim.set ? m->head_dim.value
+                                            : m->hidden_size / m->num_attention_heads;
 
     int64_t dp = cfg->derived.dp_size, g = cfg->step_scheduler.global_batch_size;
     int64_t l = cfg->step_scheduler.local_batch_size;

@@ -38,6 +38,24 @@ typedef enum { MT_DEVICE_CPU, MT_DEVICE_CUDA, MT_DEVICE_CPU_GUARDED } mt_device_
 /* distributed.collectives: how collectives on device memory travel */
 typedef enum { MT_COLL_AUTO, MT_COLL_NCCL, MT_COLL_MPI } mt_collectives_t;
 typedef enum { MT_SAVE_HDF5, MT_SAVE_SAFETENSORS } mt_save_format_t;
+/* checkpoint.save_consolidated: AutoModel's true means at every save. */
+typedef enum { MT_CONSOLIDATE_NEVER, MT_CONSOLIDATE_EVERY, MT_CONSOLIDATE_FINAL } mt_consolidate_t;
+
+/* model.architecture: the Hugging Face class the model computes and is
+ * named as (config.json's architectures[0]).  AUTO: LlamaForCausalLM, or
+ * Qwen3ForCausalLM with qk_norm, or Qwen3MoeForCausalLM with experts. */
+typedef enum {
+    MT_ARCH_AUTO,
+    MT_ARCH_LLAMA,
+    MT_ARCH_QWEN2,     /* biases on q, k and v */
+    MT_ARCH_QWEN3,     /* qk_norm over head_dim */
+    MT_ARCH_QWEN3_MOE,
+    MT_ARCH_MISTRAL,   /* optional sliding window */
+    MT_ARCH_MIXTRAL,   /* block_sparse_moe.experts.E.w1/w2/w3, no q/k norm */
+    MT_ARCH_OLMOE      /* q/k norm over the whole projection */
+} mt_arch_t;
+
+
 
 /* Which app is validating: each adds its own rules. */
 typedef enum { MT_APP_ANY, MT_APP_DENSE, MT_APP_MOE, MT_APP_CP } mt_app_kind_t;
@@ -47,6 +65,24 @@ typedef struct {
     bool set;
     int64_t value;
 } mt_opt_int_t;
+
+/* RoPE scaling (config.json's rope_scaling), with the meaning of
+ * transformers' rope initialisation functions (doc/hf-models.md). */
+typedef enum { MT_ROPE_DEFAULT, MT_ROPE_LINEAR, MT_ROPE_DYNAMIC, MT_ROPE_LLAMA3, MT_ROPE_YARN } mt_rope_type_t;
+
+typedef struct {
+    mt_rope_type_t rope_type;
+    double factor;                     /* linear, dynamic, llama3, yarn */
+    double low_freq_factor, high_freq_factor; /* llama3 */
+    mt_opt_int_t original_max_position_embeddings; /* llama3, yarn (none: max_position_embeddings) */
+    double beta_fast, beta_slow;       /* yarn */
+    double attention_factor;           /* yarn; 0: 0.1 ln(factor) + 1 */
+    bool truncate;                     /* yarn: round the correction range to integers */
+} mt_rope_scaling_t;
+
+/* The model's config.json, or the YAML model.config block as JSON text:
+ * what mt_config_t carries for the layer that reads it (hf/). */
+#define MT_HF_CONFIG_TEXT_MAX 16384
 
 typedef struct {
     int64_t vocab_size, hidden_size, intermediate_size, num_hidden_layers;
@@ -62,7 +98,41 @@ typedef struct {
     int64_t num_shared_experts;
     double moe_capacity_factor;        /* 0: dropless */
     double moe_router_bias_update_rate; /* 0: no aux-loss-free balancing */
+    mt_arch_t architecture;
+    mt_opt_int_t head_dim;             /* none: hidden_size / num_attention_heads */
+    bool attention_bias, mlp_bias;     /* Llama's: q/k/v/o biases; gate/up/down biases */
+    mt_opt_int_t sliding_window;       /* none: full causal attention */
+    mt_rope_scaling_t rope_scaling;
+    /* Loading by name: a local directory or a hub id resolved in the local
+     * Hugging Face cache; revision a branch, tag or commit ("" = main). */
+    char pretrained_model_name_or_path[MT_PATH_MAX];
+    char revision[MT_PATH_MAX];
+    /* The YAML model.config block (AutoModel's inline config), as a JSON
+     * object's text; "" when absent. */
+    char hf_config[MT_HF_CONFIG_TEXT_MAX];
 } mt_model_config_t;
+
+/* What the architecture implies beyond its config.json keys. */
+static inline bool mt_model_qkv_bias(const mt_model_config_t *m)
+{
+    return m->attention_bias || m->architecture == MT_ARCH_QWEN2;
+}
+static inline bool mt_model_o_bias(const mt_model_config_t *m)
+{
+    return m->attention_bias && m->architecture != MT_ARCH_QWEN2;
+}
+/* The architecture, AUTO resolved. */
+static inline mt_arch_t mt_model_arch(const mt_model_config_t *m)
+{
+    if (m->architecture != MT_ARCH_AUTO)
+        return m->architecture;
+    return m->num_experts > 0 ? MT_ARCH_QWEN3_MOE : m->qk_norm ? MT_ARCH_QWEN3 : MT_ARCH_LLAMA;
+}
+/* q/k norm over the whole projection (nh * hd and nkv * hd), not per head */
+static inline bool mt_model_qk_norm_whole(const mt_model_config_t *m)
+{
+    return m->qk_norm && m->architecture == MT_ARCH_OLMOE;
+}
 
 typedef struct {
     char path[MT_PATH_MAX];
@@ -127,7 +197,8 @@ typedef struct {
 } mt_lr_config_t;
 
 typedef struct {
-    bool enabled, save_initial, save_consolidated;
+    bool enabled, save_initial;
+    mt_consolidate_t save_consolidated;
     char checkpoint_dir[MT_PATH_MAX];
     char resume[MT_PATH_MAX]; /* "auto", "none" or a path */
     int64_t keep_last_n;
@@ -153,8 +224,8 @@ typedef struct {
     int32_t index;  /* override index, for MT_ORIGIN_OVERRIDE */
 } mt_origin_t;
 
-#define MT_CFG_MAX_KEYS 96
-#define MT_CFG_MAX_SECTIONS 16
+#define MT_CFG_MAX_KEYS 128
+#define MT_CFG_MAX_SECTIONS 20
 
 /* Quantities derived by validation (valid only after mt_config_validate). */
 typedef struct {
@@ -238,6 +309,8 @@ const char *mt_collectives_name(mt_collectives_t c);
 const char *mt_dtype_name(mt_dtype_t d);
 size_t mt_dtype_size(mt_dtype_t d);
 const char *mt_app_kind_name(mt_app_kind_t k);
+const char *mt_arch_name(mt_arch_t a);          /* "LlamaForCausalLM", ... */
+const char *mt_rope_type_name(mt_rope_type_t t); /* "default", "llama3", ... */
 
 /* Levenshtein distance, used for "did you mean" suggestions. */
 int mt_edit_distance(const char *a, const char *b);
