@@ -169,6 +169,11 @@ static void check_ranges(vctx_t *v)
              "hdf5 with save_consolidated %s: the consolidated directory is Hugging Face "
              "safetensors (the checkpoint beside it is HDF5 already); use safetensors",
              cfg->checkpoint.save_consolidated == MT_CONSOLIDATE_FINAL ? "final" : "every");
+    if (cfg->checkpoint.save_consolidated != MT_CONSOLIDATE_NEVER && !cfg->checkpoint.enabled)
+        verr(v, "checkpoint.save_consolidated",
+             "%s with checkpoint.enabled false: the consolidated directory is written beside "
+             "a checkpoint, and none is; set checkpoint.enabled true",
+             cfg->checkpoint.save_consolidated == MT_CONSOLIDATE_FINAL ? "final" : "every");
 }
 
 /* ---- RoPE scaling: the ranges transformers' rope initialisation accepts ---- */

@@ -382,6 +382,14 @@ static mt_status_t finish(const char *src, const char *tmp, const char *final, c
     return MT_OK;
 }
 
+mt_status_t mt_hf_check_consolidated(const mt_config_t *cfg)
+{
+    if (cfg->checkpoint.save_consolidated == MT_CONSOLIDATE_NEVER)
+        return MT_OK;
+    MT_TRY(mt_hf_check_writable(&cfg->model, "checkpoint.save_consolidated"));
+    return MT_OK;
+}
+
 mt_status_t mt_hf_save_consolidated(MPI_Comm comm, const mt_config_t *cfg, const char *step_dir,
                                     const mt_ckpt_tensor_t *t, int n, FILE *out)
 {

@@ -257,9 +257,9 @@ mt_status_t mt_hf_bcast_text(MPI_Comm comm, char **text)
     return MT_OK;
 }
 
-/* float32 to IEEE half, round to nearest even (mt_st_encode writes F32
- * and BF16): a model that came as F16 goes back as F16 */
-static uint16_t f32_to_f16(float f)
+/* mt_st_encode writes F32 and BF16; a model that came as F16 goes back
+ * as F16 */
+uint16_t mt_f32_to_f16(float f)
 {
     uint32_t x;
     memcpy(&x, &f, 4);
@@ -291,7 +291,7 @@ static void encode(const float *v, size_t n, mt_st_dtype_t d, unsigned char *dst
         return;
     }
     for (size_t i = 0; i < n; i++) {
-        uint16_t h = f32_to_f16(v[i]);
+        uint16_t h = mt_f32_to_f16(v[i]);
         dst[2 * i] = (unsigned char)h, dst[2 * i + 1] = (unsigned char)(h >> 8);
     }
 }

@@ -162,6 +162,11 @@ struct mt_hf_rows {
 mt_status_t mt_hf_write_weights(MPI_Comm comm, const char *dir, const mt_hf_plan_t *p,
                                 mt_hf_rows_t *src, FILE *out);
 
+/* float32 to IEEE half, rounded to nearest even: overflow to infinity,
+ * underflow through the subnormals to zero, NaN kept NaN (quiet) with
+ * the top of its payload.  The writer's F16 encoding. */
+uint16_t mt_f32_to_f16(float f);
+
 /* dir/name holds text, synced (not collective). */
 mt_status_t mt_hf_write_text(const char *dir, const char *name, const char *text);
 

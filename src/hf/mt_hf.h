@@ -63,6 +63,12 @@ mt_status_t mt_hf_import(MPI_Comm comm, const char *hf_dir, const char *checkpoi
 mt_status_t mt_hf_save_consolidated(MPI_Comm comm, const mt_config_t *cfg, const char *step_dir,
                                     const mt_ckpt_tensor_t *t, int n, FILE *out);
 
+/* Not collective: what mt_hf_save_consolidated would refuse that the
+ * config alone shows (a model with no Hugging Face architecture meshtrain
+ * writes), so that a run refuses it before training rather than at its
+ * first save.  MT_OK when save_consolidated is false. */
+mt_status_t mt_hf_check_consolidated(const mt_config_t *cfg);
+
 /* meshtrain-ckpt {export|import} ...: collective over comm (MPI must be
  * initialised); only rank 0 prints.  Every rank returns the same exit
  * code: 0 ok, 1 error, 2 usage. */

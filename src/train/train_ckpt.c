@@ -61,6 +61,7 @@ mt_status_t mt_train_ckpt_init(mt_train_ckpt_t *c, const mt_config_t *cfg, mt_mo
 {
     memset(c, 0, sizeof *c);
     c->model = m, c->opt = opt;
+    MT_TRY(mt_hf_check_consolidated(cfg)); /* before training, not at the first save */
     MT_TRY(mt_model_init_ex(&c->whole, cfg, m->be, m->B, m->T, MT_MODEL_NO_PARAM_ARENA |
                             MT_MODEL_NO_GRAD_ARENA | MT_MODEL_NO_ACT_ARENA |
                             MT_MODEL_NO_EXPERT_ARENAS,

@@ -10,7 +10,8 @@
 # files: checked by tests/hf/hf_same.py, independently of meshtrain's
 # reader.  The directory written on tp2, pp2 and fsdp2 is byte-identical
 # to the 1-rank one.  Without a source it equals meshtrain-ckpt export of
-# the same step (float32, and bfloat16 under param_dtype bfloat16).  final
+# the same step (float32, and bfloat16 under param_dtype bfloat16; a
+# Qwen3-MoE at ep 2), and what it cannot write is refused before training.  final
 # writes at the last step only, every at each save.  A failure half-way
 # (a tokenizer file that cannot be read) stops every rank and leaves no
 # directory, a bad source is refused by name, and validation refuses
@@ -120,6 +121,29 @@ checks=$((checks + 1))
 cmp "$w/ev-export/config.json" "$w/ev/step_00000002/model/consolidated/config.json" >/dev/null ||
     fail "bf16 run: config.json differs from the export's"
 
+# ---- a Qwen3-MoE at ep 2: every expert from the rank that holds it
+moe="model.num_experts=4 model.num_experts_per_tok=2 model.moe_intermediate_size=32
+ model.norm_topk_prob=true model.qk_norm=true distributed.ep_size=2"
+# shellcheck disable=SC2086
+expect_rc 0 np 2 "$bindir/meshtrain-moe" --config "$small_cfg" dataset.path="$data" $moe \
+    model.mlp_only_layers=0 step_scheduler.max_steps=1 step_scheduler.local_batch_size=2 \
+    checkpoint.checkpoint_dir="$w/moe" logging.metrics_file="$w/moe.jsonl" \
+    checkpoint.save_consolidated=final
+expect_rc 0 "$ckpt" export "$w/moe" -o "$w/moe-export"
+py "MoE: the export's tensors" $same tensors "$w/moe-export" "$w/moe/step_00000001/model/consolidated"
+checks=$((checks + 1))
+cmp "$w/moe-export/config.json" "$w/moe/step_00000001/model/consolidated/config.json" >/dev/null ||
+    fail "MoE: config.json differs from the export's"
+# a model transformers has no class for is refused before training, not at the save
+# shellcheck disable=SC2086
+expect_rc 1 np 2 "$bindir/meshtrain-moe" --config "$small_cfg" dataset.path="$data" $moe \
+    model.moe_router_bias_update_rate=0.001 step_scheduler.max_steps=1 \
+    checkpoint.checkpoint_dir="$w/moeb" logging.metrics_file="$w/moeb.jsonl" \
+    checkpoint.save_consolidated=final
+expect_in "$err" "checkpoint.save_consolidated: this mixture-of-experts model is not a Hugging Face Qwen3-MoE (it balances with a router bias)" "router bias refused"
+checks=$((checks + 1))
+[ ! -e "$w/moeb" ] || fail "router bias: the run trained and saved before refusing"
+
 # ---- failures: every rank stops, no directory that looks complete
 mkdir "$w/bad" && cp "$w/src16"/* "$w/bad/" && rm "$w/bad/tokenizer.json" &&
     ln -s nowhere "$w/bad/tokenizer.json"
@@ -154,5 +178,5 @@ expect_rc 1 "$bindir/meshtrain-dense" --config "$small_cfg" --dry-run checkpoint
 expect_in "$err" "checkpoint.model_save_format: hdf5 with save_consolidated final" "hdf5 refused for the consolidated directory"
 expect_rc 0 "$bindir/meshtrain-dense" --config "$small_cfg" --dry-run checkpoint.model_save_format=hdf5
 
-echo "hf_consolidated.sh: $checks checks, $failures failures"
+echo "hf_consolidated.sh: $checks checks, $failures failed"
 [ "$failures" -eq 0 ]
