@@ -438,7 +438,7 @@ mt_status_t mt_hf_save_consolidated(MPI_Comm comm, const mt_config_t *cfg, const
     if (s == MT_OK && rank == 0)
         s = prepare(parent, tmp);
     s = mt_agree(comm, s);
-    for (int i = 0; i < p.n && s == MT_OK; i++)
+    for (int i = 0; i < p.n && s == MT_OK && rank == 0; i++)
         dt[i] = (int)dtypes[i];
     if (s == MT_OK) {
         int rc = MPI_Bcast(dt, p.n, MPI_INT, 0, comm);

@@ -100,9 +100,7 @@ mt_status_t mt_hf_check_writable(const mt_model_config_t *mc, const char *what)
 
 const char *mt_hf_arch_name(const mt_model_config_t *m)
 {
-    return m->num_experts > 0 ? "Qwen3MoeForCausalLM"
-           : m->qk_norm       ? "Qwen3ForCausalLM"
-                              : "LlamaForCausalLM";
+    return mt_arch_name(mt_model_arch(m));
 }
 
 /* ------------------------------------------------------------ rank 0's checks */

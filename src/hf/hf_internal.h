@@ -138,8 +138,8 @@ void mt_hf_plan_free(mt_hf_plan_t *p);
  * than Qwen3-MoE). */
 mt_status_t mt_hf_check_writable(const mt_model_config_t *m, const char *what);
 
-/* "LlamaForCausalLM", "Qwen3ForCausalLM" or "Qwen3MoeForCausalLM": what
- * the plan's model is, for progress lines. */
+/* The model's Hugging Face architecture ("LlamaForCausalLM", ...), AUTO
+ * resolved: for progress lines. */
 const char *mt_hf_arch_name(const mt_model_config_t *m);
 
 /* Where a rank's values of each tensor come from.  get is called on every

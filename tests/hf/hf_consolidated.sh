@@ -32,12 +32,15 @@ py() {
     "$@" >"$w/py.out" 2>&1 || fail "$what: $(cat "$w/py.out")"
 }
 
-# run NP DIR [overrides...]: train-small into checkpoint_dir DIR
+# run NP DIR [overrides...]: train-small into checkpoint_dir DIR (on the
+# GPUs under make check MESHTRAIN_TEST_GPUS=N: the blocks are staged from
+# device memory)
 run() {
     n=$1 dir=$2; shift 2
+    # shellcheck disable=SC2086
     expect_rc 0 np "$n" "$bindir/meshtrain-dense" --config "$small_cfg" dataset.path="$data" \
         checkpoint.checkpoint_dir="$dir" logging.metrics_file="$dir.jsonl" \
-        step_scheduler.local_batch_size=2 checkpoint.keep_last_n=0 "$@"
+        step_scheduler.local_batch_size=2 checkpoint.keep_last_n=0 $gpu_args "$@"
 }
 
 # from SRC IMPORTED NP DIR [overrides...]: step 0 of a run on the imported
