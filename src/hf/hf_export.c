@@ -86,16 +86,22 @@ mt_status_t mt_hf_plan(mt_hf_plan_t *p, const mt_model_config_t *m, const mt_st_
 
 mt_status_t mt_hf_check_writable(const mt_model_config_t *mc, const char *what)
 {
-    if (mc->num_experts > 0 &&
-        (!mc->qk_norm || mc->num_shared_experts > 0 || mc->moe_capacity_factor > 0 ||
-         mc->moe_router_bias_update_rate > 0))
-        MT_FAIL(MT_ERR_UNSUPPORTED, "%s: this mixture-of-experts model is not a Hugging Face "
-                "Qwen3-MoE (%s); meshtrain writes Llama, Qwen3 and Qwen3-MoE models only", what,
-                !mc->qk_norm ? "it has no qk_norm"
-                : mc->num_shared_experts > 0 ? "it has shared experts"
-                : mc->moe_capacity_factor > 0 ? "it drops tokens over a capacity factor"
-                                              : "it balances with a router bias");
-    return MT_OK;
+    const mt_hf_arch_t *a = mt_hf_arch(mt_model_arch(mc));
+    const char *why = NULL;
+    if (mc->num_experts > 0 && a && a->qk_norm && !mc->qk_norm)
+        why = "it has no qk_norm";
+    else if (mc->num_experts > 0 && mc->moe_capacity_factor > 0)
+        why = "it drops tokens over a capacity factor";
+    if (why)
+        MT_FAIL(MT_ERR_UNSUPPORTED, "%s: this mixture-of-experts model is not a Hugging Face %s "
+                "(%s)", what, a ? a->cls : mt_arch_name(mt_model_arch(mc)), why);
+    /* the rest is what its config.json could not say */
+    char *text = NULL;
+    mt_status_t s = mt_hf_config_json(mc, MT_ST_F32, &text);
+    free(text);
+    if (s != MT_OK)
+        mt_error_append(" (%s)", what);
+    return s;
 }
 
 const char *mt_hf_arch_name(const mt_model_config_t *m)

@@ -149,9 +149,9 @@ mt_status_t mt_hf_plan(mt_hf_plan_t *p, const mt_model_config_t *m, const mt_st_
                        mt_st_dtype_t dtype, int64_t max_shard);
 void mt_hf_plan_free(mt_hf_plan_t *p);
 
-/* MT_ERR_UNSUPPORTED naming `what` when the model section has no Hugging
- * Face architecture meshtrain writes (mixture-of-experts models other
- * than Qwen3-MoE). */
+/* MT_ERR_UNSUPPORTED naming `what` when the model section cannot be
+ * written as its Hugging Face architecture (a Qwen3-MoE without q/k norms,
+ * experts that drop tokens, and whatever mt_hf_config_json refuses). */
 mt_status_t mt_hf_check_writable(const mt_model_config_t *m, const char *what);
 
 /* The model's Hugging Face architecture ("LlamaForCausalLM", ...), AUTO
