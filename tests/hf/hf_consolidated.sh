@@ -1,5 +1,5 @@
 #!/bin/sh
-# hf_consolidated.sh: checkpoint.save_consolidated (doc/checkpointing.md),
+# hf_consolidated.sh: checkpoint.save_consolidated (doc/checkpoints.md),
 # the Hugging Face directory step_NNNNNNNN/model/consolidated/ that a
 # training run writes beside its checkpoint, in parallel.
 #
@@ -11,11 +11,12 @@
 # reader.  The directory written on tp2, pp2 and fsdp2 is byte-identical
 # to the 1-rank one.  Without a source it equals meshtrain-ckpt export of
 # the same step (float32, and bfloat16 under param_dtype bfloat16; a
-# Qwen3-MoE at ep 2), and what it cannot write is refused before training.  final
-# writes at the last step only, every at each save.  A failure half-way
-# (a tokenizer file that cannot be read) stops every rank and leaves no
-# directory, a bad source is refused by name, and validation refuses
-# torch_save and hdf5.  Skips (77) without python3.
+# Qwen3-MoE and a Mixtral at ep 2), and what it cannot write is refused
+# before training.  final writes at the last step only, every at each
+# save.  A failure half-way (a tokenizer file that cannot be read) stops
+# every rank and leaves no directory, a bad source is refused by name,
+# and validation refuses torch_save and hdf5.  Skips (77) without
+# python3.
 . "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 command -v python3 >/dev/null 2>&1 || { echo "hf_consolidated.sh: no python3; skipping"; exit 77; }
 [ -r "$data" ] || { echo "no $data: build it with make"; exit 99; }
@@ -124,7 +125,7 @@ checks=$((checks + 1))
 cmp "$w/ev-export/config.json" "$w/ev/step_00000002/model/consolidated/config.json" >/dev/null ||
     fail "bf16 run: config.json differs from the export's"
 
-# ---- a Qwen3-MoE at ep 2: every expert from the rank that holds it
+# ---- a Qwen3-MoE and a Mixtral at ep 2: every expert from the rank that holds it
 moe="model.num_experts=4 model.num_experts_per_tok=2 model.moe_intermediate_size=32
  model.norm_topk_prob=true model.qk_norm=true distributed.ep_size=2"
 # shellcheck disable=SC2086
@@ -137,6 +138,15 @@ py "MoE: the export's tensors" $same tensors "$w/moe-export" "$w/moe/step_000000
 checks=$((checks + 1))
 cmp "$w/moe-export/config.json" "$w/moe/step_00000001/model/consolidated/config.json" >/dev/null ||
     fail "MoE: config.json differs from the export's"
+# shellcheck disable=SC2086
+expect_rc 0 np 2 "$bindir/meshtrain-moe" --config "$small_cfg" dataset.path="$data" \
+    model.architecture=MixtralForCausalLM model.num_experts=4 model.num_experts_per_tok=2 \
+    model.moe_intermediate_size=160 distributed.ep_size=2 step_scheduler.max_steps=1 \
+    step_scheduler.local_batch_size=2 checkpoint.checkpoint_dir="$w/mix" \
+    logging.metrics_file="$w/mix.jsonl" checkpoint.save_consolidated=final
+expect_rc 0 "$ckpt" export "$w/mix" -o "$w/mix-export"
+expect_in "$out" "MixtralForCausalLM, 41 tensors" "Mixtral export"
+py "Mixtral: the export's tensors" $same tensors "$w/mix-export" "$w/mix/step_00000001/model/consolidated"
 # a model transformers has no class for is refused before training, not at the save
 # shellcheck disable=SC2086
 expect_rc 1 np 2 "$bindir/meshtrain-moe" --config "$small_cfg" dataset.path="$data" $moe \
