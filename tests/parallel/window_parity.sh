@@ -5,16 +5,17 @@
 # context parallelism (cp 2: the ring's chunks of 16 tokens on global
 # indices, so each chunk sees itself and the one before), tensor
 # parallelism with sequence parallelism (tp 2) and pipeline parallelism
-# (pp 2, two microbatches per micro-step), on packed rows (meshtrain-cp,
-# packed_sequence_size 64: the window inside each document) and on plain
-# rows (meshtrain-dense, with the validation loss, also under cp).  20
+# (pp 2, 1f1b), on packed rows (meshtrain-cp, packed_sequence_size 64:
+# the window inside each document) and on plain rows (meshtrain-dense,
+# two rows per micro-batch, with the validation loss, also under cp).  20
 # steps, as the other parity tests: step 1 within 1e-6, every step within
 # 1e-5, final parameters within 5e-5.  And the window is in force: the
 # 1-rank runs' losses differ from the same runs without it.
 . "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 cfg="$small_cfg"
-mistral="model.architecture=MistralForCausalLM step_scheduler.local_batch_size=2"
+mistral=model.architecture=MistralForCausalLM
 win="model.sliding_window=13"
+pp2="distributed.pp_size=2 distributed.pipeline.pp_schedule=1f1b"
 
 # ---- packed rows
 app="$bindir/meshtrain-cp"
@@ -23,19 +24,20 @@ train p1 1 $win
 train p1full 1
 train pc2 2 $win distributed.cp_size=2
 train pt2 2 $win distributed.tp_size=2 distributed.sequence_parallel=true
-train pp2 2 $win distributed.pp_size=2
+train pp2 2 $win $pp2
 parity p1 pc2 "packed, window, cp 2"
 parity p1 pt2 "packed, window, tp 2 (sequence parallel)"
 parity p1 pp2 "packed, window, pp 2"
 
 # ---- plain rows
 app="$bindir/meshtrain-dense"
-common="$parity_common $mistral dataset.validation_path=$data step_scheduler.val_every_steps=10"
+common="$parity_common $mistral step_scheduler.local_batch_size=2 dataset.validation_path=$data
+ step_scheduler.val_every_steps=10"
 train u1 1 $win
 train u1full 1
 train uc2 2 $win distributed.cp_size=2
 train ut2 2 $win distributed.tp_size=2 distributed.sequence_parallel=true
-train up2 2 $win distributed.pp_size=2
+train up2 2 $win $pp2
 parity u1 uc2 "plain rows, window, cp 2"
 parity u1 ut2 "plain rows, window, tp 2 (sequence parallel)"
 parity u1 up2 "plain rows, window, pp 2"
