@@ -1,12 +1,15 @@
 /* test_cuda_attention.c: the CUDA attention kernels against the CPU
  * backend's, forward and backward, with grouped-query heads, with and
- * without the doc_start document mask, at head dims that are and are not
- * multiples of 32; and the backward's determinism (two runs, same bytes).
+ * without the doc_start document mask, with sliding windows (first
+ * visible keys max(document start, t - W + 1)), at head dims that are and
+ * are not multiples of 32; and the backward's determinism (two runs, same
+ * bytes).
  * The ring-attention block kernels (attention_block_forward/backward)
  * likewise, at global offsets q0/k0 that put the causal diagonal inside
  * the block, before it and after it, with rows that see no key of the
  * block (asserted untouched), a document boundary inside the block,
- * random documents, a running (out, lse) to merge into, lse_stride > nq
+ * random documents, windows on global indices (one wholly left of the
+ * keys), a running (out, lse) to merge into, lse_stride > nq
  * (padding asserted untouched) and nonzero dq/dk/dv to add to; and a
  * row's keys split into two blocks against the dense kernels on the GPU.
  * Bound: 2e-5 normwise; both sides are fp32 with different summation

@@ -16,7 +16,9 @@
  *  - attention forward/backward (tensor-core FlashAttention, each kind:
  *    mma.sync, cuda_attention_mma.cu, and WMMA, cuda_attention_tc.cu,
  *    through mt_cuda_attention_tc_select): plain causal, GQA, documents, T not a
- *    multiple of the 64-row tile, one token, head dims 64 and 128; the
+ *    multiple of the 64-row tile, one token, head dims 64 and 128,
+ *    sliding windows below, at and above the tile (with documents, and on
+ *    the fp32 fallback); the
  *    backward from the CPU's out/lse (each half alone) and from the GPU's
  *    own (the chain training runs); forward and backward twice, same
  *    bytes; q, k, v, dout and out that are not bf16 values give the
