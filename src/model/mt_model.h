@@ -183,6 +183,7 @@ typedef struct {
     int64_t head_chunk;  /* rows of the LM head and loss at once (mt_model_head_chunk) */
     float *dres, *dtmp, *dh, *datt, *dq, *dk, *dv, *dI;
     int32_t *pos;        /* [N] positions */
+    struct mt_rope *rope; /* RoPE's inverse frequencies and cos/sin scale (model_rope.h) */
     const int32_t *doc_start; /* [N] packed rows' document starts (doc_mem), or NULL */
 
     /* Called around each unit's forward and backward (mt_unit_event_t), so
@@ -283,10 +284,16 @@ typedef struct {
      * parallelize layer, NULL: this rank holds them all. */
     void (*route_sum)(void *ctx, double *buf, int64_t n);
     void *route_ctx;
+    /* The largest position of the micro-batch, in place, over the ranks
+     * that hold its other tokens (context parallel ranks): dynamic NTK
+     * RoPE sizes its table by it (model_rope.h).  Set by the parallelize
+     * layer; NULL: this rank holds them all. */
+    void (*pos_max)(void *ctx, int32_t *max);
+    void *pos_ctx;
     bool recomputing;    /* inside the activation-checkpointing recompute */
     /* Device wiring (doc/gpu.md): every buffer above that a kernel reads
-     * or writes (arenas, pos, doc_start, tok_local, ce_*, and these) is
-     * backend memory (be->device_alloc) that host code reaches only
+     * or writes (arenas, pos, doc_start, rope's table, tok_local, ce_*,
+     * and these) is backend memory (be->device_alloc) that host code reaches only
      * through the backend.  The caller's tokens, targets, positions and
      * document starts are host arrays that the model copies in:
      * targets_dev and doc_mem [N] hold them on the device, host_i32 [N] is
@@ -385,7 +392,8 @@ void mt_model_weight_chunk(mt_model_t *m, int c);
  * (restarting in each document) and doc_start [N] the index within its row
  * of each token's first document token (block-diagonal causal attention);
  * host arrays, which the model copies.  NULL, NULL: plain rows again
- * (positions 0..T-1, causal over the row). */
+ * (positions 0..T-1, causal over the row).  Dynamic NTK RoPE's table
+ * follows the largest position (model_rope.h). */
 void mt_model_set_packing(mt_model_t *m, const int32_t *pos, const int32_t *doc_start);
 
 /* The part of parameter p's flat range [offset, offset + numel) that lies
