@@ -42,7 +42,8 @@ static void cp_backward(void *ctx, float *dq, float *dk, float *dv, const float 
 }
 
 /* m->pos_max: the row's largest position over the CP group (dynamic NTK
- * RoPE); mid-step, the peers cannot be told, so a failure aborts */
+ * RoPE), from mt_model_set_packing, which every CP rank calls alike and
+ * which cannot fail: a failure aborts */
 static void cp_pos_max(void *ctx, int32_t *max)
 {
     mt_train_cp_t *cp = ctx;
