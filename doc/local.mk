@@ -26,6 +26,7 @@ dist_doc_DATA += README.md NEWS LICENSE \
 	doc/performance.md \
 	doc/pipeline.md \
 	doc/plan.md \
+	doc/rope-scaling.md \
 	doc/testing.md \
 	doc/sliding-window.md \
 	doc/training.md \

@@ -60,13 +60,19 @@ struct mt_backend {
                              bool accumulate);
 
     /* RoPE in place on x [n_tokens, n_heads*head_dim], Hugging Face
-     * rotate_half pairing: element i pairs with i + head_dim/2, angle
-     * pos[token] * theta^(-2i/head_dim) for i < head_dim/2.  The backward
-     * applies the inverse rotation in place to the gradient. */
+     * rotate_half pairing: element i pairs with i + head_dim/2 and turns by
+     * the angle pos[token] * inv_freq[i] (i < head_dim/2), formed in double;
+     * cos and sin, taken in double, are multiplied by scale before they
+     * are rounded to float.  inv_freq [head_dim/2] is backend memory (the
+     * model's table, model_rope.c: theta^(-2i/head_dim), or a RoPE
+     * scaling's); scale is transformers' attention_scaling (yarn's
+     * attention factor, else 1.0, which changes no bit).  The backward
+     * applies the transpose, scale times the inverse rotation, in place to
+     * the gradient. */
     void (*rope_forward)(float *x, const int32_t *pos, int64_t n_tokens, int64_t n_heads,
-                         int64_t head_dim, double theta);
+                         int64_t head_dim, const double *inv_freq, double scale);
     void (*rope_backward)(float *dx, const int32_t *pos, int64_t n_tokens, int64_t n_heads,
-                          int64_t head_dim, double theta);
+                          int64_t head_dim, const double *inv_freq, double scale);
 
     /* Causal grouped-query attention, scale 1/sqrt(head_dim).
      * q [B*T, nh*hd], k and v [B*T, nkv*hd]; query head h uses kv head

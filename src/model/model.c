@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "model_moe.h"
+#include "model_rope.h"
 
 mt_param_t *mt_model_param(mt_model_t *m, const char *name)
 {
@@ -67,6 +68,7 @@ void mt_model_set_packing(mt_model_t *m, const int32_t *pos, const int32_t *doc_
         m->be->copy_to_device(m->doc_mem, doc_start, bytes);
         m->doc_start = m->doc_mem;
     }
+    mt_rope_update(m, pos);
 }
 
 void mt_model_zero_grad(mt_model_t *m)
@@ -398,8 +400,8 @@ static void layer_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, 
     }
     linear(m, a->v, h1, p->wv);
     round_attention_input(m, a->v, N * m->nkv * m->hd);
-    be->rope_forward(a->q, m->pos, N, m->nh, m->hd, m->theta);
-    be->rope_forward(a->k, m->pos, N, m->nkv, m->hd, m->theta);
+    be->rope_forward(a->q, m->pos, N, m->nh, m->hd, m->rope->inv_freq, m->rope->scale);
+    be->rope_forward(a->k, m->pos, N, m->nkv, m->hd, m->rope->inv_freq, m->rope->scale);
     mt_model_round_out(m, a->q, N * m->nh * m->hd);
     mt_model_round_out(m, a->k, N * m->nkv * m->hd);
     if (m->attn_forward) { /* context parallelism: ring attention over the CP group */
@@ -489,8 +491,8 @@ static void layer_backward(mt_model_t *m, int l, mt_layer_acts_t *a, bool defer)
         mt_model_round_out(m, m->dk, N * KV);
         mt_model_round_out(m, m->dv, N * KV);
     }
-    be->rope_backward(m->dq, m->pos, N, m->nh, m->hd, m->theta);
-    be->rope_backward(m->dk, m->pos, N, m->nkv, m->hd, m->theta);
+    be->rope_backward(m->dq, m->pos, N, m->nh, m->hd, m->rope->inv_freq, m->rope->scale);
+    be->rope_backward(m->dk, m->pos, N, m->nkv, m->hd, m->rope->inv_freq, m->rope->scale);
     mt_model_round_out(m, m->dq, N * Q);
     mt_model_round_out(m, m->dk, N * KV);
     if (m->qk_norm) { /* dq, dk are w.r.t. the normed q, k: back through the norms */

@@ -9,6 +9,7 @@
 #include "mt_model.h"
 
 #include "model_moe.h"
+#include "model_rope.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -339,6 +340,11 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
         mt_model_free(m);
         MT_FAIL(MT_ERR_NOMEM, "model tables for %lld layers", (long long)m->L);
     }
+    st = mt_rope_init(m, mc); /* the inverse frequencies, in backend memory */
+    if (st != MT_OK) {
+        mt_model_free(m);
+        return st;
+    }
 
     builder_t b = {m, 0};
     int64_t H = m->H, Q = mc->num_attention_heads * m->hd;
@@ -466,6 +472,7 @@ void mt_model_free(mt_model_t *m)
     free(m->acts);
     free(m->unit_lo);
     free(m->host_i32);
+    mt_rope_free(m);
     if (m->be) { /* NULL: nothing of the backend's was allocated */
         void *dev[] = {m->pos,   m->tok_local, m->targets_dev, m->doc_mem,  m->ce_mx,
                        m->ce_z,  m->ce_ly,     m->param_mem,   m->grad_mem, m->act_mem};

@@ -184,6 +184,7 @@ typedef struct {
     int64_t head_chunk;  /* rows of the LM head and loss at once (mt_model_head_chunk) */
     float *dres, *dtmp, *dh, *datt, *dq, *dk, *dv, *dI;
     int32_t *pos;        /* [N] positions */
+    struct mt_rope *rope; /* RoPE's inverse frequencies and cos/sin scale (model_rope.h) */
     const int32_t *doc_start; /* [N] each query's first visible key (doc_mem), or NULL */
     int64_t window;           /* sliding window (model.sliding_window), 0: none */
 
@@ -285,10 +286,16 @@ typedef struct {
      * parallelize layer, NULL: this rank holds them all. */
     void (*route_sum)(void *ctx, double *buf, int64_t n);
     void *route_ctx;
+    /* The largest position of the micro-batch, in place, over the ranks
+     * that hold its other tokens (context parallel ranks): dynamic NTK
+     * RoPE sizes its table by it (model_rope.h).  Set by the parallelize
+     * layer; NULL: this rank holds them all. */
+    void (*pos_max)(void *ctx, int32_t *max);
+    void *pos_ctx;
     bool recomputing;    /* inside the activation-checkpointing recompute */
     /* Device wiring (doc/gpu.md): every buffer above that a kernel reads
-     * or writes (arenas, pos, doc_start, tok_local, ce_*, and these) is
-     * backend memory (be->device_alloc) that host code reaches only
+     * or writes (arenas, pos, doc_start, rope's table, tok_local, ce_*,
+     * and these) is backend memory (be->device_alloc) that host code reaches only
      * through the backend.  The caller's tokens, targets, positions and
      * document starts are host arrays that the model copies in:
      * targets_dev and doc_mem [N] hold them on the device, host_i32 [N] is
@@ -391,7 +398,8 @@ void mt_model_weight_chunk(mt_model_t *m, int c);
  * model narrows each query's first visible key to the window, taking the
  * token's index in its row as doc_start + pos (pos alone without
  * doc_start): what the data layer's packing and context parallelism's
- * global positions give. */
+ * global positions give.  Dynamic NTK
+ * RoPE's table follows the largest position (model_rope.h). */
 void mt_model_set_packing(mt_model_t *m, const int32_t *pos, const int32_t *doc_start);
 
 /* The part of parameter p's flat range [offset, offset + numel) that lies

@@ -41,6 +41,17 @@ static void cp_backward(void *ctx, float *dq, float *dk, float *dv, const float 
         mt_comm_fatal(cp->comm, MPI_ERR_OTHER, "ring attention (backward)");
 }
 
+/* m->pos_max: the row's largest position over the CP group (dynamic NTK
+ * RoPE), from mt_model_set_packing, which every CP rank calls alike and
+ * which cannot fail: a failure aborts */
+static void cp_pos_max(void *ctx, int32_t *max)
+{
+    mt_train_cp_t *cp = ctx;
+    int rc = MPI_Allreduce(MPI_IN_PLACE, max, 1, MPI_INT32_T, MPI_MAX, cp->comm);
+    if (rc != MPI_SUCCESS)
+        mt_comm_fatal(cp->comm, rc, "largest position (all-reduce over cp)");
+}
+
 mt_status_t mt_train_cp_init(mt_train_cp_t *cp, const mt_mesh_t *mesh, mt_model_t *m, int64_t rows,
                              int64_t T)
 {
@@ -64,6 +75,7 @@ mt_status_t mt_train_cp_init(mt_train_cp_t *cp, const mt_mesh_t *mesh, mt_model_
     m->attn_forward = cp_forward;
     m->attn_backward = cp_backward;
     m->attn_ctx = cp;
+    m->pos_max = cp_pos_max, m->pos_ctx = cp;
     return MT_OK;
 }
 

@@ -472,7 +472,15 @@ static void bad_rope(void)
 {
     float x[3] = {0};
     const int32_t pos[1] = {0};
-    be->rope_forward(x, pos, 1, 1, 3, 10000.0);
+    const double inv[2] = {1.0, 0.01};
+    be->rope_forward(x, pos, 1, 1, 3, inv, 1.0);
+}
+
+static void bad_rope_table(void)
+{
+    float x[4] = {0};
+    const int32_t pos[1] = {0};
+    be->rope_backward(x, pos, 1, 1, 4, NULL, 1.0);
 }
 
 static void bad_adam_step(void)
@@ -490,6 +498,7 @@ static void test_preconditions(void)
     expect_abort("attention nh % nkv != 0", "nh must be a multiple of nkv", bad_gqa);
     expect_abort("attention doc_start > t", "doc_start[1] = 2", bad_doc_start);
     expect_abort("rope odd head_dim", "must be even", bad_rope);
+    expect_abort("rope without a table", "inv_freq=", bad_rope_table);
     expect_abort("adamw t = 0", "steps count from 1", bad_adam_step);
 }
 

@@ -182,13 +182,20 @@ static void test_rope(int threads)
     int32_t pos[401];
     for (int i = 0; i < 401; i++)
         pos[i] = (int32_t)(next_u64() % 5000);
+    /* theta 10000 for the forward; 500000, its low half divided by 8 (a
+     * scaled table) and scale 1.2 for the backward */
+    double inv[16], inv2[16];
+    for (int i = 0; i < hd / 2; i++) {
+        inv[i] = pow(10000.0, -2.0 * i / (double)hd);
+        inv2[i] = pow(500000.0, -2.0 * i / (double)hd) / (i < hd / 4 ? 1.0 : 8.0);
+    }
     float *x1 = fill(n * nh * hd, true), *x2 = dup_of(x1, n * nh * hd);
-    cpu->rope_forward(x1, pos, n, nh, hd, 10000.0);
-    bf->rope_forward(x2, pos, n, nh, hd, 10000.0);
+    cpu->rope_forward(x1, pos, n, nh, hd, inv, 1.0);
+    bf->rope_forward(x2, pos, n, nh, hd, inv, 1.0);
     check_rounded("rope_forward", x2, x1, n * nh * hd, threads);
     memcpy(x2, x1, sizeof(float) * (size_t)(n * nh * hd));
-    cpu->rope_backward(x1, pos, n, nh, hd, 500000.0);
-    bf->rope_backward(x2, pos, n, nh, hd, 500000.0);
+    cpu->rope_backward(x1, pos, n, nh, hd, inv2, 1.2);
+    bf->rope_backward(x2, pos, n, nh, hd, inv2, 1.2);
     check_rounded("rope_backward", x2, x1, n * nh * hd, threads);
     free(x1), free(x2);
 }

@@ -112,7 +112,8 @@ typedef struct {
     float *x, *buf, *R;
     int32_t *pos;
     int64_t n, nh, hd;
-    double theta;
+    const double *inv; /* inverse frequencies [hd/2] */
+    double scale;
 } rope_ctx_t;
 
 static double rope_loss(void *p)
@@ -120,7 +121,7 @@ static double rope_loss(void *p)
     rope_ctx_t *c = p;
     const int64_t N = c->n * c->nh * c->hd;
     memcpy(c->buf, c->x, (size_t)N * sizeof(float));
-    be->rope_forward(c->buf, c->pos, c->n, c->nh, c->hd, c->theta);
+    be->rope_forward(c->buf, c->pos, c->n, c->nh, c->hd, c->inv, c->scale);
     double l = 0.0;
     for (int64_t i = 0; i < N; i++)
         l += (double)c->buf[i] * c->R[i];
@@ -132,8 +133,37 @@ static void rope_run(void *p)
     rope_ctx_t *c = p;
     const int64_t N = c->n * c->nh * c->hd;
     memcpy(c->buf, c->x, (size_t)N * sizeof(float));
-    be->rope_forward(c->buf, c->pos, c->n, c->nh, c->hd, c->theta);
-    be->rope_backward(c->buf, c->pos, c->n, c->nh, c->hd, c->theta);
+    be->rope_forward(c->buf, c->pos, c->n, c->nh, c->hd, c->inv, c->scale);
+    be->rope_backward(c->buf, c->pos, c->n, c->nh, c->hd, c->inv, c->scale);
+}
+
+/* theta^(-2i/hd), the unscaled table, as the model forms it */
+static double *rope_table(double theta, int64_t hd)
+{
+    double *inv = dnew(hd / 2);
+    for (int64_t i = 0; i < hd / 2; i++)
+        inv[i] = pow(theta, -2.0 * (double)i / (double)hd);
+    return inv;
+}
+
+/* The kernel as it was when it took theta (the frequencies formed inside,
+ * cos and sin rounded to float, the float rotation): the unscaled table
+ * with scale 1 must keep these bits. */
+static void rope_by_theta(float *x, const int32_t *pos, int64_t n, int64_t nh, int64_t hd,
+                          double theta, double sign)
+{
+    const int64_t half = hd / 2;
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t i = 0; i < half; i++) {
+            const double a = (double)pos[t] * pow(theta, -2.0 * (double)i / (double)hd);
+            const float cs = (float)cos(a), sn = (float)(sign * sin(a));
+            for (int64_t h = 0; h < nh; h++) {
+                float *x1 = x + t * nh * hd + h * hd, *x2 = x1 + half;
+                const float a1 = x1[i], b1 = x2[i];
+                x1[i] = a1 * cs - b1 * sn;
+                x2[i] = b1 * cs + a1 * sn;
+            }
+        }
 }
 
 static void test_rope(void)
@@ -142,19 +172,38 @@ static void test_rope(void)
     {
         float x[4] = {1, 0, 0, 0}, y[4] = {0, 1, 0, 0};
         const int32_t pos = 1;
-        be->rope_forward(x, &pos, 1, 1, 4, 10000.0);
-        be->rope_forward(y, &pos, 1, 1, 4, 10000.0);
+        double *inv = rope_table(10000.0, 4);
+        be->rope_forward(x, &pos, 1, 1, 4, inv, 1.0);
+        be->rope_forward(y, &pos, 1, 1, 4, inv, 1.0);
         CHECK(fabs(x[0] - cos(1.0)) < 1e-7 && x[1] == 0 && fabs(x[2] - sin(1.0)) < 1e-7 &&
                   x[3] == 0,
               "rope pairing: e0 -> %g %g %g %g, want cos1 0 sin1 0", x[0], x[1], x[2], x[3]);
         CHECK(fabs(y[1] - cos(0.01)) < 1e-7 && fabs(y[3] - sin(0.01)) < 1e-7 && y[0] == 0 &&
                   y[2] == 0,
               "rope pairing: e1 -> %g %g %g %g, want 0 cos.01 0 sin.01", y[0], y[1], y[2], y[3]);
+        /* a table entry and the scale are what the kernel applies */
+        const double inv2[2] = {0.5, 0.25};
+        float z[4] = {1, 0, 0, 0}, w[4] = {0, 1, 0, 0};
+        be->rope_forward(z, &pos, 1, 1, 4, inv2, 1.5);
+        be->rope_forward(w, &pos, 1, 1, 4, inv2, 1.5);
+        CHECK(z[0] == (float)(1.5 * cos(0.5)) && z[2] == (float)(1.5 * sin(0.5)) &&
+                  w[1] == (float)(1.5 * cos(0.25)) && w[3] == (float)(1.5 * sin(0.25)),
+              "rope table {0.5, 0.25}, scale 1.5: e0 -> %g _ %g, e1 -> %g _ %g", z[0], z[2],
+              w[1], w[3]);
+        free(inv);
     }
     const int64_t cfg[][3] = {{3, 1, 2}, {7, 3, 8}, {16, 2, 32}, {300, 4, 64}}; /* n, nh, hd */
-    for (size_t s = 0; s < sizeof cfg / sizeof cfg[0]; s++) {
-        rope_ctx_t c = {.n = cfg[s][0], .nh = cfg[s][1], .hd = cfg[s][2], .theta = 500000.0};
+    for (size_t s = 0; s < 2 * sizeof cfg / sizeof cfg[0]; s++) {
+        /* odd s: a scaled table (every third frequency divided by 8, as a
+         * RoPE scaling's low band) and yarn's kind of scale */
+        const bool scaled = s % 2;
+        rope_ctx_t c = {.n = cfg[s / 2][0], .nh = cfg[s / 2][1], .hd = cfg[s / 2][2]};
+        const double theta = 500000.0;
         const int64_t n = c.n, nh = c.nh, hd = c.hd, N = n * nh * hd, half = hd / 2;
+        double *inv = rope_table(theta, hd);
+        for (int64_t i = 0; scaled && i < half; i++)
+            inv[i] /= i % 3 ? 1.0 : 8.0;
+        c.inv = inv, c.scale = scaled ? 1.1386 : 1.0;
         c.pos = malloc((size_t)n * sizeof(int32_t));
         for (int64_t t = 0; t < n; t++)
             c.pos[t] = t == 0 ? 0 : (int32_t)irand(t % 2 ? 100 : 131072); /* incl. long positions */
@@ -162,34 +211,52 @@ static void test_rope(void)
         c.R = frand(N, 1.0);
         c.buf = fnew(N);
         memcpy(c.buf, c.x, (size_t)N * sizeof(float));
-        be->rope_forward(c.buf, c.pos, n, nh, hd, c.theta);
+        be->rope_forward(c.buf, c.pos, n, nh, hd, c.inv, c.scale);
+        if (!scaled) { /* the old kernel's bits, forward and backward */
+            float *old = fcopy(c.x, N);
+            rope_by_theta(old, c.pos, n, nh, hd, theta, 1.0);
+            CHECK(memcmp(old, c.buf, (size_t)N * sizeof(float)) == 0,
+                  "rope_forward n=%lld hd=%lld: the unscaled table changes the bits of "
+                  "theta^(-2i/hd) formed in the kernel", (long long)n, (long long)hd);
+            memcpy(old, c.R, (size_t)N * sizeof(float));
+            rope_by_theta(old, c.pos, n, nh, hd, theta, -1.0);
+            float *g = fcopy(c.R, N);
+            be->rope_backward(g, c.pos, n, nh, hd, c.inv, c.scale);
+            CHECK(memcmp(old, g, (size_t)N * sizeof(float)) == 0,
+                  "rope_backward n=%lld hd=%lld: the unscaled table changes the bits",
+                  (long long)n, (long long)hd);
+            free(old), free(g);
+        }
         double *ref = dnew(N), *rback = dnew(N);
         for (int64_t t = 0; t < n; t++)
             for (int64_t h = 0; h < nh; h++)
                 for (int64_t i = 0; i < half; i++) {
-                    const double a = c.pos[t] * pow(c.theta, -2.0 * i / hd);
+                    const double a = c.pos[t] * inv[i], cs = c.scale * cos(a);
+                    const double sn = c.scale * sin(a);
                     const int64_t o = t * nh * hd + h * hd;
                     const double x1 = c.x[o + i], x2 = c.x[o + i + half];
                     const double r1 = c.R[o + i], r2 = c.R[o + i + half];
-                    ref[o + i] = x1 * cos(a) - x2 * sin(a);
-                    ref[o + i + half] = x2 * cos(a) + x1 * sin(a);
-                    rback[o + i] = r1 * cos(a) + r2 * sin(a); /* R(a)^T */
-                    rback[o + i + half] = r2 * cos(a) - r1 * sin(a);
+                    ref[o + i] = x1 * cs - x2 * sn;
+                    ref[o + i + half] = x2 * cs + x1 * sn;
+                    rback[o + i] = r1 * cs + r2 * sn; /* (s R(a))^T */
+                    rback[o + i + half] = r2 * cs - r1 * sn;
                 }
         check_close("rope forward vs double", c.buf, ref, N, 2e-6);
-        CHECK(memcmp(c.buf, c.x, (size_t)(nh * hd) * sizeof(float)) == 0,
-              "rope at position 0 is not the identity");
+        bool ident = true; /* position 0: the identity times the scale */
+        for (int64_t i = 0; i < nh * hd; i++)
+            ident = ident && c.buf[i] == (float)(c.scale * 1.0) * c.x[i];
+        CHECK(ident, "rope at position 0 is not scale times the identity (scale %g)", c.scale);
         float *grad = fcopy(c.R, N);
-        be->rope_backward(grad, c.pos, n, nh, hd, c.theta);
+        be->rope_backward(grad, c.pos, n, nh, hd, c.inv, c.scale);
         check_close("rope backward vs double R^T", grad, rback, N, 2e-6);
-        /* backward(forward(x)) = x */
+        /* backward(forward(x)) = scale^2 x */
         memcpy(c.buf, c.x, (size_t)N * sizeof(float));
-        be->rope_forward(c.buf, c.pos, n, nh, hd, c.theta);
-        be->rope_backward(c.buf, c.pos, n, nh, hd, c.theta);
+        be->rope_forward(c.buf, c.pos, n, nh, hd, c.inv, c.scale);
+        be->rope_backward(c.buf, c.pos, n, nh, hd, c.inv, c.scale);
         double *xd = dnew(N);
         for (int64_t i = 0; i < N; i++)
-            xd[i] = c.x[i];
-        check_close("rope backward(forward(x)) = x", c.buf, xd, N, 1e-6);
+            xd[i] = c.scale * c.scale * c.x[i];
+        check_close("rope backward(forward(x)) = scale^2 x", c.buf, xd, N, 1e-6);
         if (N <= 1000)
             check_fd("rope backward fd", c.x, N, grad, rope_loss, &c, 32, 1e-2, 0.0);
         else {
@@ -197,7 +264,7 @@ static void test_rope(void)
             check_deterministic("rope", rope_run, &c, &o, 1);
         }
         free(c.pos), free(c.x), free(c.R), free(c.buf), free(ref), free(rback), free(grad),
-            free(xd);
+            free(xd), free(inv);
     }
 }
 

@@ -147,10 +147,14 @@ static void test_rope(void)
 {
     const int64_t n = 5, nh = 3, hd = 8;
     int32_t pos[5] = {0, 1, 7, 300, 4};
+    /* a scaled table (the upper half divided by 4) and a scale */
+    double inv[4];
+    for (int i = 0; i < 4; i++)
+        inv[i] = pow(10000.0, -2.0 * i / (double)hd) / (i < 2 ? 1.0 : 4.0);
     for (int back = 0; back < 2; back++) {
         float *x = values(n * nh * hd, 2), *px = packed(x, n * nh * hd);
-        (back ? rt->rope_backward : rt->rope_forward)(x, pos, n, nh, hd, 10000.0);
-        (back ? st->rope_backward : st->rope_forward)(px, pos, n, nh, hd, 10000.0);
+        (back ? rt->rope_backward : rt->rope_forward)(x, pos, n, nh, hd, inv, 1.25);
+        (back ? st->rope_backward : st->rope_forward)(px, pos, n, nh, hd, inv, 1.25);
         same16(back ? "rope_backward" : "rope_forward", px, x, n * nh * hd);
         free(x), free(px);
     }

@@ -256,17 +256,17 @@ static void w_rmsnorm_backward(float *dx, float *dw, const float *dout, const fl
 }
 
 static void w_rope_forward(float *x, const int32_t *pos, int64_t n, int64_t nh, int64_t hd,
-                           double theta)
+                           const double *inv_freq, double scale)
 {
     inspect("rope_forward", "x", x, n * nh * hd, true);
-    inner->rope_forward(x, pos, n, nh, hd, theta);
+    inner->rope_forward(x, pos, n, nh, hd, inv_freq, scale);
 }
 
 static void w_rope_backward(float *x, const int32_t *pos, int64_t n, int64_t nh, int64_t hd,
-                            double theta)
+                            const double *inv_freq, double scale)
 {
     inspect("rope_backward", "dx", x, n * nh * hd, true);
-    inner->rope_backward(x, pos, n, nh, hd, theta);
+    inner->rope_backward(x, pos, n, nh, hd, inv_freq, scale);
 }
 
 static void w_swiglu_forward(float *out, const float *g, const float *u, int64_t n)

@@ -234,9 +234,11 @@ ROUNDING_ENTRY(rmsnorm_backward, (float *dx, float *dw, const float *dout, const
                                   const float *w, const float *rstd, int64_t n, int64_t dim,
                                   bool acc), (dx, dw, dout, x, w, rstd, n, dim, acc))
 ROUNDING_ENTRY(rope_forward, (float *x, const int32_t *pos, int64_t n, int64_t nh, int64_t hd,
-                              double theta), (x, pos, n, nh, hd, theta))
+                              const double *inv_freq, double scale),
+               (x, pos, n, nh, hd, inv_freq, scale))
 ROUNDING_ENTRY(rope_backward, (float *dx, const int32_t *pos, int64_t n, int64_t nh, int64_t hd,
-                               double theta), (dx, pos, n, nh, hd, theta))
+                               const double *inv_freq, double scale),
+               (dx, pos, n, nh, hd, inv_freq, scale))
 /* SwiGLU (its expf) and attention (T^2 per row) are compute-bound on the
  * CPU: the rounding's integer work inside their loops costs more than a
  * vectorised pass over the outputs after them (swiglu_forward 1.06 ->

@@ -213,11 +213,11 @@ MT_CPU_HIDDEN void mt_cpu_rmsnorm_backward(float *dx, float *dw, const float *do
                                            const float *w, const float *rstd, int64_t n,
                                            int64_t dim, bool accumulate, bool round);
 MT_CPU_HIDDEN void mt_cpu_rope_forward(float *x, const int32_t *pos, int64_t n_tokens,
-                                       int64_t n_heads, int64_t head_dim, double theta,
-                                       bool round);
+                                       int64_t n_heads, int64_t head_dim,
+                                       const double *inv_freq, double scale, bool round);
 MT_CPU_HIDDEN void mt_cpu_rope_backward(float *dx, const int32_t *pos, int64_t n_tokens,
-                                        int64_t n_heads, int64_t head_dim, double theta,
-                                        bool round);
+                                        int64_t n_heads, int64_t head_dim,
+                                        const double *inv_freq, double scale, bool round);
 MT_CPU_HIDDEN void mt_cpu_attention_forward(float *out, float *lse, const float *q, const float *k,
                                             const float *v, const int32_t *doc_start, int64_t B,
                                             int64_t T, int64_t nh, int64_t nkv, int64_t hd);

@@ -123,18 +123,18 @@ static void s_rmsnorm_backward(float *dx, float *dw, const float *dout, const fl
 }
 
 static void s_rope_forward(float *x, const int32_t *pos, int64_t n, int64_t nh, int64_t hd,
-                           double theta)
+                           const double *inv_freq, double scale)
 {
     float *fx = widen(0, x, n * nh * hd);
-    in->rope_forward(fx, pos, n, nh, hd, theta);
+    in->rope_forward(fx, pos, n, nh, hd, inv_freq, scale);
     narrow(x, fx, n * nh * hd);
 }
 
 static void s_rope_backward(float *x, const int32_t *pos, int64_t n, int64_t nh, int64_t hd,
-                            double theta)
+                            const double *inv_freq, double scale)
 {
     float *fx = widen(0, x, n * nh * hd);
-    in->rope_backward(fx, pos, n, nh, hd, theta);
+    in->rope_backward(fx, pos, n, nh, hd, inv_freq, scale);
     narrow(x, fx, n * nh * hd);
 }
 

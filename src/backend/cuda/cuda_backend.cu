@@ -86,11 +86,13 @@ ROUNDING_ENTRY(rmsnorm_backward, mt_cuda_launch_rmsnorm_backward,
                 const float *rstd, int64_t n, int64_t dim, bool acc),
                (dx, dw, dout, x, w, rstd, n, dim, acc))
 ROUNDING_ENTRY(rope_forward, mt_cuda_launch_rope,
-               (float *x, const int32_t *pos, int64_t n, int64_t nh, int64_t hd, double theta),
-               (x, pos, n, nh, hd, theta, 1.0))
+               (float *x, const int32_t *pos, int64_t n, int64_t nh, int64_t hd,
+                const double *inv_freq, double scale),
+               (x, pos, n, nh, hd, inv_freq, scale, 1.0))
 ROUNDING_ENTRY(rope_backward, mt_cuda_launch_rope,
-               (float *dx, const int32_t *pos, int64_t n, int64_t nh, int64_t hd, double theta),
-               (dx, pos, n, nh, hd, theta, -1.0))
+               (float *dx, const int32_t *pos, int64_t n, int64_t nh, int64_t hd,
+                const double *inv_freq, double scale),
+               (dx, pos, n, nh, hd, inv_freq, scale, -1.0))
 ROUNDING_ENTRY(swiglu_forward, mt_cuda_launch_swiglu_forward,
                (float *out, const float *gate, const float *up, int64_t n), (out, gate, up, n))
 ROUNDING_ENTRY(swiglu_backward, mt_cuda_launch_swiglu_backward,

@@ -143,11 +143,11 @@ void mt_cuda_launch_rmsnorm_backward_bf16s(cudaStream_t s, uint16_t *dx, float *
                                            const uint16_t *w, const float *rstd, int64_t n,
                                            int64_t dim, bool accumulate);
 void mt_cuda_launch_rope(cudaStream_t s, float *x, const int32_t *pos, int64_t n_tokens,
-                         int64_t n_heads, int64_t head_dim, double theta, double sign,
-                         bool round);
+                         int64_t n_heads, int64_t head_dim, const double *inv_freq,
+                         double scale, double sign, bool round);
 void mt_cuda_launch_rope_bf16s(cudaStream_t s, uint16_t *x, const int32_t *pos,
                                int64_t n_tokens, int64_t n_heads, int64_t head_dim,
-                               double theta, double sign);
+                               const double *inv_freq, double scale, double sign);
 void mt_cuda_launch_swiglu_forward(cudaStream_t s, float *out, const float *gate,
                                    const float *up, int64_t n, bool round);
 void mt_cuda_launch_swiglu_backward(cudaStream_t s, float *dgate, float *dup, const float *dout,

@@ -69,15 +69,15 @@ static void s_rmsnorm_backward(float *dx, float *dw, const float *dout, const fl
 }
 
 static void s_rope_forward(float *x, const int32_t *pos, int64_t n, int64_t nh, int64_t hd,
-                           double theta)
+                           const double *inv_freq, double scale)
 {
-    mt_cuda_launch_rope_bf16s(ST, U16(x), pos, n, nh, hd, theta, 1.0);
+    mt_cuda_launch_rope_bf16s(ST, U16(x), pos, n, nh, hd, inv_freq, scale, 1.0);
 }
 
 static void s_rope_backward(float *x, const int32_t *pos, int64_t n, int64_t nh, int64_t hd,
-                            double theta)
+                            const double *inv_freq, double scale)
 {
-    mt_cuda_launch_rope_bf16s(ST, U16(x), pos, n, nh, hd, theta, -1.0);
+    mt_cuda_launch_rope_bf16s(ST, U16(x), pos, n, nh, hd, inv_freq, scale, -1.0);
 }
 
 static void s_swiglu_forward(float *out, const float *gate, const float *up, int64_t n)

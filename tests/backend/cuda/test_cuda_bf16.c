@@ -172,20 +172,29 @@ static void test_rounding_entries(uint64_t *s)
     for (int i = 0; i < ntok; i++)
         pos[i] = (int32_t)(tc_rng_next(s) % 9000);
     int32_t *d_pos = tc_up(pos, sizeof pos);
+    /* theta 10000 forward; backward with 500000's table, its low half
+     * divided by 8, and scale 1.1 */
+    double *inv = malloc(sizeof(double) * (size_t)hd);
+    for (int64_t i = 0; i < hd / 2; i++) {
+        inv[i] = pow(10000.0, -2.0 * (double)i / (double)hd);
+        inv[hd / 2 + i] = pow(500000.0, -2.0 * (double)i / (double)hd) / (2 * i < hd / 2 ? 8 : 1);
+    }
+    double *d_inv = tc_up(inv, sizeof(double) * (size_t)hd);
     for (int dir = 0; dir < 2; dir++) {
         float *q = tc_rand(s, ntok * nh * hd, 4.0f);
         float *q1 = up_rounded(q, ntok * nh * hd), *q2 = tc_up(q, F(ntok * nh * hd));
         if (dir == 0) {
-            c->rope_forward(q1, d_pos, ntok, nh, hd, 10000.0);
-            b->rope_forward(q2, d_pos, ntok, nh, hd, 10000.0);
+            c->rope_forward(q1, d_pos, ntok, nh, hd, d_inv, 1.0);
+            b->rope_forward(q2, d_pos, ntok, nh, hd, d_inv, 1.0);
             check_rounded("rope_forward, bf16 table", q2, q1, ntok * nh * hd);
         } else {
-            c->rope_backward(q1, d_pos, ntok, nh, hd, 500000.0);
-            b->rope_backward(q2, d_pos, ntok, nh, hd, 500000.0);
+            c->rope_backward(q1, d_pos, ntok, nh, hd, d_inv + hd / 2, 1.1);
+            b->rope_backward(q2, d_pos, ntok, nh, hd, d_inv + hd / 2, 1.1);
             check_rounded("rope_backward, bf16 table", q2, q1, ntok * nh * hd);
         }
         free(q);
     }
+    free(inv);
 
     float *g = tc_rand(s, ne, 8.0f), *u = tc_rand(s, ne, 2.0f), *d = tc_rand(s, ne, 1.0f);
     g[ne / 2] = NAN;

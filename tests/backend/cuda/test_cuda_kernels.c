@@ -241,27 +241,37 @@ static void test_rmsnorm(uint64_t *s)
  * 128, groups of 4, the fifth token alone); head_dim/2 = 512 table
  * entries, more than the block fills in one pass (one token a group);
  * the 1B model's head_dim 64 (groups of 8, 37 tokens: the last group
- * short) */
+ * short); each with theta^(-2i/hd) and scale 1, and with a scaled table
+ * (every other frequency divided by 8) and scale 1.3 */
 static void test_rope(uint64_t *s)
 {
     const int64_t shapes[4][3] = {{40, 3, 16}, {5, 32, 128}, {3, 2, 1024}, {37, 8, 64}};
-    for (int c = 0; c < 4; c++) {
-        const int64_t n = shapes[c][0], nh = shapes[c][1], hd = shapes[c][2], ne = n * nh * hd;
+    for (int c = 0; c < 8; c++) {
+        const int64_t n = shapes[c / 2][0], nh = shapes[c / 2][1], hd = shapes[c / 2][2];
+        const int64_t ne = n * nh * hd;
+        const bool scaled = c % 2;
+        const double scale = scaled ? 1.3 : 1.0;
+        double *inv = malloc(sizeof(double) * (size_t)(hd / 2));
+        for (int64_t i = 0; i < hd / 2; i++)
+            inv[i] = pow(500000.0, -2.0 * (double)i / (double)hd) / (scaled && i % 2 ? 8.0 : 1.0);
         int32_t pos[40];
         for (int64_t i = 0; i < n; i++)
             pos[i] = (int32_t)(i * 97 % 5000);
         float *x = tc_rand(s, ne, 1.0f);
         float *dx = tc_up(x, F(ne));
         int32_t *dp = tc_up(pos, sizeof(int32_t) * (size_t)n);
-        tc_cpu->rope_forward(x, pos, n, nh, hd, 500000.0);
-        tc_gpu->rope_forward(dx, dp, n, nh, hd, 500000.0);
+        double *dinv = tc_up(inv, sizeof(double) * (size_t)(hd / 2));
+        tc_cpu->rope_forward(x, pos, n, nh, hd, inv, scale);
+        tc_gpu->rope_forward(dx, dp, n, nh, hd, dinv, scale);
         float *g = tc_down(dx, F(ne));
-        CHECK_CLOSE("rope_forward", g, x, ne, 1e-6);
-        tc_cpu->rope_backward(x, pos, n, nh, hd, 500000.0);
-        tc_gpu->rope_backward(dx, dp, n, nh, hd, 500000.0);
+        CHECK_CLOSE(scaled ? "rope_forward (scaled table, scale 1.3)" : "rope_forward", g, x, ne,
+                    1e-6);
+        tc_cpu->rope_backward(x, pos, n, nh, hd, inv, scale);
+        tc_gpu->rope_backward(dx, dp, n, nh, hd, dinv, scale);
         float *g2 = tc_down(dx, F(ne));
-        CHECK_CLOSE("rope_backward", g2, x, ne, 1e-6);
-        free(x), free(g), free(g2);
+        CHECK_CLOSE(scaled ? "rope_backward (scaled table, scale 1.3)" : "rope_backward", g2, x,
+                    ne, 1e-6);
+        free(x), free(g), free(g2), free(inv);
         mt_cuda_arena_reset(&tc_arena);
     }
 }

@@ -124,15 +124,24 @@ tc_counts_t tc_test_storage(uint64_t *s)
     for (int64_t i = 0; i < ntok; i++)
         pos[i] = (int32_t)(i * 37 % 500);
     int32_t *d_pos = tc_up(pos, sizeof(int32_t) * (size_t)ntok);
+    /* theta 10000 forward; backward with 500000's table, its upper half
+     * divided by 4, and scale 0.9 */
+    double *inv = malloc(sizeof(double) * (size_t)hd);
+    for (int64_t i = 0; i < hd / 2; i++) {
+        inv[i] = pow(10000.0, -2.0 * (double)i / (double)hd);
+        inv[hd / 2 + i] = pow(500000.0, -2.0 * (double)i / (double)hd) / (2 * i < hd / 2 ? 1 : 4);
+    }
+    double *d_inv = tc_up(inv, sizeof(double) * (size_t)hd);
     float *q = rand_bf16(s, ntok * nh * hd, 2.0f);
     float *q1 = tc_up(q, F(ntok * nh * hd));
     void *q2 = up16(q, ntok * nh * hd);
-    b->rope_forward(q1, d_pos, ntok, nh, hd, 10000.0);
-    st->rope_forward(q2, d_pos, ntok, nh, hd, 10000.0);
+    b->rope_forward(q1, d_pos, ntok, nh, hd, d_inv, 1.0);
+    st->rope_forward(q2, d_pos, ntok, nh, hd, d_inv, 1.0);
     check16("rope_forward", q2, q1, ntok * nh * hd);
-    b->rope_backward(q1, d_pos, ntok, nh, hd, 500000.0);
-    st->rope_backward(q2, d_pos, ntok, nh, hd, 500000.0);
+    b->rope_backward(q1, d_pos, ntok, nh, hd, d_inv + hd / 2, 0.9);
+    st->rope_backward(q2, d_pos, ntok, nh, hd, d_inv + hd / 2, 0.9);
     check16("rope_backward", q2, q1, ntok * nh * hd);
+    free(inv);
     /* SwiGLU, add */
     float *g = rand_bf16(s, ne, 4.0f), *u = rand_bf16(s, ne, 4.0f), *d = rand_bf16(s, ne, 1.0f);
     float *g1 = tc_up(g, F(ne)), *u1 = tc_up(u, F(ne)), *d1 = tc_up(d, F(ne));
