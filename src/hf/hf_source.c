@@ -18,7 +18,7 @@
 #include "checkpoint_internal.h"
 
 #define MAX_JSON_BYTES (64u << 20)
-#define CHUNK_BYTES (16u << 20) /* bounce buffer of one read */
+#define CHUNK_BYTES (256u << 10) /* one read: pread's copy stays in the cache */
 
 void mt_hf_source_free(mt_hf_source_t *src)
 {
@@ -228,16 +228,12 @@ mt_status_t mt_hf_read_block(const mt_st_file_t *f, const mt_st_entry_t *e, int6
                 "is outside its shape", f->path, e->name, (long long)row_lo,
                 (long long)(row_lo + rows), (long long)col_lo, (long long)(col_lo + ncols));
     size_t es = mt_st_dtype_size(e->dtype);
+    /* whole rows are one contiguous range; a column block is one range
+     * per row.  Each range is read in chunks small enough to stay in the
+     * cache between pread and the conversion. */
     int whole_rows = ncols == cols;
-    /* rows per read: whole rows in one pread of up to CHUNK_BYTES, or one
-     * row's column block at a time */
-    int64_t row_bytes = ncols * (int64_t)es;
-    int64_t per = whole_rows ? (int64_t)CHUNK_BYTES / (row_bytes ? row_bytes : 1) : 1;
-    if (per < 1)
-        per = 1;
-    if (per > rows)
-        per = rows;
-    size_t cap = (size_t)(per * row_bytes);
+    uint64_t run = (uint64_t)(whole_rows ? rows * cols : ncols) * es;
+    size_t cap = run < CHUNK_BYTES ? (size_t)run : CHUNK_BYTES;
     unsigned char *b = malloc(cap ? cap : 1);
     if (!b)
         MT_FAIL(MT_ERR_NOMEM, "%s: a buffer of %zu bytes for %s", f->path, cap, e->name);
@@ -245,13 +241,17 @@ mt_status_t mt_hf_read_block(const mt_st_file_t *f, const mt_st_entry_t *e, int6
     mt_status_t s = fd >= 0 ? MT_OK
                             : mt_error_set(MT_ERR_IO, __FILE__, __LINE__, "%s: %s", f->path,
                                            strerror(errno));
-    for (int64_t r = 0; r < rows && s == MT_OK; r += per) {
-        int64_t k = rows - r < per ? rows - r : per;
+    int64_t nruns = whole_rows ? 1 : rows;
+    for (int64_t r = 0; r < nruns && s == MT_OK; r++) {
         uint64_t at = f->data_start + e->begin +
                       ((uint64_t)(row_lo + r) * (uint64_t)cols + (uint64_t)col_lo) * es;
-        s = pread_all(fd, f, e, b, (size_t)(k * row_bytes), at);
-        if (s == MT_OK)
-            mt_st_decode(b, (size_t)(k * ncols), e->dtype, dst + r * ncols);
+        float *out = dst + r * ncols;
+        for (uint64_t off = 0; off < run && s == MT_OK; off += cap) {
+            size_t k = run - off < cap ? (size_t)(run - off) : cap;
+            s = pread_all(fd, f, e, b, k, at + off);
+            if (s == MT_OK)
+                mt_st_decode(b, k / es, e->dtype, out + off / es);
+        }
     }
     if (fd >= 0)
         close(fd);
