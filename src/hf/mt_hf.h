@@ -41,8 +41,9 @@ typedef struct {
 mt_status_t mt_hf_export(MPI_Comm comm, const char *step_dir, const char *hf_dir,
                          const mt_hf_export_opts_t *opts, FILE *out);
 
-/* Collective.  Reads hf_dir/config.json and model.safetensors (or the
- * shards of model.safetensors.index.json) and writes
+/* Collective.  hf_dir: a directory or a hub id (mt_hf_resolve_name, at
+ * main).  Reads its config.json and model.safetensors (or the shards of
+ * model.safetensors.index.json) and writes
  * checkpoint_dir/step_00000000 with mt_ckpt_save.  checkpoint_dir must be
  * absent or empty.  config_path (NULL: none) supplies every section but
  * the model; the model keys it sets must agree with config.json. */

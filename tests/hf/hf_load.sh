@@ -8,7 +8,7 @@
 # and a Qwen3-MoE the same way.  Loading by hub id and by directory gives
 # the step-1 loss and gradient norm of `meshtrain-ckpt import` plus training
 # from that checkpoint, bit for bit, on 1 rank, tp 2, pp 2, fsdp (dp 2) and,
-# for the MoE, ep 2.  HF_HUB_CACHE wins over HF_HOME, which wins over HOME;
+# for the MoE, ep 2; on guarded device memory too (staged copies).  HF_HUB_CACHE wins over HF_HOME, which wins over HOME;
 # model.revision picks a branch or a commit.  model.config (AutoModel's
 # from_config) takes the architecture from config.json with random weights,
 # or inline fields; explicit model.* keys override config.json with a
@@ -73,6 +73,8 @@ named n1 1 model.pretrained_model_name_or_path=org/tiny
 loaded "$snapA" "1 rank: snapshot of refs/main"
 expect_in "$out" "21 tensors from 3 safetensors files" "1 rank: every shard"
 same i1 n1 "by name = import, 1 rank"
+named g1 1 model.pretrained_model_name_or_path=org/tiny distributed.device=cpu_guarded
+same n1 g1 "guarded device memory: the weights staged through host copies"
 run "$small_cfg" fresh 1
 differ fresh n1 "the loaded weights are not the random ones"
 for mesh in "tp2|distributed.tp_size=2" \
