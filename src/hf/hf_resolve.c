@@ -238,7 +238,8 @@ static mt_status_t load_config_json(const char *dir, json_t **j, char *name, siz
 
 /* The JSON object config.json and model.config describe: *j (new), its
  * name for messages in `name`. */
-static mt_status_t merged_json(const mt_config_t *cfg, json_t **out, char *name, size_t cap)
+static mt_status_t merged_json(const mt_config_t *cfg, json_t **out, char *name, size_t cap,
+                               FILE *note)
 {
     const mt_model_config_t *m = &cfg->model;
     char dir[MT_PATH_MAX + 512];
@@ -248,6 +249,9 @@ static mt_status_t merged_json(const mt_config_t *cfg, json_t **out, char *name,
     if (m->pretrained_model_name_or_path[0]) {
         MT_TRY(mt_hf_resolve(m, dir, sizeof dir));
         MT_TRY(load_config_json(dir, &base, name, cap));
+        if (note) /* which snapshot a hub id resolved to, for the log */
+            fprintf(note, "note: model.pretrained_model_name_or_path %s is %s\n",
+                    m->pretrained_model_name_or_path, dir);
     }
     if (m->hf_config[0]) {
         char what[MT_PATH_MAX + 32];
@@ -267,6 +271,9 @@ static mt_status_t merged_json(const mt_config_t *cfg, json_t **out, char *name,
             snprintf(key, sizeof key, "%s.pretrained_model_name_or_path", what);
             s = mt_hf_resolve_name(json_string_value(p), json_is_string(r) ? json_string_value(r)
                                    : m->revision, key, dir, sizeof dir);
+            if (s == MT_OK && note)
+                fprintf(note, "note: model.config's pretrained_model_name_or_path %s is %s\n",
+                        json_string_value(p), dir);
             json_decref(base);
             base = NULL;
             if (s == MT_OK)
@@ -364,7 +371,7 @@ mt_status_t mt_hf_apply_named_model(mt_config_t *cfg, FILE *warn)
         return MT_OK;
     char name[2 * MT_PATH_MAX + 64];
     json_t *j;
-    MT_TRY(merged_json(cfg, &j, name, sizeof name));
+    MT_TRY(merged_json(cfg, &j, name, sizeof name, warn));
     /* config.json starts from the schema's defaults, not from the keys
      * the user set: those come after it, each one reported */
     mt_config_t *d = malloc(sizeof *d);

@@ -7,8 +7,9 @@
 # snapshot A (refs/main) and its step-10 weights as snapshot B (refs/v2),
 # and a Qwen3-MoE the same way.  Loading by hub id and by directory gives
 # the step-1 loss and gradient norm of `meshtrain-ckpt import` plus training
-# from that checkpoint, bit for bit, on 1 rank, tp 2, pp 2, fsdp (dp 2) and,
-# for the MoE, ep 2; on guarded device memory too (staged copies).  HF_HUB_CACHE wins over HF_HOME, which wins over HOME;
+# from that checkpoint, bit for bit, on 1 rank, tp 2, pp 2, fsdp (dp 2),
+# bf16 compute (master weights) and, for the MoE, ep 2; on guarded device
+# memory too (staged copies).  HF_HUB_CACHE wins over HF_HOME, which wins over HOME;
 # model.revision picks a branch or a commit.  model.config (AutoModel's
 # from_config) takes the architecture from config.json with random weights,
 # or inline fields; explicit model.* keys override config.json with a
@@ -79,7 +80,8 @@ run "$small_cfg" fresh 1
 differ fresh n1 "the loaded weights are not the random ones"
 for mesh in "tp2|distributed.tp_size=2" \
     "pp2|distributed.pp_size=2 distributed.pipeline.pp_microbatch_size=1" \
-    "fsdp2|distributed.strategy=fsdp2"; do
+    "fsdp2|distributed.strategy=fsdp2" \
+    "bf16|distributed.mp_policy.param_dtype=bfloat16 distributed.mp_policy.output_dtype=bfloat16"; do
     m=${mesh%%|*} o=${mesh#*|}
     run "$small_cfg" "i$m" 2 $o checkpoint.resume="$w/impA/step_00000000"
     named "n$m" 2 $o model.pretrained_model_name_or_path=org/tiny
@@ -99,21 +101,25 @@ same i16 d16 "by directory (F16) = import"
 named v2 1 model.pretrained_model_name_or_path=org/tiny model.revision=v2
 loaded "$w/cache/models--org--tiny/snapshots/$B" "revision v2"
 differ n1 v2 "revision v2 is other weights"
-named vB 1 model.pretrained_model_name_or_path=org/tiny model.revision=$B
-loaded "$w/cache/models--org--tiny/snapshots/$B" "revision as a commit"
-same v2 vB "branch v2 = its commit"
+# which snapshot: meshtrain-plan notes what the name resolved to
+is() { # WHAT DIR [key=value ...]: the named model resolves to DIR
+    what=$1 dir=$2; shift 2
+    expect_rc 0 "$bindir/meshtrain-plan" --config "$w/noshape.yaml" --world-size 1 "$@"
+    expect_in "$err" "note: model.pretrained_model_name_or_path org/tiny is $dir" "$what"
+}
+is "revision as a commit" "$w/cache/models--org--tiny/snapshots/$B" \
+    model.pretrained_model_name_or_path=org/tiny model.revision=$B
 hub "$w/home/hub" org/tiny main $B "$w/hfB"
 hub "$w/user/.cache/huggingface/hub" org/tiny main $B "$w/hfB"
 home=$HOME
 export HF_HOME="$w/home" HOME="$w/user"
-named p1 1 model.pretrained_model_name_or_path=org/tiny
-loaded "$snapA" "HF_HUB_CACHE wins over HF_HOME"
+is "HF_HUB_CACHE wins over HF_HOME" "$snapA" model.pretrained_model_name_or_path=org/tiny
 unset HF_HUB_CACHE
-named p2 1 model.pretrained_model_name_or_path=org/tiny
-loaded "$w/home/hub/models--org--tiny/snapshots/$B" "HF_HOME/hub without HF_HUB_CACHE"
+is "HF_HOME/hub without HF_HUB_CACHE" "$w/home/hub/models--org--tiny/snapshots/$B" \
+    model.pretrained_model_name_or_path=org/tiny
 unset HF_HOME
-named p3 1 model.pretrained_model_name_or_path=org/tiny
-loaded "$w/user/.cache/huggingface/hub/models--org--tiny/snapshots/$B" "~/.cache/huggingface/hub"
+is "~/.cache/huggingface/hub" "$w/user/.cache/huggingface/hub/models--org--tiny/snapshots/$B" \
+    model.pretrained_model_name_or_path=org/tiny
 export HF_HUB_CACHE="$w/cache" HOME="$home"
 
 # ---- a Qwen3-MoE by name, ep 2
@@ -150,6 +156,12 @@ same fresh inl "inline model.config fields"
 sed 's/    pretrained_model_name_or_path: org\/tiny/&\n    num_hidden_layers: 1/' "$w/fc.yaml" > "$w/fc1.yaml"
 expect_rc 0 "$bindir/meshtrain-plan" --config "$w/fc1.yaml" --world-size 1 --print-config
 expect_in "$out" "num_hidden_layers: 1" "model.config fields over its config.json"
+
+# strings of the block are JSON-escaped: the message quotes the value whole
+printf 'model:\n  config:\n    model_type: llama\n    hidden_act: "gelu \\"tanh\\"\\\\"\n' > "$w/esc.yaml"
+cat "$w/noshape.yaml" >> "$w/esc.yaml"
+expect_rc 1 "$bindir/meshtrain-plan" --config "$w/esc.yaml" --world-size 1
+expect_in "$err" 'hidden_act gelu "tanh"\ is not supported' "model.config strings escaped"
 
 # ---- explicit keys override config.json, each with a warning
 named ov 1 model.pretrained_model_name_or_path=org/tiny model.rope_theta=20000 model.hidden_size=64
