@@ -7,16 +7,26 @@
  *
  *   mpiexec -n N bench_load NAME [REPEATS]
  *
- * Prints one line per repeat: seconds and GB/s of the files' tensor bytes. */
+ * Prints one line per repeat: seconds and GB/s of the files' tensor bytes,
+ * and the CPU seconds of all ranks together (the figure a shared machine
+ * disturbs least). */
 #include <config.h>
 
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "hf_internal.h"
 #include "mt_hf.h"
+
+static double cpu_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 int main(int argc, char **argv)
 {
@@ -78,10 +88,12 @@ int main(int argc, char **argv)
     }
     for (int r = 0; r < repeats; r++) {
         MPI_Barrier(comm);
-        double t0 = MPI_Wtime();
+        double t0 = MPI_Wtime(), c0 = cpu_seconds();
         s = mt_hf_load_weights(comm, &cfg->model, t, n, r == 0 && rank == 0 ? stdout : NULL);
+        double cpu = cpu_seconds() - c0, cpu_all = 0;
         MPI_Barrier(comm);
         double dt = MPI_Wtime() - t0;
+        MPI_Reduce(&cpu, &cpu_all, 1, MPI_DOUBLE, MPI_SUM, 0, comm);
         if (s != MT_OK) {
             if (rank == 0)
                 fprintf(stderr, "bench_load: %s\n", mt_error_message());
@@ -89,8 +101,8 @@ int main(int argc, char **argv)
             return 1;
         }
         if (rank == 0)
-            printf("bench_load: %d rank%s: %.3f s, %.2f GB/s of %.2f GB\n", size,
-                   size == 1 ? "" : "s", dt, bytes / dt / 1e9, bytes / 1e9);
+            printf("bench_load: %d rank%s: %.3f s, %.2f GB/s of %.2f GB, %.3f CPU s\n", size,
+                   size == 1 ? "" : "s", dt, bytes / dt / 1e9, bytes / 1e9, cpu_all);
         fflush(stdout);
     }
     for (int i = 0; i < n; i++)
