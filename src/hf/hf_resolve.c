@@ -359,7 +359,9 @@ static void show_value(const mt_cfg_key_t *k, const void *v, char *buf, size_t c
     case MT_T_FLOAT: snprintf(buf, cap, "%.17g", *(const double *)v); break;
     case MT_T_BOOL: snprintf(buf, cap, "%s", *(const bool *)v ? "true" : "false"); break;
     case MT_T_STRING: snprintf(buf, cap, "\"%.200s\"", (const char *)v); break;
-    case MT_T_ENUM: snprintf(buf, cap, "%s", mt_cfg_enum_canonical(k->enums, *(const int *)v)); break;
+    case MT_T_ENUM:
+        snprintf(buf, cap, "%s", mt_cfg_enum_canonical(k->enums, *(const int *)v));
+        break;
     default: snprintf(buf, cap, "?");
     }
 }
