@@ -11,22 +11,26 @@
 #   bench-pp     every schedule's measured idle share against the simulator
 #   bench-cp     per-rank attention FLOPs, balanced against contiguous
 #                sharding, and the ring's hidden transfers, at 2 and 4 ranks
+#   bench-load   a 1B bf16 model loaded by name (the trainer's loader) on 1
+#                and 2 ranks against cat of its files, warm page cache
 #   bench-cuda-gemm, bench-cuda-attention (bench-gpu: both): the bf16
 #                cuBLASLt GEMM rate at Llama-1B shapes, and the attention
 #                kernels at the 1B shape (with CUDA; tests/gpu/run.sh)
-EXTRA_PROGRAMS += bench/sgemm_rate bench/comm_replay bench/bench_cp
+EXTRA_PROGRAMS += bench/sgemm_rate bench/comm_replay bench/bench_cp bench/bench_load
 bench_sgemm_rate_SOURCES = bench/sgemm_rate.c
 bench_comm_replay_SOURCES = bench/comm_replay.c
 bench_bench_cp_SOURCES = bench/bench_cp.c
+bench_bench_load_SOURCES = bench/bench_load.c
+bench_bench_load_LDADD = $(LDADD) $(JANSSON_LIBS)
 EXTRA_LTLIBRARIES = bench/pmpi_count.la
 bench_pmpi_count_la_SOURCES = bench/pmpi_count.c
 # -rpath: a shared object although it is never installed
 bench_pmpi_count_la_LDFLAGS = -module -avoid-version -shared -rpath $(abs_builddir)/bench
 bench_pmpi_count_la_LIBADD =
 CLEANFILES += bench/sgemm_rate$(EXEEXT) bench/comm_replay$(EXEEXT) bench/pmpi_count.la \
-	bench/bench_cp$(EXEEXT)
+	bench/bench_cp$(EXEEXT) bench/bench_load$(EXEEXT)
 EXTRA_DIST += bench/bench_dense.sh bench/torch_llama.py bench/dense.yaml bench/bench_comm.sh \
-	bench/bench_moe.sh bench/bench_pp.sh bench/bench_cuda_gemm.c bench/bench_cuda_attention.c
+	bench/bench_moe.sh bench/bench_pp.sh bench/bench_load.sh bench/bench_cuda_gemm.c bench/bench_cuda_attention.c
 MT_BENCH_ENV = srcdir=$(srcdir) MPIEXEC='$(MPIEXEC)' MPIEXEC_NP='$(MPIEXEC_NP)'
 
 bench: bench-dense
@@ -42,10 +46,12 @@ bench-pp: apps/meshtrain-dense$(EXEEXT) share/data/tiny-corpus.bin
 bench-cp: bench/bench_cp$(EXEEXT)
 	$(MPIEXEC) $(MPIEXEC_NP) 2 bench/bench_cp$(EXEEXT) 4096
 	$(MPIEXEC) $(MPIEXEC_NP) 4 bench/bench_cp$(EXEEXT) 4096
+bench-load: bench/bench_load$(EXEEXT)
+	$(MT_BENCH_ENV) $(SHELL) $(srcdir)/bench/bench_load.sh
 clean-local: clean-bench
 clean-bench:
-	-rm -rf comm-bench moe-bench
-.PHONY: bench bench-dense bench-comm bench-moe bench-pp bench-cp clean-bench
+	-rm -rf comm-bench moe-bench bench-load-cache
+.PHONY: bench bench-dense bench-comm bench-moe bench-pp bench-cp bench-load clean-bench
 
 if HAVE_CUDA
 EXTRA_PROGRAMS += bench/bench_cuda_gemm bench/bench_cuda_attention

@@ -16,7 +16,9 @@ dist_configs_DATA = \
 	share/configs/olmoe-1b-7b-ep8.yaml \
 	share/configs/qwen3-30b-a3b-ep8.yaml \
 	share/configs/qwen3-235b-a22b-pp8-ep8.yaml \
-	share/configs/llama3.1-8b-128k-cp8.yaml
+	share/configs/llama3.1-8b-128k-cp8.yaml \
+	share/configs/qwen3-8b-by-name.yaml \
+	share/configs/llama3-8b-from-config.yaml
 
 jobscriptsdir = $(pkgdatadir)/jobscripts
 dist_jobscripts_DATA = \

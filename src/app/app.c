@@ -1,7 +1,8 @@
 /* app.c: the bootstrap shared by meshtrain-dense, -moe and -cp.
  *
  * The only file that touches MPI_COMM_WORLD (in mt_app_main).  It parses
- * the command line, has rank 0 load and validate the config, broadcasts
+ * the command line, has rank 0 load the config (and the model it names:
+ * mt_config_load_model) and validate it, broadcasts
  * it, builds the mesh and prints what it resolved.  Failures are agreed on
  * with a collective, then every rank exits non-zero together. */
 #include <config.h>
@@ -9,6 +10,7 @@
 #include "mt_app.h"
 
 #include "mt_comm.h"
+#include "mt_hf.h"
 #include "mt_train.h"
 
 #include <stdlib.h>
@@ -49,14 +51,22 @@ mt_status_t mt_app_parse_args(int argc, char **argv, mt_app_args_t *a)
     return MT_OK;
 }
 
-/* Rank 0's part: file, overrides, validation. */
+mt_status_t mt_config_load_model(mt_config_t *cfg, const char *path, const char *const *overrides,
+                                 int noverrides, FILE *warn)
+{
+    mt_config_init(cfg);
+    MT_TRY(mt_config_load_file(cfg, path));
+    for (int i = 0; i < noverrides; i++)
+        MT_TRY(mt_config_override(cfg, overrides[i]));
+    MT_TRY(mt_hf_apply_named_model(cfg, warn));
+    return MT_OK;
+}
+
+/* Rank 0's part: file, overrides, the named model, validation. */
 static mt_status_t load_local(mt_config_t *cfg, const mt_app_args_t *a, mt_app_kind_t app,
                               int world, const int *nodes, FILE *warn)
 {
-    mt_config_init(cfg);
-    MT_TRY(mt_config_load_file(cfg, a->config_path));
-    for (int i = 0; i < a->noverrides; i++)
-        MT_TRY(mt_config_override(cfg, a->overrides[i]));
+    MT_TRY(mt_config_load_model(cfg, a->config_path, a->overrides, a->noverrides, warn));
     MT_TRY(mt_config_validate(cfg, app, world, nodes, warn));
     return MT_OK;
 }

@@ -31,6 +31,13 @@ typedef struct {
 /* Parse `--config FILE [--dry-run] [section.key=value ...]`. */
 mt_status_t mt_app_parse_args(int argc, char **argv, mt_app_args_t *args);
 
+/* The config of every front end before validation: FILE, the overrides,
+ * then the model it names (mt_hf_apply_named_model: config.json and
+ * model.config under the explicit model.* keys, warnings to `warn`).  Not
+ * collective: the apps run it on rank 0, meshtrain-plan in its process. */
+mt_status_t mt_config_load_model(mt_config_t *cfg, const char *path, const char *const *overrides,
+                                 int noverrides, FILE *warn);
+
 /* Load, override and validate on rank 0 of comm, then broadcast; collective.
  * On failure every rank returns the same status and holds rank 0's message
  * (see mt_error_message); only rank 0 should print it. */

@@ -117,10 +117,8 @@ int mt_plan_main(int argc, char **argv, FILE *out, FILE *err)
     for (long long r = 0; r < world; r++)
         nodes[r] = (int)(r / per_node);
 
-    mt_config_init(cfg);
-    mt_status_t s = mt_config_load_file(cfg, config);
-    for (int i = 0; s == MT_OK && i < nover; i++)
-        s = mt_config_override(cfg, overrides[i]);
+    /* a model by name: its config.json sizes the plan (no weights are read) */
+    mt_status_t s = mt_config_load_model(cfg, config, overrides, nover, err);
     mt_app_kind_t app = MT_APP_ANY;
     if (s == MT_OK) {
         if (strcmp(app_name, "dense") == 0)

@@ -128,17 +128,20 @@ const int mt_cfg_nsections = (int)(sizeof mt_cfg_sections / sizeof mt_cfg_sectio
 const mt_cfg_key_t mt_cfg_keys[] = {
     /* model */
     K_INT("model.vocab_size", model.vocab_size, "32000", 1,
-          "Vocabulary size. With tp_size > 1 it is padded up to a multiple of tp_size; "
+          "Vocabulary size; required unless a model is named (pretrained_model_name_or_path "
+          "or model.config). With tp_size > 1 it is padded up to a multiple of tp_size; "
           "the padding is masked out of the loss."),
     K_INT("model.hidden_size", model.hidden_size, "4096", 1,
-          "Model width. Must be divisible by num_attention_heads."),
+          "Model width; required unless a model is named. Must be divisible by "
+          "num_attention_heads."),
     K_INT("model.intermediate_size", model.intermediate_size, "11008", 1,
-          "SwiGLU MLP width. Must be divisible by tp_size."),
+          "SwiGLU MLP width; required unless a model is named. Must be divisible by tp_size."),
     K_INT("model.num_hidden_layers", model.num_hidden_layers, "32", 1,
-          "Number of decoder layers. Must split over the pipeline stages."),
+          "Number of decoder layers; required unless a model is named. Must split over the "
+          "pipeline stages."),
     K_INT("model.num_attention_heads", model.num_attention_heads, "32", 1,
-          "Query heads. Must divide hidden_size, be divisible by num_key_value_heads, "
-          "and be divisible by tp_size."),
+          "Query heads; required unless a model is named. Must divide hidden_size, be "
+          "divisible by num_key_value_heads, and be divisible by tp_size."),
     K_OPT("model.num_key_value_heads", model.num_key_value_heads, "none", 1,
           "Key/value heads for grouped-query attention; none means num_attention_heads. "
           "Must divide num_attention_heads and be divisible by tp_size."),

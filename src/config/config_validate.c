@@ -204,10 +204,36 @@ static void check_rope(vctx_t *v, const mt_model_config_t *m)
     }
 }
 
+/* ---- no silent default model ---- */
+/* A model is named by pretrained_model_name_or_path, a model.config block,
+ * or its shape keys set explicitly; the schema's defaults describe no real
+ * model, so a config that relies on them is refused. */
+static void check_named_model(vctx_t *v)
+{
+    static const char *const shape[] = {"model.vocab_size", "model.hidden_size",
+                                        "model.intermediate_size", "model.num_hidden_layers",
+                                        "model.num_attention_heads"};
+    const mt_model_config_t *m = &v->cfg->model;
+    if (m->pretrained_model_name_or_path[0] || m->hf_config[0])
+        return;
+    char missing[512] = "";
+    for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++) {
+        int ki = mt_cfg_key_index(shape[i]);
+        if (ki >= 0 && v->cfg->key_origin[ki].kind == MT_ORIGIN_DEFAULT)
+            snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%s%s",
+                     missing[0] ? ", " : "", shape[i]);
+    }
+    if (missing[0])
+        verr(v, "model", "no model is named: set model.pretrained_model_name_or_path (a "
+             "directory, or a hub id org/name in the local Hugging Face cache), a model.config "
+             "block (AutoModel's from_config), or the shape keys (missing: %s)", missing);
+}
+
 /* ---- model shape ---- */
 static void check_model(vctx_t *v, mt_app_kind_t app)
 {
     mt_model_config_t *m = &v->cfg->model;
+    check_named_model(v);
     if (!m->num_key_value_heads.set) /* HF: none means multi-head attention */
         m->num_key_value_heads.set = true, m->num_key_value_heads.value = m->num_attention_heads;
     int64_t kv = m->num_key_value_heads.value;

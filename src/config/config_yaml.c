@@ -5,7 +5,9 @@
  * duplicate keys silently, so each mapping is checked here.  Values are
  * typed strictly: a quoted "4" is not an integer.  All problems in a file
  * are collected and reported together, each with FILE:LINE:COL and the
- * full key path.  Cross-key rules are config_validate.c's. */
+ * full key path.  Cross-key rules are config_validate.c's.  The one block
+ * that is not schema keys, model.config (a Hugging Face config inline),
+ * becomes JSON text for the hf layer to read. */
 #include "config_internal.h"
 
 #include <ctype.h>
@@ -412,6 +414,159 @@ static void unknown_key(parse_ctx_t *c, const yaml_node_t *kn, const char *prefi
 
 static void walk_mapping(parse_ctx_t *c, const yaml_node_t *map, const char *prefix);
 
+/* ------------------------------------------------------------------ */
+/* model.config: AutoModel's inline Hugging Face config, as JSON text   */
+
+typedef struct {
+    char *buf;
+    size_t cap, len;
+    bool full;
+} jout_t;
+
+static void jput(jout_t *o, const char *s, size_t n)
+{
+    if (o->full || o->len + n >= o->cap) {
+        o->full = true;
+        return;
+    }
+    memcpy(o->buf + o->len, s, n);
+    o->len += n;
+    o->buf[o->len] = '\0';
+}
+
+static void jputs(jout_t *o, const char *s) { jput(o, s, strlen(s)); }
+
+static void jstring(jout_t *o, const char *s)
+{
+    jputs(o, "\"");
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        char esc[8];
+        if (ch == '"' || ch == '\\') {
+            esc[0] = '\\', esc[1] = (char)ch, esc[2] = '\0';
+            jputs(o, esc);
+        } else if (ch < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", ch);
+            jputs(o, esc);
+        } else {
+            jput(o, s, 1);
+        }
+    }
+    jputs(o, "\"");
+}
+
+/* A YAML node as JSON: plain scalars resolve as YAML does (null, booleans,
+ * numbers), anything else is a string; nested `_target_` keys (Hydra
+ * selectors) are left out, the block's own is kept for the hf layer. */
+static bool node_json(parse_ctx_t *c, const yaml_node_t *n, const char *path, jout_t *o,
+                      int depth)
+{
+    char num[64];
+    if (depth > 64) {
+        PERR(c, n, "%s: nested too deeply", path);
+        return false;
+    }
+    if (!n || is_null_scalar(n)) {
+        jputs(o, "null");
+        return true;
+    }
+    if (n->type == YAML_SCALAR_NODE) {
+        const char *s = (const char *)n->data.scalar.value;
+        int64_t iv;
+        double dv;
+        bool bv;
+        if (!plain_scalar(n))
+            jstring(o, s);
+        else if (parse_bool(s, &bv))
+            jputs(o, bv ? "true" : "false");
+        else if (parse_int(s, &iv))
+            snprintf(num, sizeof num, "%lld", (long long)iv), jputs(o, num);
+        else if (parse_float(s, &dv)) {
+            for (int prec = 6; prec <= 17; prec++) { /* shortest text that reads back */
+                snprintf(num, sizeof num, "%.*g", prec, dv);
+                if (strtod(num, NULL) == dv)
+                    break;
+            }
+            jputs(o, num);
+        } else
+            jstring(o, s);
+        return true;
+    }
+    if (n->type == YAML_SEQUENCE_NODE) {
+        jputs(o, "[");
+        int i = 0;
+        for (yaml_node_item_t *it = n->data.sequence.items.start;
+             it < n->data.sequence.items.top; it++, i++) {
+            char sub[MT_PATH_MAX];
+            snprintf(sub, sizeof sub, "%s[%d]", path, i);
+            if (i)
+                jputs(o, ",");
+            if (!node_json(c, yaml_document_get_node(c->doc, *it), sub, o, depth + 1))
+                return false;
+        }
+        jputs(o, "]");
+        return true;
+    }
+    jputs(o, "{");
+    int written = 0;
+    yaml_node_pair_t *start = n->data.mapping.pairs.start, *top = n->data.mapping.pairs.top;
+    for (yaml_node_pair_t *p = start; p < top; p++) {
+        yaml_node_t *kn = yaml_document_get_node(c->doc, p->key);
+        if (!kn || kn->type != YAML_SCALAR_NODE) {
+            PERR(c, kn, "%s: keys must be plain names, got %s", path, node_kind(kn));
+            return false;
+        }
+        const char *key = (const char *)kn->data.scalar.value;
+        for (yaml_node_pair_t *q = start; q < p; q++) {
+            yaml_node_t *qk = yaml_document_get_node(c->doc, q->key);
+            if (qk && qk->type == YAML_SCALAR_NODE &&
+                strcmp((const char *)qk->data.scalar.value, key) == 0) {
+                PERR(c, kn, "%s.%s: duplicate key (first defined at line %d)", path, key,
+                     (int)qk->start_mark.line + 1);
+                return false;
+            }
+        }
+        if (strcmp(key, "_target_") == 0 && depth > 0)
+            continue;
+        char sub[MT_PATH_MAX];
+        snprintf(sub, sizeof sub, "%s.%s", path, key);
+        if (written++)
+            jputs(o, ",");
+        jstring(o, key);
+        jputs(o, ":");
+        if (!node_json(c, yaml_document_get_node(c->doc, p->value), sub, o, depth + 1))
+            return false;
+    }
+    jputs(o, "}");
+    return true;
+}
+
+static void set_model_config(parse_ctx_t *c, const yaml_node_t *vn)
+{
+    char *dst = c->cfg->model.hf_config;
+    dst[0] = '\0';
+    if (is_null_scalar(vn))
+        return;
+    if (vn->type != YAML_MAPPING_NODE) {
+        char got[300];
+        describe(vn, got, sizeof got);
+        PERR(c, vn, "model.config: expected a mapping (a Hugging Face config: its fields, or "
+                    "pretrained_model_name_or_path), got %s", got);
+        return;
+    }
+    jout_t o = {dst, sizeof c->cfg->model.hf_config, 0, false};
+    if (!node_json(c, vn, "model.config", &o, 0)) {
+        dst[0] = '\0';
+        return;
+    }
+    if (o.full) {
+        dst[0] = '\0';
+        PERR(c, vn, "model.config: longer than %d characters as JSON; put the fields in a "
+                    "config.json and name its directory in pretrained_model_name_or_path",
+             MT_HF_CONFIG_TEXT_MAX - 1);
+    }
+}
+
 static void handle_pair(parse_ctx_t *c, const yaml_node_t *kn, const yaml_node_t *vn,
                         const char *prefix)
 {
@@ -421,6 +576,10 @@ static void handle_pair(parse_ctx_t *c, const yaml_node_t *kn, const yaml_node_t
 
     if (strcmp(key, "_target_") == 0)
         return; /* AutoModel's Hydra-style class selector: meaningless here */
+    if (strcmp(path, "model.config") == 0) { /* from_config's Hugging Face config */
+        set_model_config(c, vn);
+        return;
+    }
 
     int si = mt_cfg_section_index(path);
     if (si >= 0) {

@@ -22,7 +22,8 @@ void mt_ckpt_hf_usage(FILE *o)
             "                 above SIZE, default 5GB); bfloat16 rounds to nearest even\n"
             "       " PROG " import HF_DIR -o CHECKPOINT_DIR [--config CONFIG.yaml]\n"
             "                 a Hugging Face Llama or Qwen3 directory (config.json and\n"
-            "                 safetensors in F32, BF16 or F16) as CHECKPOINT_DIR/step_00000000\n"
+            "                 safetensors in F32, BF16 or F16), or a hub id ORG/NAME in the\n"
+            "                 local Hugging Face cache, as CHECKPOINT_DIR/step_00000000\n"
             "                 with zero optimizer state; CONFIG.yaml gives the other sections\n"
             "export and import also run under mpiexec -n N: each rank reads and writes its\n"
             "own rows of each tensor.\n");

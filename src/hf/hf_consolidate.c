@@ -40,22 +40,6 @@ static const char *const carried[] = {
     "tokenizer.model",        "added_tokens.json", "vocab.json",          "merges.txt",
     "chat_template.jinja",    "chat_template.json", NULL};
 
-/* FOR THE LEAD: replace with mt_hf_resolve (hf_resolve.c), which also
- * finds a hub id in the Hugging Face cache.  Until then only a local
- * directory is accepted. */
-static mt_status_t resolve_source(const mt_model_config_t *m, char *dir, size_t cap)
-{
-    const char *name = m->pretrained_model_name_or_path;
-    struct stat st;
-    if (stat(name, &st) != 0 || !S_ISDIR(st.st_mode))
-        MT_FAIL(MT_ERR_UNSUPPORTED, "model.pretrained_model_name_or_path %s is not a local "
-                "directory; a consolidated save reads its config.json and dtypes from one", name);
-    if (strlen(name) >= cap)
-        MT_FAIL(MT_ERR_RANGE, "%s: path too long", name);
-    snprintf(dir, cap, "%s", name);
-    return MT_OK;
-}
-
 static const char *torch_name(mt_st_dtype_t d)
 {
     return d == MT_ST_BF16 ? "bfloat16" : d == MT_ST_F16 ? "float16" : "float32";
@@ -276,7 +260,7 @@ static mt_status_t describe(const mt_config_t *cfg, const mt_hf_plan_t *p, char 
             dtypes[i] = d;
         return mt_hf_config_json(m, d, json);
     }
-    MT_TRY(resolve_source(m, src, MT_CKPT_PATH_CAP));
+    MT_TRY(mt_hf_resolve(m, src, MT_CKPT_PATH_CAP));
     headers_t h = {0};
     mt_st_dtype_t most = MT_ST_F32;
     mt_status_t s = read_headers(src, &h);

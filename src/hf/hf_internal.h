@@ -2,10 +2,12 @@
  * hf_json.c (JSON through jansson), safetensors.c (the file format, dtype
  * conversion), hf_config.c (config.json -> the model section),
  * hf_config_out.c (the tensor list, the model section -> config.json),
- * hf_export.c and hf_import.c (the collective export and import),
- * hf_consolidate.c (a training run's consolidated save, through
- * hf_export.c's writer), hf_cli.c (their command line).  Not installed:
- * callers use mt_hf.h. */
+ * hf_source.c (a directory's safetensors: open, check, read blocks),
+ * hf_resolve.c (a model by name), hf_export.c and hf_import.c (the
+ * collective export and import), hf_consolidate.c (a training run's
+ * consolidated save, through hf_export.c's writer), hf_load.c (weights at
+ * start), hf_cli.c (their command line).  Not installed: callers use
+ * mt_hf.h. */
 #ifndef MT_HF_INTERNAL_H
 #define MT_HF_INTERNAL_H
 
@@ -123,6 +125,37 @@ mt_status_t mt_hf_config_to_model(const json_t *j, const char *name, mt_model_co
 
 /* config.json text for the model section (malloc'd). */
 mt_status_t mt_hf_config_json(const mt_model_config_t *m, mt_st_dtype_t dtype, char **text);
+
+/* ------------------------------------------------------------ a directory's weights */
+
+/* The safetensors files of a Hugging Face directory, headers read. */
+typedef struct {
+    mt_st_file_t *f;
+    int nf;
+} mt_hf_source_t;
+
+/* model.safetensors, or model.safetensors.index.json and every shard it
+ * names (a shard it names that is missing is an error naming both); the
+ * index and the shards' headers must list the same tensors. */
+mt_status_t mt_hf_source_open(mt_hf_source_t *src, const char *hf_dir);
+void mt_hf_source_free(mt_hf_source_t *src);
+
+/* The tensor called name (and its file's index in *file), or NULL. */
+const mt_st_entry_t *mt_hf_source_find(const mt_hf_source_t *src, const char *name, int *file);
+
+/* Every tensor of t[0, n) present with its shape and a readable dtype, and
+ * no other (but RoPE's inv_freq, and lm_head when tied: noted to `note`). */
+mt_status_t mt_hf_source_check(const mt_hf_source_t *src, const mt_hf_tensor_t *t, int n,
+                               const mt_model_config_t *m, const char *hf_dir, FILE *note);
+
+/* Rows [row_lo, row_lo + rows) x columns [col_lo, col_lo + ncols) of e
+ * (ncols 0: every column; dims past the first are the columns), as float32
+ * into dst, row-major: pread in chunks, never the whole file. */
+mt_status_t mt_hf_read_block(const mt_st_file_t *f, const mt_st_entry_t *e, int64_t row_lo,
+                             int64_t rows, int64_t col_lo, int64_t ncols, float *dst);
+
+/* "[128]", "[64, 128]" */
+void mt_hf_shape_text(int ndim, const int64_t *shape, char *buf, size_t cap);
 
 /* Parse "5GB", "500MB", "10KiB", "123" (bytes) into *bytes. */
 mt_status_t mt_hf_parse_size(const char *s, int64_t *bytes);

@@ -41,8 +41,9 @@ typedef struct {
 mt_status_t mt_hf_export(MPI_Comm comm, const char *step_dir, const char *hf_dir,
                          const mt_hf_export_opts_t *opts, FILE *out);
 
-/* Collective.  Reads hf_dir/config.json and model.safetensors (or the
- * shards of model.safetensors.index.json) and writes
+/* Collective.  hf_dir: a directory or a hub id (mt_hf_resolve_name, at
+ * main).  Reads its config.json and model.safetensors (or the shards of
+ * model.safetensors.index.json) and writes
  * checkpoint_dir/step_00000000 with mt_ckpt_save.  checkpoint_dir must be
  * absent or empty.  config_path (NULL: none) supplies every section but
  * the model; the model keys it sets must agree with config.json. */
@@ -68,6 +69,37 @@ mt_status_t mt_hf_save_consolidated(MPI_Comm comm, const mt_config_t *cfg, const
  * writes), so that a run refuses it before training rather than at its
  * first save.  MT_OK when save_consolidated is false. */
 mt_status_t mt_hf_check_consolidated(const mt_config_t *cfg);
+
+/* A model by name, on local disk only (doc/hf-interchange.md): name is a
+ * directory, or a hub id "org/name" in the one hub cache huggingface_hub
+ * would use (HF_HUB_CACHE, else HF_HOME/hub, else
+ * XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub), at
+ * revision (NULL or "": main; a branch or tag in refs/, or a commit).  The
+ * directory found (with config.json) goes to dir.  Not found: an
+ * MT_ERR_CONFIG error, about `key`, that names every place looked.  Not
+ * collective. */
+mt_status_t mt_hf_resolve_name(const char *name, const char *revision, const char *key,
+                               char *dir, size_t cap);
+
+/* m->pretrained_model_name_or_path at m->revision. */
+mt_status_t mt_hf_resolve(const mt_model_config_t *m, char *dir, size_t cap);
+
+/* The model section of a config that names a model: config.json of
+ * model.pretrained_model_name_or_path, under the fields of the model.config
+ * block (which may name its own config.json), then the model.* keys set in
+ * the file or overrides, a warning to `warn` for each that changes a value.
+ * A config that names no model is left as it is.  Before validation, on
+ * the rank that parses; not collective. */
+mt_status_t mt_hf_apply_named_model(mt_config_t *cfg, FILE *warn);
+
+/* Collective.  The initial weights of model.pretrained_model_name_or_path
+ * into the blocks of t[0, n) whose path is /model/<name> (the trainer's
+ * checkpoint tensor list: each rank's rows and columns): rank 0 resolves
+ * the name, every rank checks the safetensors against the model section and
+ * the list's shapes, then reads its own blocks with pread, converted to
+ * float32.  Every rank returns the same status.  A line on `out`. */
+mt_status_t mt_hf_load_weights(MPI_Comm comm, const mt_model_config_t *m,
+                               const mt_ckpt_tensor_t *t, int n, FILE *out);
 
 /* meshtrain-ckpt {export|import} ...: collective over comm (MPI must be
  * initialised); only rank 0 prints.  Every rank returns the same exit

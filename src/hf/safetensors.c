@@ -74,15 +74,20 @@ void mt_st_encode(const float *src, size_t n, mt_st_dtype_t d, unsigned char *ds
 
 void mt_st_decode(const unsigned char *src, size_t n, mt_st_dtype_t d, float *dst)
 {
-    for (size_t i = 0; i < n; i++) {
-        if (d == MT_ST_F32) {
+    /* one loop per dtype: loading a model at start runs through here once
+     * per element, so the branch stays out of the loop */
+    if (d == MT_ST_F32) {
+        for (size_t i = 0; i < n; i++) {
             const unsigned char *p = src + 4 * i;
             dst[i] = bits_f32((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
                               (uint32_t)p[3] << 24);
-        } else {
-            uint16_t h = (uint16_t)(src[2 * i] | src[2 * i + 1] << 8);
-            dst[i] = d == MT_ST_BF16 ? mt_bf16_to_f32(h) : mt_f16_to_f32(h);
         }
+    } else if (d == MT_ST_BF16) {
+        for (size_t i = 0; i < n; i++)
+            dst[i] = mt_bf16_to_f32((uint16_t)(src[2 * i] | src[2 * i + 1] << 8));
+    } else {
+        for (size_t i = 0; i < n; i++)
+            dst[i] = mt_f16_to_f32((uint16_t)(src[2 * i] | src[2 * i + 1] << 8));
     }
 }
 

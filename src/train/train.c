@@ -18,6 +18,7 @@
 #endif
 #include "mt_clock.h"
 #include "mt_comm.h"
+#include "mt_hf.h"
 #include "mt_plan.h"
 #include "train_setup.h"
 
@@ -157,6 +158,9 @@ static mt_status_t build_run(mt_train_run_t *r, MPI_Comm comm, const mt_config_t
 static mt_status_t resume_run(mt_train_run_t *r, loop_t *lp, const mt_config_t *cfg)
 {
     MT_TRY(mt_train_resume(lp->comm, cfg, &r->ckpt, &lp->start, lp->out));
+    /* a model by name starts from its weights, unless a checkpoint was resumed */
+    if (!r->ckpt.resumed && cfg->model.pretrained_model_name_or_path[0])
+        MT_TRY(mt_hf_load_weights(lp->comm, &cfg->model, r->ckpt.t, r->ckpt.n, lp->out));
     if (r->mp.master) { /* loaded master weights: their bf16 copy */
         mt_train_mp_refresh(&r->mp);
         if (r->sharded) /* megatron_fsdp zero 1/2: spread the shards */

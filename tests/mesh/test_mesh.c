@@ -262,6 +262,13 @@ int main(int argc, char **argv)
         mt_config_t cfg;
         mt_config_init(&cfg);
         CHECK(mt_config_override(&cfg, "step_scheduler.global_batch_size=64") == MT_OK, "gbs");
+        /* a config names its model: the schema's defaults describe none */
+        static const char *const shape[] = {"model.vocab_size=256", "model.hidden_size=64",
+                                            "model.intermediate_size=128",
+                                            "model.num_hidden_layers=2",
+                                            "model.num_attention_heads=4"};
+        for (int i = 0; i < 5; i++)
+            CHECK(mt_config_override(&cfg, shape[i]) == MT_OK, "%s", shape[i]);
         CHECK(mt_config_validate(&cfg, MT_APP_ANY, hs, NULL, NULL) == MT_OK, "%s", mt_error_message());
         mt_mesh_t mesh;
         CHECK(mt_mesh_init(&mesh, half, &cfg) == MT_OK, "%s", mt_error_message());
