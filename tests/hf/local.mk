@@ -5,3 +5,7 @@ tests_hf_test_json_SOURCES = tests/hf/test_json.c tests/harness/mt_test.h
 tests_hf_test_json_LDADD = $(LDADD) $(JANSSON_LIBS)
 TESTS += tests/hf/test_json tests/hf/hf_interchange.sh
 EXTRA_DIST += tests/hf/hf_interchange.sh tests/hf/hf_check.py
+# hf_families: each Hugging Face family against the float64 PyTorch
+# reference (hf_reference.py, models from make_model.py)
+TESTS += tests/hf/hf_families.sh
+EXTRA_DIST += tests/hf/hf_families.sh tests/hf/hf_reference.py tests/hf/make_model.py
