@@ -36,8 +36,8 @@
 #     configs), as the mean over micro-batches of each micro-batch's aux;
 #   - the loss is the token mean over the global batch across
 #     gradient-accumulation micro-steps (transformers: one forward's mean);
-#   - weight decay skips norm weights (torch's AdamW decays everything
-#     it is given).
+#   - weight decay skips norm weights and biases (torch's AdamW decays
+#     everything it is given; AutoModel passes it every parameter).
 # The reference also computes RoPE in float64 where transformers computes
 # inv_freq, cos and sin in float32; the yarn fixture sets factor =
 # max_position_embeddings / original_max_position_embeddings, where

@@ -51,7 +51,7 @@ How it trains, as meshtrain does (doc/training.md, src/model/optim.c):
   transformers only with output_router_logits);
   grad_norm is the global 2-norm before clipping; clip coefficient
   min(1, max_grad_norm / (norm + 1e-6)); AdamW with bias correction,
-  p -= lr wd p (not on norm weights) + lr / (1 - b1^t) m / (sqrt(v) /
+  p -= lr wd p (not on norm weights and biases) + lr / (1 - b1^t) m / (sqrt(v) /
   sqrt(1 - b2^t) + eps); lr: linear warm-up to lr over the warm-up steps,
   then cosine or linear to min_lr at max_steps, or constant.
 """
@@ -418,7 +418,9 @@ def train(model_dir, out, bugs, a):
                 m1, m2 = state[n]
                 m1.mul_(b1).add_((1 - b1) * g)
                 m2.mul_(b2).add_((1 - b2) * g * g)
-                wd = 0.0 if n.endswith("norm.weight") or "no_weight_decay" in bugs else a.weight_decay
+                # meshtrain's no_decay: norm weights and biases (Megatron's 1-D rule)
+                decay = not (n.endswith("norm.weight") or n.endswith(".bias"))
+                wd = a.weight_decay if decay and "no_weight_decay" not in bugs else 0.0
                 p.sub_(lr * wd * p + (lr / bc1) * m1 / (m2.sqrt() / math.sqrt(bc2) + a.eps))
         lines.append(json.dumps({"step": step, "loss": loss, "grad_norm": gnorm,
                                  "lr": lr, "aux_loss": aux_total}))
