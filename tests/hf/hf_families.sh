@@ -39,9 +39,9 @@
 #   - weight decay skips norm weights and biases (torch's AdamW decays
 #     everything it is given; AutoModel passes it every parameter).
 # The reference also computes RoPE in float64 where transformers computes
-# inv_freq, cos and sin in float32; the yarn fixture sets factor =
-# max_position_embeddings / original_max_position_embeddings, where
-# transformers versions differ on which of the two they use.
+# inv_freq, cos and sin in float32; the yarn fixture leaves out
+# original_max_position_embeddings, whose meaning transformers versions
+# differ on (doc/hf-reference.md).
 # Skips (77) without a python3 that imports torch (PYTHON_TORCH names one).
 . "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 

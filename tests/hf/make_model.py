@@ -76,9 +76,10 @@ def rope_variant(rope_type, **scaling):
             # max_position_embeddings: 32 against the test's 64
             c["max_position_embeddings"] = 32
         if rope_type == "yarn":
-            # factor = max_position_embeddings / original_max_position_embeddings:
-            # transformers versions that recompute factor from the two then agree
-            c["max_position_embeddings"] = 128
+            # no original_max_position_embeddings: where it is given, newer
+            # transformers take it for the correction range and replace
+            # factor by max_position_embeddings / it, older ones do not
+            c["max_position_embeddings"] = 32
         return c
     return make
 
@@ -176,8 +177,7 @@ FAMILIES = {
     "olmoe": (olmoe, "F32", 1),
     "rope_linear": (rope_variant("linear", factor=4.0), "F32", 1),
     "rope_dynamic": (rope_variant("dynamic", factor=2.0), "F32", 1),
-    "rope_yarn": (rope_variant("yarn", factor=4.0, original_max_position_embeddings=32,
-                               beta_fast=32.0, beta_slow=1.0), "F32", 1),
+    "rope_yarn": (rope_variant("yarn", factor=4.0, beta_fast=32.0, beta_slow=1.0), "F32", 1),
 }
 
 
