@@ -15,8 +15,10 @@
 #           fp32 against float64 rounding only);
 #   steps 1-3: losses within 1e-5 relative (the AdamW updates included);
 #   every step: lr within 1e-12, and for MoE families aux_loss within 1e-6.
-# Measured (2 shared cores): worst step-1 loss 1e-7, grad norm 3e-7, later
-# losses 5e-7 relative.
+# Measured: step-1 losses within 2e-8, gradient norms within 1.1e-7 but
+# Mixtral's 5.6e-7 (fp32 rounding spread over every tensor, about 1e-6
+# per tensor, the router's largest; other seeds 1.5e-7 to 6.2e-7), losses
+# of steps 2-3 within 1e-7.  About 35 s on 2 busy cores.
 #
 # Sensitivity: each family's planted bugs (BUGS_<family>: the reference's
 # REF_BUG names, hf_reference.py --bugs) are trained in the reference too,
@@ -45,8 +47,10 @@
 # Skips (77) without a python3 that imports torch (PYTHON_TORCH names one).
 . "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 
-FAMILIES=${HF_FAMILIES:-"llama3 qwen3_hd qwen3_moe_hd"}
-PENDING="llama31 llama32 qwen25 qwen3 mistral qwen3_moe mixtral olmoe rope_linear rope_dynamic rope_yarn"
+FAMILIES=${HF_FAMILIES:-"llama3 qwen3_hd qwen3_moe_hd mixtral olmoe"}
+# biases and head_dim (qwen25, qwen3, qwen3_moe), the sliding window
+# (mistral), RoPE scaling (llama31, llama32, rope_*): not in meshtrain yet
+PENDING="qwen25 qwen3 qwen3_moe mistral llama31 llama32 rope_linear rope_dynamic rope_yarn"
 # what each family's config.json adds (make_model.py), and the bugs that
 # must be seen: the reference's names
 BUGS_llama3="rope_theta rope_interleave no_bias_correction no_warmup no_weight_decay"

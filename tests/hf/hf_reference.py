@@ -409,6 +409,10 @@ def train(model_dir, out, bugs, a):
         gnorm = math.sqrt(sum(float((m.p[n].grad ** 2).sum()) for n in names if m.p[n].grad is not None))
         coef = 1.0 if a.max_grad_norm <= 0 or "no_clip" in bugs else \
             min(1.0, a.max_grad_norm / (gnorm + 1e-6))
+        if step == 1 and a.grad_norms:  # per tensor, for finding which one differs
+            with open(a.grad_norms + "." + os.path.basename(os.path.normpath(model_dir)), "w") as f:
+                json.dump({n: float(m.p[n].grad.norm()) if m.p[n].grad is not None else 0.0
+                           for n in names}, f, indent=1, sort_keys=True)
         lr = lr_at(a, step, bugs)
         bc1, bc2 = 1 - b1 ** step, 1 - b2 ** step
         if "no_bias_correction" in bugs:
@@ -451,6 +455,8 @@ def main():
     ap.add_argument("--eps", type=float, default=1e-8)
     ap.add_argument("--weight-decay", type=float, default=0.0)
     ap.add_argument("--max-grad-norm", type=float, default=1.0)
+    ap.add_argument("--grad-norms", metavar="PREFIX",
+                    help="write each tensor's step-1 gradient norm to PREFIX.<model dir name>")
     a = ap.parse_args()
     if a.bugs:
         for k, v in BUGS.items():
