@@ -28,7 +28,8 @@
 # their reference runs still happen, and each of their planted bugs must
 # move the reference's own losses beyond the tolerances, so the fixture
 # exercises the quirk the day the family moves into FAMILIES.
-# HF_FAMILIES overrides FAMILIES (and takes those names out of PENDING).
+# HF_FAMILIES overrides FAMILIES (and takes those names out of PENDING);
+# HF_GET_MODEL (get_model below) chooses how meshtrain gets the model.
 #
 # Where meshtrain deliberately differs from transformers, the reference
 # follows meshtrain's documented AutoModel semantics:
@@ -109,10 +110,16 @@ ref_args="--seq 64 --global-batch 2 --local-batch 1 --steps 3 --lr 2e-3 --betas 
 
 is_moe() { grep -q '"num_experts"\|"num_local_experts"' "$1/config.json"; }
 
-# get_model HF_DIR DIR: meshtrain's copy of the model in DIR; sets $model_args,
-# the overrides that train from it.  The one place that says how meshtrain
-# gets a Hugging Face model.
+# get_model HF_DIR DIR: sets $model_args, the arguments that train the model
+# of HF_DIR (any files in DIR).  The one place that says how meshtrain gets
+# a Hugging Face model: HF_GET_MODEL=import (the default) imports it into a
+# checkpoint and trains from that with the config the import stored;
+# HF_GET_MODEL=name names it by model.pretrained_model_name_or_path.
 get_model() {
+    if [ "${HF_GET_MODEL:-import}" = name ]; then
+        model_args="--config $w/base.yaml model.pretrained_model_name_or_path=$1"
+        return
+    fi
     expect_rc 0 "$ckpt" import "$1" -o "$2/ck" --config "$w/base.yaml"
     expect_rc 0 "$ckpt" config "$2/ck"
     printf '%s\n' "$out" > "$2/run.yaml"
