@@ -20,7 +20,8 @@
 # per tensor, the router's largest; other seeds 1.5e-7 to 6.2e-7), losses
 # of steps 2-3 within 1e-7.  About 35 s on 2 busy cores.
 #
-# Sensitivity: each family's planted bugs (BUGS_<family>: the reference's
+# Sensitivity: rope_theta 0.1% off in meshtrain's CPU RoPE kernel, planted
+# once, failed all five families' comparisons.  Each family's planted bugs (BUGS_<family>: the reference's
 # REF_BUG names, hf_reference.py --bugs) are trained in the reference too,
 # and the comparison with meshtrain must FAIL for every one of them; that
 # shows each check above can fail.  Families in PENDING (features not in

@@ -136,11 +136,10 @@ def rms_norm(x, w, eps):
 
 def rope_inv_freq(c, hd, seq, bugs):
     """(inv_freq [hd/2], attention factor), by rope_type."""
-    base = float(c.get("rope_theta", 10000.0)) * (2.0 if "rope_theta" in bugs else 1.0)
     rs = c.get("rope_scaling") or c.get("rope_parameters") or {}
     kind = rs.get("rope_type", rs.get("type", "default"))
-    if "rope_theta" in rs and "rope_theta" not in c:
-        base = float(rs["rope_theta"])
+    base = float(c.get("rope_theta", rs.get("rope_theta", 10000.0)))
+    base *= 2.0 if "rope_theta" in bugs else 1.0
     factor = float(rs.get("factor", 1.0)) * (2.0 if "rope_factor" in bugs else 1.0)
     idx = torch.arange(0, hd, 2, dtype=torch.float64) / hd
     inv = 1.0 / base ** idx
