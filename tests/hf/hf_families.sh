@@ -20,15 +20,16 @@
 # per tensor, the router's largest; other seeds 1.5e-7 to 6.2e-7), losses
 # of steps 2-3 within 1e-7.  About 35 s on 2 busy cores.
 #
-# Sensitivity: rope_theta 0.1% off in meshtrain's CPU RoPE kernel, planted
-# once, failed all five families' comparisons.  Each family's planted bugs (BUGS_<family>: the reference's
+# Sensitivity: each family's planted bugs (BUGS_<family>: the reference's
 # REF_BUG names, hf_reference.py --bugs) are trained in the reference too,
 # and the comparison with meshtrain must FAIL for every one of them; that
-# shows each check above can fail.  Families in PENDING (features not in
-# meshtrain yet) are not given to meshtrain (skipped with a message);
-# their reference runs still happen, and each of their planted bugs must
-# move the reference's own losses beyond the tolerances, so the fixture
-# exercises the quirk the day the family moves into FAMILIES.
+# shows each check above can fail.  (Planted once in meshtrain instead,
+# rope_theta 0.1% off in the CPU RoPE kernel failed all five families.)
+# Families in PENDING (features not in meshtrain yet) are not given to
+# meshtrain (skipped with a message); their reference runs still happen,
+# and each of their planted bugs must move the reference's own losses
+# beyond the tolerances, so the fixture exercises the quirk the day the
+# family moves into FAMILIES.
 # HF_FAMILIES overrides FAMILIES (and takes those names out of PENDING);
 # HF_GET_MODEL (get_model below) chooses how meshtrain gets the model.
 #
@@ -141,7 +142,7 @@ for f in $pending; do echo "hf_families.sh: $f is pending (not given to meshtrai
 # the reference runs beside meshtrain: importing torch mostly waits on the disk
 t0=$(date +%s)
 # shellcheck disable=SC2086
-"$torch_py" "$src/hf_reference.py" $ref_args $jobs >"$w/ref.out" 2>&1 &
+timeout 300 "$torch_py" "$src/hf_reference.py" $ref_args $jobs >"$w/ref.out" 2>&1 &
 ref_pid=$!
 
 for f in $FAMILIES; do
@@ -156,7 +157,8 @@ done
 
 checks=$((checks + 1))
 wait $ref_pid || fail "the reference failed: $(cat "$w/ref.out")"
-echo "meshtrain and the reference: $(($(date +%s) - t0)) s for $(printf '%s\n' $jobs | grep -c -- --job) reference runs"
+nref=$(printf '%s\n' $jobs | grep -c -- --job)
+echo "meshtrain and the reference: $(($(date +%s) - t0)) s for $nref reference runs"
 
 # The comparisons, one per line of $w/pairs: WANT LABEL A.jsonl B.jsonl, WANT
 # "agree" (B matches A within the tolerances above) or "differ" (it must

@@ -233,7 +233,8 @@ class Model:
         if self.tied and "lm_head.weight" in self.p:
             del self.p["lm_head.weight"]  # transformers ties it to the embedding
         if self.tied and "untied" in bugs:
-            self.p["lm_head.weight"] = weights["model.embed_tokens.weight"].clone().requires_grad_(True)
+            head = weights["model.embed_tokens.weight"]
+            self.p["lm_head.weight"] = head.clone().requires_grad_(True)
 
     def window(self, layer):
         c = self.c
@@ -254,7 +255,7 @@ class Model:
     def attention(self, l, h, cos, sin):
         B, S, _ = h.shape
         pre = "model.layers.%d.self_attn." % l
-        q, k, v = self.lin(h, pre + "q_proj"), self.lin(h, pre + "k_proj"), self.lin(h, pre + "v_proj")
+        q, k, v = (self.lin(h, pre + n + "_proj") for n in ("q", "k", "v"))
         qn, kn = self.p.get(pre + "q_norm.weight"), self.p.get(pre + "k_norm.weight")
         olmoe = self.arch == "OlmoeForCausalLM"
         if qn is not None and "no_qk_norm" not in self.bugs:
@@ -405,7 +406,8 @@ def train(model_dir, out, bugs, a):
             obj.backward()
             ce_total += ce.item()
         loss = ce_total / count + (m.coef * aux_total)
-        gnorm = math.sqrt(sum(float((m.p[n].grad ** 2).sum()) for n in names if m.p[n].grad is not None))
+        gnorm = math.sqrt(sum(float((m.p[n].grad ** 2).sum())
+                              for n in names if m.p[n].grad is not None))
         coef = 1.0 if a.max_grad_norm <= 0 or "no_clip" in bugs else \
             min(1.0, a.max_grad_norm / (gnorm + 1e-6))
         if step == 1 and a.grad_norms:  # per tensor, for finding which one differs
