@@ -163,11 +163,12 @@ def rope_inv_freq(c, hd, seq, bugs):
     elif kind == "yarn":
         if rs.get("mscale") or rs.get("mscale_all_dim"):
             raise SystemExit("yarn's mscale and mscale_all_dim are not in the reference")
-        orig = rs.get("original_max_position_embeddings")
-        if orig:  # recent transformers: the factor the context was extended by
+        # as transformers 5 reads them: the explicit factor, else the ratio
+        # of the two context lengths (earlier versions took the ratio
+        # whenever original_max_position_embeddings was given)
+        orig = rs.get("original_max_position_embeddings") or c["max_position_embeddings"]
+        if rs.get("factor") is None:
             factor = c["max_position_embeddings"] / orig * (2.0 if "rope_factor" in bugs else 1.0)
-        else:
-            orig = c["max_position_embeddings"]
         att = rs.get("attention_factor")
         if att is None:
             att = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0

@@ -76,10 +76,11 @@ def rope_variant(rope_type, **scaling):
             # max_position_embeddings: 32 against the test's 64
             c["max_position_embeddings"] = 32
         if rope_type == "yarn":
-            # no original_max_position_embeddings: where it is given, newer
-            # transformers take it for the correction range and replace
-            # factor by max_position_embeddings / it, older ones do not
-            c["max_position_embeddings"] = 32
+            # without original_max_position_embeddings, whose reading
+            # transformers versions differ on (doc/hf-reference.md),
+            # max_position_embeddings sets the correction range; with it,
+            # 128 / 32 against the explicit factor tells the readings apart
+            c["max_position_embeddings"] = 128 if "original_max_position_embeddings" in scaling else 32
         return c
     return make
 
@@ -178,6 +179,8 @@ FAMILIES = {
     "rope_linear": (rope_variant("linear", factor=4.0), "F32", 1),
     "rope_dynamic": (rope_variant("dynamic", factor=2.0), "F32", 1),
     "rope_yarn": (rope_variant("yarn", factor=4.0, beta_fast=32.0, beta_slow=1.0), "F32", 1),
+    "rope_yarn_orig": (rope_variant("yarn", factor=2.0, original_max_position_embeddings=32),
+                       "F32", 1),
 }
 
 
