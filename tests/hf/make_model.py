@@ -80,7 +80,8 @@ def rope_variant(rope_type, **scaling):
             # transformers versions differ on (doc/hf-reference.md),
             # max_position_embeddings sets the correction range; with it,
             # 128 / 32 against the explicit factor tells the readings apart
-            c["max_position_embeddings"] = 128 if "original_max_position_embeddings" in scaling else 32
+            given = "original_max_position_embeddings" in scaling
+            c["max_position_embeddings"] = 128 if given else 32
         return c
     return make
 
