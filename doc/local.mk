@@ -18,6 +18,7 @@ dist_doc_DATA += README.md NEWS LICENSE \
 	doc/gpu.md \
 	doc/hf-interchange.md \
 	doc/hf-models.md \
+	doc/hf-reference.md \
 	doc/jobscripts.md \
 	doc/kernels.md \
 	doc/mesh.md \

@@ -10,3 +10,7 @@ TESTS += tests/hf/test_json tests/hf/test_f16 tests/hf/hf_interchange.sh tests/h
 	tests/hf/hf_load.sh
 EXTRA_DIST += tests/hf/hf_interchange.sh tests/hf/hf_check.py tests/hf/hf_consolidated.sh \
 	tests/hf/hf_same.py tests/hf/hf_load.sh
+# hf_families: each Hugging Face family against the float64 PyTorch
+# reference (hf_reference.py, models from make_model.py)
+TESTS += tests/hf/hf_families.sh
+EXTRA_DIST += tests/hf/hf_families.sh tests/hf/hf_reference.py tests/hf/make_model.py
