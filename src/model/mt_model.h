@@ -1,5 +1,6 @@
 /* mt_model.h: the Llama-architecture decoder (Hugging Face
- * LlamaForCausalLM, optional Qwen3 qk_norm), written for one device.
+ * LlamaForCausalLM with its attention_bias and mlp_bias, Qwen2's q/k/v
+ * biases, optional Qwen3 qk_norm, any head_dim), written for one device.
  *
  * Forward and backward are written by hand and call kernels only through
  * an mt_backend_t.  Parameters, gradients and activations live in arenas
@@ -30,8 +31,9 @@ typedef struct {
     int64_t offset;               /* element offset in the flat parameter order */
     float *data, *grad;           /* into the model's arenas, or wherever the
                                    * parallelize layer points them */
-    bool no_decay;                /* norm weights: no weight decay */
+    bool no_decay;                /* norm weights and biases: no weight decay */
     bool is_norm;                 /* initialised to 1 */
+    bool is_bias;                 /* a linear's bias: initialised to 0 */
     /* Tensor parallelism: this rank's part of the logical tensor
      * full_shape.  tp_dim -1: replicated (whole); 0: rows [tp_off,
      * tp_off + shape[0]) (column-parallel linears, vocabulary shards);
@@ -56,6 +58,9 @@ typedef enum {
 typedef struct {
     mt_param_t *attn_norm, *wq, *wk, *wv, *wo, *q_norm, *k_norm;
     mt_param_t *mlp_norm, *wgate, *wup, *wdown;
+    /* the linears' biases (mt_model_qkv_bias, mt_model_o_bias, mlp_bias),
+     * each right after its weight in the flat order; NULL without */
+    mt_param_t *bq, *bk, *bv, *bo, *bgate, *bup, *bdown;
     mt_param_t *router; /* MoE layers: mlp.gate.weight (the experts are in
                          * model_moe.c); NULL for a dense MLP.  A MoE layer's
                          * wgate, wup, wdown are its shared experts
@@ -183,6 +188,11 @@ typedef struct {
     int64_t head_chunk;  /* rows of the LM head and loss at once (mt_model_head_chunk) */
     float *dres, *dtmp, *dh, *datt, *dq, *dk, *dv, *dI;
     int32_t *pos;        /* [N] positions */
+    /* [N] ones (bf16 bits under bf16 storage), or NULL without biases: a
+     * bias is added as the rank-1 GEMM ones b^T and its gradient is the
+     * GEMM dy^T ones, so the biases need no kernels of their own and
+     * round where the matmuls round */
+    float *ones;
     const int32_t *doc_start; /* [N] packed rows' document starts (doc_mem), or NULL */
 
     /* Called around each unit's forward and backward (mt_unit_event_t), so
