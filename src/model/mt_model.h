@@ -325,8 +325,9 @@ static inline size_t mt_act_bytes(const mt_model_t *m, int64_t n)
 mt_status_t mt_model_init(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
                           int64_t B, int64_t T);
 /* The same, leaving out arenas (MT_MODEL_NO_*_ARENA), for TP rank
- * tp_rank of cfg's tp_size (Megatron layout: q, k, v, gate, up and the
- * vocabulary split by rows, o and down by columns, norms whole). */
+ * tp_rank of cfg's tp_size (Megatron layout: q, k, v, gate, up, their
+ * biases and the vocabulary split by rows, o and down by columns, norms
+ * and the biases of o and down whole). */
 mt_status_t mt_model_init_ex(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
                              int64_t B, int64_t T, unsigned flags, int tp_rank);
 /* The same for part of the model (pipeline parallelism); part NULL: all

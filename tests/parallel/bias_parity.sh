@@ -17,8 +17,9 @@
 # worst 4.6e-5, in k_proj.bias; every other tensor within 2e-6 under
 # cp 2).  Checkpoints hold the biases whole, 1-D, under their
 # Hugging Face names; a 1-rank run resumed at step 10 is the uninterrupted
-# run bit for bit, and the tp 2 checkpoint resumes on 1 rank.  The
-# measured arenas agree with meshtrain-plan's estimate within 10%.
+# run bit for bit, the tp 2 checkpoint resumes on 1 rank and the 1-rank
+# one under tp 2.  The measured arenas agree with meshtrain-plan's
+# estimate within 10%.
 . "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 cfg="$small_cfg"
 model="model.hidden_size=48 model.head_dim=16 model.intermediate_size=96
@@ -77,6 +78,8 @@ h5diff "$(final r1)" "$(final rr)" /model /model >/dev/null ||
     fail "biases: the resumed run's final parameters differ from the uninterrupted run's"
 train rt 1 checkpoint.resume="$workdir/s2/step_00000010"
 compare_losses "$workdir/r1.jsonl" "$workdir/rt.jsonl" "biases: tp 2 checkpoint on 1 rank, steps 11-20" 11
+train rs 2 $tp2 $sp checkpoint.resume="$workdir/r1/step_00000010"
+compare_losses "$workdir/r1.jsonl" "$workdir/rs.jsonl" "biases: 1-rank checkpoint on tp 2, steps 11-20" 11
 
 # Qwen2: q, k, v biases, o_proj and the MLP without (the small model:
 # hidden 64, head_dim 16)
