@@ -17,6 +17,7 @@ dist_doc_DATA += README.md NEWS LICENSE \
 	doc/errors.md \
 	doc/gpu.md \
 	doc/hf-interchange.md \
+	doc/hf-models.md \
 	doc/jobscripts.md \
 	doc/kernels.md \
 	doc/mesh.md \

@@ -1,7 +1,7 @@
 /* hf_internal.h: what the Hugging Face interchange files share:
  * hf_json.c (JSON through jansson), safetensors.c (the file format, dtype
- * conversion), hf_config.c (config.json <-> the model section, the tensor
- * list), hf_export.c and hf_import.c (the collective export and import),
+ * conversion), hf_config.c (config.json -> the model section),
+ * hf_config_out.c (the tensor list, the model section -> config.json), hf_export.c and hf_import.c (the collective export and import),
  * hf_cli.c (their command line).  Not installed: callers use mt_hf.h. */
 #ifndef MT_HF_INTERNAL_H
 #define MT_HF_INTERNAL_H
@@ -83,6 +83,21 @@ void mt_st_file_free(mt_st_file_t *f);
 mt_status_t mt_st_header_bytes(const mt_st_entry_t *e, int n, unsigned char **bytes, size_t *len);
 
 /* ------------------------------------------------------------ config.json */
+
+/* The Hugging Face architectures meshtrain computes (hf_config.c), with
+ * the transformers class defaults of what a config.json may leave out. */
+typedef enum { MT_HF_DENSE, MT_HF_QWEN3_MOE, MT_HF_MIXTRAL, MT_HF_OLMOE } mt_hf_moe_t;
+typedef struct {
+    mt_arch_t arch;
+    const char *cls, *type;  /* "LlamaForCausalLM", "llama" */
+    int64_t max_pos;
+    double eps, theta;
+    mt_hf_moe_t moe;         /* which MoE fields it has */
+    bool qk_norm;
+} mt_hf_arch_t;
+extern const mt_hf_arch_t mt_hf_archs[];
+extern const int mt_hf_narchs;
+const mt_hf_arch_t *mt_hf_arch(mt_arch_t a); /* NULL for MT_ARCH_AUTO */
 
 /* One tensor of the model: Hugging Face name and PyTorch shape. */
 typedef struct {

@@ -407,8 +407,12 @@ static void layer_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, 
         linear(m, a->k_raw, h1, p->wk, p->bk);
         mt_model_round_in(m, a->q_raw, N * m->nh * m->hd);
         mt_model_round_in(m, a->k_raw, N * m->nkv * m->hd);
-        be->rmsnorm_forward(a->q, a->q_rstd, a->q_raw, p->q_norm->data, N * m->nh, m->hd, m->eps);
-        be->rmsnorm_forward(a->k, a->k_rstd, a->k_raw, p->k_norm->data, N * m->nkv, m->hd, m->eps);
+        /* per head (Qwen3), or over the whole projection (OLMoE) */
+        const int64_t gq = m->qk_norm_whole ? m->nh : 1, gk = m->qk_norm_whole ? m->nkv : 1;
+        be->rmsnorm_forward(a->q, a->q_rstd, a->q_raw, p->q_norm->data, N * m->nh / gq,
+                            m->hd * gq, m->eps);
+        be->rmsnorm_forward(a->k, a->k_rstd, a->k_raw, p->k_norm->data, N * m->nkv / gk,
+                            m->hd * gk, m->eps);
         mt_model_round_out(m, a->q, N * m->nh * m->hd);
         mt_model_round_out(m, a->k, N * m->nkv * m->hd);
     } else {
@@ -520,12 +524,13 @@ static void layer_backward(mt_model_t *m, int l, mt_layer_acts_t *a, bool defer)
     mt_model_round_out(m, m->dq, N * Q);
     mt_model_round_out(m, m->dk, N * KV);
     if (m->qk_norm) { /* dq, dk are w.r.t. the normed q, k: back through the norms */
+        const int64_t gq = m->qk_norm_whole ? m->nh : 1, gk = m->qk_norm_whole ? m->nkv : 1;
         be->rmsnorm_backward(m->datt, p->q_norm->grad, m->dq, a->q_raw, p->q_norm->data, a->q_rstd,
-                             N * m->nh, m->hd, false);
+                             N * m->nh / gq, m->hd * gq, false);
         mt_model_round_out(m, m->datt, N * Q);
         keep(m, m->dq, m->datt, N * m->nh * m->hd);
         be->rmsnorm_backward(m->datt, p->k_norm->grad, m->dk, a->k_raw, p->k_norm->data, a->k_rstd,
-                             N * m->nkv, m->hd, false);
+                             N * m->nkv / gk, m->hd * gk, false);
         mt_model_round_out(m, m->datt, N * KV);
         keep(m, m->dk, m->datt, N * m->nkv * m->hd);
     }

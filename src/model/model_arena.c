@@ -295,6 +295,11 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
     m->hd = cfg->derived.head_dim;
     m->eps = (float)mc->rms_norm_eps, m->theta = mc->rope_theta, m->init_std = mc->initializer_range;
     m->tied = mc->tie_word_embeddings, m->qk_norm = mc->qk_norm;
+    m->qk_norm_whole = mt_model_qk_norm_whole(mc);
+    if (m->qk_norm_whole && m->tp > 1)
+        MT_FAIL(MT_ERR_UNSUPPORTED, "OlmoeForCausalLM normalises q and k over the whole "
+                "projection, which tensor parallelism splits over ranks: not supported yet, "
+                "use tp_size 1");
     m->checkpointing = cfg->distributed.activation_checkpointing;
     m->bf16 = cfg->distributed.mp_policy.param_dtype == MT_DTYPE_BFLOAT16;
     /* bf16 storage: every activation is bf16 bits already (and the kept
@@ -385,8 +390,9 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
         LP(wo, "self_attn.o_proj.weight", H, Q, false, 1);
         LB(bo, wo, o_bias);
         if (m->qk_norm) {
-            LP(q_norm, "self_attn.q_norm.weight", m->hd, 0, true, -1);
-            LP(k_norm, "self_attn.k_norm.weight", m->hd, 0, true, -1);
+            const int64_t gq = m->qk_norm_whole ? m->nh : 1, gk = m->qk_norm_whole ? m->nkv : 1;
+            LP(q_norm, "self_attn.q_norm.weight", m->hd * gq, 0, true, -1);
+            LP(k_norm, "self_attn.k_norm.weight", m->hd * gk, 0, true, -1);
             p->q_norm->tp_partial_grad = p->k_norm->tp_partial_grad = m->tp > 1;
         }
         LP(mlp_norm, "post_attention_layernorm.weight", H, 0, true, -1);
@@ -396,7 +402,8 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
             /* Under TP each rank routes its own tokens through whole
              * weights (model_moe.h): the router and the shared experts are
              * not split, and each TP rank's gradient is a partial sum. */
-            LP(router, "mlp.gate.weight", mc->num_experts, H, false, -1);
+            mt_moe_router_name(mt_model_arch(mc), m->layer_id[l], name, sizeof name);
+            p->router = add_param(&b, name, mc->num_experts, H, false, -1);
             p->router->tp_partial_grad = m->tp > 1;
             if (mc->num_shared_experts > 0) { /* DeepSeek's always-active shared experts */
                 int64_t S = mc->num_shared_experts * mc->moe_intermediate_size;

@@ -37,6 +37,7 @@ typedef struct moe_route moe_route_t;
 typedef struct mt_moe {
     const mt_backend_t *be;
     int64_t E, K, Im;         /* experts, experts per token, expert width */
+    mt_arch_t arch;           /* whose names the experts have (mt_moe_expert_name) */
     int64_t Is;               /* shared experts' width (num_shared_experts Im), or 0 */
     int64_t N;                /* tokens of the micro-batch this rank routes (all the
                                * model's N, or N / tp under tensor parallelism) */
@@ -103,6 +104,14 @@ typedef struct mt_moe {
 /* Whether layer l of cfg's model is a MoE layer (num_experts > 0 and l
  * not in model.mlp_only_layers). */
 bool mt_moe_is_sparse(const mt_config_t *cfg, int l);
+
+/* Hugging Face names of layer l's router and of expert e's projection k
+ * (0 gate, 1 up, 2 down): mlp.gate, mlp.experts.E.gate_proj, ..., or
+ * Mixtral's block_sparse_moe.gate, block_sparse_moe.experts.E.w1 (gate),
+ * w3 (up), w2 (down). */
+void mt_moe_router_name(mt_arch_t arch, int l, char *buf, size_t cap);
+void mt_moe_expert_name(mt_arch_t arch, int l, int64_t e, int k, char *buf,
+                        size_t cap);
 
 /* Experts, routing buffers and scratch for m (whose layers and router
  * parameters exist), for EP rank ep_rank of ep_size.  Under tensor

@@ -88,6 +88,26 @@ static bool acts_alloc(mt_moe_t *x, moe_acts_t *a, int64_t H)
     return ok;
 }
 
+static const char *moe_block(mt_arch_t arch)
+{
+    return arch == MT_ARCH_MIXTRAL ? "block_sparse_moe" : "mlp";
+}
+
+void mt_moe_router_name(mt_arch_t arch, int l, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "model.layers.%d.%s.gate.weight", l, moe_block(arch));
+}
+
+void mt_moe_expert_name(mt_arch_t arch, int l, int64_t e, int k, char *buf,
+                        size_t cap)
+{
+    static const char *const hf[3] = {"gate_proj", "up_proj", "down_proj"};
+    static const char *const mixtral[3] = {"w1", "w3", "w2"};
+    const char *proj = (arch == MT_ARCH_MIXTRAL ? mixtral : hf)[k];
+    snprintf(buf, cap, "model.layers.%d.%s.experts.%lld.%s.weight", l, moe_block(arch),
+             (long long)e, proj);
+}
+
 mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int ep_size,
                         bool no_arenas, bool no_acts)
 {
@@ -110,6 +130,7 @@ mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int 
     x->N = m->N / m->tp;
     int64_t N = x->N;
     x->E = mc->num_experts, x->K = mc->num_experts_per_tok, x->Im = mc->moe_intermediate_size;
+    x->arch = mt_model_arch(mc);
     x->Is = mc->num_shared_experts * x->Im;
     if (mc->moe_capacity_factor > 0) { /* GShard's capacity, over this rank's tokens */
         double c = ceil(mc->moe_capacity_factor * (double)(N * x->K) / (double)x->E);
@@ -157,7 +178,7 @@ mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int 
     ALLOC(x->xp, 3 * x->El * x->nmoe);
     if (!ok)
         MT_FAIL(MT_ERR_NOMEM, "expert parameter table");
-    static const char *const proj[3] = {"gate_proj", "up_proj", "down_proj"};
+
     for (int l = 0; l < L; l++) {
         if (!x->sparse[l])
             continue;
@@ -165,8 +186,7 @@ mt_status_t mt_moe_init(mt_model_t *m, const mt_config_t *cfg, int ep_rank, int 
         for (int64_t i = 0; i < x->El; i++)
             for (int k = 0; k < 3; k++) {
                 mt_param_t *p = &x->xp[x->nxp++];
-                snprintf(p->name, sizeof p->name, "model.layers.%d.mlp.experts.%lld.%s.weight",
-                         m->layer_id[l], (long long)(x->e_lo + i), proj[k]);
+                mt_moe_expert_name(mt_model_arch(mc), m->layer_id[l], x->e_lo + i, k, p->name, sizeof p->name);
                 p->ndim = 2;
                 p->shape[0] = p->full_shape[0] = k == 2 ? H : x->Im;
                 p->shape[1] = p->full_shape[1] = k == 2 ? x->Im : H;

@@ -163,6 +163,7 @@ typedef struct {
     float eps;
     double theta, init_std;
     bool tied, qk_norm, checkpointing;
+    bool qk_norm_whole;  /* q/k norm over all heads of the projection (OLMoE), not per head */
     int64_t B, T, N;     /* micro-batch: B rows of T tokens, N = B*T */
 
     /* parameters */

@@ -255,7 +255,6 @@ mt_status_t mt_train_moe_ckpt(mt_train_moe_t *t, mt_train_ckpt_t *c, const mt_mo
     if (!nt)
         MT_FAIL(MT_ERR_NOMEM, "checkpoint tensor list");
     c->t_save = nt;
-    static const char *const proj[3] = {"gate_proj", "up_proj", "down_proj"};
     static const char *const kind[3] = {"/model/%s", "/optim/%s/exp_avg", "/optim/%s/exp_avg_sq"};
     int n = c->n;
     for (int g = 0; g < t->L; g++) {
@@ -265,8 +264,7 @@ mt_status_t mt_train_moe_ckpt(mt_train_moe_t *t, mt_train_ckpt_t *c, const mt_mo
         for (int64_t e = 0; e < x->E; e++)
             for (int k = 0; k < 3; k++) {
                 char name[MT_PARAM_NAME_MAX], path[256];
-                snprintf(name, sizeof name, "model.layers.%d.mlp.experts.%lld.%s.weight", g,
-                         (long long)e, proj[k]);
+                mt_moe_expert_name(x->arch, g, e, k, name, sizeof name);
                 int64_t shape[2] = {k == 2 ? m->H : x->Im, k == 2 ? x->Im : m->H};
                 /* this rank's rows of it: none unless it holds the expert; then
                  * the rows its segment covers (shards end on row boundaries) */

@@ -175,14 +175,26 @@ $check write "$w/hf1" "$w/e2" F32 reshape=model.layers.0.self_attn.q_proj.weight
 refuse "wrong shape" "tensor model.layers.0.self_attn.q_proj.weight has shape [32, 128], expected [64, 64]" "$w/e2"
 $check write "$w/hf1" "$w/e3" F32 extra=model.layers.0.self_attn.q_proj.bias >/dev/null
 refuse "extra tensor" "tensor model.layers.0.self_attn.q_proj.bias is not part of the LlamaForCausalLM" "$w/e3"
-$check write "$w/hf1" "$w/e4" F32 'config=architectures:["MixtralForCausalLM"]' 'config=model_type:"mixtral"' >/dev/null
-refuse "MoE architecture" "architecture MixtralForCausalLM is not supported: meshtrain imports LlamaForCausalLM, Qwen3ForCausalLM and Qwen3MoeForCausalLM (of mixture-of-experts models, Qwen3-MoE only)" "$w/e4"
-$check write "$w/hf1" "$w/e5" F32 'config=rope_scaling:{"rope_type": "llama3", "factor": 8.0}' >/dev/null
-refuse "rope scaling" "rope_scaling of type llama3 is not supported" "$w/e5"
+# what the model computes, refused by name
+$check write "$w/hf1" "$w/e4" F32 'config=architectures:["DeepseekV2ForCausalLM"]' 'config=model_type:"deepseek_v2"' >/dev/null
+refuse "MLA architecture" "architecture DeepseekV2ForCausalLM is not supported (multi-head latent attention is not implemented)" "$w/e4"
+$check write "$w/hf1" "$w/e5" F32 'config=rope_scaling:{"rope_type": "longrope", "factor": 8.0}' >/dev/null
+refuse "unknown rope_type" "rope_scaling of rope_type \"longrope\" is not supported: meshtrain computes default, linear, dynamic, llama3 and yarn" "$w/e5"
+$check write "$w/hf1" "$w/e5b" F32 'config=rope_scaling:{"rope_type": "llama3", "factor": 8.0}' >/dev/null
+refuse "llama3 without its original context" "\"original_max_position_embeddings\" is missing: it is required" "$w/e5b"
+$check write "$w/hf1" "$w/e5c" F32 'config=hidden_act:"gelu"' >/dev/null
+refuse "activation" "hidden_act gelu is not supported: meshtrain's MLP is SwiGLU (silu)" "$w/e5c"
+$check write "$w/hf1" "$w/e5d" F32 'config=attention_dropout:0.1' >/dev/null
+refuse "attention dropout" "\"attention_dropout\" 0.1: attention dropout in training is not supported" "$w/e5d"
+$check write "$w/hf1" "$w/e5e" F32 'config=architectures:["Qwen2ForCausalLM"]' 'config=model_type:"qwen2"' 'config=use_sliding_window:true' >/dev/null
+refuse "Qwen2 sliding window" "\"use_sliding_window\": true is not supported for Qwen2ForCausalLM" "$w/e5e"
+$check write "$w/hf1" "$w/e5f" F32 'config=partial_rotary_factor:0.5' >/dev/null
+refuse "partial rotary" "\"partial_rotary_factor\" 0.5: RoPE on part of each head is not supported" "$w/e5f"
+# accepted features whose tensors the file must then have
 $check write "$w/hf1" "$w/e6" F32 'config=attention_bias:true' >/dev/null
-refuse "biases" "\"attention_bias\": true is not supported" "$w/e6"
+refuse "biases named by config.json" "tensor model.layers.0.self_attn.q_proj.bias is missing" "$w/e6"
 $check write "$w/hf1" "$w/e7" F32 'config=head_dim:32' >/dev/null
-refuse "head_dim" "head_dim 32 differs from hidden_size / num_attention_heads = 64 / 4 = 16" "$w/e7"
+refuse "head_dim from config.json" "tensor model.layers.0.self_attn.q_proj.weight has shape [64, 64], expected [128, 64]" "$w/e7"
 mkdir "$w/e8" && cp "$w/hf1/model.safetensors" "$w/e8/"
 printf '{\n  "architectures": ["LlamaForCausalLM"],\n  "vocab_size": 258,\n}\n' > "$w/e8/config.json"
 refuse "malformed config.json" "$w/e8/config.json:4:1: expected a member name (a string): trailing commas are not allowed" "$w/e8"
