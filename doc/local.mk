@@ -27,6 +27,7 @@ dist_doc_DATA += README.md NEWS LICENSE \
 	doc/pipeline.md \
 	doc/plan.md \
 	doc/testing.md \
+	doc/sliding-window.md \
 	doc/training.md \
 	doc/user-guide.md \
 	doc/validation.md

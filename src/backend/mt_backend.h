@@ -71,8 +71,10 @@ struct mt_backend {
     /* Causal grouped-query attention, scale 1/sqrt(head_dim).
      * q [B*T, nh*hd], k and v [B*T, nkv*hd]; query head h uses kv head
      * h / (nh/nkv).  doc_start: NULL, or per token the index (within its
-     * row) of the first token of its document; token t then attends to
-     * t' with doc_start[t] <= t' <= t (block-diagonal causal, for packing).
+     * row) of its first visible key; token t then attends to t' with
+     * doc_start[t] <= t' <= t: the first token of its document (packing),
+     * later under a sliding window (doc/sliding-window.md).  Any values
+     * in [0, t] are served, document starts or not.
      * out [B*T, nh*hd]; lse [B, nh, T] = log-sum-exp of the scaled scores
      * (kept for backward).  Backward overwrites dq, dk, dv. */
     void (*attention_forward)(float *out, float *lse, const float *q, const float *k,
@@ -150,8 +152,9 @@ struct mt_backend {
      * anywhere in a row, identified by their GLOBAL indices in the row:
      * query i is token q0 + i, key c is token k0 + c.  q [nq, nh*hd], k and
      * v [nk, nkv*hd] (rows contiguous); doc_start NULL (plain causal) or
-     * [nq]: the global index of query i's first document token; query i
-     * sees key j when doc_start[i] <= j <= q0 + i.  lse entries are
+     * [nq]: the global index of query i's first visible key (document
+     * start, or the window's); query i sees key j when doc_start[i] <= j
+     * <= q0 + i.  lse entries are
      * lse[h * lse_stride + i].
      * Forward MERGES into a running (out, lse) (online softmax over blocks):
      * on entry they hold the attention over the keys of earlier blocks (lse

@@ -67,6 +67,7 @@ static const mt_cfg_enum_t collectives_enum[] = {
 static const mt_cfg_enum_t save_enum[] = {
     {"hdf5", MT_SAVE_HDF5, false},
     {"safetensors", MT_SAVE_SAFETENSORS, false},
+    {"torch_save", MT_SAVE_TORCH_SAVE, false}, /* AutoModel's; refused by validation */
     {NULL, 0, false}};
 
 static const mt_cfg_enum_t arch_enum[] = {
@@ -374,10 +375,15 @@ const mt_cfg_key_t mt_cfg_keys[] = {
     K_INT("checkpoint.keep_last_n", checkpoint.keep_last_n, "0", 0,
           "Keep the newest n checkpoints; 0 keeps all. Must be at least 2 when above 0."),
     K_ENUM("checkpoint.save_consolidated", checkpoint.save_consolidated, consolidate_enum, "false",
-           "Also write a consolidated Hugging Face directory beside each checkpoint: true or "
-           "every (at every save, AutoModel's true), final (at the last step only) or false."),
-    K_ENUM("checkpoint.model_save_format", checkpoint.model_save_format, save_enum, "hdf5",
-           "Format of the consolidated export: hdf5 or safetensors."),
+           "Also write the model as a Hugging Face directory, step_NNNNNNNN/model/consolidated/ "
+           "(safetensors, config.json; the source model's dtypes, config and tokenizer files "
+           "when model.pretrained_model_name_or_path is set): true or every (at every save, "
+           "AutoModel's true), final (at the save of step max_steps only) or false."),
+    K_ENUM("checkpoint.model_save_format", checkpoint.model_save_format, save_enum,
+           "safetensors",
+           "Format of the consolidated directory: safetensors. torch_save (AutoModel's PyTorch "
+           "format) is refused: meshtrain writes no pickles. hdf5 is accepted only with "
+           "save_consolidated false: the checkpoint itself is always HDF5."),
 
     /* logging */
     K_STR("logging.metrics_file", logging.metrics_file, "metrics.jsonl",

@@ -159,6 +159,21 @@ static void check_ranges(vctx_t *v)
         verr(v, "checkpoint.keep_last_n",
              "must be 0 (keep all) or at least 2, got 1: the newest checkpoint may be "
              "incomplete when a job dies, so one older complete one must survive");
+    if (cfg->checkpoint.model_save_format == MT_SAVE_TORCH_SAVE)
+        verr(v, "checkpoint.model_save_format",
+             "torch_save (AutoModel's PyTorch pickle format) is not supported: meshtrain writes "
+             "no pickles; use safetensors");
+    else if (cfg->checkpoint.model_save_format == MT_SAVE_HDF5 &&
+             cfg->checkpoint.save_consolidated != MT_CONSOLIDATE_NEVER)
+        verr(v, "checkpoint.model_save_format",
+             "hdf5 with save_consolidated %s: the consolidated directory is Hugging Face "
+             "safetensors (the checkpoint beside it is HDF5 already); use safetensors",
+             cfg->checkpoint.save_consolidated == MT_CONSOLIDATE_FINAL ? "final" : "every");
+    if (cfg->checkpoint.save_consolidated != MT_CONSOLIDATE_NEVER && !cfg->checkpoint.enabled)
+        verr(v, "checkpoint.save_consolidated",
+             "%s with checkpoint.enabled false: the consolidated directory is written beside "
+             "a checkpoint, and none is; set checkpoint.enabled true",
+             cfg->checkpoint.save_consolidated == MT_CONSOLIDATE_FINAL ? "final" : "every");
 }
 
 /* ---- RoPE scaling: the ranges transformers' rope initialisation accepts ---- */

@@ -37,7 +37,7 @@ typedef enum { MT_DTYPE_FLOAT32, MT_DTYPE_BFLOAT16 } mt_dtype_t;
 typedef enum { MT_DEVICE_CPU, MT_DEVICE_CUDA, MT_DEVICE_CPU_GUARDED } mt_device_t;
 /* distributed.collectives: how collectives on device memory travel */
 typedef enum { MT_COLL_AUTO, MT_COLL_NCCL, MT_COLL_MPI } mt_collectives_t;
-typedef enum { MT_SAVE_HDF5, MT_SAVE_SAFETENSORS } mt_save_format_t;
+typedef enum { MT_SAVE_HDF5, MT_SAVE_SAFETENSORS, MT_SAVE_TORCH_SAVE } mt_save_format_t;
 /* checkpoint.save_consolidated: AutoModel's true means at every save. */
 typedef enum { MT_CONSOLIDATE_NEVER, MT_CONSOLIDATE_EVERY, MT_CONSOLIDATE_FINAL } mt_consolidate_t;
 

@@ -1,38 +1,35 @@
-/* hf_export.c: a checkpoint's /model tensors as a Hugging Face model
- * directory: config.json plus model.safetensors, or model-0000i-of-0000N
- * shards plus model.safetensors.index.json.
+/* hf_export.c: writing a Hugging Face model directory in parallel, and
+ * meshtrain-ckpt export, a checkpoint's /model tensors as one: config.json
+ * plus model.safetensors, or model-0000i-of-0000N shards plus
+ * model.safetensors.index.json.
  *
- * Every rank computes the same plan (tensor order, shards, offsets) from
- * the stored config.  Rank 0 writes the headers, config.json and the index;
- * for each tensor, every rank reads its own rows from model.h5 (collective
- * HDF5 over MPI-IO), converts them and writes them at their byte offset
- * with MPI_File_write_at_all.  So a rank holds one tensor's rows at a
- * time, never the model.  Optimizer state and /train are not exported. */
+ * Every rank computes the same plan (tensor order, shards, offsets).
+ * Rank 0 creates each shard at its full size and writes its header; then
+ * every rank converts the values it holds of each tensor and writes their
+ * bytes at their offsets with pwrite, so a rank holds one tensor's block
+ * at a time, never the model.  Where the values come from is the caller's
+ * (mt_hf_rows_t): here, each rank's rows of model.h5 (collective HDF5 over
+ * MPI-IO); in a training run's consolidated save (hf_consolidate.c), the
+ * blocks the ranks hold.  Rank 0 writes the index; config.json is the
+ * caller's, written last.  Optimizer state and /train are not exported.
+ * The file system must take writes to disjoint ranges of one file from
+ * many processes (local disks, Lustre, GPFS do). */
 #include "hf_internal.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ckpt_cli_internal.h"
 #include "mt_comm.h"
 
-#define CHUNK_BYTES (1 << 30) /* per MPI_File_write_at_all: counts are ints */
+#define ROW_CHUNK_BYTES (64 << 20) /* converted bytes per pwrite of whole rows */
 
-typedef struct {
-    mt_hf_tensor_t *t; /* in the trainer's order */
-    int n;
-    mt_st_entry_t *e;  /* the same tensors as safetensors entries */
-    int *shard;        /* shard of each tensor */
-    int nshards;
-    uint64_t *data_bytes; /* per shard */
-    uint64_t total;
-    mt_st_dtype_t dtype;
-} plan_t;
-
-static void plan_free(plan_t *p)
+void mt_hf_plan_free(mt_hf_plan_t *p)
 {
     free(p->t);
     free(p->e);
@@ -41,7 +38,7 @@ static void plan_free(plan_t *p)
     memset(p, 0, sizeof *p);
 }
 
-static void shard_name(const plan_t *p, int i, char *buf, size_t cap)
+static void shard_name(const mt_hf_plan_t *p, int i, char *buf, size_t cap)
 {
     if (p->nshards == 1)
         snprintf(buf, cap, MT_HF_SINGLE);
@@ -52,11 +49,10 @@ static void shard_name(const plan_t *p, int i, char *buf, size_t cap)
 /* Greedy, in model order, as transformers shards: a new file starts when
  * the next tensor would take this one over the limit; a tensor larger than
  * the limit gets a file of its own. */
-static mt_status_t make_plan(plan_t *p, const mt_model_config_t *m, mt_st_dtype_t dtype,
-                             int64_t max_shard)
+mt_status_t mt_hf_plan(mt_hf_plan_t *p, const mt_model_config_t *m, const mt_st_dtype_t *dtypes,
+                       mt_st_dtype_t dtype, int64_t max_shard)
 {
     memset(p, 0, sizeof *p);
-    p->dtype = dtype;
     MT_TRY(mt_hf_expected_tensors(m, &p->t, &p->n));
     p->e = calloc((size_t)p->n, sizeof *p->e);
     p->shard = calloc((size_t)p->n, sizeof *p->shard);
@@ -68,9 +64,11 @@ static mt_status_t make_plan(plan_t *p, const mt_model_config_t *m, mt_st_dtype_
     for (int i = 0; i < p->n; i++) {
         mt_st_entry_t *e = &p->e[i];
         snprintf(e->name, sizeof e->name, "%s", p->t[i].name);
-        e->dtype = dtype;
+        e->dtype = dtypes ? dtypes[i] : dtype;
+        if (!mt_st_dtype_size(e->dtype))
+            MT_FAIL(MT_ERR_RANGE, "%s: no dtype to write it in", e->name);
         e->ndim = p->t[i].ndim;
-        uint64_t bytes = mt_st_dtype_size(dtype);
+        uint64_t bytes = mt_st_dtype_size(e->dtype);
         for (int d = 0; d < e->ndim; d++)
             bytes *= (uint64_t)(e->shape[d] = p->t[i].shape[d]);
         if (used > 0 && used + bytes > (uint64_t)max_shard)
@@ -86,11 +84,36 @@ static mt_status_t make_plan(plan_t *p, const mt_model_config_t *m, mt_st_dtype_
     return MT_OK;
 }
 
+mt_status_t mt_hf_check_writable(const mt_model_config_t *mc, const char *what)
+{
+    const mt_hf_arch_t *a = mt_hf_arch(mt_model_arch(mc));
+    const char *why = NULL;
+    if (mc->num_experts > 0 && a && a->qk_norm && !mc->qk_norm)
+        why = "it has no qk_norm";
+    else if (mc->num_experts > 0 && mc->moe_capacity_factor > 0)
+        why = "it drops tokens over a capacity factor";
+    if (why)
+        MT_FAIL(MT_ERR_UNSUPPORTED, "%s: this mixture-of-experts model is not a Hugging Face %s "
+                "(%s)", what, a ? a->cls : mt_arch_name(mt_model_arch(mc)), why);
+    /* the rest is what its config.json could not say */
+    char *text = NULL;
+    mt_status_t s = mt_hf_config_json(mc, MT_ST_F32, &text);
+    free(text);
+    if (s != MT_OK)
+        mt_error_append(" (%s)", what);
+    return s;
+}
+
+const char *mt_hf_arch_name(const mt_model_config_t *m)
+{
+    return mt_arch_name(mt_model_arch(m));
+}
+
 /* ------------------------------------------------------------ rank 0's checks */
 
 /* The file's /model datasets must be exactly the tensors the stored config
  * describes, float32 and of the same shapes. */
-static mt_status_t check_tensors(const char *step_dir, const plan_t *p)
+static mt_status_t check_tensors(const char *step_dir, const mt_hf_plan_t *p)
 {
     mt_ckpt_info_t in;
     mt_status_t s = mt_ckpt_info_read(step_dir, &in, 1, 1);
@@ -133,7 +156,7 @@ static mt_status_t check_tensors(const char *step_dir, const plan_t *p)
     return s;
 }
 
-static mt_status_t mkdir_p(const char *dir)
+mt_status_t mt_hf_mkdir_p(const char *dir)
 {
     char buf[MT_CKPT_PATH_CAP];
     if (strlen(dir) >= sizeof buf)
@@ -160,7 +183,7 @@ static mt_status_t mkdir_p(const char *dir)
  * not config.json or safetensors files already. */
 static mt_status_t prepare_dir(const char *dir)
 {
-    MT_TRY(mkdir_p(dir));
+    MT_TRY(mt_hf_mkdir_p(dir));
     DIR *d = opendir(dir);
     if (!d)
         MT_FAIL(MT_ERR_IO, "%s: cannot list: %s", dir, strerror(errno));
@@ -184,7 +207,7 @@ static mt_status_t prepare_dir(const char *dir)
     return MT_OK;
 }
 
-static mt_status_t write_text(const char *dir, const char *name, const char *text)
+mt_status_t mt_hf_write_text(const char *dir, const char *name, const char *text)
 {
     char path[MT_CKPT_PATH_CAP];
     MT_TRY(mt_ckpt_join(path, dir, name));
@@ -192,13 +215,14 @@ static mt_status_t write_text(const char *dir, const char *name, const char *tex
     if (!f)
         MT_FAIL(MT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
     int bad = fputs(text, f) < 0;
+    bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
     bad |= fclose(f) != 0;
     if (bad)
         MT_FAIL(MT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
     return MT_OK;
 }
 
-static mt_status_t write_index(const char *dir, const plan_t *p)
+static mt_status_t write_index(const char *dir, const mt_hf_plan_t *p)
 {
     char *t = NULL, file[64];
     size_t len = 0;
@@ -216,22 +240,14 @@ static mt_status_t write_index(const char *dir, const plan_t *p)
         free(t);
         MT_FAIL(MT_ERR_NOMEM, MT_HF_INDEX);
     }
-    mt_status_t s = write_text(dir, MT_HF_INDEX, t);
+    mt_status_t s = mt_hf_write_text(dir, MT_HF_INDEX, t);
     free(t);
     return s;
 }
 
-/* ------------------------------------------------------------ collective pieces */
+/* ------------------------------------------------------------ the parallel writer */
 
-static mt_status_t mpi_file_fail(int rc, const char *path, const char *what)
-{
-    char msg[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(rc, msg, &len);
-    MT_FAIL(MT_ERR_IO, "%s: %s failed: %s", path, what, msg);
-}
-
-static mt_status_t bcast_text(MPI_Comm comm, char **text)
+mt_status_t mt_hf_bcast_text(MPI_Comm comm, char **text)
 {
     int rank;
     long long len = 0;
@@ -245,64 +261,112 @@ static mt_status_t bcast_text(MPI_Comm comm, char **text)
     return MT_OK;
 }
 
-/* This rank's rows [*lo, *lo + *count) of R rows over P ranks. */
-static void my_rows(int64_t R, int P, int r, int64_t *lo, int64_t *count)
+/* mt_st_encode writes F32 and BF16; a model that came as F16 goes back
+ * as F16 */
+uint16_t mt_f32_to_f16(float f)
 {
-    *lo = R * r / P;
-    *count = R * (r + 1) / P - *lo;
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) /* NaN: keep the top of the payload, quiet */
+        return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
+    if (ax >= 0x477ff000u) /* 65520 and up round to infinity */
+        return (uint16_t)(sign | 0x7c00u);
+    if (ax >= 0x38800000u) { /* normal: rebias the exponent, round the mantissa */
+        uint32_t h = (ax - 0x38000000u) >> 13, rem = ax & 0x1fffu;
+        h += rem > 0x1000u || (rem == 0x1000u && (h & 1u));
+        return (uint16_t)(sign | h);
+    }
+    /* subnormal: round(|f| x 2^24) */
+    int shift = 126 - (int)(ax >> 23);
+    if (shift > 24)
+        return sign;
+    uint32_t m = (ax & 0x7fffffu) | 0x800000u, h = m >> shift;
+    uint32_t rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1);
+    h += rem > half || (rem == half && (h & 1u));
+    return (uint16_t)(sign | h);
 }
 
-/* Write my bytes of a tensor at `at`, in rounds that every rank joins. */
-static mt_status_t write_rows(MPI_File fh, const char *path, uint64_t at, const unsigned char *b,
-                              uint64_t mine, uint64_t most)
+static void encode(const float *v, size_t n, mt_st_dtype_t d, unsigned char *dst)
 {
-    uint64_t rounds = (most + CHUNK_BYTES - 1) / CHUNK_BYTES;
+    if (d != MT_ST_F16) {
+        mt_st_encode(v, n, d, dst);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h = mt_f32_to_f16(v[i]);
+        dst[2 * i] = (unsigned char)h, dst[2 * i + 1] = (unsigned char)(h >> 8);
+    }
+}
+
+static mt_status_t pwrite_all(int fd, const char *path, const unsigned char *b, size_t len,
+                              uint64_t at)
+{
+    while (len > 0) {
+        ssize_t w = pwrite(fd, b, len, (off_t)at);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            MT_FAIL(MT_ERR_IO, "%s: writing %zu bytes at offset %llu failed: %s", path, len,
+                    (unsigned long long)at, w < 0 ? strerror(errno) : "nothing written");
+        b += w, len -= (size_t)w, at += (uint64_t)w;
+    }
+    return MT_OK;
+}
+
+/* Block b of tensor i (values v, row-major b[1] x b[3]) into the shard
+ * open at fd whose data starts at data_start: whole rows are contiguous
+ * in the file and go in large writes, a column block row by row. */
+static mt_status_t put_block(int fd, const char *path, const mt_hf_plan_t *p, int i,
+                             uint64_t data_start, const int64_t b[4], const float *v,
+                             unsigned char **buf, size_t *cap)
+{
+    const mt_st_entry_t *e = &p->e[i];
+    int64_t cols = e->ndim > 1 ? e->shape[1] : 1;
+    size_t es = mt_st_dtype_size(e->dtype), row = (size_t)b[3] * es;
+    int64_t per = b[3] == cols ? (int64_t)(ROW_CHUNK_BYTES / (row ? row : 1)) : 1;
+    if (per < 1)
+        per = 1;
+    if (per > b[1])
+        per = b[1];
+    if ((size_t)per * row > *cap) {
+        unsigned char *nb = realloc(*buf, (size_t)per * row);
+        if (!nb)
+            MT_FAIL(MT_ERR_NOMEM, "%s: %zu bytes of converted rows", e->name, (size_t)per * row);
+        *buf = nb, *cap = (size_t)per * row;
+    }
+    for (int64_t r = 0; r < b[1]; r += per) {
+        int64_t k = b[1] - r < per ? b[1] - r : per;
+        encode(v + r * b[3], (size_t)(k * b[3]), e->dtype, *buf);
+        uint64_t at = data_start + e->begin + ((uint64_t)(b[0] + r) * (uint64_t)cols +
+                                               (uint64_t)b[2]) * es;
+        MT_TRY(pwrite_all(fd, path, *buf, (size_t)k * row, at));
+    }
+    return MT_OK;
+}
+
+/* Rank 0: shard k created at its full size, header in place. */
+static mt_status_t create_shard(const char *path, const unsigned char *hdr, size_t hlen,
+                                uint64_t data_bytes)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0)
+        MT_FAIL(MT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
     mt_status_t s = MT_OK;
-    for (uint64_t k = 0; k < (rounds ? rounds : 1); k++) {
-        uint64_t off = k * CHUNK_BYTES;
-        int n = off < mine ? (int)(mine - off < CHUNK_BYTES ? mine - off : CHUNK_BYTES) : 0;
-        int rc = MPI_File_write_at_all(fh, (MPI_Offset)(at + off), n ? b + off : b, n, MPI_BYTE,
-                                       MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS && s == MT_OK)
-            s = mpi_file_fail(rc, path, "MPI_File_write_at_all");
-    }
-    return s;
-}
-
-static mt_status_t write_tensor(MPI_Comm comm, mt_ckpt_h5_reader_t *rd, MPI_File fh,
-                                const char *path, const plan_t *p, int i, uint64_t data_start)
-{
-    int rank, size;
-    MPI_Comm_rank(comm, &rank);
-    MPI_Comm_size(comm, &size);
-    const mt_hf_tensor_t *t = &p->t[i];
-    int64_t cols = t->ndim > 1 ? t->shape[1] : 1, lo, count;
-    my_rows(t->shape[0], size, rank, &lo, &count);
-    size_t es = mt_st_dtype_size(p->dtype);
-    float *buf = malloc(sizeof(float) * (size_t)(count * cols > 0 ? count * cols : 1));
-    mt_status_t s = mt_agree(comm, buf ? MT_OK : mt_error_set(MT_ERR_NOMEM, __FILE__,
-                                  __LINE__, "%s: %lld rows", t->name, (long long)count));
-    mt_ckpt_tensor_t ct = {.ndim = t->ndim, .row_offset = lo, .row_count = count, .data = buf};
-    snprintf(ct.path, sizeof ct.path, "/model/%s", t->name);
-    ct.shape[0] = t->shape[0];
-    ct.shape[1] = t->shape[1];
+    if (ftruncate(fd, (off_t)(hlen + data_bytes)) != 0)
+        s = mt_error_set(MT_ERR_IO, __FILE__, __LINE__, "%s: cannot size it to %llu bytes: %s",
+                         path, (unsigned long long)(hlen + data_bytes), strerror(errno));
     if (s == MT_OK)
-        s = mt_ckpt_h5_read_rows(rd, &ct);
-    if (s == MT_OK) {
-        /* in place: element i's bytes never land past element i */
-        mt_st_encode(buf, (size_t)(count * cols), p->dtype, (unsigned char *)buf);
-        uint64_t row_bytes = (uint64_t)cols * es;
-        uint64_t most = (uint64_t)((t->shape[0] + size - 1) / size) * row_bytes;
-        s = write_rows(fh, path, data_start + p->e[i].begin + (uint64_t)lo * row_bytes,
-                       (unsigned char *)buf, (uint64_t)count * row_bytes, most);
-        s = mt_agree(comm, s);
-    }
-    free(buf);
+        s = pwrite_all(fd, path, hdr, hlen, 0);
+    if (close(fd) != 0 && s == MT_OK)
+        s = mt_error_set(MT_ERR_IO, __FILE__, __LINE__, "%s: close failed: %s", path,
+                         strerror(errno));
     return s;
 }
 
-static mt_status_t write_shard(MPI_Comm comm, mt_ckpt_h5_reader_t *rd, const char *dir,
-                               const plan_t *p, int k, FILE *out)
+static mt_status_t write_shard(MPI_Comm comm, const char *dir, const mt_hf_plan_t *p, int k,
+                               mt_hf_rows_t *src, FILE *out)
 {
     int rank;
     MPI_Comm_rank(comm, &rank);
@@ -314,37 +378,99 @@ static mt_status_t write_shard(MPI_Comm comm, mt_ckpt_h5_reader_t *rd, const cha
         first++;
     while (first + n < p->n && p->shard[first + n] == k)
         n++;
-    unsigned char *hdr = NULL;
-    size_t hlen = 0;
+    unsigned char *hdr = NULL, *buf = NULL;
+    size_t hlen = 0, cap = 0;
     mt_status_t s = mt_agree(comm, mt_st_header_bytes(p->e + first, n, &hdr, &hlen));
-    if (s != MT_OK)
-        return s;
-    MPI_File fh;
-    int rc = MPI_File_open(comm, path, MPI_MODE_CREATE | MPI_MODE_WRONLY, MPI_INFO_NULL, &fh);
-    s = mt_agree(comm, rc == MPI_SUCCESS ? MT_OK : mpi_file_fail(rc, path, "MPI_File_open"));
-    if (s != MT_OK) {
-        free(hdr);
-        return s;
+    if (s == MT_OK)
+        s = mt_agree(comm, rank == 0 ? create_shard(path, hdr, hlen, p->data_bytes[k]) : MT_OK);
+    free(hdr);
+    int fd = -1;
+    if (s == MT_OK && (fd = open(path, O_WRONLY)) < 0)
+        s = mt_error_set(MT_ERR_IO, __FILE__, __LINE__, "%s: cannot open for writing: %s", path,
+                         strerror(errno));
+    s = mt_agree(comm, s);
+    for (int i = first; i < first + n && s == MT_OK; i++) {
+        int64_t b[4] = {0, 0, 0, 0};
+        const float *v = NULL;
+        s = src->get(src, comm, p, i, b, &v); /* agreed where it is collective */
+        if (s == MT_OK && b[1] > 0 && b[3] > 0)
+            s = put_block(fd, path, p, i, hlen, b, v, &buf, &cap);
+        s = mt_agree(comm, s);
     }
-    rc = MPI_File_set_size(fh, (MPI_Offset)(hlen + p->data_bytes[k]));
-    s = rc == MPI_SUCCESS ? MT_OK : mpi_file_fail(rc, path, "MPI_File_set_size");
-    if (s == MT_OK) {
-        rc = MPI_File_write_at_all(fh, 0, hdr, rank == 0 ? (int)hlen : 0, MPI_BYTE,
-                                   MPI_STATUS_IGNORE);
-        s = rc == MPI_SUCCESS ? MT_OK : mpi_file_fail(rc, path, "writing the header");
+    if (fd >= 0) {
+        /* durable before anything names this file part of a model */
+        int bad = s == MT_OK && fsync(fd) != 0 && errno != EINVAL;
+        bad |= close(fd) != 0;
+        if (bad && s == MT_OK)
+            s = mt_error_set(MT_ERR_IO, __FILE__, __LINE__, "%s: cannot make it durable: %s",
+                             path, strerror(errno));
     }
     s = mt_agree(comm, s);
-    for (int i = first; i < first + n && s == MT_OK; i++)
-        s = write_tensor(comm, rd, fh, path, p, i, hlen);
-    rc = MPI_File_close(&fh);
-    if (s == MT_OK)
-        s = mt_agree(comm, rc == MPI_SUCCESS ? MT_OK
-                                                  : mpi_file_fail(rc, path, "MPI_File_close"));
-    free(hdr);
+    free(buf);
     if (s == MT_OK && rank == 0 && out)
         fprintf(out, "wrote %s: %d tensors, %llu bytes\n", path, n,
                 (unsigned long long)(hlen + p->data_bytes[k]));
     return s;
+}
+
+mt_status_t mt_hf_write_weights(MPI_Comm comm, const char *dir, const mt_hf_plan_t *p,
+                                mt_hf_rows_t *src, FILE *out)
+{
+    int rank;
+    MT_MPI_TRY(MPI_Comm_rank(comm, &rank));
+    mt_status_t s = MT_OK;
+    for (int k = 0; k < p->nshards && s == MT_OK; k++)
+        s = write_shard(comm, dir, p, k, src, out);
+    if (s == MT_OK && rank == 0 && p->nshards > 1)
+        s = write_index(dir, p);
+    return mt_agree(comm, s);
+}
+
+/* ------------------------------------------------------------ export: rows from model.h5 */
+
+typedef struct {
+    mt_hf_rows_t base; /* first: the callback's argument is this */
+    mt_ckpt_h5_reader_t *rd;
+    float *buf;
+    size_t cap; /* floats */
+} h5_rows_t;
+
+/* This rank's rows [*lo, *lo + *count) of R rows over P ranks. */
+static void my_rows(int64_t R, int P, int r, int64_t *lo, int64_t *count)
+{
+    *lo = R * r / P;
+    *count = R * (r + 1) / P - *lo;
+}
+
+static mt_status_t h5_get(mt_hf_rows_t *base, MPI_Comm comm, const mt_hf_plan_t *p, int i,
+                          int64_t b[4], const float **v)
+{
+    h5_rows_t *r = (h5_rows_t *)base;
+    int rank, size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    const mt_hf_tensor_t *t = &p->t[i];
+    int64_t cols = t->ndim > 1 ? t->shape[1] : 1, lo, count;
+    my_rows(t->shape[0], size, rank, &lo, &count);
+    size_t need = (size_t)(count * cols > 0 ? count * cols : 1);
+    mt_status_t s = MT_OK;
+    if (need > r->cap) {
+        float *nb = realloc(r->buf, sizeof(float) * need);
+        if (nb)
+            r->buf = nb, r->cap = need;
+        else
+            s = mt_error_set(MT_ERR_NOMEM, __FILE__, __LINE__, "%s: %lld rows", t->name,
+                             (long long)count);
+    }
+    MT_TRY(mt_agree(comm, s));
+    mt_ckpt_tensor_t ct = {.ndim = t->ndim, .row_offset = lo, .row_count = count, .data = r->buf};
+    snprintf(ct.path, sizeof ct.path, "/model/%s", t->name);
+    ct.shape[0] = t->shape[0];
+    ct.shape[1] = t->shape[1];
+    MT_TRY(mt_ckpt_h5_read_rows(r->rd, &ct));
+    b[0] = lo, b[1] = count, b[2] = 0, b[3] = cols;
+    *v = r->buf;
+    return MT_OK;
 }
 
 /* ------------------------------------------------------------ export */
@@ -364,9 +490,9 @@ mt_status_t mt_hf_export(MPI_Comm comm, const char *step_dir, const char *hf_dir
         s = mt_ckpt_read_config(step_dir, &yaml);
     s = mt_agree(comm, s);
     if (s == MT_OK)
-        s = mt_agree(comm, bcast_text(comm, &yaml));
+        s = mt_agree(comm, mt_hf_bcast_text(comm, &yaml));
     mt_config_t *cfg = calloc(1, sizeof *cfg);
-    plan_t p = {0};
+    mt_hf_plan_t p = {0};
     if (s == MT_OK && !cfg)
         s = mt_error_set(MT_ERR_NOMEM, __FILE__, __LINE__, "config");
     if (s == MT_OK) {
@@ -375,19 +501,10 @@ mt_status_t mt_hf_export(MPI_Comm comm, const char *step_dir, const char *hf_dir
         mt_config_init(cfg);
         s = mt_config_load_string(cfg, yaml, name);
     }
-    const mt_model_config_t *mc = &cfg->model;
-    if (s == MT_OK && mc->num_experts > 0 &&
-        (!mc->qk_norm || mc->num_shared_experts > 0 || mc->moe_capacity_factor > 0 ||
-         mc->moe_router_bias_update_rate > 0))
-        s = mt_error_set(MT_ERR_UNSUPPORTED, __FILE__, __LINE__, "%s: this mixture-of-experts "
-                         "model is not a Hugging Face Qwen3-MoE (%s); export writes Llama, "
-                         "Qwen3 and Qwen3-MoE models only", file,
-                         !mc->qk_norm ? "it has no qk_norm"
-                         : mc->num_shared_experts > 0 ? "it has shared experts"
-                         : mc->moe_capacity_factor > 0 ? "it drops tokens over a capacity factor"
-                                                       : "it balances with a router bias");
     if (s == MT_OK)
-        s = make_plan(&p, &cfg->model, dtype, opts->max_shard_bytes);
+        s = mt_hf_check_writable(&cfg->model, file);
+    if (s == MT_OK)
+        s = mt_hf_plan(&p, &cfg->model, NULL, dtype, opts->max_shard_bytes);
     if (s == MT_OK)
         s = mt_hf_config_json(&cfg->model, dtype, &json);
     s = mt_agree(comm, s);
@@ -397,26 +514,24 @@ mt_status_t mt_hf_export(MPI_Comm comm, const char *step_dir, const char *hf_dir
         s = prepare_dir(hf_dir);
     s = mt_agree(comm, s);
 
-    mt_ckpt_h5_reader_t *rd = NULL;
+    h5_rows_t src = {{h5_get}, NULL, NULL, 0};
     if (s == MT_OK)
-        s = mt_ckpt_h5_open(comm, file, &rd);
-    for (int k = 0; k < p.nshards && s == MT_OK; k++)
-        s = write_shard(comm, rd, hf_dir, &p, k, out);
-    if (rd)
-        s = mt_ckpt_h5_close(rd, s);
+        s = mt_ckpt_h5_open(comm, file, &src.rd);
+    if (s == MT_OK)
+        s = mt_hf_write_weights(comm, hf_dir, &p, &src.base, out);
+    if (src.rd)
+        s = mt_ckpt_h5_close(src.rd, s);
+    free(src.buf);
     /* config.json last: a directory without it is not a model yet */
-    if (s == MT_OK && rank == 0 && p.nshards > 1)
-        s = write_index(hf_dir, &p);
     if (s == MT_OK && rank == 0)
-        s = write_text(hf_dir, "config.json", json);
+        s = mt_hf_write_text(hf_dir, "config.json", json);
     s = mt_agree(comm, s);
     if (s == MT_OK && rank == 0 && out)
         fprintf(out, "exported %s to %s: %s, %d tensors, %llu bytes of %s in %d file%s\n",
-                step_dir, hf_dir, cfg->model.num_experts > 0 ? "Qwen3MoeForCausalLM"
-                                  : cfg->model.qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM",
-                p.n, (unsigned long long)p.total, opts->bf16 ? "bfloat16" : "float32", p.nshards,
+                step_dir, hf_dir, mt_hf_arch_name(&cfg->model), p.n, (unsigned long long)p.total,
+                opts->bf16 ? "bfloat16" : "float32", p.nshards,
                 p.nshards > 1 ? "s plus " MT_HF_INDEX : "");
-    plan_free(&p);
+    mt_hf_plan_free(&p);
     free(json);
     free(cfg);
     free(yaml);

@@ -1,12 +1,16 @@
 /* hf_internal.h: what the Hugging Face interchange files share:
  * hf_json.c (JSON through jansson), safetensors.c (the file format, dtype
  * conversion), hf_config.c (config.json -> the model section),
- * hf_config_out.c (the tensor list, the model section -> config.json), hf_export.c and hf_import.c (the collective export and import),
- * hf_cli.c (their command line).  Not installed: callers use mt_hf.h. */
+ * hf_config_out.c (the tensor list, the model section -> config.json),
+ * hf_export.c and hf_import.c (the collective export and import),
+ * hf_consolidate.c (a training run's consolidated save, through
+ * hf_export.c's writer), hf_cli.c (their command line).  Not installed:
+ * callers use mt_hf.h. */
 #ifndef MT_HF_INTERNAL_H
 #define MT_HF_INTERNAL_H
 
 #include <jansson.h>
+#include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -122,5 +126,70 @@ mt_status_t mt_hf_config_json(const mt_model_config_t *m, mt_st_dtype_t dtype, c
 
 /* Parse "5GB", "500MB", "10KiB", "123" (bytes) into *bytes. */
 mt_status_t mt_hf_parse_size(const char *s, int64_t *bytes);
+
+/* ------------------------------------------------------------ writing a model directory (hf_export.c) */
+
+/* The files of a model directory and where each tensor's bytes go: the
+ * tensors in the trainer's order, shards by size as transformers makes
+ * them.  Every rank computes the same plan from the same inputs. */
+typedef struct {
+    mt_hf_tensor_t *t; /* in the trainer's order */
+    int n;
+    mt_st_entry_t *e;  /* the same tensors as safetensors entries (dtype per tensor) */
+    int *shard;        /* shard of each tensor */
+    int nshards;
+    uint64_t *data_bytes; /* per shard */
+    uint64_t total;
+} mt_hf_plan_t;
+
+/* The plan of the model section's tensors: tensor i in dtypes[i] (NULL:
+ * all in dtype, F32, BF16 or F16); a new shard starts when the next tensor
+ * would take one over max_shard data bytes. */
+mt_status_t mt_hf_plan(mt_hf_plan_t *p, const mt_model_config_t *m, const mt_st_dtype_t *dtypes,
+                       mt_st_dtype_t dtype, int64_t max_shard);
+void mt_hf_plan_free(mt_hf_plan_t *p);
+
+/* MT_ERR_UNSUPPORTED naming `what` when the model section cannot be
+ * written as its Hugging Face architecture (a Qwen3-MoE without q/k norms,
+ * experts that drop tokens, and whatever mt_hf_config_json refuses). */
+mt_status_t mt_hf_check_writable(const mt_model_config_t *m, const char *what);
+
+/* The model's Hugging Face architecture ("LlamaForCausalLM", ...), AUTO
+ * resolved: for progress lines. */
+const char *mt_hf_arch_name(const mt_model_config_t *m);
+
+/* Where a rank's values of each tensor come from.  get is called on every
+ * rank for every tensor of the plan, in order (it may be collective):
+ * *b = {first row, rows, first column, columns} of this rank's block of
+ * tensor i (rows 0: nothing), *v its values as row-major host floats,
+ * valid until the next call.  Every rank's blocks together must cover
+ * each tensor exactly once. */
+typedef struct mt_hf_rows mt_hf_rows_t;
+struct mt_hf_rows {
+    mt_status_t (*get)(mt_hf_rows_t *r, MPI_Comm comm, const mt_hf_plan_t *p, int i, int64_t b[4],
+                       const float **v);
+};
+
+/* Collective.  The shards of p in dir (an existing directory): rank 0
+ * creates each file at its full size with its header, then every rank
+ * writes the bytes of its blocks at their offsets (pwrite) and syncs;
+ * then rank 0 writes model.safetensors.index.json when there are several
+ * shards.  config.json is the caller's.  Agreed. */
+mt_status_t mt_hf_write_weights(MPI_Comm comm, const char *dir, const mt_hf_plan_t *p,
+                                mt_hf_rows_t *src, FILE *out);
+
+/* float32 to IEEE half, rounded to nearest even: overflow to infinity,
+ * underflow through the subnormals to zero, NaN kept NaN (quiet) with
+ * the top of its payload.  The writer's F16 encoding. */
+uint16_t mt_f32_to_f16(float f);
+
+/* dir/name holds text, synced (not collective). */
+mt_status_t mt_hf_write_text(const char *dir, const char *name, const char *text);
+
+/* mkdir -p (not collective). */
+mt_status_t mt_hf_mkdir_p(const char *dir);
+
+/* Rank 0's *text (malloc'd) on every rank. */
+mt_status_t mt_hf_bcast_text(MPI_Comm comm, char **text);
 
 #endif

@@ -19,6 +19,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "mt_checkpoint.h"
+#include "mt_config.h"
 #include "mt_status.h"
 
 #ifdef __cplusplus
@@ -46,6 +48,26 @@ mt_status_t mt_hf_export(MPI_Comm comm, const char *step_dir, const char *hf_dir
  * the model; the model keys it sets must agree with config.json. */
 mt_status_t mt_hf_import(MPI_Comm comm, const char *hf_dir, const char *checkpoint_dir,
                          const char *config_path, FILE *out);
+
+/* Collective: checkpoint.save_consolidated.  step_dir/model/consolidated
+ * becomes the Hugging Face directory of the run's model (written as
+ * consolidated.tmp, renamed when complete; an older copy is replaced).
+ * t: the run's checkpoint tensor list as mt_ckpt_save takes it; each rank
+ * writes the blocks of its /model/ tensors that it writes to the
+ * checkpoint.  Each tensor goes in the dtype of
+ * model.pretrained_model_name_or_path's safetensors (a local directory),
+ * with its config.json (torch_dtype set), generation_config.json and
+ * tokenizer files; with no source, in the param_dtype, with a config.json
+ * made from the model section.  A progress line goes to `out` on rank 0
+ * (NULL: quiet). */
+mt_status_t mt_hf_save_consolidated(MPI_Comm comm, const mt_config_t *cfg, const char *step_dir,
+                                    const mt_ckpt_tensor_t *t, int n, FILE *out);
+
+/* Not collective: what mt_hf_save_consolidated would refuse that the
+ * config alone shows (a model with no Hugging Face architecture meshtrain
+ * writes), so that a run refuses it before training rather than at its
+ * first save.  MT_OK when save_consolidated is false. */
+mt_status_t mt_hf_check_consolidated(const mt_config_t *cfg);
 
 /* meshtrain-ckpt {export|import} ...: collective over comm (MPI must be
  * initialised); only rank 0 prints.  Every rank returns the same exit

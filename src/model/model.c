@@ -47,7 +47,26 @@ void mt_model_set_packing(mt_model_t *m, const int32_t *pos, const int32_t *doc_
         m->be->copy_to_device(m->pos, m->host_i32, bytes);
     }
     m->doc_start = NULL;
-    if (pos && doc_start) {
+    if (!pos)
+        doc_start = NULL;
+    /* Sliding window (doc/sliding-window.md): the kernels' mask is a first
+     * visible key per query, so the window is folded into it here, lo =
+     * max(document start, g - W + 1), g the token's index in its row:
+     * document start + position (global under context parallelism, whose
+     * chunks are not contiguous).  Where it narrows no query's keys the
+     * mask stays what it was without a window (no mask work for rows
+     * shorter than the window). */
+    bool narrowed = false;
+    for (int64_t i = 0; m->window > 0 && i < m->N; i++) {
+        const int64_t d = doc_start ? doc_start[i] : 0;
+        const int64_t g = pos ? d + pos[i] : i % m->T, lo = g - m->window + 1;
+        m->host_i32[i] = (int32_t)(lo > d ? lo : d);
+        narrowed = narrowed || lo > d;
+    }
+    if (narrowed) {
+        m->be->copy_to_device(m->doc_mem, m->host_i32, bytes); /* (synchronous) */
+        m->doc_start = m->doc_mem;
+    } else if (doc_start) {
         m->be->copy_to_device(m->doc_mem, doc_start, bytes);
         m->doc_start = m->doc_mem;
     }

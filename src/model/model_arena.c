@@ -311,6 +311,7 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
                 "mp_policy.param_dtype bfloat16 only", be->name);
 
     m->B = B, m->T = T, m->N = B * T;
+    m->window = mc->sliding_window.set ? mc->sliding_window.value : 0;
     m->sp = m->tp > 1 && cfg->distributed.sequence_parallel;
     m->Ns = m->sp ? m->N / m->tp : m->N;
     if (m->tp > 1 && m->N * m->H > 2147483647LL)

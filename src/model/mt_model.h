@@ -194,7 +194,8 @@ typedef struct {
      * GEMM dy^T ones, so the biases need no kernels of their own and
      * round where the matmuls round */
     float *ones;
-    const int32_t *doc_start; /* [N] packed rows' document starts (doc_mem), or NULL */
+    const int32_t *doc_start; /* [N] each query's first visible key (doc_mem), or NULL */
+    int64_t window;           /* sliding window (model.sliding_window), 0: none */
 
     /* Called around each unit's forward and backward (mt_unit_event_t), so
      * the parallelize layer can gather parameters before a unit runs and
@@ -397,7 +398,11 @@ void mt_model_weight_chunk(mt_model_t *m, int c);
  * (restarting in each document) and doc_start [N] the index within its row
  * of each token's first document token (block-diagonal causal attention);
  * host arrays, which the model copies.  NULL, NULL: plain rows again
- * (positions 0..T-1, causal over the row). */
+ * (positions 0..T-1, causal over the row).  With a sliding window the
+ * model narrows each query's first visible key to the window, taking the
+ * token's index in its row as doc_start + pos (pos alone without
+ * doc_start): what the data layer's packing and context parallelism's
+ * global positions give. */
 void mt_model_set_packing(mt_model_t *m, const int32_t *pos, const int32_t *doc_start);
 
 /* The part of parameter p's flat range [offset, offset + numel) that lies

@@ -8,14 +8,15 @@
  * the ring (non-blocking, the next block in flight while the current one
  * is computed) and merges the blocks with an online softmax; backward
  * passes K/V the same way and the dK/dV accumulators one step behind.
- * Block pairs that causality or the document mask hide completely are
- * skipped.
+ * Block pairs that causality or the document mask (narrowed by a
+ * sliding window, which the model folds into doc_start) hide completely
+ * are skipped.
  *
  * The functions take the communicator (never MPI_COMM_WORLD) and use the
  * backend's attention_block_* kernels on its memory; they allocate nothing
  * after init (but one host buffer at the first forward, when staged).
- * Not done here: sliding windows, zig-zag variants with more than two
- * chunks per rank, all-gather (non-ring) CP. */
+ * Not done here: zig-zag variants with more than two chunks per rank,
+ * all-gather (non-ring) CP. */
 #ifndef MT_RING_ATTENTION_H
 #define MT_RING_ATTENTION_H
 
@@ -106,8 +107,9 @@ static inline int64_t mt_cp_global_index(int64_t i, int64_t Tl, int r, int cp)
 
 /* The dense kernels' arguments for this rank's local tokens: q, out, dq
  * [B*Tl, nh*hd], k, v, dk, dv [B*Tl, nkv*hd], lse [B, nh, Tl]; doc_start
- * NULL or [B*Tl] GLOBAL row indices of each local token's first document
- * token.  Collective over the CP group.  Backward overwrites dq, dk, dv. */
+ * NULL or [B*Tl] GLOBAL row indices of each local token's first visible
+ * key (its document's first token, or its sliding window's).  Collective
+ * over the CP group.  Backward overwrites dq, dk, dv. */
 mt_status_t mt_ring_attention_forward(mt_ring_attention_t *ra, float *out, float *lse,
                                       const float *q, const float *k, const float *v,
                                       const int32_t *doc_start, int64_t nh);

@@ -2,12 +2,15 @@
  * optimizer state go in as full logical tensors under Hugging Face names
  * (mt_checkpoint.h does the HDF5 and the atomic write); the training state
  * is the step, the samples consumed and the seeds, which with the sampling
- * contract fix the data position exactly. */
+ * contract fix the data position exactly.  With
+ * checkpoint.save_consolidated, the same blocks also go into a Hugging
+ * Face directory inside the step's (mt_hf.h). */
 #include "train_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "mt_hf.h"
 #include "mt_mesh.h"
 
 /* Tensor `path`: the logical tensor of p ([rows, full columns]); this rank
@@ -58,6 +61,7 @@ mt_status_t mt_train_ckpt_init(mt_train_ckpt_t *c, const mt_config_t *cfg, mt_mo
 {
     memset(c, 0, sizeof *c);
     c->model = m, c->opt = opt;
+    MT_TRY(mt_hf_check_consolidated(cfg)); /* before training, not at the first save */
     MT_TRY(mt_model_init_ex(&c->whole, cfg, m->be, m->B, m->T, MT_MODEL_NO_PARAM_ARENA |
                             MT_MODEL_NO_GRAD_ARENA | MT_MODEL_NO_ACT_ARENA |
                             MT_MODEL_NO_EXPERT_ARENAS,
@@ -149,6 +153,15 @@ mt_status_t mt_train_save(MPI_Comm comm, const mt_config_t *cfg, mt_train_ckpt_t
     mt_train_state_t st = {step, step * G, 0, cfg->rng.seed, 0};
     MT_TRY(mt_ckpt_save(comm, cfg->checkpoint.checkpoint_dir, c->t_save, c->n, &st, c->config_yaml,
                         c->mesh, cfg->checkpoint.keep_last_n));
+    /* AutoModel's final: the save of the last step, not one a signal asks for earlier */
+    mt_consolidate_t when = cfg->checkpoint.save_consolidated;
+    if (when == MT_CONSOLIDATE_EVERY ||
+        (when == MT_CONSOLIDATE_FINAL && step >= cfg->step_scheduler.max_steps)) {
+        char dir[MT_PATH_MAX + 32];
+        snprintf(dir, sizeof dir, "%s/step_%08lld", cfg->checkpoint.checkpoint_dir,
+                 (long long)step);
+        MT_TRY(mt_hf_save_consolidated(comm, cfg, dir, c->t_save, c->n, NULL));
+    }
     return MT_OK;
 }
 

@@ -371,6 +371,19 @@ static const rule_case_t rule_cases[] = {
     OK(1, "checkpoint.keep_last_n=2"),
     BAD(1, "checkpoint.keep_last_n=1", "checkpoint.keep_last_n: ",
         "must be 0 (keep all) or at least 2, got 1"),
+    /* model_save_format: safetensors; hdf5 only without a consolidated save */
+    OK(1, "checkpoint.enabled=true;checkpoint.save_consolidated=final"),
+    BAD(1, "checkpoint.save_consolidated=every", "checkpoint.save_consolidated: ",
+        "every with checkpoint.enabled false: the consolidated directory is written beside a "
+        "checkpoint, and none is"),
+    OK(1, "checkpoint.model_save_format=hdf5"),
+    BAD(1, "checkpoint.model_save_format=torch_save", "checkpoint.model_save_format: ",
+        "torch_save (AutoModel's PyTorch pickle format) is not supported: meshtrain writes no "
+        "pickles; use safetensors"),
+    BAD(1, "checkpoint.enabled=true;checkpoint.model_save_format=hdf5;"
+           "checkpoint.save_consolidated=true",
+        "checkpoint.model_save_format: ", "hdf5 with save_consolidated every: the consolidated "
+        "directory is Hugging Face safetensors"),
     /* app rules */
     OK_APP(MT_APP_MOE, 1, "model.num_experts=4"),
     BAD_APP(MT_APP_MOE, 1, NULL, "model.num_experts: ",

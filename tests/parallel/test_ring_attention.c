@@ -11,7 +11,10 @@
  * boundaries (one longer than a chunk); and documents that are exactly one
  * chunk each, where every off-diagonal block pair is masked and must be
  * skipped (the block counters are checked); chunks of 300 tokens, which
- * the ring computes in pieces.  With 4 ranks the world is
+ * the ring computes in pieces; sliding windows narrower than a chunk
+ * (where a chunk sees only itself and the chunk before it, the rest
+ * skipped and counted), of one chunk over documents, wider than a chunk,
+ * and in pieces.  With 4 ranks the world is
  * also split into two CP groups of 2, so the ring runs on a communicator
  * other than the world's.  On 1 rank no message moves: the block kernels
  * and their online-softmax merge alone against the dense kernels.
@@ -124,8 +127,11 @@ static void bf16_check(MPI_Comm comm, const char *name, const mt_backend_t *be, 
     free(kb), free(vb);
 }
 
+/* W > 0: a sliding window over the documents (none: plain causal rows),
+ * as the model hands it to the kernels and the ring, each query's first
+ * visible key max(doc_start, t - W + 1) on global indices */
 static void run_case(MPI_Comm cp_comm, const char *name, int docs, int64_t B, int64_t C,
-                     int64_t nh, int64_t nkv, int64_t hd)
+                     int64_t nh, int64_t nkv, int64_t hd, int64_t W)
 {
     const mt_backend_t *be = mt_backend_cpu();
     int r, P;
@@ -165,9 +171,12 @@ static void run_case(MPI_Comm cp_comm, const char *name, int docs, int64_t B, in
                     next = t + C + C / 2 + 3; /* the first one longer than a chunk */
             }
             ds[b * T + t] = docs == DOCS_NONE ? 0 : (int32_t)start;
+            if (W > 0 && t - W + 1 > ds[b * T + t])
+                ds[b * T + t] = (int32_t)(t - W + 1);
         }
     }
-    const int32_t *dsp = docs == DOCS_NONE ? NULL : ds;
+    const bool masked = docs != DOCS_NONE || W > 0;
+    const int32_t *dsp = masked ? ds : NULL;
     be->attention_forward(out, lse, q, k, v, dsp, B, T, nh, nkv, hd);
     be->attention_backward(dq, dk, dv, dout, out, lse, q, k, v, dsp, B, T, nh, nkv, hd);
 
@@ -185,7 +194,7 @@ static void run_case(MPI_Comm cp_comm, const char *name, int docs, int64_t B, in
     mt_status_t s = mt_ring_attention_init(&ra, cp_comm, be, B, Tl, nkv, hd);
     CHECK(s == MT_OK, "%s: init failed", name);
     if (s == MT_OK) {
-        const int32_t *ldsp = docs == DOCS_NONE ? NULL : lds;
+        const int32_t *ldsp = masked ? lds : NULL;
         CHECK(mt_ring_attention_forward(&ra, lout, llse, lq, lk, lv, ldsp, nh) == MT_OK,
               "%s: forward", name);
         CHECK(mt_ring_attention_backward(&ra, ldq, ldk, ldv, ldo, lout, llse, lq, lk, lv, ldsp,
@@ -212,7 +221,11 @@ static void run_case(MPI_Comm cp_comm, const char *name, int docs, int64_t B, in
         MPI_Allreduce(loc, tot, 2, MPI_INT64_T, MPI_SUM, cp_comm);
         CHECK(done + skipped == 2 * 4 * P * B, "%s: %lld + %lld block pairs", name,
               (long long)done, (long long)skipped);
-        if (docs == DOCS_NONE) /* causality alone: (2P)(2P+1)/2 of (2P)^2 pairs per row */
+        if (docs == DOCS_NONE && W >= 2 && W <= C + 1) /* a window of at most a chunk (+1):
+                                * each chunk sees itself and the chunk before it only */
+            CHECK(tot[0] == 2 * B * (4 * P - 1), "%s cp%d: %lld blocks computed, expected %lld",
+                  name, P, (long long)tot[0], (long long)(2 * B * (4 * P - 1)));
+        if (docs == DOCS_NONE && W == 0) /* causality alone: (2P)(2P+1)/2 of (2P)^2 pairs per row */
             CHECK(tot[0] == 2 * B * P * (2 * P + 1), "%s cp%d: %lld blocks computed, expected %lld",
                   name, P, (long long)tot[0], (long long)(2 * B * P * (2 * P + 1)));
         if (docs == DOCS_CHUNKS) /* one document per chunk: the diagonal pairs only */
@@ -238,14 +251,21 @@ static void run_case(MPI_Comm cp_comm, const char *name, int docs, int64_t B, in
 
 static void run_all(MPI_Comm comm)
 {
-    run_case(comm, "causal", DOCS_NONE, 2, 24, 4, 2, 16);
-    run_case(comm, "causal, 2 key blocks per chunk", DOCS_NONE, 1, 136, 2, 1, 8);
-    run_case(comm, "documents across chunks", DOCS_RANDOM, 2, 40, 4, 2, 16);
-    run_case(comm, "documents across chunks, long", DOCS_RANDOM, 1, 150, 4, 4, 8);
-    run_case(comm, "one document per chunk", DOCS_CHUNKS, 1, 32, 4, 2, 16);
+    run_case(comm, "causal", DOCS_NONE, 2, 24, 4, 2, 16, 0);
+    run_case(comm, "causal, 2 key blocks per chunk", DOCS_NONE, 1, 136, 2, 1, 8, 0);
+    run_case(comm, "documents across chunks", DOCS_RANDOM, 2, 40, 4, 2, 16, 0);
+    run_case(comm, "documents across chunks, long", DOCS_RANDOM, 1, 150, 4, 4, 8, 0);
+    run_case(comm, "one document per chunk", DOCS_CHUNKS, 1, 32, 4, 2, 16, 0);
     /* chunks over 256 queries: the ring calls the kernels piece by piece */
-    run_case(comm, "documents across chunks, pieces", DOCS_RANDOM, 1, 300, 2, 1, 8);
-    run_case(comm, "causal, pieces", DOCS_NONE, 1, 300, 2, 1, 8);
+    run_case(comm, "documents across chunks, pieces", DOCS_RANDOM, 1, 300, 2, 1, 8, 0);
+    run_case(comm, "causal, pieces", DOCS_NONE, 1, 300, 2, 1, 8, 0);
+    /* sliding windows: narrower than a chunk (only the chunk before is
+     * seen: the rest is skipped), one chunk with documents, wider than a
+     * chunk, and in pieces */
+    run_case(comm, "window", DOCS_NONE, 2, 24, 4, 2, 16, 10);
+    run_case(comm, "window of a chunk, documents", DOCS_RANDOM, 2, 40, 4, 2, 16, 40);
+    run_case(comm, "window over chunks", DOCS_NONE, 1, 24, 2, 1, 16, 60);
+    run_case(comm, "window, documents, pieces", DOCS_RANDOM, 1, 300, 2, 1, 8, 100);
 }
 
 int main(int argc, char **argv)

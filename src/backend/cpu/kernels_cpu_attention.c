@@ -3,7 +3,8 @@
  *
  * Math (per batch b, query head h, kv head g = h / (nh/nkv), scale
  * c = 1/sqrt(hd), row t attends t' in [lo_t, t] with lo_t = doc_start[t]
- * or 0):
+ * or 0; lo_t is any first visible key, a document's start or a sliding
+ * window's, doc/sliding-window.md):
  *   forward   S = c q k^T,  lse_t = log sum_t' exp S_tt',  P = exp(S - lse),
  *             out = P v
  *   backward  (FlashAttention-2) P recomputed from lse, D_t = dout_t . out_t,
@@ -27,8 +28,10 @@
  * that range is visible to some row of the tile (each token sees itself),
  * so only masked entries inside the blocks are computed and thrown away:
  * the triangle above the diagonal in the tile's own tokens, about 12% of
- * the products at T = 256 and 1.5% at T = 2048 (plus, with documents, the
- * keys before a row's doc_start).  exp is evaluated for visible entries
+ * the products at T = 256 and 1.5% at T = 2048 (plus, with documents or
+ * a window, the keys before a row's doc_start).  Keys before the tile's
+ * first visible key are never read: a window W costs about T (W + rows)
+ * products instead of T^2 / 2.  exp is evaluated for visible entries
  * only, by exp_neg below (a faster mt_cpu_expf for arguments <= 0, its
  * loops also built for AVX2 with the same bits).
  *
@@ -51,8 +54,7 @@
  * OpenMP thread count, but slow beside OpenMP.)  The backward's parallelism
  * is B*nkv: with fewer tasks than threads some threads idle.
  *
- * Not done here: dropout, sliding windows, bias/ALiBi, a KV cache, reduced
- * precision. */
+ * Not done here: dropout, bias/ALiBi, a KV cache, reduced precision. */
 #include <cblas.h>
 #include <limits.h>
 #include <math.h>

@@ -1,12 +1,15 @@
 /* test_cuda_attention.c: the CUDA attention kernels against the CPU
  * backend's, forward and backward, with grouped-query heads, with and
- * without the doc_start document mask, at head dims that are and are not
- * multiples of 32; and the backward's determinism (two runs, same bytes).
+ * without the doc_start document mask, with sliding windows (first
+ * visible keys max(document start, t - W + 1)), at head dims that are and
+ * are not multiples of 32; and the backward's determinism (two runs, same
+ * bytes).
  * The ring-attention block kernels (attention_block_forward/backward)
  * likewise, at global offsets q0/k0 that put the causal diagonal inside
  * the block, before it and after it, with rows that see no key of the
  * block (asserted untouched), a document boundary inside the block,
- * random documents, a running (out, lse) to merge into, lse_stride > nq
+ * random documents, windows on global indices (one wholly left of the
+ * keys), a running (out, lse) to merge into, lse_stride > nq
  * (padding asserted untouched) and nonzero dq/dk/dv to add to; and a
  * row's keys split into two blocks against the dense kernels on the GPU.
  * Bound: 2e-5 normwise; both sides are fp32 with different summation
@@ -32,11 +35,12 @@ static void check_att(const char *name, const char *tag, const float *got, const
 }
 
 static void one_case(uint64_t *s, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                     int docs)
+                     int docs, int64_t W)
 {
-    char tag[96];
-    snprintf(tag, sizeof tag, "B=%lld T=%lld nh=%lld nkv=%lld hd=%lld%s", (long long)B,
-             (long long)T, (long long)nh, (long long)nkv, (long long)hd, docs ? " docs" : "");
+    char tag[128];
+    snprintf(tag, sizeof tag, "B=%lld T=%lld nh=%lld nkv=%lld hd=%lld%s W=%lld", (long long)B,
+             (long long)T, (long long)nh, (long long)nkv, (long long)hd, docs ? " docs" : "",
+             (long long)W);
     if (tc_verbose)
         printf(" attention %s\n", tag);
     const int64_t nq = B * T * nh * hd, nk = B * T * nkv * hd, nl = B * nh * T;
@@ -45,6 +49,8 @@ static void one_case(uint64_t *s, int64_t B, int64_t T, int64_t nh, int64_t nkv,
     int32_t *doc = NULL;
     if (docs)
         doc = tc_make_docs(s, B, T);
+    if (W > 0)
+        doc = tc_window(doc, B, T, W);
     float *out = malloc((size_t)nq * sizeof(float)), *lse = malloc((size_t)nl * sizeof(float));
     float *dq = malloc((size_t)nq * sizeof(float)), *dk = malloc((size_t)nk * sizeof(float));
     float *dv = malloc((size_t)nk * sizeof(float));
@@ -88,7 +94,8 @@ static void one_case(uint64_t *s, int64_t B, int64_t T, int64_t nh, int64_t nkv,
 
 /* ------------------------------------------------------------------ ring-attention blocks */
 
-enum { DOCS_NONE, DOCS_BOUNDARY, DOCS_RANDOM };
+enum { DOCS_NONE, DOCS_BOUNDARY, DOCS_RANDOM, DOCS_WINDOW, DOCS_RANDOM_WINDOW };
+#define BLOCK_W 29 /* the window of the DOCS_*WINDOW cases */
 
 /* visible keys of block query i as LOCAL key indices [*lo, *hi] */
 static void block_range(const int32_t *doc, int64_t i, int64_t nk, int64_t q0, int64_t k0,
@@ -105,6 +112,15 @@ static int32_t *block_docs(uint64_t *s, int kind, int64_t nq, int64_t nk, int64_
     if (kind == DOCS_NONE)
         return NULL;
     int32_t *doc = malloc((size_t)nq * sizeof(int32_t));
+    if (kind == DOCS_WINDOW || kind == DOCS_RANDOM_WINDOW) { /* the window on global indices */
+        int32_t *d = kind == DOCS_RANDOM_WINDOW ? block_docs(s, DOCS_RANDOM, nq, nk, q0, k0) : NULL;
+        for (int64_t i = 0; i < nq; i++) {
+            const int64_t t = q0 + i, f = d ? d[i] : 0;
+            doc[i] = (int32_t)(t - BLOCK_W + 1 > f ? t - BLOCK_W + 1 : f);
+        }
+        free(d);
+        return doc;
+    }
     if (kind == DOCS_BOUNDARY) { /* one document ends inside the key block */
         const int64_t bnd = k0 + nk / 2;
         for (int64_t i = 0; i < nq; i++)
@@ -314,11 +330,16 @@ static void split_case(uint64_t *s, int64_t T, int64_t T1, int64_t nh, int64_t n
 
 tc_counts_t tc_test_attention(uint64_t *seed)
 {
-    one_case(seed, 2, 70, 4, 2, 40, 0);  /* GQA, hd not a multiple of 32, T not of the tiles */
-    one_case(seed, 2, 70, 4, 2, 40, 1);  /* the document mask */
-    one_case(seed, 1, 33, 2, 2, 64, 1);  /* MHA */
-    one_case(seed, 1, 130, 8, 1, 128, 0); /* MQA, the largest head dim served */
-    one_case(seed, 1, 1, 1, 1, 8, 0);    /* one token */
+    one_case(seed, 2, 70, 4, 2, 40, 0, 0);  /* GQA, hd not a multiple of 32, T not of the tiles */
+    one_case(seed, 2, 70, 4, 2, 40, 1, 0);  /* the document mask */
+    one_case(seed, 1, 33, 2, 2, 64, 1, 0);  /* MHA */
+    one_case(seed, 1, 130, 8, 1, 128, 0, 0); /* MQA, the largest head dim served */
+    one_case(seed, 1, 1, 1, 1, 8, 0, 0);    /* one token */
+    /* sliding windows (as first visible keys): below, at and above the
+     * kernels' 32-row tiles, with documents */
+    one_case(seed, 2, 100, 4, 2, 40, 0, 7);
+    one_case(seed, 1, 100, 2, 1, 64, 0, 32);
+    one_case(seed, 1, 100, 2, 2, 32, 1, 45);
 
     block_case(seed, "diagonal inside", 50, 45, 100, 70, 4, 2, 40, DOCS_NONE, 3, false);
     block_case(seed, "masked rows", 40, 30, 0, 20, 2, 1, 64, DOCS_NONE, 0, true);
@@ -327,6 +348,9 @@ tc_counts_t tc_test_attention(uint64_t *seed)
     block_case(seed, "random documents, diagonal", 66, 66, 33, 33, 4, 2, 24, DOCS_RANDOM, 0, true);
     block_case(seed, "keys after every query", 10, 20, 0, 50, 2, 2, 16, DOCS_NONE, 0, false);
     block_case(seed, "one query, one key", 1, 1, 5, 5, 1, 1, 8, DOCS_NONE, 0, true);
+    block_case(seed, "window", 60, 70, 100, 40, 4, 2, 40, DOCS_WINDOW, 2, false);
+    block_case(seed, "window left of the block", 40, 30, 120, 40, 2, 1, 32, DOCS_WINDOW, 0, true);
+    block_case(seed, "window, documents", 66, 66, 33, 33, 4, 2, 24, DOCS_RANDOM_WINDOW, 0, false);
     split_case(seed, 77, 40, 4, 2, 48);
     return tc_counts();
 }

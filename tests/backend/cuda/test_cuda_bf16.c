@@ -16,7 +16,9 @@
  *  - attention forward/backward (tensor-core FlashAttention, each kind:
  *    mma.sync, cuda_attention_mma.cu, and WMMA, cuda_attention_tc.cu,
  *    through mt_cuda_attention_tc_select): plain causal, GQA, documents, T not a
- *    multiple of the 64-row tile, one token, head dims 64 and 128; the
+ *    multiple of the 64-row tile, one token, head dims 64 and 128,
+ *    sliding windows below, at and above the tile (with documents, and on
+ *    the fp32 fallback); the
  *    backward from the CPU's out/lse (each half alone) and from the GPU's
  *    own (the chain training runs); forward and backward twice, same
  *    bytes; q, k, v, dout and out that are not bf16 values give the
@@ -337,12 +339,12 @@ static float *up_maybe_misaligned(const float *x, int64_t n, int misalign)
 static const char *att_kind = "";
 
 static void attention_case(uint64_t *s, int64_t B, int64_t T, int64_t nh, int64_t nkv,
-                           int64_t hd, int docs, int misalign)
+                           int64_t hd, int docs, int misalign, int64_t W)
 {
-    char tag[112];
-    snprintf(tag, sizeof tag, "B=%lld T=%lld nh=%lld nkv=%lld hd=%lld%s%s%s", (long long)B,
+    char tag[136];
+    snprintf(tag, sizeof tag, "B=%lld T=%lld nh=%lld nkv=%lld hd=%lld%s W=%lld%s%s", (long long)B,
              (long long)T, (long long)nh, (long long)nkv, (long long)hd, docs ? " docs" : "",
-             misalign ? " scalar loads" : "", att_kind);
+             (long long)W, misalign ? " scalar loads" : "", att_kind);
     if (tc_verbose)
         printf(" bf16 attention %s\n", tag);
     const bool tc = hd == 64 || hd == 128; /* else the fp32 fallback */
@@ -354,6 +356,8 @@ static void attention_case(uint64_t *s, int64_t B, int64_t T, int64_t nh, int64_
     float *q = bf16_copy(qu, nq), *k = bf16_copy(ku, nk), *v = bf16_copy(vu, nk);
     float *dout = bf16_copy(doutu, nq);
     int32_t *doc = docs ? tc_make_docs(s, B, T) : NULL;
+    if (W > 0) /* a sliding window: first visible keys (the model's) */
+        doc = tc_window(doc, B, T, W);
     float *out = malloc(F(nq)), *lse = malloc(F(nl)), *dq = malloc(F(nq)), *dk = malloc(F(nk));
     float *dv = malloc(F(nk));
     tc_cpu->attention_forward(out, lse, q, k, v, doc, B, T, nh, nkv, hd);
@@ -473,16 +477,22 @@ static void test_attention(uint64_t *s)
 
 static void attention_cases(uint64_t *s)
 {
-    attention_case(s, 2, 77, 4, 4, 64, 0, 0);   /* plain causal, partial tile */
-    attention_case(s, 1, 200, 8, 2, 64, 0, 0);  /* GQA 4 */
-    attention_case(s, 2, 150, 4, 2, 64, 1, 0);  /* several documents */
-    attention_case(s, 1, 1000, 4, 1, 64, 1, 0); /* longer rows, GQA 4, documents */
-    attention_case(s, 1, 130, 4, 1, 128, 1, 0); /* hd 128 */
-    attention_case(s, 2, 256, 4, 2, 128, 0, 0); /* hd 128, whole tiles only */
-    attention_case(s, 1, 1, 2, 2, 64, 0, 0);    /* one token */
-    attention_case(s, 1, 50, 4, 2, 48, 1, 0);   /* hd 48: the fp32 fallback */
-    attention_case(s, 1, 64, 2, 1, 128, 0, 1);  /* one whole tile, scalar loads */
-    attention_case(s, 1, 90, 4, 2, 64, 1, 1);   /* partial tile, documents, scalar loads */
+    attention_case(s, 2, 77, 4, 4, 64, 0, 0, 0);   /* plain causal, partial tile */
+    attention_case(s, 1, 200, 8, 2, 64, 0, 0, 0);  /* GQA 4 */
+    attention_case(s, 2, 150, 4, 2, 64, 1, 0, 0);  /* several documents */
+    attention_case(s, 1, 1000, 4, 1, 64, 1, 0, 0); /* longer rows, GQA 4, documents */
+    attention_case(s, 1, 130, 4, 1, 128, 1, 0, 0); /* hd 128 */
+    attention_case(s, 2, 256, 4, 2, 128, 0, 0, 0); /* hd 128, whole tiles only */
+    attention_case(s, 1, 1, 2, 2, 64, 0, 0, 0);    /* one token */
+    attention_case(s, 1, 50, 4, 2, 48, 1, 0, 0);   /* hd 48: the fp32 fallback */
+    attention_case(s, 1, 64, 2, 1, 128, 0, 1, 0);  /* one whole tile, scalar loads */
+    attention_case(s, 1, 90, 4, 2, 64, 1, 1, 0);   /* partial tile, documents, scalar loads */
+    /* sliding windows below, at and above the 64-key tiles (and the 16-key
+     * fragments the warps skip), with documents, and on the fallback */
+    attention_case(s, 1, 200, 4, 2, 64, 0, 0, 13);
+    attention_case(s, 1, 300, 4, 1, 64, 1, 0, 64);
+    attention_case(s, 1, 260, 2, 2, 128, 0, 0, 100);
+    attention_case(s, 1, 90, 4, 2, 48, 0, 0, 20);
 }
 
 

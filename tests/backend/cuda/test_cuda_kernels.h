@@ -80,6 +80,19 @@ static inline int32_t *tc_make_docs(uint64_t *s, int64_t B, int64_t T)
     return doc;
 }
 
+/* A sliding window of W over the rows (doc/sliding-window.md), as the
+ * model hands it to the kernels: each query's first visible key
+ * lo_t = max(doc[t] (0 when doc is NULL), t - W + 1), in place of doc. */
+static inline int32_t *tc_window(int32_t *doc, int64_t B, int64_t T, int64_t W)
+{
+    int32_t *lo = doc ? doc : (int32_t *)malloc((size_t)(B * T) * sizeof(int32_t));
+    for (int64_t i = 0; i < B * T; i++) {
+        const int64_t t = i % T, d = doc ? doc[i] : 0;
+        lo[i] = (int32_t)(t - W + 1 > d ? t - W + 1 : d);
+    }
+    return lo;
+}
+
 /* uniform in [-1, 1) */
 static inline float tc_uniform(uint64_t *s)
 {

@@ -8,8 +8,9 @@
  *    residual and weights, its backward, the router's backward), the
  *    tensor-core attention, both kinds (head dims 64 with GQA and 128
  *    with documents, T not a multiple of the tile, and bf16 tensors off
- *    8-byte alignment: the scalar loads), the CUDA-core attention (head dim 32, GQA,
- *    documents) and ring attention's blocks give the rounding table's
+ *    8-byte alignment: the scalar loads; a sliding window over
+ *    documents), the CUDA-core attention (head dim 32, GQA, documents
+ *    and a window) and ring attention's blocks give the rounding table's
  *    bits (its float32 outputs byte for byte, its bf16 ones as rounded);
  *  - its GEMMs (cuBLASLt bf16) are within bf16 tolerance of the
  *    rounding table's (1.6e-2 for a bf16 result, 1e-4 for float32);
@@ -237,6 +238,7 @@ tc_counts_t tc_test_storage(uint64_t *s)
         int32_t *h = malloc(sizeof(int32_t) * (size_t)(B * T));
         for (int64_t i = 0; i < B * T; i++)
             h[i] = (int32_t)(i % T < 20 ? 0 : 20);
+        tc_window(h, B, T, 15); /* and a sliding window of 15 */
         int32_t *ds = tc_up(h, sizeof(int32_t) * (size_t)(B * T));
         float *hq = rand_bf16(s, NQ, 1.0f), *hk = rand_bf16(s, NK, 1.0f),
               *hv = rand_bf16(s, NK, 1.0f), *hdo = rand_bf16(s, NQ, 1.0f);
@@ -390,8 +392,11 @@ tc_counts_t tc_test_storage(uint64_t *s)
             continue;
         /* the third: the first with every bf16 tensor 2 bytes off 8-byte
          * alignment (the loaders' scalar path) */
-        const int64_t cases[3][5] = {{2, 70, 4, 2, 64}, {1, 100, 2, 1, 128}, {2, 70, 4, 2, 64}};
-        for (int c = 0; c < 3; c++) {
+        /* the fourth: a sliding window of 40 over documents (first
+         * visible keys max(document start, t - 39)) */
+        const int64_t cases[4][5] = {{2, 70, 4, 2, 64}, {1, 100, 2, 1, 128}, {2, 70, 4, 2, 64},
+                                     {1, 150, 2, 1, 64}};
+        for (int c = 0; c < 4; c++) {
             const int skew = c == 2;
             const int64_t B = cases[c][0], T = cases[c][1], ah = cases[c][2], akv = cases[c][3],
                           ahd = cases[c][4], NQ = B * T * ah * ahd, NK = B * T * akv * ahd;
@@ -401,6 +406,13 @@ tc_counts_t tc_test_storage(uint64_t *s)
                 for (int64_t i = 0; i < B * T; i++)
                     h[i] = (int32_t)(i % T < 30 ? 0 : i % T < 71 ? 30 : 71);
                 ds = tc_up(h, sizeof(int32_t) * (size_t)(B * T));
+                free(h);
+            }
+            if (c == 3) {
+                int32_t *h = malloc(sizeof(int32_t) * (size_t)(B * T));
+                for (int64_t i = 0; i < B * T; i++)
+                    h[i] = (int32_t)(i % T < 90 ? 0 : 90);
+                ds = tc_up(tc_window(h, B, T, 40), sizeof(int32_t) * (size_t)(B * T));
                 free(h);
             }
             float *hq = rand_bf16(s, NQ, 1.0f), *hk = rand_bf16(s, NK, 1.0f),
