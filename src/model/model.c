@@ -4,7 +4,10 @@
  *   x += o_proj(attention(rope(q_proj(h)), rope(k_proj(h)), v_proj(h)))
  *   x += down_proj(silu(gate_proj(h)) * up_proj(h))
  * then the final norm, lm_head and cross-entropy.  Linear weights are
- * [out, in] as in PyTorch, so y = x W^T.  Every kernel call goes through
+ * [out, in] as in PyTorch, so y = x W^T (+ b where the linear has a bias:
+ * q, k, v under attention_bias or Qwen2, o under attention_bias, gate, up,
+ * down under mlp_bias).  q and the attention output are nh * head_dim
+ * wide, which need not be the hidden size.  Every kernel call goes through
  * m->be.  Under activation checkpointing only each layer's input is kept,
  * and the layer's forward is recomputed into shared scratch right before
  * its backward; the kernels are deterministic, so the gradients are
@@ -97,7 +100,9 @@ double mt_model_flops_per_token(const mt_model_t *m)
         mm += (double)(m->V * m->H); /* lm_head is a matmul even when tied */
     if (m->moe) /* the experts a token visits */
         mm += mt_moe_flops_per_token(m) / 6.0;
-    return 6.0 * mm + 6.0 * (double)m->L * (double)m->T * (double)m->H;
+    /* attention's QK^T and PV over this rank's heads, nh * hd wide (the
+     * biases are no matmuls: 1-D, left out above) */
+    return 6.0 * mm + 6.0 * (double)m->L * (double)m->T * (double)(m->nh * m->hd);
 }
 
 
@@ -136,6 +141,23 @@ static void tp_scatter(const mt_model_t *m, const float *in, float *out)
 {
     m->tp_allreduce(m->tp_ctx, in, out, m->Ns * m->H, MT_TP_SCATTER_FLOAT);
     mt_model_round(m, out, m->Ns * m->H);
+}
+
+/* y[n, out] = the bias b in every row (beta 0), or y += it (beta 1): the
+ * rank-1 GEMM ones b^T, exact (1 * b is b) before the rounding of whatever
+ * y then holds */
+static void bias_rows(const mt_model_t *m, float *y, const mt_param_t *b, int64_t n, float beta)
+{
+    m->be->matmul(y, m->ones, b->data, n, b->shape[0], 1, false, false, beta);
+}
+
+/* db += dy^T ones, the column sums of dy [N, out]: a bias's gradient is
+ * the weight gradient of a constant-1 input (float32, as dW's).  b NULL:
+ * no bias. */
+static void bias_grad(const mt_model_t *m, const mt_param_t *b, const float *dy)
+{
+    if (b)
+        m->be->matmul_f32out(b->grad, dy, m->ones, b->shape[0], 1, m->N, true, false, 1.0f);
 }
 
 /* out [N,H] = the whole sequence of a norm's output: under sequence
@@ -238,14 +260,17 @@ static void norm_in_backward(mt_model_t *m, float *dx, bool accumulate, float *d
  * up) that read a norm's output, kept as this rank's rows in `kept`,
  * from their output gradients dy[i], and then of the norm, whose input
  * gradient is added into dres:
- *   dh = sum_i dy_i W_i;  dW_i += dy_i^T (norm output);  the norm.
+ *   dh = sum_i dy_i W_i;  dW_i += dy_i^T (norm output);  db_i += dy_i^T 1;
+ *   the norm.
+ * The biases b[i] (NULL: none) are split with W_i's rows, so each rank's
+ * column sums over all N tokens are its rows' whole gradient.
  * Under TP in Megatron's order: the gather of the norm output (sequence
  * parallelism) runs behind the input-gradient GEMMs, and the reduction
  * of dh behind the weight-gradient GEMMs.  With defer the weight
  * gradients are left to layer_weights. */
 static void column_backward(mt_model_t *m, int nw, float *const *dy, mt_param_t *const *w,
-                            const float *kept, bool defer, mt_param_t *norm, const float *x,
-                            const float *rstd)
+                            mt_param_t *const *b, const float *kept, bool defer,
+                            mt_param_t *norm, const float *x, const float *rstd)
 {
     void *gathered = NULL;
     const float *in = defer ? NULL : regather_start(m, kept, &gathered);
@@ -260,9 +285,11 @@ static void column_backward(mt_model_t *m, int nw, float *const *dy, mt_param_t 
     float *d;
     void *reduced = dnorm_start(m, m->dh, &d);
     tp_end(m, gathered);
-    for (int i = 0; !defer && i < nw; i++)
+    for (int i = 0; !defer && i < nw; i++) {
         m->be->matmul_f32out(w[i]->grad, dy[i], in, w[i]->shape[0], w[i]->shape[1], m->N, true,
                              false, 1.0f);
+        bias_grad(m, b[i], dy[i]);
+    }
     dnorm_finish(m, reduced, d, m->dres, true, norm->grad, x, norm->data, rstd);
 }
 
@@ -276,20 +303,28 @@ static const float *whole_grad(const mt_model_t *m, float *buf)
     return buf;
 }
 
-/* out = res + a W^T for a row-parallel W ([Ns,H] rows of this rank): on one
- * device the GEMM adds onto the residual (matmul_add: without a copy of it
- * on bf16 storage); under TP the partial products are summed first
- * (reduce-scattered under sequence parallelism, through dh). */
+/* out = res + a W^T (+ b) for a row-parallel W ([Ns,H] rows of this rank):
+ * on one device the GEMM adds onto the residual (matmul_add: without a
+ * copy of it on bf16 storage), or with a bias, as Hugging Face's Linear
+ * rounds, o_proj's output a W^T + b (bias first, the GEMM adding onto it:
+ * one rounding) and then the residual sum; under TP the partial products
+ * are summed first (reduce-scattered under sequence parallelism, through
+ * dh) and the bias, whole on every TP rank, is added once to the sum of
+ * the rank's rows.  out and res are distinct buffers. */
 static void row_parallel_residual(const mt_model_t *m, float *out, const float *res,
-                                  const float *a, const mt_param_t *w)
+                                  const float *a, const mt_param_t *w, const mt_param_t *b)
 {
     int64_t N = m->N, H = m->H;
-    if (m->tp == 1) {
+    if (m->tp == 1 && !b) {
         m->be->matmul_add(out, res, a, w->data, N, H, w->shape[1], false, true);
         mt_model_round(m, out, N * H);
         return;
     }
-    if (m->sp) {
+    if (m->tp == 1) {
+        bias_rows(m, out, b, N, 0.0f);
+        m->be->matmul(out, a, w->data, N, H, w->shape[1], false, true, 1.0f);
+        mt_model_round(m, out, N * H);
+    } else if (m->sp) {
         m->be->matmul(m->dh, a, w->data, N, H, w->shape[1], false, true, 0.0f);
         mt_model_round(m, m->dh, N * H);
         tp_scatter(m, m->dh, out);
@@ -298,15 +333,24 @@ static void row_parallel_residual(const mt_model_t *m, float *out, const float *
         mt_model_round(m, out, N * H);
         tp_sum(m, out, N * H);
     }
+    if (m->tp > 1 && b) {
+        bias_rows(m, out, b, m->Ns, 1.0f);
+        mt_model_round(m, out, m->Ns * H);
+    }
     m->be->add(out, res, m->Ns * H);
     mt_model_round(m, out, m->Ns * H);
 }
 
-/* y[N,out] = x[N,in] W^T, W [out,in]; the caller rounds y (mt_model_round,
- * or mt_model_round_in when only entries that read bf16 take it) */
-static void linear(const mt_model_t *m, float *y, const float *x, const mt_param_t *w)
+/* y[N,out] = x[N,in] W^T (+ b: the bias first, the GEMM adding onto it,
+ * so y is rounded once, as Hugging Face's Linear rounds), W [out,in], b
+ * [out] or NULL; the caller rounds y (mt_model_round, or mt_model_round_in
+ * when only entries that read bf16 take it) */
+static void linear(const mt_model_t *m, float *y, const float *x, const mt_param_t *w,
+                   const mt_param_t *b)
 {
-    m->be->matmul(y, x, w->data, m->N, w->shape[0], w->shape[1], false, true, 0.0f);
+    if (b)
+        bias_rows(m, y, b, m->N, 0.0f);
+    m->be->matmul(y, x, w->data, m->N, w->shape[0], w->shape[1], false, true, b ? 1.0f : 0.0f);
 }
 
 /* dx[N,in] (= or +=) dy[N,out] W; dW += dy^T x */
@@ -380,8 +424,8 @@ static void layer_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, 
      * norms, RoPE, attention, SwiGLU: mt_model_round_in), but for v under
      * context parallelism: the ring attention sends it */
     if (m->qk_norm) {
-        linear(m, a->q_raw, h1, p->wq);
-        linear(m, a->k_raw, h1, p->wk);
+        linear(m, a->q_raw, h1, p->wq, p->bq);
+        linear(m, a->k_raw, h1, p->wk, p->bk);
         mt_model_round_in(m, a->q_raw, N * m->nh * m->hd);
         mt_model_round_in(m, a->k_raw, N * m->nkv * m->hd);
         /* per head (Qwen3), or over the whole projection (OLMoE) */
@@ -393,12 +437,12 @@ static void layer_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, 
         mt_model_round_out(m, a->q, N * m->nh * m->hd);
         mt_model_round_out(m, a->k, N * m->nkv * m->hd);
     } else {
-        linear(m, a->q, h1, p->wq);
-        linear(m, a->k, h1, p->wk);
+        linear(m, a->q, h1, p->wq, p->bq);
+        linear(m, a->k, h1, p->wk, p->bk);
         mt_model_round_in(m, a->q, N * m->nh * m->hd);
         mt_model_round_in(m, a->k, N * m->nkv * m->hd);
     }
-    linear(m, a->v, h1, p->wv);
+    linear(m, a->v, h1, p->wv, p->bv);
     round_attention_input(m, a->v, N * m->nkv * m->hd);
     be->rope_forward(a->q, m->pos, N, m->nh, m->hd, m->rope->inv_freq, m->rope->scale);
     be->rope_forward(a->k, m->pos, N, m->nkv, m->hd, m->rope->inv_freq, m->rope->scale);
@@ -413,7 +457,7 @@ static void layer_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, 
                               m->nkv, m->hd);
         mt_model_round_out(m, a->att, N * m->nh * m->hd);
     }
-    row_parallel_residual(m, a->x_mid, a->x, a->att, p->wo); /* x_mid = x + att Wo^T */
+    row_parallel_residual(m, a->x_mid, a->x, a->att, p->wo, p->bo); /* x_mid = x + o_proj(att) */
 
     if (p->router) { /* a MoE layer (model_moe.c): no gather, see moe_forward */
         be->rmsnorm_forward(a->h2, a->rstd2, a->x_mid, p->mlp_norm->data, m->Ns, m->H, m->eps);
@@ -422,13 +466,13 @@ static void layer_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, 
         return;
     }
     const float *h2 = norm_in_kept(m, a->h2, a->rstd2, a->x_mid, p->mlp_norm->data);
-    linear(m, a->g, h2, p->wgate);
-    linear(m, a->u, h2, p->wup);
+    linear(m, a->g, h2, p->wgate, p->bgate);
+    linear(m, a->u, h2, p->wup, p->bup);
     mt_model_round_in(m, a->g, N * m->I);
     mt_model_round_in(m, a->u, N * m->I);
     be->swiglu_forward(a->a, a->g, a->u, N * m->I);
     mt_model_round_out(m, a->a, N * m->I);
-    row_parallel_residual(m, x_out, a->x_mid, a->a, p->wdown);
+    row_parallel_residual(m, x_out, a->x_mid, a->a, p->wdown, p->bdown);
 }
 
 /* dst = src, n floats in the backend's memory */
@@ -459,14 +503,18 @@ static void layer_backward(mt_model_t *m, int l, mt_layer_acts_t *a, bool defer)
             be->matmul(m->dI, dout, p->wdown->data, N, p->wdown->shape[1], H, false, false, 0.0f);
         } else {
             linear_backward(m, m->dI, 0.0f, dout, a->a, p->wdown);     /* dI = d a */
+            /* dout is the whole gradient on every TP rank (whole_grad), so
+             * the column sums are the bias's whole gradient on each: no TP
+             * sum, also under sequence parallelism */
+            bias_grad(m, p->bdown, dout);
         }
         mt_model_round_in(m, m->dI, N * m->I); /* read by SwiGLU's backward alone */
         be->swiglu_backward(a->g, a->u, m->dI, a->g, a->u, N * m->I);  /* g, u <- dg, du */
         mt_model_round_out(m, a->g, N * m->I);
         mt_model_round_out(m, a->u, N * m->I);
         float *dy[2] = {a->g, a->u};
-        mt_param_t *w[2] = {p->wgate, p->wup};
-        column_backward(m, 2, dy, w, a->h2, defer, p->mlp_norm, a->x_mid, a->rstd2); /* d x_mid */
+        mt_param_t *w[2] = {p->wgate, p->wup}, *b[2] = {p->bgate, p->bup};
+        column_backward(m, 2, dy, w, b, a->h2, defer, p->mlp_norm, a->x_mid, a->rstd2); /* d x_mid */
     }
 
     /* attention: x_mid = x + att Wo^T */
@@ -476,6 +524,7 @@ static void layer_backward(mt_model_t *m, int l, mt_layer_acts_t *a, bool defer)
         be->matmul(m->datt, dout, p->wo->data, N, p->wo->shape[1], H, false, false, 0.0f);
     } else {
         linear_backward(m, m->datt, 0.0f, dout, a->att, p->wo);
+        bias_grad(m, p->bo, dout); /* whole, as down_proj's */
     }
     round_attention_input(m, m->datt, N * Q);
     if (m->attn_backward) {
@@ -512,12 +561,13 @@ static void layer_backward(mt_model_t *m, int l, mt_layer_acts_t *a, bool defer)
         keep(m, a->w_dv, m->dv, N * KV);
     }
     float *dy[3] = {m->dq, m->dk, m->dv};
-    mt_param_t *w[3] = {p->wq, p->wk, p->wv};
-    column_backward(m, 3, dy, w, a->h1, defer, p->attn_norm, a->x, a->rstd1); /* d x */
+    mt_param_t *w[3] = {p->wq, p->wk, p->wv}, *b[3] = {p->bq, p->bk, p->bv};
+    column_backward(m, 3, dy, w, b, a->h1, defer, p->attn_norm, a->x, a->rstd1); /* d x */
 }
 
 /* The weight-gradient pass W of a layer whose backward was deferred: the
- * same products linear_backward forms, from the kept output gradients. */
+ * same products linear_backward and bias_grad form, from the kept output
+ * gradients. */
 static void layer_weights(mt_model_t *m, int l, const mt_layer_acts_t *a)
 {
     const mt_backend_t *be = m->be;
@@ -525,15 +575,22 @@ static void layer_weights(mt_model_t *m, int l, const mt_layer_acts_t *a)
     int64_t N = m->N, H = m->H, Q = m->nh * m->hd, KV = m->nkv * m->hd;
     if (!p->router) { /* a MoE layer formed its weight gradients in B */
         be->matmul_f32out(p->wdown->grad, a->w_dmlp, a->a, H, m->I, N, true, false, 1.0f);
+        bias_grad(m, p->bdown, a->w_dmlp);
         const float *h2 = regather(m, a->h2);
         be->matmul_f32out(p->wgate->grad, a->g, h2, m->I, H, N, true, false, 1.0f);
         be->matmul_f32out(p->wup->grad, a->u, h2, m->I, H, N, true, false, 1.0f);
+        bias_grad(m, p->bgate, a->g);
+        bias_grad(m, p->bup, a->u);
     }
     be->matmul_f32out(p->wo->grad, a->w_datt, a->att, H, Q, N, true, false, 1.0f);
+    bias_grad(m, p->bo, a->w_datt);
     const float *h1 = regather(m, a->h1);
     be->matmul_f32out(p->wq->grad, a->w_dq, h1, Q, H, N, true, false, 1.0f);
     be->matmul_f32out(p->wk->grad, a->w_dk, h1, KV, H, N, true, false, 1.0f);
     be->matmul_f32out(p->wv->grad, a->w_dv, h1, KV, H, N, true, false, 1.0f);
+    bias_grad(m, p->bq, a->w_dq);
+    bias_grad(m, p->bk, a->w_dk);
+    bias_grad(m, p->bv, a->w_dv);
 }
 
 static void hook(const mt_model_t *m, int unit, mt_unit_event_t ev)

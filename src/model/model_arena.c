@@ -10,6 +10,7 @@
 
 #include "model_moe.h"
 #include "model_rope.h"
+#include "mt_bf16.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +46,22 @@ static mt_param_t *add_param(builder_t *b, const char *name, int64_t rows, int64
     p->is_norm = p->no_decay = norm;
     p->offset = b->offset;
     b->offset += p->numel;
+    return p;
+}
+
+/* The bias of the linear just added (w), named as Hugging Face names it
+ * (".weight" -> ".bias"), its rows split as w's are: with the rows of a
+ * column-parallel linear (tp_dim 0), whole for a row-parallel one, whose
+ * bias is added once after the TP sum.  Not decayed (Megatron's rule for
+ * biases, and this project's for the norms: 1-D tensors); zero at start,
+ * as transformers' _init_weights leaves a Linear's bias. */
+static mt_param_t *add_bias(builder_t *b, const mt_param_t *w)
+{
+    char name[MT_PARAM_NAME_MAX];
+    size_t n = strlen(w->name) - strlen("weight");
+    snprintf(name, sizeof name, "%.*sbias", (int)n, w->name);
+    mt_param_t *p = add_param(b, name, w->full_shape[0], 0, false, w->tp_dim == 0 ? 0 : -1);
+    p->no_decay = p->is_bias = true;
     return p;
 }
 
@@ -307,14 +324,19 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
                 "divisible by tp_size %d", (long long)m->N, m->tp);
     if (m->hd % 2)
         MT_FAIL(MT_ERR_CONFIG, "head_dim %lld must be even for RoPE", (long long)m->hd);
+    if (mc->mlp_bias && mc->num_experts > 0) /* model_moe.c's experts have no bias */
+        MT_FAIL(MT_ERR_UNSUPPORTED, "model.mlp_bias with num_experts %lld: MoE layers with "
+                "biases on their experts are not in this release",
+                (long long)mc->num_experts);
 
     mt_status_t st = set_part(m, part);
     if (st != MT_OK) {
         mt_model_free(m);
         return st;
     }
-    /* per layer at most: 2 norms, q, k, v, o, q_norm, k_norm, router, gate, up, down */
-    int maxp = 3 + 12 * (int)m->L;
+    /* per layer at most: 2 norms, q, k, v, o, q_norm, k_norm, router, gate, up, down
+     * and the 7 biases */
+    int maxp = 3 + 19 * (int)m->L;
     m->params = calloc((size_t)maxp, sizeof *m->params);
     m->layers = calloc((size_t)(m->L > 0 ? m->L : 1), sizeof *m->layers);
     m->acts = calloc((size_t)(m->L > 0 ? m->L : 1), sizeof *m->acts);
@@ -347,6 +369,7 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
     }
 
     builder_t b = {m, 0};
+    bool qkv_bias = mt_model_qkv_bias(mc), o_bias = mt_model_o_bias(mc);
     int64_t H = m->H, Q = mc->num_attention_heads * m->hd;
     int64_t KV = mc->num_key_value_heads.value * m->hd, I = mc->intermediate_size;
     char name[MT_PARAM_NAME_MAX];
@@ -359,11 +382,20 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
         snprintf(name, sizeof name, "model.layers.%d.%s", m->layer_id[l], suffix);     \
         p->field = add_param(&b, name, rows, cols, norm, tp_dim);                       \
     } while (0)
+#define LB(field, weight, on)                                                         \
+    do {                                                                                \
+        if (on)                                                                         \
+            p->field = add_bias(&b, p->weight);                                         \
+    } while (0)
         LP(attn_norm, "input_layernorm.weight", H, 0, true, -1);
         LP(wq, "self_attn.q_proj.weight", Q, H, false, 0);
+        LB(bq, wq, qkv_bias);
         LP(wk, "self_attn.k_proj.weight", KV, H, false, 0);
+        LB(bk, wk, qkv_bias);
         LP(wv, "self_attn.v_proj.weight", KV, H, false, 0);
+        LB(bv, wv, qkv_bias);
         LP(wo, "self_attn.o_proj.weight", H, Q, false, 1);
+        LB(bo, wo, o_bias);
         if (m->qk_norm) {
             const int64_t gq = m->qk_norm_whole ? m->nh : 1, gk = m->qk_norm_whole ? m->nkv : 1;
             LP(q_norm, "self_attn.q_norm.weight", m->hd * gq, 0, true, -1);
@@ -390,9 +422,13 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
             }
         } else {
             LP(wgate, "mlp.gate_proj.weight", I, H, false, 0);
+            LB(bgate, wgate, mc->mlp_bias);
             LP(wup, "mlp.up_proj.weight", I, H, false, 0);
+            LB(bup, wup, mc->mlp_bias);
             LP(wdown, "mlp.down_proj.weight", H, I, false, 1);
+            LB(bdown, wdown, mc->mlp_bias);
         }
+#undef LB
 #undef LP
     }
     int64_t head_lo = b.offset;
@@ -436,6 +472,26 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
         m->params[i].data = m->param_mem ? mt_act_at(m, m->param_mem, off) : NULL;
         m->params[i].grad = m->grad_mem ? m->grad_mem + off : NULL;
     }
+    if (qkv_bias || o_bias || mc->mlp_bias) {
+        m->ones = be->device_alloc(mt_act_bytes(m, m->N));
+        if (!m->ones) {
+            mt_model_free(m);
+            MT_FAIL(MT_ERR_NOMEM, "the biases' ones vector");
+        }
+        void *one = malloc(mt_act_bytes(m, m->N) + 1);
+        if (!one) {
+            mt_model_free(m);
+            MT_FAIL(MT_ERR_NOMEM, "the biases' ones vector");
+        }
+        for (int64_t i = 0; i < m->N; i++) {
+            if (m->bf16_storage)
+                ((uint16_t *)one)[i] = mt_f32_to_bf16(1.0f);
+            else
+                ((float *)one)[i] = 1.0f;
+        }
+        be->copy_to_device(m->ones, one, mt_act_bytes(m, m->N));
+        free(one);
+    }
     if (m->act_mem)
         mt_model_use_slot(m, 0, 0);
     mt_model_set_packing(m, NULL, NULL); /* positions 0..T-1 in every row */
@@ -475,7 +531,8 @@ void mt_model_free(mt_model_t *m)
     mt_rope_free(m);
     if (m->be) { /* NULL: nothing of the backend's was allocated */
         void *dev[] = {m->pos,   m->tok_local, m->targets_dev, m->doc_mem,  m->ce_mx,
-                       m->ce_z,  m->ce_ly,     m->param_mem,   m->grad_mem, m->act_mem};
+                       m->ce_z,  m->ce_ly,     m->param_mem,   m->grad_mem, m->act_mem,
+                       m->ones};
         for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
             m->be->device_free(dev[i]);
     }

@@ -1,10 +1,10 @@
 /* model_init.c: the initial weights, dense and expert alike: element
  * (r, c) of every logical tensor is normal(seed, name, r * cols + c) (norm
- * weights 1, vocabulary padding rows 0), whatever slice or arena a rank
- * holds, so the initial model is independent of the mesh.  Generated on
- * the host and copied into backend memory in chunks.  It does not decide
- * who holds which elements (the sharding layers pass ranges) and touches
- * no activation. */
+ * weights 1, biases and vocabulary padding rows 0), whatever slice or
+ * arena a rank holds, so the initial model is independent of the mesh.
+ * Generated on the host and copied into backend memory in chunks.  It
+ * does not decide who holds which elements (the sharding layers pass
+ * ranges) and touches no activation. */
 #include "mt_model.h"
 
 #include <stdlib.h>
@@ -43,9 +43,9 @@ void mt_model_init_range(const mt_model_t *m, uint64_t seed, int64_t lo, int64_t
         if (n == 0)
             continue;
         float *out = dst + (a - lo);
-        if (p->is_norm) {
+        if (p->is_norm || p->is_bias) {
             for (int64_t j = 0; j < b - a; j++)
-                out[j] = 1.0f;
+                out[j] = p->is_norm ? 1.0f : 0.0f;
             continue;
         }
         init_slice(m, p, seed, a - p->offset, b - p->offset, out);

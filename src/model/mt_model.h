@@ -1,5 +1,6 @@
 /* mt_model.h: the Llama-architecture decoder (Hugging Face
- * LlamaForCausalLM, optional Qwen3 qk_norm), written for one device.
+ * LlamaForCausalLM with its attention_bias and mlp_bias, Qwen2's q/k/v
+ * biases, optional Qwen3 qk_norm, any head_dim), written for one device.
  *
  * Forward and backward are written by hand and call kernels only through
  * an mt_backend_t.  Parameters, gradients and activations live in arenas
@@ -30,8 +31,9 @@ typedef struct {
     int64_t offset;               /* element offset in the flat parameter order */
     float *data, *grad;           /* into the model's arenas, or wherever the
                                    * parallelize layer points them */
-    bool no_decay;                /* norm weights: no weight decay */
+    bool no_decay;                /* norm weights and biases: no weight decay */
     bool is_norm;                 /* initialised to 1 */
+    bool is_bias;                 /* a linear's bias: initialised to 0 */
     /* Tensor parallelism: this rank's part of the logical tensor
      * full_shape.  tp_dim -1: replicated (whole); 0: rows [tp_off,
      * tp_off + shape[0]) (column-parallel linears, vocabulary shards);
@@ -56,6 +58,9 @@ typedef enum {
 typedef struct {
     mt_param_t *attn_norm, *wq, *wk, *wv, *wo, *q_norm, *k_norm;
     mt_param_t *mlp_norm, *wgate, *wup, *wdown;
+    /* the linears' biases (mt_model_qkv_bias, mt_model_o_bias, mlp_bias),
+     * each right after its weight in the flat order; NULL without */
+    mt_param_t *bq, *bk, *bv, *bo, *bgate, *bup, *bdown;
     mt_param_t *router; /* MoE layers: mlp.gate.weight (the experts are in
                          * model_moe.c); NULL for a dense MLP.  A MoE layer's
                          * wgate, wup, wdown are its shared experts
@@ -185,6 +190,11 @@ typedef struct {
     float *dres, *dtmp, *dh, *datt, *dq, *dk, *dv, *dI;
     int32_t *pos;        /* [N] positions */
     struct mt_rope *rope; /* RoPE's inverse frequencies and cos/sin scale (model_rope.h) */
+    /* [N] ones (bf16 bits under bf16 storage), or NULL without biases: a
+     * bias is added as the rank-1 GEMM ones b^T and its gradient is the
+     * GEMM dy^T ones, so the biases need no kernels of their own and
+     * round where the matmuls round */
+    float *ones;
     const int32_t *doc_start; /* [N] each query's first visible key (doc_mem), or NULL */
     int64_t window;           /* sliding window (model.sliding_window), 0: none */
 
@@ -324,8 +334,9 @@ static inline size_t mt_act_bytes(const mt_model_t *m, int64_t n)
 mt_status_t mt_model_init(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
                           int64_t B, int64_t T);
 /* The same, leaving out arenas (MT_MODEL_NO_*_ARENA), for TP rank
- * tp_rank of cfg's tp_size (Megatron layout: q, k, v, gate, up and the
- * vocabulary split by rows, o and down by columns, norms whole). */
+ * tp_rank of cfg's tp_size (Megatron layout: q, k, v, gate, up, their
+ * biases and the vocabulary split by rows, o and down by columns, norms
+ * and the biases of o and down whole). */
 mt_status_t mt_model_init_ex(mt_model_t *m, const mt_config_t *cfg, const mt_backend_t *be,
                              int64_t B, int64_t T, unsigned flags, int tp_rank);
 /* The same for part of the model (pipeline parallelism); part NULL: all

@@ -46,9 +46,13 @@ static void layer_params(const mt_config_t *cfg, int l, int64_t *sharded, int64_
 {
     const mt_model_config_t *m = &cfg->model;
     int64_t H = m->hidden_size, hd = cfg->derived.head_dim;
-    int64_t kv = m->num_key_value_heads.value;
-    *sharded = 2 * H * H + 2 * kv * hd * H; /* q, o; k, v */
+    int64_t kv = m->num_key_value_heads.value, Q = m->num_attention_heads * hd;
+    *sharded = 2 * Q * H + 2 * kv * hd * H; /* q, o; k, v */
     *replicated = 2 * H + (m->qk_norm ? 2 * hd : 0);
+    if (mt_model_qkv_bias(m)) /* split with their linears' rows */
+        *sharded += Q + 2 * kv * hd;
+    if (mt_model_o_bias(m)) /* a row-parallel linear's: whole */
+        *replicated += H;
     *experts = 0;
     if (mt_moe_is_sparse(cfg, l)) {
         int64_t S = m->num_shared_experts * m->moe_intermediate_size;
@@ -56,6 +60,8 @@ static void layer_params(const mt_config_t *cfg, int l, int64_t *sharded, int64_
         *replicated += m->num_experts * H + 3 * H * S;
     } else {
         *sharded += 3 * H * m->intermediate_size;
+        if (m->mlp_bias) /* gate and up split, down whole */
+            *sharded += 2 * m->intermediate_size, *replicated += H;
     }
 }
 
@@ -80,7 +86,8 @@ static double act_per_token_layer(const mt_config_t *cfg, double act_bytes)
     double sp = d->sequence_parallel ? tp : 1.0;
     double stream = 4 * H / sp;                      /* x, norm1 out, x mid, norm2 out */
     double w4 = 4.0 / act_bytes; /* a 4-byte element (lse, indices) in act_bytes units */
-    double attn = (2 * H + 2 * kv * hd + m->num_attention_heads * w4) / tp; /* q,k,v,out,lse */
+    double Q = (double)m->num_attention_heads * hd; /* q and the attention output */
+    double attn = (2 * Q + 2 * kv * hd + m->num_attention_heads * w4) / tp; /* q,k,v,out,lse */
     double dense = 3.0 * (double)m->intermediate_size / tp; /* gate, up, act */
     /* a MoE layer, over the tokens each TP rank routes: per routed row the
      * expert input, gate, up and act (their buffers start a quarter above
@@ -473,7 +480,10 @@ static void backward_buffers(const mt_config_t *cfg, const plan_ctx_t *c, double
      * per rank's tokens; the final norm output, dh, datt (and the
      * gathered norm output under sp) whole */
     double stream_b = sp > 1 ? 4.0 * (double)H / sp + 4.0 * (double)H : 6.0 * (double)H;
-    *acts += tokens * (stream_b + (Q + 2.0 * KV + (double)m->intermediate_size) / tp) *
+    /* datt holds the attention output's gradient too: this rank's heads,
+     * nh * head_dim / tp wide, where that passes H */
+    double datt_more = Q / tp > (double)H ? Q / tp - (double)H : 0.0;
+    *acts += tokens * (stream_b + datt_more + (Q + 2.0 * KV + (double)m->intermediate_size) / tp) *
              act_bytes;
     if (c->storage) /* dh's float32 accumulator (model_arena.c) */
         *acts += tokens * (double)H * 4.0;

@@ -30,7 +30,10 @@
 #    rank and under ep 2 on NCCL (the rows as bf16 bits);
 #  - two ranks on emulated NCCL with these kernels against the 1-rank CPU
 #    runs: tp 2 with sequence parallelism and cp 2 (the ring-attention
-#    block kernels) in fp32 (1e-5), the MoE under ep 2 in bf16 (2e-3).
+#    block kernels) in fp32 (1e-5), the MoE under ep 2 in bf16 (2e-3);
+#  - every linear's bias with head_dim apart from hidden / heads: fp32
+#    against the CPU (1e-5), and in bf16 the fused run's bits in passes,
+#    on bf16 storage and, on two ranks, under tp 2 with SP.
 # What it cannot check: the hardware (timing, fragment layouts, tensor-core
 # rounding, FMA contraction), and anything the schedules drawn here do not
 # expose.
@@ -216,4 +219,30 @@ train ep2-bf16-storage 2 $moe $bf16 distributed.ep_size=2 distributed.device=cud
 compare_losses "$workdir/ep2-bf16.jsonl" "$workdir/ep2-bf16-storage.jsonl" \
     "MoE ep 2 on bf16 storage on emulated NCCL" 0 0 0
 MESHTRAIN_BF16_STORAGE=0
+# every linear's bias, heads 16 wide against hidden 48 (the rank-1 GEMMs
+# ones b^T and dy^T ones through the emulated cuBLAS and cuBLASLt): fp32
+# against the CPU run; bf16 in passes, on bf16 storage, and tp 2 with SP
+# (o_proj's and down_proj's biases added after the reduce-scatter), all
+# the fused run's bits
+bias="model.hidden_size=48 model.head_dim=16 model.intermediate_size=96
+ model.attention_bias=true model.mlp_bias=true"
+# shellcheck disable=SC2086
+pair bias meshtrain-dense 1e-5 $bias
+app="$emu/meshtrain-dense"
+# shellcheck disable=SC2086
+train bias-bf16-cuda 1 $bias $bf16 distributed.device=cuda
+# shellcheck disable=SC2086
+same bias-bf16-passes meshtrain-dense bias-bf16-cuda 1 $bias $bf16
+MESHTRAIN_BF16_STORAGE=1
+export MESHTRAIN_BF16_STORAGE
+# shellcheck disable=SC2086
+train bias-bf16-storage 1 $bias $bf16 distributed.device=cuda
+MESHTRAIN_BF16_STORAGE=0
+compare_losses "$workdir/bias-bf16-cuda.jsonl" "$workdir/bias-bf16-storage.jsonl" \
+    "biases on bf16 storage on the emulated GPU" 0 0 0
+tpsp="distributed.tp_size=2 distributed.sequence_parallel=true"
+# shellcheck disable=SC2086
+train bias-tp2-sp-bf16 2 $bias $tpsp $bf16 distributed.device=cuda distributed.collectives=nccl
+# shellcheck disable=SC2086
+same bias-tp2-sp-bf16-passes meshtrain-dense bias-tp2-sp-bf16 2 $bias $tpsp $bf16
 finish

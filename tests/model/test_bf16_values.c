@@ -32,9 +32,11 @@
  * the wrapped GEMM an unrounded operand and demands a report.
  *
  * One rank: dense, dense with qk_norm, activation checkpointing, split
- * backward (zero-bubble's B and W), MoE with a shared expert (and with
- * checkpointing).  Two ranks (bf16-values-np2): tp 2 with and without
- * sequence parallelism, dense with qk_norm and MoE. */
+ * backward (zero-bubble's B and W), every linear's bias (nonzero) with
+ * head_dim apart from hidden / heads and with a split backward, MoE with
+ * a shared expert (and with checkpointing).  Two ranks (bf16-values-np2):
+ * tp 2 with and without sequence parallelism, dense with qk_norm, with
+ * biases, and MoE. */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -441,6 +443,9 @@ static void run(const char *label, const char *extra, bool moe, bool reads, bool
     if (s != MT_OK)
         return;
     mt_model_init_weights(&m, 1);
+    for (int i = 0; i < m.nparams; i++) /* nonzero biases (they start at 0) */
+        for (int64_t j = 0; m.params[i].is_bias && j < m.params[i].numel; j++)
+            m.params[i].data[j] = (float)(0.2 * mt_rng_normal(3, (uint32_t)i, (uint64_t)j));
     /* what the parallelize layer does: the weights the kernels read are
      * bf16 values (src/train/train_mp.c) */
     inner->round_bf16(m.param_mem, m.numel);
@@ -495,6 +500,11 @@ int main(int argc, char **argv)
             run("dense, checkpointing", "distributed.activation_checkpointing=true", false, reads,
                 false, -1);
             run("dense, split backward", "", false, reads, true, -1);
+            run("dense, biases, head_dim 6",
+                "model.head_dim=6;model.attention_bias=true;model.mlp_bias=true", false, reads,
+                false, -1);
+            run("biases, split backward", "model.attention_bias=true;model.mlp_bias=true", false,
+                reads, true, -1);
             run("moe, shared expert", "model.num_shared_experts=1", true, reads, false, -1);
             run("moe, checkpointing",
                 "model.num_shared_experts=1;distributed.activation_checkpointing=true", true,
@@ -508,6 +518,12 @@ int main(int argc, char **argv)
             run("tp 2 dense qk_norm", "distributed.tp_size=2;model.qk_norm=true", false, reads,
                 false, rank);
             run("tp 2 + SP dense", "distributed.tp_size=2;distributed.sequence_parallel=true",
+                false, reads, false, rank);
+            run("tp 2 biases", "distributed.tp_size=2;model.attention_bias=true;model.mlp_bias=true",
+                false, reads, false, rank);
+            run("tp 2 + SP biases, head_dim 6",
+                "distributed.tp_size=2;distributed.sequence_parallel=true;model.head_dim=6;"
+                "model.attention_bias=true;model.mlp_bias=true",
                 false, reads, false, rank);
             run("tp 2 moe", "distributed.tp_size=2;model.num_shared_experts=1", true, reads, false,
                 rank);

@@ -297,6 +297,8 @@ int main(void)
              "model.moe_router_bias_update_rate=0.001", moe);
     compare("moe, dense layer 0, capacity 0.75, bias", buf, false, false);
     compare("dense, pipeline chunks, split backward", NULL, false, true);
+    compare("biases, head_dim 6, pipeline chunks, split backward",
+            "model.head_dim=6;model.attention_bias=true;model.mlp_bias=true", false, true);
     compare("moe, pipeline chunks, split backward", moe, false, true);
     return mt_test_exit("test_device_discipline");
 }

@@ -7,7 +7,10 @@
  *    exercises the embedding, RMSNorm, RoPE, attention, SwiGLU and
  *    cross-entropy backward inside the model; tests/backend/test_kernels checks each
  *    kernel alone.  Variants: GQA, qk_norm, tied embeddings, B > 1, padded
- *    vocabulary.  Tolerance: relative error 2e-2 (or absolute 2e-5): fp32
+ *    vocabulary, head_dim apart from hidden / heads with every linear's
+ *    bias (Llama's attention_bias and mlp_bias), Qwen2's q/k/v biases;
+ *    the biases set to nonzero values first, so that their forward is
+ *    checked too (they start at 0).  Tolerance: relative error 2e-2 (or absolute 2e-5): fp32
  *    forward, h = 1e-2 / |d|, a loss of about 5.5, so the rounding noise of
  *    the difference quotient is about 1e-5 and its truncation error O(h^2).
  * 2. Activation checkpointing gives bit-identical gradients and loss.
@@ -15,7 +18,8 @@
  *    equal one full batch (to rounding).
  * 4. Overfit: a small model drives the loss on one fixed text batch below
  *    0.5 nats/token within 150 AdamW steps.
- * 5. Initial weights depend on seed and names only. */
+ * 5. Initial weights depend on seed and names only; biases start at 0, are
+ *    not decayed and follow their weights in the flat order. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +46,14 @@ static double loss_of(mt_model_t *m, const int32_t *tok, const int32_t *tgt)
     return s / (double)c;
 }
 
+/* Every bias of m set to a nonzero value (0.2 normal), host memory. */
+static void set_biases(mt_model_t *m)
+{
+    for (int i = 0; i < m->nparams; i++)
+        for (int64_t j = 0; m->params[i].is_bias && j < m->params[i].numel; j++)
+            m->params[i].data[j] = (float)(0.2 * mt_rng_normal(5, (uint32_t)i, (uint64_t)j));
+}
+
 static void grad_check(const char *variant, const char *extra, int64_t B, int64_t T, int64_t world)
 {
     mt_config_t cfg;
@@ -53,6 +65,7 @@ static void grad_check(const char *variant, const char *extra, int64_t B, int64_
         return;
     }
     mt_model_init_weights(&m, 1234);
+    set_biases(&m);
     int64_t N = B * T;
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)N), *tgt = malloc(sizeof(int32_t) * (size_t)N);
     mt_test_batch(N, m.V_valid, tok, tgt, 11);
@@ -222,6 +235,89 @@ static void init_depends_on_names(void)
           out[2], out[3]);
 }
 
+/* The biases: which exist per architecture, their names, shapes and
+ * places (right after their weights), initial zeros, no weight decay, TP
+ * layout; and mlp_bias with experts refused by name. */
+static void biases(void)
+{
+    mt_config_t c;
+    mt_model_t m;
+    if (!make_cfg(&c, "model.head_dim=6;model.attention_bias=true;model.mlp_bias=true"))
+        return;
+    CHECK(mt_model_init(&m, &c, mt_backend_cpu(), 1, 8) == MT_OK, "%s", mt_error_message());
+    mt_model_init_weights(&m, 3);
+    static const char *const lin[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                      "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
+                                      "mlp.down_proj"};
+    const int64_t rows[] = {24, 12, 12, 16, 24, 24, 16};
+    int nbias = 0;
+    for (int i = 0; i < m.nparams; i++)
+        nbias += m.params[i].is_bias;
+    CHECK(nbias == 14, "attention_bias + mlp_bias: %d biases in 2 layers, expected 14", nbias);
+    for (int k = 0; k < 7; k++) {
+        char wn[96], bn[96];
+        snprintf(wn, sizeof wn, "model.layers.1.%s.weight", lin[k]);
+        snprintf(bn, sizeof bn, "model.layers.1.%s.bias", lin[k]);
+        mt_param_t *w = mt_model_param(&m, wn), *b = mt_model_param(&m, bn);
+        CHECK(w && b, "%s and %s", wn, bn);
+        if (!w || !b)
+            continue;
+        CHECK(w->shape[0] == rows[k] && b->ndim == 1 && b->shape[0] == rows[k] &&
+                  b->offset == w->offset + w->numel && b->no_decay && !b->is_norm,
+              "%s: [%lld] at %lld after its weight [%lld, %lld] at %lld, not decayed", bn,
+              (long long)b->shape[0], (long long)b->offset, (long long)w->shape[0],
+              (long long)w->shape[1], (long long)w->offset);
+        float mx = 0;
+        for (int64_t j = 0; j < b->numel; j++)
+            mx = fmaxf(mx, fabsf(b->data[j]));
+        CHECK(mx == 0.0f, "%s starts at 0 (max |b| %g)", bn, mx);
+    }
+    mt_param_t *o = mt_model_param(&m, "model.layers.0.self_attn.o_proj.weight");
+    CHECK(o && o->shape[0] == 16 && o->shape[1] == 24, "o_proj [H, nh * head_dim] = [16, 24]");
+    mt_model_free(&m);
+
+    /* tp 2: q's bias split with its rows, o's and down's whole on every rank */
+    if (make_cfg_world(&c, "model.attention_bias=true;model.mlp_bias=true;"
+                           "distributed.tp_size=2", 2)) {
+        CHECK(mt_model_init_ex(&m, &c, mt_backend_cpu(), 1, 8, 0, 1) == MT_OK, "%s",
+              mt_error_message());
+        mt_param_t *bq = mt_model_param(&m, "model.layers.0.self_attn.q_proj.bias");
+        mt_param_t *bo = mt_model_param(&m, "model.layers.0.self_attn.o_proj.bias");
+        mt_param_t *bd = mt_model_param(&m, "model.layers.0.mlp.down_proj.bias");
+        CHECK(bq && bq->tp_dim == 0 && bq->shape[0] == 8 && bq->tp_off == 8 &&
+                  bq->full_shape[0] == 16, "tp rank 1: q_proj.bias rows [8, 16) of 16");
+        CHECK(bo && bd && bo->tp_dim == -1 && bd->tp_dim == -1 && bo->shape[0] == 16 &&
+                  !bo->tp_partial_grad && !bd->tp_partial_grad,
+              "row-parallel biases whole, their gradients whole on every TP rank");
+        mt_model_free(&m);
+    }
+    /* Qwen2: q, k, v biases only */
+    if (make_cfg(&c, "model.architecture=Qwen2ForCausalLM")) {
+        CHECK(mt_model_init(&m, &c, mt_backend_cpu(), 1, 8) == MT_OK, "%s", mt_error_message());
+        CHECK(mt_model_param(&m, "model.layers.0.self_attn.v_proj.bias") &&
+                  !mt_model_param(&m, "model.layers.0.self_attn.o_proj.bias") &&
+                  !mt_model_param(&m, "model.layers.0.mlp.up_proj.bias") && m.nparams == 3 + 2 * 12,
+              "Qwen2: q/k/v biases alone (%d parameters)", m.nparams);
+        mt_model_free(&m);
+    }
+    /* plain Llama: none */
+    if (make_cfg(&c, NULL)) {
+        CHECK(mt_model_init(&m, &c, mt_backend_cpu(), 1, 8) == MT_OK, "%s", mt_error_message());
+        CHECK(m.nparams == 3 + 2 * 9 && m.ones == NULL, "Llama: no biases (%d parameters)",
+              m.nparams);
+        mt_model_free(&m);
+    }
+    /* experts have no biases: mlp_bias with them is refused by name */
+    if (mt_test_model_cfg(&c, NULL, "model.num_experts=4;model.num_experts_per_tok=2;"
+                          "model.moe_intermediate_size=8;model.mlp_bias=true", MT_APP_ANY, 1)) {
+        mt_status_t st = mt_model_init(&m, &c, mt_backend_cpu(), 1, 8);
+        CHECK(st != MT_OK && strstr(mt_error_message(), "model.mlp_bias"),
+              "mlp_bias with experts refused by name: %s", mt_error_message());
+        if (st == MT_OK)
+            mt_model_free(&m);
+    }
+}
+
 /* A packed row of two documents computes what the two documents compute
  * alone: the loss sum and every gradient (block-diagonal causal mask and
  * positions restarting at the second document). */
@@ -277,8 +373,16 @@ int main(void)
     grad_check("tied, mqa", "model.tie_word_embeddings=true;model.num_key_value_heads=1", 2, 6, 1);
     /* validated for tp 2, so the vocabulary of 37 is padded to 38 */
     grad_check("padded vocab", "distributed.tp_size=2", 1, 8, 2);
+    /* q 4 heads x 6 = 24 wide against hidden 16 */
+    grad_check("head_dim 6, attention_bias, mlp_bias",
+               "model.head_dim=6;model.attention_bias=true;model.mlp_bias=true", 2, 8, 1);
+    grad_check("qwen2 biases", "model.architecture=Qwen2ForCausalLM", 1, 8, 1);
+    grad_check("qk_norm after q/k biases, head_dim 6",
+               "model.qk_norm=true;model.attention_bias=true;model.head_dim=6", 1, 8, 1);
+    biases();
     ac_identical("");
     ac_identical("model.qk_norm=true;model.num_hidden_layers=3");
+    ac_identical("model.head_dim=6;model.attention_bias=true;model.mlp_bias=true");
     accumulation();
     overfit();
     init_depends_on_names();

@@ -13,7 +13,8 @@
  * and the residual gradient equal as bf16 bits.  Dense, qk_norm, tied
  * embeddings, packed rows (document-masked attention), activation
  * checkpointing, a split backward (zero-bubble's B then W), the LM head
- * in chunks of 3 rows (the offsets into xf and dh), and MoE layers with a
+ * in chunks of 3 rows (the offsets into xf and dh), every linear's bias
+ * with head_dim apart from hidden / heads, and MoE layers with a
  * shared expert and with checkpointing (the experts' arena and gradients
  * too).  Also: the arenas take half the bytes, and float32 compute is
  * refused at init.  The parallel paths are tests/train/mixed_precision.sh's.
@@ -88,6 +89,12 @@ static void run(const char *label, const char *extra, bool packed, bool split)
     mt_model_init_weights(&a, 5);
     a.be->round_bf16(a.param_mem, a.numel);
     mt_model_init_weights(&b, 5);
+    for (int i = 0; i < a.nparams; i++) /* nonzero biases (they start at 0), as bf16 values */
+        for (int64_t j = 0; a.params[i].is_bias && j < a.params[i].numel; j++) {
+            uint16_t v = mt_f32_to_bf16((float)(0.2 * mt_rng_normal(3, (uint32_t)i, (uint64_t)j)));
+            a.params[i].data[j] = mt_bf16_to_f32(v);
+            ((uint16_t *)b.params[i].data)[j] = v;
+        }
     same_act(label, "initial weights", a.param_mem, b.param_mem, a.numel);
     if (a.moe) { /* the experts' arena too */
         a.be->round_bf16(a.moe->param_mem, a.moe->numel);
@@ -158,6 +165,11 @@ int main(int argc, char **argv)
     run("packed rows", "", true, false);
     run("checkpointing", "distributed.activation_checkpointing=true", false, false);
     run("split backward", "", false, true);
+    /* the biases (added by rank-1 GEMMs before the linears', one rounding)
+     * with heads 6 wide against hidden 16, whole and split backward */
+    run("biases, head_dim 6", "model.head_dim=6;model.attention_bias=true;model.mlp_bias=true",
+        false, false);
+    run("biases, split backward", "model.attention_bias=true;model.mlp_bias=true", false, true);
     setenv("MESHTRAIN_HEAD_CHUNK_ROWS", "3", 1);
     run("head in chunks of 3 rows", "model.qk_norm=true", false, false);
     unsetenv("MESHTRAIN_HEAD_CHUNK_ROWS");

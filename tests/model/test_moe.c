@@ -9,7 +9,8 @@
  *    direction per tensor: router (mlp.gate), every expert's gate/up/down,
  *    and the rest; with and without norm_topk_prob, with a dense layer
  *    (mlp_only_layers), with shared experts, with a capacity factor that
- *    drops tokens, and the aux loss alone (CE scale 0).  The
+ *    drops tokens, with attention biases and head_dim apart from hidden /
+ *    heads, and the aux loss alone (CE scale 0).  The
  *    perturbation is small enough that no token changes experts (checked:
  *    a route change makes the objective non-smooth).  Tolerance: relative
  *    1e-2 or absolute 1e-5 (fp32 forward; h = 1e-2 / |d|, smaller
@@ -302,6 +303,9 @@ int main(int argc, char **argv)
                1.0, 0.1);
     grad_check("2 shared experts", "model.num_shared_experts=2", 1.0, 0.1);
     grad_check("capacity factor 0.75 (drops)", "model.moe_capacity_factor=0.75", 1.0, 0.1);
+    /* attention is the dense model's, biases and any head_dim included */
+    grad_check("attention biases, head_dim 6", "model.attention_bias=true;model.head_dim=6", 1.0,
+               0.1);
     ac_identical();
     int rc = mt_test_exit("test_moe");
     MPI_Finalize();

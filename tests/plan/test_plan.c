@@ -1,5 +1,6 @@
 /* test_plan: meshtrain-plan's numbers and output.  Parameter counts against
- * a hand count of the tiny model, the memory formulas of doc/plan.md on
+ * a hand count of the tiny model (and of one with head_dim apart from
+ * hidden / heads and every bias, against the model's own count), the memory formulas of doc/plan.md on
  * layouts where they reduce to simple products, stage placement, the
  * simulated bubbles against the closed forms and the schedule table, the
  * device's workspace and NCCL buffers, the LM head's row chunks, and the text and JSON
@@ -75,6 +76,31 @@ static void test_params(void)
         return;
     mt_plan_compute(&cfg, &p);
     CHECK(p.params_head == 128 && p.params_total == total - 512 * 128, "tied head");
+
+    /* 4 heads of 48 (q 192 wide against H 128) and every linear's bias:
+     * the layer by hand, the total as the model counts it */
+    if (!setup(1, "model.head_dim=48;model.attention_bias=true;model.mlp_bias=true"))
+        return;
+    mt_plan_compute(&cfg, &p);
+    int64_t blayer = 2 * 192 * 128 + 2 * (2 * 48) * 128 + 3 * 128 * 352 + 2 * 128 +
+                     (192 + 2 * 96 + 128) + (2 * 352 + 128);
+    CHECK(p.params_layer_max == blayer, "head_dim 48, biases: layer %lld != %lld",
+          (long long)p.params_layer_max, (long long)blayer);
+    mt_model_t bm;
+    if (mt_model_init_ex(&bm, &cfg, mt_backend_cpu(), 1, 8, MT_MODEL_NO_PARAM_ARENA |
+                         MT_MODEL_NO_GRAD_ARENA | MT_MODEL_NO_ACT_ARENA, -1) == MT_OK) {
+        CHECK(p.params_total == mt_model_logical_numel(&bm), "head_dim 48, biases: plan %lld, "
+              "model %lld parameters", (long long)p.params_total,
+              (long long)mt_model_logical_numel(&bm));
+        mt_model_free(&bm);
+    } else {
+        CHECK(0, "model: %s", mt_error_message());
+    }
+    /* ... and per token per layer: q and the attention output 192 wide */
+    double bper = 4 * 128 + (2 * 192 + 2 * 2 * 48 + 4) + 3 * 352;
+    double bwork = 6 * 128 + (192 - 128) + (192 + 2 * 96 + 352); /* datt: 192 wide */
+    CHECK(near(p.bytes_activations, 4 * bper * tokens * 4 + tokens * 512 * 4 + tokens * bwork * 4),
+          "head_dim 48: activations %.0f", p.bytes_activations);
 
     /* fsdp2 over 4 ranks: a quarter of everything, plus two gathered layers. */
     if (!setup(4, "step_scheduler.global_batch_size=8"))
