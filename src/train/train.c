@@ -207,7 +207,7 @@ static mt_status_t step_flops(const mt_train_run_t *r, loop_t *lp)
     /* the model is this TP rank's part: matmuls and heads split evenly */
     double f = mt_model_flops_per_token(m) * (double)m->tp;
     /* under CP the model holds T / cp tokens, but each still attends over its row */
-    f += 6.0 * (double)(m->L * (lp->T - m->T) * m->H) * (double)m->tp;
+    f += 6.0 * (double)(m->L * (lp->T - m->T) * m->nh * m->hd) * (double)m->tp;
     lp->flops_tok = f;
     if (r->pp) /* each stage's share */
         MT_TRY(mt_allreduce(&f, &lp->flops_tok, 1, MPI_DOUBLE, MPI_SUM, r->ppc));

@@ -8,6 +8,7 @@ MT_PARALLEL_TESTS = tests/parallel/ring-attention-np1.mpi tests/parallel/ring-at
 	tests/parallel/ring-attention-np4.mpi tests/parallel/ddp_parity.sh \
 	tests/parallel/fsdp_parity.sh tests/parallel/tp_parity.sh tests/parallel/cp_parity.sh \
 	tests/parallel/pp_parity.sh tests/parallel/moe_parity.sh tests/parallel/moe_mesh.sh \
-	tests/parallel/window_parity.sh tests/parallel/rope_parity.sh tests/parallel/bias_parity.sh
+	tests/parallel/window_parity.sh tests/parallel/rope_parity.sh tests/parallel/bias_parity.sh \
+	tests/parallel/moe_arch_parity.sh
 TESTS += $(MT_PARALLEL_TESTS)
 EXTRA_DIST += $(MT_PARALLEL_TESTS)
