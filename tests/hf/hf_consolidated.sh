@@ -182,7 +182,7 @@ expect_rc 1 "$bindir/meshtrain-dense" --config "$small_cfg" dataset.path="$data"
     checkpoint.checkpoint_dir="$w/rnone" logging.metrics_file="$w/rnone.jsonl" \
     step_scheduler.max_steps=1 checkpoint.save_consolidated=final \
     model.pretrained_model_name_or_path="$w/no-such-model"
-expect_in "$err" "model.pretrained_model_name_or_path $w/no-such-model is not a local directory" "missing source"
+expect_in "$err" "model.pretrained_model_name_or_path '$w/no-such-model': not found on local disk; looked in: $w/no-such-model (no such directory)" "missing source"
 
 # ---- validation: the formats meshtrain does not write, by name
 expect_rc 1 "$bindir/meshtrain-dense" --config "$small_cfg" --dry-run checkpoint.model_save_format=torch_save
