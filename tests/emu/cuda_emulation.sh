@@ -33,7 +33,9 @@
 #    block kernels) in fp32 (1e-5), the MoE under ep 2 in bf16 (2e-3);
 #  - every linear's bias with head_dim apart from hidden / heads: fp32
 #    against the CPU (1e-5), and in bf16 the fused run's bits in passes,
-#    on bf16 storage and, on two ranks, under tp 2 with SP.
+#    on bf16 storage and, on two ranks, under tp 2 with SP;
+#  - the Hugging Face families' features in fp32 against the CPU (1e-5):
+#    llama3 RoPE scaling, Mistral's sliding window, Mixtral, OLMoE.
 # What it cannot check: the hardware (timing, fragment layouts, tensor-core
 # rounding, FMA contraction), and anything the schedules drawn here do not
 # expose.
@@ -245,4 +247,18 @@ tpsp="distributed.tp_size=2 distributed.sequence_parallel=true"
 train bias-tp2-sp-bf16 2 $bias $tpsp $bf16 distributed.device=cuda distributed.collectives=nccl
 # shellcheck disable=SC2086
 same bias-tp2-sp-bf16-passes meshtrain-dense bias-tp2-sp-bf16 2 $bias $tpsp $bf16
+# The Hugging Face families' features on the emulated GPU against the CPU:
+# llama3 RoPE scaling that bites inside the rows, Mistral's sliding
+# window, Mixtral's names and router, OLMoE's whole-projection q/k norm
+rope="model.rope_scaling.rope_type=llama3 model.rope_scaling.factor=8.0
+ model.rope_scaling.original_max_position_embeddings=16"
+# shellcheck disable=SC2086
+pair rope-llama3 meshtrain-dense 1e-5 $rope
+pair window meshtrain-dense 1e-5 model.architecture=MistralForCausalLM model.sliding_window=7
+experts="model.num_experts=4 model.num_experts_per_tok=2 model.moe_intermediate_size=32
+ model.router_aux_loss_coef=0.01"
+# shellcheck disable=SC2086
+pair mixtral meshtrain-moe 1e-5 $experts model.architecture=MixtralForCausalLM model.norm_topk_prob=true
+# shellcheck disable=SC2086
+pair olmoe meshtrain-moe 1e-5 $experts model.architecture=OlmoeForCausalLM model.qk_norm=true
 finish
