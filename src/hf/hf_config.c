@@ -289,11 +289,15 @@ static mt_status_t rope(const cfg_t *c, int64_t max_pos, mt_rope_scaling_t *r, d
         if (r->rope_type == MT_ROPE_DEFAULT)
             continue;
         MT_TRY(num_in(c, o, "factor", 0, 1.0, &r->factor));
-        if (r->rope_type == MT_ROPE_LLAMA3) {
+        /* the context before scaling: llama3 needs it, yarn may give it */
+        if (r->rope_type == MT_ROPE_LLAMA3 ||
+            (r->rope_type == MT_ROPE_YARN && get(o, "original_max_position_embeddings"))) {
             int64_t orig;
             MT_TRY(int_in(c, o, "original_max_position_embeddings", 1, 0, &orig));
             r->original_max_position_embeddings.set = true;
             r->original_max_position_embeddings.value = orig;
+        }
+        if (r->rope_type == MT_ROPE_LLAMA3) {
             MT_TRY(num_in(c, o, "low_freq_factor", 0, 1.0, &r->low_freq_factor));
             MT_TRY(num_in(c, o, "high_freq_factor", 0, 4.0, &r->high_freq_factor));
         }
@@ -302,12 +306,6 @@ static mt_status_t rope(const cfg_t *c, int64_t max_pos, mt_rope_scaling_t *r, d
             if (get(o, "mscale") || get(o, "mscale_all_dim"))
                 return unsupported(c, "%s: yarn's mscale and mscale_all_dim (DeepSeek's attention "
                                    "factor) are not supported", keys[k]);
-            if (get(o, "original_max_position_embeddings")) {
-                int64_t orig;
-                MT_TRY(int_in(c, o, "original_max_position_embeddings", 1, 0, &orig));
-                r->original_max_position_embeddings.set = true;
-                r->original_max_position_embeddings.value = orig;
-            }
             MT_TRY(num_in(c, o, "beta_fast", 0, 32.0, &r->beta_fast));
             MT_TRY(num_in(c, o, "beta_slow", 0, 1.0, &r->beta_slow));
             MT_TRY(num_in(c, o, "attention_factor", 1, 0.0, &r->attention_factor));

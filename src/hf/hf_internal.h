@@ -157,6 +157,11 @@ mt_status_t mt_hf_read_block(const mt_st_file_t *f, const mt_st_entry_t *e, int6
 /* "[128]", "[64, 128]" */
 void mt_hf_shape_text(int ndim, const int64_t *shape, char *buf, size_t cap);
 
+/* MT_OK when tensor e of the file at path has shape[0, ndim); else the
+ * MT_ERR_IO error "PATH: tensor NAME has shape [..], PRE [..]POST". */
+mt_status_t mt_hf_check_shape(const char *path, const mt_st_entry_t *e, int ndim,
+                              const int64_t *shape, const char *pre, const char *post);
+
 /* Parse "5GB", "500MB", "10KiB", "123" (bytes) into *bytes. */
 mt_status_t mt_hf_parse_size(const char *s, int64_t *bytes);
 

@@ -48,16 +48,8 @@ static mt_status_t check_list(const mt_hf_source_t *src, const char *dir,
             MT_FAIL(MT_ERR_IO, "%s: the model has tensor %s, which none of its safetensors "
                     "files holds", dir, name);
         }
-        int same = e->ndim == t[i].ndim && e->ndim <= 4;
-        for (int d = 0; same && d < e->ndim; d++)
-            same = e->shape[d] == t[i].shape[d];
-        if (!same) {
-            char have[128], want[128];
-            mt_hf_shape_text(e->ndim, e->shape, have, sizeof have);
-            mt_hf_shape_text(t[i].ndim, t[i].shape, want, sizeof want);
-            MT_FAIL(MT_ERR_IO, "%s: tensor %s has shape %s, but the model's parameter is %s",
-                    src->f[fi].path, name, have, want);
-        }
+        MT_TRY(mt_hf_check_shape(src->f[fi].path, e, t[i].ndim, t[i].shape,
+                                 "but the model's parameter is", ""));
     }
     return MT_OK;
 }

@@ -123,6 +123,21 @@ mt_status_t mt_hf_source_open(mt_hf_source_t *src, const char *hf_dir)
             "safetensors weights (convert .bin or .pth weights with transformers first)", hf_dir);
 }
 
+mt_status_t mt_hf_check_shape(const char *path, const mt_st_entry_t *e, int ndim,
+                              const int64_t *shape, const char *pre, const char *post)
+{
+    int same = e->ndim == ndim;
+    for (int d = 0; same && d < e->ndim; d++)
+        same = e->shape[d] == shape[d];
+    if (same)
+        return MT_OK;
+    char have[128], want[128];
+    mt_hf_shape_text(e->ndim, e->shape, have, sizeof have);
+    mt_hf_shape_text(ndim, shape, want, sizeof want);
+    MT_FAIL(MT_ERR_IO, "%s: tensor %s has shape %s, %s %s%s", path, e->name, have, pre, want,
+            post);
+}
+
 void mt_hf_shape_text(int ndim, const int64_t *shape, char *buf, size_t cap)
 {
     size_t n = (size_t)snprintf(buf, cap, "[");
@@ -153,16 +168,8 @@ mt_status_t mt_hf_source_check(const mt_hf_source_t *src, const mt_hf_tensor_t *
                          m->tie_word_embeddings ? "" : " and an untied lm_head");
             return MT_ERR_IO;
         }
-        int same = e->ndim == t[i].ndim;
-        for (int d = 0; same && d < e->ndim; d++)
-            same = e->shape[d] == t[i].shape[d];
-        if (!same) {
-            char have[128], want[128];
-            mt_hf_shape_text(e->ndim, e->shape, have, sizeof have);
-            mt_hf_shape_text(t[i].ndim, t[i].shape, want, sizeof want);
-            MT_FAIL(MT_ERR_IO, "%s: tensor %s has shape %s, expected %s from config.json",
-                    src->f[fi].path, t[i].name, have, want);
-        }
+        MT_TRY(mt_hf_check_shape(src->f[fi].path, e, t[i].ndim, t[i].shape, "expected",
+                                 " from config.json"));
         if (e->dtype == MT_ST_OTHER)
             MT_FAIL(MT_ERR_UNSUPPORTED, "%s: tensor %s has dtype %s; meshtrain reads F32, BF16 "
                     "and F16", src->f[fi].path, t[i].name, e->dtype_text);
