@@ -149,7 +149,7 @@ checks=$((checks + 1))
 h5diff "$workdir/q/step_00000002/model.h5" "$workdir/impq/step_00000000/model.h5" /model /model \
     >/dev/null || fail "MoE export and import: /model differs"
 expect_rc 1 "$ckpt" export "$workdir/r1" -o "$workdir/hfr"
-expect_in "$err" "not a Hugging Face Qwen3-MoE (it has no qk_norm)" "export refuses MoE without qk_norm"
+expect_in "$err" "not a Hugging Face Qwen3MoeForCausalLM (it has no qk_norm)" "export refuses MoE without qk_norm"
 
 # ep 8: 8 experts, one per rank, against their own 1-rank run (losses)
 common="$common model.num_experts=8 checkpoint.enabled=false"
