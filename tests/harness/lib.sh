@@ -114,19 +114,30 @@ PY
 params_close() {
     checks=$((checks + 1))
     python3 - "$1" "$2" "${4:-1e-5}" "$workdir" <<'PY' || fail "$3: parameters differ"
-import array, math, os, subprocess, sys
+import array, math, os, re, subprocess, sys
 a, b, rtol, tmp = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
-names = [l.split()[0] for l in subprocess.run(["h5ls", "-r", a + "/model"], check=True,
-         capture_output=True, text=True).stdout.splitlines() if "Dataset" in l]
+ls = [l.split(None, 1) for l in subprocess.run(["h5ls", "-r", a + "/model"], check=True,
+      capture_output=True, text=True).stdout.splitlines() if "Dataset" in l]
+names = [n for n, _ in ls]
+sizes = [math.prod(int(x) for x in re.findall(r"\d+", d.split("{", 1)[1])) for _, d in ls]
 assert names, "no /model tensors in " + a
-def load(f, name):
+def load_all(f):
+    # one h5dump for every tensor: their bytes concatenated in this order
     out = os.path.join(tmp, "t.bin")
-    subprocess.run(["h5dump", "-b", "LE", "-d", "/model" + name, "-o", out, f], check=True,
-                   capture_output=True)
-    v = array.array("f"); v.frombytes(open(out, "rb").read()); return v
+    cmd = ["h5dump", "-b", "LE", "-o", out]
+    for n in names:
+        cmd += ["-d", "/model" + n]
+    subprocess.run(cmd + [f], check=True, capture_output=True)
+    v = array.array("f"); v.frombytes(open(out, "rb").read())
+    assert len(v) == sum(sizes), (f, len(v), sum(sizes))
+    parts, at = {}, 0
+    for n, k in zip(names, sizes):
+        parts[n], at = v[at:at + k], at + k
+    return parts
+ta, tb = load_all(a), load_all(b)
 worst = 0
 for n in names:
-    x, y = load(a, n), load(b, n)
+    x, y = ta[n], tb[n]
     assert len(x) == len(y), (n, len(x), len(y))
     d = math.sqrt(sum((p - q) ** 2 for p, q in zip(x, y)))
     r = d / max(math.sqrt(sum(p * p for p in x)), 1e-30)
