@@ -65,6 +65,17 @@ mt_status_t mt_diag_finish(const mt_diag_t *d, const char *file, int line);
  * by mt_config_init to apply defaults through the same code as the file. */
 mt_status_t mt_cfg_set_default(mt_config_t *cfg, const mt_cfg_key_t *k);
 
+/* JSON text into buf[0, cap), always NUL-terminated; once something does
+ * not fit, full is set and nothing more is written (config_json_text.c). */
+typedef struct {
+    char *buf;
+    size_t cap, len;
+    bool full;
+} mt_jout_t;
+void mt_jout_put(mt_jout_t *o, const char *s, size_t n);
+void mt_jout_puts(mt_jout_t *o, const char *s);
+void mt_jout_string(mt_jout_t *o, const char *s); /* quoted and escaped */
+
 /* Closest known name among `names` (n of them) to `word`, or NULL. */
 const char *mt_closest_name(const char *word, const char *const *names, int n);
 

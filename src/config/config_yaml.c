@@ -414,51 +414,26 @@ static void unknown_key(parse_ctx_t *c, const yaml_node_t *kn, const char *prefi
 
 static void walk_mapping(parse_ctx_t *c, const yaml_node_t *map, const char *prefix);
 
+/* The key node in [start, p) named key, or NULL. */
+static const yaml_node_t *earlier_key(parse_ctx_t *c, yaml_node_pair_t *start,
+                                      yaml_node_pair_t *p, const char *key)
+{
+    for (yaml_node_pair_t *q = start; q < p; q++) {
+        yaml_node_t *qk = yaml_document_get_node(c->doc, q->key);
+        if (qk && qk->type == YAML_SCALAR_NODE &&
+            strcmp((const char *)qk->data.scalar.value, key) == 0)
+            return qk;
+    }
+    return NULL;
+}
+
 /* ------------------------------------------------------------------ */
 /* model.config: AutoModel's inline Hugging Face config, as JSON text   */
-
-typedef struct {
-    char *buf;
-    size_t cap, len;
-    bool full;
-} jout_t;
-
-static void jput(jout_t *o, const char *s, size_t n)
-{
-    if (o->full || o->len + n >= o->cap) {
-        o->full = true;
-        return;
-    }
-    memcpy(o->buf + o->len, s, n);
-    o->len += n;
-    o->buf[o->len] = '\0';
-}
-
-static void jputs(jout_t *o, const char *s) { jput(o, s, strlen(s)); }
-
-static void jstring(jout_t *o, const char *s)
-{
-    jputs(o, "\"");
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        char esc[8];
-        if (ch == '"' || ch == '\\') {
-            esc[0] = '\\', esc[1] = (char)ch, esc[2] = '\0';
-            jputs(o, esc);
-        } else if (ch < 0x20) {
-            snprintf(esc, sizeof esc, "\\u%04x", ch);
-            jputs(o, esc);
-        } else {
-            jput(o, s, 1);
-        }
-    }
-    jputs(o, "\"");
-}
 
 /* A YAML node as JSON: plain scalars resolve as YAML does (null, booleans,
  * numbers), anything else is a string; nested `_target_` keys (Hydra
  * selectors) are left out, the block's own is kept for the hf layer. */
-static bool node_json(parse_ctx_t *c, const yaml_node_t *n, const char *path, jout_t *o,
+static bool node_json(parse_ctx_t *c, const yaml_node_t *n, const char *path, mt_jout_t *o,
                       int depth)
 {
     char num[64];
@@ -467,7 +442,7 @@ static bool node_json(parse_ctx_t *c, const yaml_node_t *n, const char *path, jo
         return false;
     }
     if (!n || is_null_scalar(n)) {
-        jputs(o, "null");
+        mt_jout_puts(o, "null");
         return true;
     }
     if (n->type == YAML_SCALAR_NODE) {
@@ -476,38 +451,38 @@ static bool node_json(parse_ctx_t *c, const yaml_node_t *n, const char *path, jo
         double dv;
         bool bv;
         if (!plain_scalar(n))
-            jstring(o, s);
+            mt_jout_string(o, s);
         else if (parse_bool(s, &bv))
-            jputs(o, bv ? "true" : "false");
+            mt_jout_puts(o, bv ? "true" : "false");
         else if (parse_int(s, &iv))
-            snprintf(num, sizeof num, "%lld", (long long)iv), jputs(o, num);
+            snprintf(num, sizeof num, "%lld", (long long)iv), mt_jout_puts(o, num);
         else if (parse_float(s, &dv)) {
             for (int prec = 6; prec <= 17; prec++) { /* shortest text that reads back */
                 snprintf(num, sizeof num, "%.*g", prec, dv);
                 if (strtod(num, NULL) == dv)
                     break;
             }
-            jputs(o, num);
+            mt_jout_puts(o, num);
         } else
-            jstring(o, s);
+            mt_jout_string(o, s);
         return true;
     }
     if (n->type == YAML_SEQUENCE_NODE) {
-        jputs(o, "[");
+        mt_jout_puts(o, "[");
         int i = 0;
         for (yaml_node_item_t *it = n->data.sequence.items.start;
              it < n->data.sequence.items.top; it++, i++) {
             char sub[MT_PATH_MAX];
             snprintf(sub, sizeof sub, "%s[%d]", path, i);
             if (i)
-                jputs(o, ",");
+                mt_jout_puts(o, ",");
             if (!node_json(c, yaml_document_get_node(c->doc, *it), sub, o, depth + 1))
                 return false;
         }
-        jputs(o, "]");
+        mt_jout_puts(o, "]");
         return true;
     }
-    jputs(o, "{");
+    mt_jout_puts(o, "{");
     int written = 0;
     yaml_node_pair_t *start = n->data.mapping.pairs.start, *top = n->data.mapping.pairs.top;
     for (yaml_node_pair_t *p = start; p < top; p++) {
@@ -517,27 +492,24 @@ static bool node_json(parse_ctx_t *c, const yaml_node_t *n, const char *path, jo
             return false;
         }
         const char *key = (const char *)kn->data.scalar.value;
-        for (yaml_node_pair_t *q = start; q < p; q++) {
-            yaml_node_t *qk = yaml_document_get_node(c->doc, q->key);
-            if (qk && qk->type == YAML_SCALAR_NODE &&
-                strcmp((const char *)qk->data.scalar.value, key) == 0) {
-                PERR(c, kn, "%s.%s: duplicate key (first defined at line %d)", path, key,
-                     (int)qk->start_mark.line + 1);
-                return false;
-            }
+        const yaml_node_t *qk = earlier_key(c, start, p, key);
+        if (qk) {
+            PERR(c, kn, "%s.%s: duplicate key (first defined at line %d)", path, key,
+                 (int)qk->start_mark.line + 1);
+            return false;
         }
         if (strcmp(key, "_target_") == 0 && depth > 0)
             continue;
         char sub[MT_PATH_MAX];
         snprintf(sub, sizeof sub, "%s.%s", path, key);
         if (written++)
-            jputs(o, ",");
-        jstring(o, key);
-        jputs(o, ":");
+            mt_jout_puts(o, ",");
+        mt_jout_string(o, key);
+        mt_jout_puts(o, ":");
         if (!node_json(c, yaml_document_get_node(c->doc, p->value), sub, o, depth + 1))
             return false;
     }
-    jputs(o, "}");
+    mt_jout_puts(o, "}");
     return true;
 }
 
@@ -554,7 +526,7 @@ static void set_model_config(parse_ctx_t *c, const yaml_node_t *vn)
                     "pretrained_model_name_or_path), got %s", got);
         return;
     }
-    jout_t o = {dst, sizeof c->cfg->model.hf_config, 0, false};
+    mt_jout_t o = {dst, sizeof c->cfg->model.hf_config, 0, false};
     if (!node_json(c, vn, "model.config", &o, 0)) {
         dst[0] = '\0';
         return;
@@ -615,18 +587,11 @@ static void walk_mapping(parse_ctx_t *c, const yaml_node_t *map, const char *pre
             continue;
         }
         const char *key = (const char *)kn->data.scalar.value;
-        bool dup = false;
-        for (yaml_node_pair_t *q = start; q < p; q++) {
-            yaml_node_t *qk = yaml_document_get_node(c->doc, q->key);
-            if (qk && qk->type == YAML_SCALAR_NODE &&
-                strcmp((const char *)qk->data.scalar.value, key) == 0) {
-                PERR(c, kn, "%s%s%s: duplicate key (first defined at line %d)", prefix,
-                     prefix[0] ? "." : "", key, (int)qk->start_mark.line + 1);
-                dup = true;
-                break;
-            }
-        }
-        if (!dup)
+        const yaml_node_t *qk = earlier_key(c, start, p, key);
+        if (qk)
+            PERR(c, kn, "%s%s%s: duplicate key (first defined at line %d)", prefix,
+                 prefix[0] ? "." : "", key, (int)qk->start_mark.line + 1);
+        else
             handle_pair(c, kn, vn, prefix);
     }
 }
