@@ -294,7 +294,7 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
     m->L_full = mc->num_hidden_layers;
     m->nh = mc->num_attention_heads / m->tp, m->nkv = mc->num_key_value_heads.value / m->tp;
     m->hd = cfg->derived.head_dim;
-    m->eps = (float)mc->rms_norm_eps, m->theta = mc->rope_theta, m->init_std = mc->initializer_range;
+    m->eps = (float)mc->rms_norm_eps, m->init_std = mc->initializer_range;
     m->tied = mc->tie_word_embeddings, m->qk_norm = mc->qk_norm;
     m->qk_norm_whole = mt_model_qk_norm_whole(mc);
     if (m->qk_norm_whole && m->tp > 1)

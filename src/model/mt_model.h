@@ -161,7 +161,7 @@ typedef struct {
     int tp, tp_rank;     /* 1, 0 on one device */
     int64_t v_lo, V_valid_full;
     float eps;
-    double theta, init_std;
+    double init_std;
     bool tied, qk_norm, checkpointing;
     bool qk_norm_whole;  /* q/k norm over all heads of the projection (OLMoE), not per head */
     int64_t B, T, N;     /* micro-batch: B rows of T tokens, N = B*T */
