@@ -96,6 +96,12 @@ static const mt_cfg_enum_t consolidate_enum[] = {
     {"final", MT_CONSOLIDATE_FINAL, false},
     {NULL, 0, false}};
 
+static const mt_cfg_enum_t nonfinite_enum[] = {
+    {"stop", MT_NONFINITE_STOP, false},
+    {"skip", MT_NONFINITE_SKIP, false},
+    {"ignore", MT_NONFINITE_IGNORE, false},
+    {NULL, 0, false}};
+
 const mt_cfg_section_t mt_cfg_sections[] = {
     {"model", "The model, with Hugging Face config.json field names."},
     {"model.rope_scaling", "RoPE scaling, config.json's rope_scaling, with the meaning of "
@@ -114,6 +120,7 @@ const mt_cfg_section_t mt_cfg_sections[] = {
     {"checkpoint", "HDF5 checkpoints."},
     {"logging", "Step log and metrics."},
     {"rng", "Random number generation."},
+    {"training", "What the step loop does with a diverged step."},
 };
 const int mt_cfg_nsections = (int)(sizeof mt_cfg_sections / sizeof mt_cfg_sections[0]);
 
@@ -397,6 +404,16 @@ const mt_cfg_key_t mt_cfg_keys[] = {
     /* rng */
     K_INT("rng.seed", rng.seed, "42", 0,
           "Seed of the initial weights; they depend on it and the model, never on the mesh."),
+
+    /* training */
+    K_ENUM("training.on_nonfinite", training.on_nonfinite, nonfinite_enum, "stop",
+           "A step whose loss or gradient norm is NaN or infinite on any rank: `stop` ends the "
+           "run with an error naming the step and the quantity, before the update and saving "
+           "nothing; `skip` leaves the weights and optimizer state as they were and goes on; "
+           "`ignore` updates anyway. A checkpoint of non-finite weights is never written."),
+    K_INT("training.max_nonfinite_skips", training.max_nonfinite_skips, "3", 1,
+          "With on_nonfinite: skip, the run ends with an error after this many consecutive "
+          "skipped steps."),
 };
 const int mt_cfg_nkeys = (int)(sizeof mt_cfg_keys / sizeof mt_cfg_keys[0]);
 

@@ -214,6 +214,15 @@ typedef struct {
     int64_t seed;
 } mt_rng_config_t;
 
+/* training.on_nonfinite: what a step whose loss or gradient norm is not
+ * finite does. */
+typedef enum { MT_NONFINITE_STOP, MT_NONFINITE_SKIP, MT_NONFINITE_IGNORE } mt_nonfinite_t;
+
+typedef struct {
+    mt_nonfinite_t on_nonfinite;
+    int64_t max_nonfinite_skips;
+} mt_training_config_t;
+
 /* Where a key's value came from, for error messages. */
 typedef enum { MT_ORIGIN_DEFAULT = 0, MT_ORIGIN_FILE, MT_ORIGIN_OVERRIDE } mt_origin_kind_t;
 
@@ -256,6 +265,7 @@ typedef struct mt_config {
     mt_checkpoint_config_t checkpoint;
     mt_logging_config_t logging;
     mt_rng_config_t rng;
+    mt_training_config_t training;
 
     mt_derived_t derived;
     bool validated;

@@ -114,6 +114,7 @@ typedef struct {
     double peak, flops_tok;   /* MFU: peak GFLOP/s, FLOPs per token of the whole model */
     double t_run;             /* when the first step began */
     FILE *out, *metrics;      /* the step log and metrics.jsonl (rank 0) */
+    int64_t skipped, consecutive; /* steps skipped as non-finite: all, and in a row */
 } loop_t;
 
 /* One step's figures for the log. */
@@ -390,21 +391,37 @@ static mt_status_t sumsq_over_mesh(mt_train_run_t *r, double part[2])
     return MT_OK;
 }
 
-/* Global gradient norm over every shard, clipping, the AdamW update of this
- * rank's segments, and the all-gather that unsharded parameters need. */
-static mt_status_t update(mt_train_run_t *r, const mt_config_t *cfg, int64_t step, double *gnorm,
-                          double *lr)
+/* Global gradient norm over every shard. */
+static mt_status_t grad_norm(mt_train_run_t *r, const mt_config_t *cfg, double *gnorm)
 {
-    mt_model_t *m = &r->model;
     double part[2] = {0, 0};
     for (int k = 0; k < r->nseg; k++)
         MT_TRY(segment_sumsq(r, cfg, &r->seg[k], part));
     MT_TRY(sumsq_over_mesh(r, part));
     double experts = 0; /* the experts' reduction and share of the norm (train_moe.c) */
-    MT_TRY(mt_train_moe_grad_sumsq(&r->moe, m, &experts));
+    MT_TRY(mt_train_moe_grad_sumsq(&r->moe, &r->model, &experts));
     *gnorm = sqrt(part[0] + part[1] + experts);
-    double coef = mt_clip_coef(*gnorm, cfg->optimizer.max_grad_norm);
+    return MT_OK;
+}
+
+/* Clipping, the AdamW update of this rank's segments (none when !apply:
+ * a skipped step leaves weights and optimizer state as they were), and
+ * the all-gather that unsharded parameters need either way. */
+static mt_status_t update(mt_train_run_t *r, const mt_config_t *cfg, int64_t step, double gnorm,
+                          bool apply, double *lr)
+{
+    mt_model_t *m = &r->model;
+    double coef = mt_clip_coef(gnorm, cfg->optimizer.max_grad_norm);
     *lr = mt_lr_at(cfg, step);
+    if (!apply) {
+        if (r->moe.on && r->moe.sharded) {
+            MT_TRY(mt_fsdp_after_update(&r->moe.fsdp));
+            MT_TRY(mt_fsdp_sync(&r->moe.fsdp));
+        }
+        if (r->sharded)
+            MT_TRY(mt_fsdp_after_update(&r->fsdp));
+        return MT_OK;
+    }
     /* clipping inside the update: its coefficient scales each gradient as
      * AdamW reads it */
     mt_adamw_step(&r->opt, m, r->seg, r->nseg, &cfg->optimizer, *lr, (float)coef);
@@ -416,9 +433,96 @@ static mt_status_t update(mt_train_run_t *r, const mt_config_t *cfg, int64_t ste
     return MT_OK;
 }
 
+/* *name: the first tensor of the segments whose values (grads false) or
+ * gradients (true) hold a NaN or an infinity on this rank, or "" when
+ * none does.  Only on the error path: one sum per tensor. */
+static void first_nonfinite(const mt_model_t *m, const mt_segment_t *seg, int nseg, bool grads,
+                            char *name, size_t cap)
+{
+    name[0] = '\0';
+    for (int k = 0; k < nseg; k++)
+        for (int i = 0; i < m->nparams; i++) {
+            const mt_param_t *p = &m->params[i];
+            int64_t a, n = mt_param_overlap(p, seg[k].offset, seg[k].offset + seg[k].count, &a);
+            if (n == 0)
+                continue;
+            const float *v = (grads ? seg[k].grad : seg[k].param) + (a - seg[k].offset);
+            if (!isfinite(m->be->sum_squares(v, n))) {
+                snprintf(name, cap, "%s", p->name);
+                return;
+            }
+        }
+}
+
+/* The lowest rank of comm with a non-finite tensor, and that tensor's
+ * name, into who/name (who is the size of comm when no rank has one).
+ * Collective over comm. */
+static mt_status_t agree_nonfinite(const mt_train_run_t *r, MPI_Comm comm, bool grads, int *who,
+                                   char name[MT_PARAM_NAME_MAX])
+{
+    int rank, size;
+    MT_MPI_TRY(MPI_Comm_rank(comm, &rank));
+    MT_MPI_TRY(MPI_Comm_size(comm, &size));
+    first_nonfinite(&r->model, r->seg, r->nseg, grads, name, MT_PARAM_NAME_MAX);
+    if (!name[0] && r->moe.on)
+        first_nonfinite(&r->moe.view, r->moe.seg, r->moe.nseg, grads, name, MT_PARAM_NAME_MAX);
+    int mine = name[0] ? rank : size;
+    MT_TRY(mt_allreduce(&mine, who, 1, MPI_INT, MPI_MIN, comm));
+    if (*who < size)
+        MT_MPI_TRY(MPI_Bcast(name, MT_PARAM_NAME_MAX, MPI_CHAR, *who, comm));
+    return MT_OK;
+}
+
+/* A step whose loss sum or gradient norm is not finite on some rank, by
+ * training.on_nonfinite: *apply false to skip the update; an error to
+ * stop before it (nothing is saved).  Collective over lp->comm: every rank
+ * decides alike. */
+static mt_status_t check_finite(const mt_train_run_t *r, loop_t *lp, const mt_config_t *cfg,
+                                int64_t step, double loss_sum, double gnorm, bool *apply)
+{
+    int bad = (isfinite(loss_sum) ? 0 : 1) | (isfinite(gnorm) ? 0 : 2), any = 0;
+    MT_TRY(mt_allreduce(&bad, &any, 1, MPI_INT, MPI_BOR, lp->comm));
+    *apply = true;
+    if (any == 0) {
+        lp->consecutive = 0;
+        return MT_OK;
+    }
+    mt_nonfinite_t how = cfg->training.on_nonfinite;
+    if (how == MT_NONFINITE_IGNORE)
+        return MT_OK;
+    int who;
+    char name[MT_PARAM_NAME_MAX];
+    MT_TRY(agree_nonfinite(r, lp->comm, true, &who, name));
+    char what[2 * MT_PARAM_NAME_MAX];
+    const char *q = (any & 1) && (any & 2) ? "the loss and the gradient norm are"
+                    : (any & 1)            ? "the loss is" : "the gradient norm is";
+    if (who < lp->size)
+        snprintf(what, sizeof what, "%s not finite; first non-finite gradient: %s (rank %d)", q,
+                 name, who);
+    else
+        snprintf(what, sizeof what, "%s not finite (every gradient is finite)", q);
+    if (how == MT_NONFINITE_STOP)
+        MT_FAIL(MT_ERR_RANGE, "step %lld: %s; training.on_nonfinite is stop: the run ends "
+                "before this step's update and saves nothing; the last checkpoint is as it was",
+                (long long)step, what);
+    lp->skipped++, lp->consecutive++;
+    if (lp->consecutive > cfg->training.max_nonfinite_skips)
+        MT_FAIL(MT_ERR_RANGE, "step %lld: %s; %lld steps in a row were skipped "
+                "(training.max_nonfinite_skips %lld): the run ends and saves nothing",
+                (long long)step, what, (long long)lp->consecutive,
+                (long long)cfg->training.max_nonfinite_skips);
+    if (lp->rank == 0 && lp->out) {
+        fprintf(lp->out, "warning: step %lld: %s; update skipped (%lld in a row, %lld in all)\n",
+                (long long)step, what, (long long)lp->consecutive, (long long)lp->skipped);
+        fflush(lp->out);
+    }
+    *apply = false;
+    return MT_OK;
+}
+
 /* Step `step`: its batches, forward and backward, the reduced gradients,
  * the update and the experts' figures; f gets all but the validation loss. */
-static mt_status_t train_step(mt_train_run_t *r, const loop_t *lp, const mt_config_t *cfg,
+static mt_status_t train_step(mt_train_run_t *r, loop_t *lp, const mt_config_t *cfg,
                               int64_t step, step_figures_t *f)
 {
     double t0 = mt_now_s(), w0 = mt_comm_wait_seconds();
@@ -436,7 +540,10 @@ static mt_status_t train_step(mt_train_run_t *r, const loop_t *lp, const mt_conf
     mt_train_moe_begin_step(&r->moe, &r->model, in_schedule, scale);
     MT_TRY(forward_backward(r, lp, in_schedule, scale, &local_sum));
     MT_TRY(finish_gradients(r, lp, in_schedule, scale, local_sum, &sum));
-    MT_TRY(update(r, cfg, step, &f->gnorm, &f->lr));
+    MT_TRY(grad_norm(r, cfg, &f->gnorm));
+    bool apply = true;
+    MT_TRY(check_finite(r, lp, cfg, step, sum, f->gnorm, &apply));
+    MT_TRY(update(r, cfg, step, f->gnorm, apply, &f->lr));
     MT_TRY(mt_train_moe_step_stats(&r->moe, &r->model));
     /* the objective: token-mean cross-entropy + coef x mean aux loss */
     f->loss = count ? sum / (double)count + r->moe.coef * r->moe.aux : NAN;
@@ -511,6 +618,13 @@ static mt_status_t checkpoint_or_stop(mt_train_run_t *r, const loop_t *lp, const
     if (cfg->checkpoint.enabled && (periodic || step == lp->max_steps || *stop)) {
         if (r->sharded)
             MT_TRY(mt_fsdp_sync(&r->fsdp));
+        int who;
+        char name[MT_PARAM_NAME_MAX];
+        MT_TRY(agree_nonfinite(r, lp->comm, false, &who, name));
+        if (who < lp->size)
+            MT_FAIL(MT_ERR_RANGE, "step %lld: weight %s (rank %d) is not finite: no checkpoint "
+                    "is written of it; the last checkpoint is as it was", (long long)step, name,
+                    who);
         MT_TRY(mt_train_save(lp->comm, cfg, &r->ckpt, step, lp->G));
     }
     if (*stop && lp->rank == 0 && lp->out)
