@@ -507,8 +507,8 @@ static mt_status_t check_finite(const mt_train_run_t *r, loop_t *lp, const mt_co
                 (long long)step, what);
     lp->skipped++, lp->consecutive++;
     if (lp->consecutive > cfg->training.max_nonfinite_skips)
-        MT_FAIL(MT_ERR_RANGE, "step %lld: %s; %lld steps in a row were skipped "
-                "(training.max_nonfinite_skips %lld): the run ends and saves nothing",
+        MT_FAIL(MT_ERR_RANGE, "step %lld: %s; %lld steps in a row were not finite, more than "
+                "training.max_nonfinite_skips (%lld) skips: the run ends and saves nothing",
                 (long long)step, what, (long long)lp->consecutive,
                 (long long)cfg->training.max_nonfinite_skips);
     if (lp->rank == 0 && lp->out) {

@@ -1,6 +1,7 @@
 # tests/train: resume bit for bit, mixed precision, device discipline of
 # the whole trainer, packed sequences
 MT_TRAIN_TESTS = tests/train/train_resume.sh tests/train/mixed_precision.sh \
-	tests/train/device_guard.sh tests/train/packing.sh
+	tests/train/device_guard.sh tests/train/packing.sh \
+	tests/train/nonfinite.sh
 TESTS += $(MT_TRAIN_TESTS)
 EXTRA_DIST += $(MT_TRAIN_TESTS)
