@@ -267,10 +267,22 @@ mt_status_t mt_ckpt_publish(const char *dir, const char *name, const char *tmp, 
     MT_TRY(rm_rf(aside));
 
     snprintf(line, sizeof line, "%s\n", name);
-    MT_TRY(write_synced(latest_tmp, line));
-    if (rename(latest_tmp, latest) != 0)
-        MT_FAIL(MT_ERR_IO, "cannot rename %s to %s: %s", latest_tmp, latest, strerror(errno));
-    MT_TRY(sync_path(dir, 1));
+    mt_status_t s = write_synced(latest_tmp, line);
+    if (s == MT_OK && rename(latest_tmp, latest) != 0)
+        s = mt_error_set(MT_ERR_IO, __FILE__, __LINE__, "cannot rename %s to %s: %s",
+                         latest_tmp, latest, strerror(errno));
+    if (s == MT_OK)
+        s = sync_path(dir, 1);
+    if (s != MT_OK) {
+        /* the step directory is already published and verifies: say so,
+         * and leave no half-written pointer behind */
+        unlink(latest_tmp);
+        mt_error_append(" (checkpoint %s itself is complete and verifies; `latest` was not "
+                        "updated; resume: auto finds the step by scanning the directory)",
+                        final);
+        mt_error_trace(__FILE__, __LINE__);
+        return s;
+    }
 
     if (prune(dir, step, keep) != MT_OK) {
         mt_error_append(" (checkpoint %s itself is complete)", final);

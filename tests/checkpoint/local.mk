@@ -7,6 +7,7 @@ tests_checkpoint_test_checkpoint_SOURCES = tests/checkpoint/test_checkpoint.c \
 # the test also opens files with plain serial HDF5 calls
 tests_checkpoint_test_checkpoint_LDADD = $(LDADD) $(HDF5_LIBS)
 MT_CHECKPOINT_TESTS = tests/checkpoint/checkpoint-np1.mpi tests/checkpoint/checkpoint-np4.mpi \
-	tests/checkpoint/checkpoint_h5dump.sh tests/checkpoint/ckpt_tool.sh
+	tests/checkpoint/checkpoint_h5dump.sh tests/checkpoint/ckpt_tool.sh \
+	tests/checkpoint/latest_fail.sh
 TESTS += $(MT_CHECKPOINT_TESTS)
 EXTRA_DIST += $(MT_CHECKPOINT_TESTS)
