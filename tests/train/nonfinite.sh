@@ -7,12 +7,14 @@
 #    the checkpoints after skipped steps hold step 1's weights.
 #  ignore: the update goes on, but the save of non-finite weights is
 #    refused, so step 1's checkpoint stays the newest.
+#  The same loop in meshtrain-moe (skip, experts split over ep 2) and
+#  meshtrain-cp (stop, cp 2).
 . "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 dense="$bindir/meshtrain-dense"
 [ -r "$data" ] || { echo "no $data: build it with make"; exit 99; }
 run() {
     name=$1; shift
-    expect_rc 1 np 2 "$dense" --config "$small_cfg" dataset.path="$data" \
+    expect_rc 1 np 2 "${app:-$dense}" --config "$small_cfg" dataset.path="$data" \
         checkpoint.checkpoint_dir="$workdir/$name" logging.metrics_file="$workdir/$name.jsonl" \
         optimizer.lr=1e30 lr_scheduler.lr_warmup_steps=0 step_scheduler.ckpt_every_steps=1 \
         checkpoint.keep_last_n=0 "$@"
@@ -63,6 +65,20 @@ checks=$((checks + 1))
 [ "$(steps ignore)" = "step_00000001 " ] && [ "$(cat "$workdir/ignore/latest")" = step_00000001 ] ||
     fail "ignore: checkpoints $(steps ignore)"
 leftovers ignore
+
+app="$bindir/meshtrain-moe" run moe training.on_nonfinite=skip model.num_experts=4 \
+    model.num_experts_per_tok=2 model.moe_intermediate_size=32 distributed.ep_size=2
+expect_in "$all" "4 steps in a row were not finite" "moe: skip limit"
+if command -v h5diff >/dev/null 2>&1; then
+    checks=$((checks + 1))
+    h5diff "$workdir/moe/step_00000001/model.h5" "$workdir/moe/step_00000004/model.h5" \
+        /model /model > "$workdir/h5diff" 2>&1 ||
+        fail "moe: skipped steps changed the weights: $(head -5 "$workdir/h5diff")"
+fi
+app="$bindir/meshtrain-cp" run cp distributed.cp_size=2
+expect_in "$all" "step 2: the loss and the gradient norm are not finite" "cp: stop"
+checks=$((checks + 1))
+[ "$(steps cp)" = "step_00000001 " ] || fail "cp: checkpoints $(steps cp)"
 
 # an unknown policy is refused by the config
 expect_rc 1 "$dense" --config "$small_cfg" dataset.path="$data" training.on_nonfinite=maybe --dry-run
