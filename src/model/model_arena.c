@@ -297,10 +297,11 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
     m->eps = (float)mc->rms_norm_eps, m->init_std = mc->initializer_range;
     m->tied = mc->tie_word_embeddings, m->qk_norm = mc->qk_norm;
     m->qk_norm_whole = mt_model_qk_norm_whole(mc);
-    if (m->qk_norm_whole && m->tp > 1)
-        MT_FAIL(MT_ERR_UNSUPPORTED, "OlmoeForCausalLM normalises q and k over the whole "
-                "projection, which tensor parallelism splits over ranks: not supported yet, "
-                "use tp_size 1");
+    /* the TP whole-row norm (model.c) sums its rows on the host */
+    if (m->qk_norm_whole && m->tp > 1 && (!be->host_memory || be->stores_bf16))
+        MT_FAIL(MT_ERR_UNSUPPORTED, "OlmoeForCausalLM under tensor parallelism (its q/k norm "
+                "spans ranks) runs only on the plain cpu tables (cpu, cpu_bf16): not "
+                "supported on backend '%s' yet, use tp_size 1", be->name ? be->name : "?");
     m->checkpointing = cfg->distributed.activation_checkpointing;
     m->bf16 = cfg->distributed.mp_policy.param_dtype == MT_DTYPE_BFLOAT16;
     /* bf16 storage: every activation is bf16 bits already (and the kept
@@ -398,9 +399,14 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
         LB(bo, wo, o_bias);
         if (m->qk_norm) {
             const int64_t gq = m->qk_norm_whole ? m->nh : 1, gk = m->qk_norm_whole ? m->nkv : 1;
-            LP(q_norm, "self_attn.q_norm.weight", m->hd * gq, 0, true, -1);
-            LP(k_norm, "self_attn.k_norm.weight", m->hd * gk, 0, true, -1);
-            p->q_norm->tp_partial_grad = p->k_norm->tp_partial_grad = m->tp > 1;
+            /* over the whole projection the norm weight is split like the
+             * heads, its gradient local; per head every rank holds it whole */
+            const int64_t tq = m->qk_norm_whole ? m->tp : 1;
+            const int nd = m->qk_norm_whole ? 0 : -1;
+            LP(q_norm, "self_attn.q_norm.weight", m->hd * gq * tq, 0, true, nd);
+            LP(k_norm, "self_attn.k_norm.weight", m->hd * gk * tq, 0, true, nd);
+            p->q_norm->tp_partial_grad = p->k_norm->tp_partial_grad =
+                m->tp > 1 && !m->qk_norm_whole;
         }
         LP(mlp_norm, "post_attention_layernorm.weight", H, 0, true, -1);
         /* under sequence parallelism each rank normalises its own tokens */

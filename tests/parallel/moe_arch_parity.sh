@@ -7,8 +7,10 @@
 # experts under block_sparse_moe.experts.E.w1/w3/w2: against 1 rank on ep 2,
 # tp 2 with sequence parallelism, pp 2 and cp 2.  OLMoE: q/k norm over
 # the whole projection (q_norm [nh * head_dim]), top-2 without
-# renormalisation: against 1 rank on ep 2, pp 2 and cp 2; tensor
-# parallelism is refused, naming why.  20 steps as the other parity tests:
+# renormalisation: against 1 rank on ep 2, pp 2, cp 2, tp 2 (the norm's
+# row sums added over the TP group), tp 2 with sequence parallelism and
+# activation checkpointing, and tp 2 x ep 2 (bf16 storage refused under
+# tp).  20 steps as the other parity tests:
 # step 1 within 1e-6, every step within 1e-5, final parameters within 5e-5.
 . "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 app="$bindir/meshtrain-moe"
@@ -45,8 +47,15 @@ common="$parity_common $moe model.architecture=OlmoeForCausalLM model.qk_norm=tr
 train o1 1
 train oe2 2 distributed.ep_size=2
 train oc2 2 distributed.cp_size=2
+train ot2 2 distributed.tp_size=2
+train ots2 2 distributed.tp_size=2 distributed.sequence_parallel=true \
+    distributed.activation_checkpointing=true
+train ote4 4 distributed.tp_size=2 distributed.ep_size=2
 parity o1 oe2 "OLMoE, ep 2"
 parity o1 oc2 "OLMoE, cp 2"
+parity o1 ot2 "OLMoE, tp 2"
+parity o1 ots2 "OLMoE, tp 2 (sequence parallel, activation checkpointing)"
+parity o1 ote4 "OLMoE, tp 2 x ep 2"
 common="$common checkpoint.enabled=false"
 train op2 2 $pp2
 compare_losses "$workdir/o1.jsonl" "$workdir/op2.jsonl" "OLMoE, pp 2"
@@ -63,8 +72,12 @@ a, b = ([json.loads(l)["loss"] for l in open(f)] for f in sys.argv[1:])
 assert abs(a[-1] - b[-1]) > 1e-4 * abs(b[-1]), (a[-1], b[-1])
 print(f"step 20: OLMoE {a[-1]:.6f}, per-head q/k norm {b[-1]:.6f}")
 PY
+# the TP norm is a host loop: bf16 storage (as on CUDA) is refused, naming why
 common="$parity_common $moe model.architecture=OlmoeForCausalLM model.qk_norm=true"
+MESHTRAIN_BF16_STORAGE=1
+export MESHTRAIN_BF16_STORAGE
 expect_rc 1 np 2 "$app" --config "$cfg" $common distributed.tp_size=2 \
-    checkpoint.checkpoint_dir="$workdir/ot2"
-expect_in "$err" "OlmoeForCausalLM normalises q and k over the whole projection" "OLMoE under tp 2 refused"
+    distributed.mp_policy.param_dtype=bfloat16 checkpoint.checkpoint_dir="$workdir/otb2"
+unset MESHTRAIN_BF16_STORAGE
+expect_in "$err" "OlmoeForCausalLM under tensor parallelism" "OLMoE under tp 2 with bf16 storage refused"
 finish
