@@ -23,6 +23,9 @@
 
 #define MT_HF_NAME_MAX 200    /* tensor names (the checkpoint's paths hold 256) */
 #define MT_ST_MAX_DIMS 8
+/* config.json bounds: layer, head and expert counts; every other size */
+#define MT_HF_COUNT_MAX (INT64_C(1) << 16)
+#define MT_HF_SIZE_MAX (INT64_C(1) << 32)
 #define MT_ST_MAX_HEADER (100u << 20) /* as the safetensors reference reader */
 #define MT_HF_INDEX "model.safetensors.index.json"
 #define MT_HF_SINGLE "model.safetensors"

@@ -1,4 +1,7 @@
-/* test_st_hostile: safetensors headers a hostile file could carry.  An
+/* test_st_hostile: Hugging Face inputs a hostile file could carry.  A
+ * Qwen3-MoE config.json with a huge num_hidden_layers or sizes whose
+ * products overflow int64 is refused naming the key, at once (it looped
+ * over the layers before anything bounded them).  An
  * overlap hidden behind a zero-length tensor is refused naming both
  * tensors; an 8-dimensional shape of int64 extremes formats in full into
  * a MT_HF_SHAPE_TEXT_CAP buffer and marks a cut in a smaller one, never
@@ -11,6 +14,7 @@
 
 #include "hf_internal.h"
 #include "mt_test.h"
+#include "mt_config.h"
 
 /* Write the header JSON `json` plus `data` zero bytes to a temp file and
  * read its header back: the status, with the error in mt_error_message. */
@@ -101,8 +105,52 @@ static void test_shape_text(void)
           "8-dim shape with a 0 reads: %s", mt_error_message());
 }
 
+/* A Qwen3-MoE config.json with one integer field replaced by `value`. */
+static mt_status_t moe_config(const char *key, const char *value)
+{
+    char text[2048];
+    snprintf(text, sizeof text,
+             "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"model_type\": \"qwen3_moe\", "
+             "\"vocab_size\": %s, \"hidden_size\": %s, \"intermediate_size\": 128, "
+             "\"num_hidden_layers\": %s, \"num_attention_heads\": 4, "
+             "\"num_key_value_heads\": 2, \"head_dim\": 16, \"num_experts\": 4, "
+             "\"num_experts_per_tok\": 2, \"moe_intermediate_size\": 32, "
+             "\"mlp_only_layers\": [0], \"decoder_sparse_step\": 1}",
+             strcmp(key, "vocab_size") == 0 ? value : "256",
+             strcmp(key, "hidden_size") == 0 ? value : "64",
+             strcmp(key, "num_hidden_layers") == 0 ? value : "2");
+    json_t *j = NULL;
+    mt_status_t s = mt_hf_json_parse(text, strlen(text), "config.json", &j);
+    CHECK(s == MT_OK, "parse: %s", s == MT_OK ? "" : mt_error_message());
+    if (s != MT_OK)
+        return s;
+    mt_config_t cfg;
+    mt_config_init(&cfg);
+    s = mt_hf_config_to_model(j, "config.json", &cfg.model, NULL);
+    json_decref(j);
+    return s;
+}
+
+static void test_config_bounds(void)
+{
+    mt_status_t s = moe_config("", "");
+    CHECK(s == MT_OK, "plain MoE config: %s", s == MT_OK ? "" : mt_error_message());
+    s = moe_config("num_hidden_layers", "4611686018427387904");
+    CHECK(s == MT_ERR_IO, "2^62 layers refused (and no hang)");
+    CHECK_CONTAINS(mt_error_message(),
+                   "config.json: \"num_hidden_layers\": 4611686018427387904 is more than "
+                   "meshtrain accepts (at most 65536)");
+    s = moe_config("vocab_size", "4611686018427387904");
+    CHECK(s == MT_ERR_IO, "vocab_size 2^62 refused");
+    CHECK_CONTAINS(mt_error_message(), "\"vocab_size\": 4611686018427387904 is more than");
+    s = moe_config("hidden_size", "4611686018427387904");
+    CHECK(s == MT_ERR_IO, "hidden_size 2^62 refused");
+    CHECK_CONTAINS(mt_error_message(), "\"hidden_size\"");
+}
+
 int main(void)
 {
+    test_config_bounds();
     test_overlap();
     test_shape_text();
     return mt_test_exit("test_st_hostile");
