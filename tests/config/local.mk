@@ -14,3 +14,6 @@ EXTRA_DIST += $(MT_CONFIG_TESTS)
 check_PROGRAMS += tests/config/test_config_emit
 tests_config_test_config_emit_SOURCES = tests/config/test_config_emit.c tests/harness/mt_test.h
 TESTS += tests/config/test_config_emit
+# sizes whose products overflow int64 are refused by name
+TESTS += tests/config/config_overflow.sh
+EXTRA_DIST += tests/config/config_overflow.sh
