@@ -50,6 +50,24 @@ mt_status_t mt_ckpt_h5_fail(const char *src, int line, const char *fmt, ...)
     return mt_error_set(MT_ERR_IO, src, line, "%s (HDF5: %s)", what, why);
 }
 
+/* Refuse an attribute that is not a single element before anything reads
+ * it: H5Aread writes every element, and the buffers below hold one. */
+static mt_status_t attr_check_scalar(const char *fname, hid_t a, const char *obj,
+                                     const char *name)
+{
+    hid_t sp = H5Aget_space(a);
+    if (sp < 0)
+        H5_FAIL("%s: cannot read the shape of attribute %s %s", fname, obj, name);
+    H5S_class_t cls = H5Sget_simple_extent_type(sp);
+    hssize_t n = H5Sget_simple_extent_npoints(sp);
+    H5Sclose(sp);
+    if (cls != H5S_SCALAR || n != 1)
+        MT_FAIL(MT_ERR_IO, "%s: attribute %s %s is not a scalar (%s, %lld elements)", fname, obj,
+                name, cls == H5S_SIMPLE ? "an array" : cls == H5S_NULL ? "empty" : "unknown",
+                (long long)n);
+    return MT_OK;
+}
+
 /* A string attribute as a malloc'd copy (fixed or variable length, so
  * files edited by other tools still read); *out = NULL when absent. */
 mt_status_t mt_ckpt_h5_attr_string(const char *fname, hid_t file, const char *obj,
@@ -65,6 +83,7 @@ mt_status_t mt_ckpt_h5_attr_string(const char *fname, hid_t file, const char *ob
     mt_status_t s = MT_OK;
     if (a < 0 || (ft = H5Aget_type(a)) < 0) {
         s = h5_fail(__FILE__, __LINE__, "%s: cannot open attribute %s %s", fname, obj, name);
+    } else if ((s = attr_check_scalar(fname, a, obj, name)) != MT_OK) {
     } else if (H5Tget_class(ft) != H5T_STRING) {
         s = mt_error_set(MT_ERR_IO, __FILE__, __LINE__, "%s: attribute %s %s is not a string",
                          fname, obj, name);
@@ -79,8 +98,12 @@ mt_status_t mt_ckpt_h5_attr_string(const char *fname, hid_t file, const char *ob
             H5free_memory(p);
     } else {
         size_t size = H5Tget_size(ft);
-        char *buf = calloc(size + 1, 1);
-        if (!buf)
+        char *buf = size == 0 || size > MT_CKPT_ATTR_MAX ? NULL : calloc(size + 1, 1);
+        if (size == 0 || size > MT_CKPT_ATTR_MAX)
+            s = mt_error_set(MT_ERR_IO, __FILE__, __LINE__,
+                             "%s: attribute %s %s has %zu bytes (at most %d)", fname, obj, name,
+                             size, MT_CKPT_ATTR_MAX);
+        else if (!buf)
             s = mt_error_set(MT_ERR_NOMEM, __FILE__, __LINE__, "attribute %s %s: %zu bytes", obj,
                              name, size);
         else if (H5Aread(a, ft, buf) < 0)
@@ -109,7 +132,8 @@ mt_status_t mt_ckpt_h5_attr_int(const char *fname, hid_t file, const char *obj, 
     mt_status_t s = MT_OK;
     if (a < 0 || (ft = H5Aget_type(a)) < 0)
         s = h5_fail(__FILE__, __LINE__, "%s: cannot open attribute %s %s", fname, obj, name);
-    else if (H5Tget_class(ft) != H5T_INTEGER)
+    else if ((s = attr_check_scalar(fname, a, obj, name)) != MT_OK) {
+    } else if (H5Tget_class(ft) != H5T_INTEGER || H5Tget_size(ft) > 8)
         s = mt_error_set(MT_ERR_IO, __FILE__, __LINE__, "%s: attribute %s %s is not an integer",
                          fname, obj, name);
     else if (H5Aread(a, H5T_NATIVE_INT64, v) < 0)
@@ -181,5 +205,28 @@ mt_status_t mt_ckpt_h5_read_config(const char *file, char **yaml)
     mt_ckpt_h5_close_id(&f, H5Fclose);
     mt_ckpt_h5_close_id(&fapl, H5Pclose);
     mt_ckpt_h5_quiet_end(&q);
+    return s;
+}
+
+mt_status_t mt_ckpt_h5_read_int_scalar(const char *fname, hid_t file, const char *path, int64_t *v)
+{
+    hid_t d = H5Dopen2(file, path, H5P_DEFAULT), sp = -1, ty = -1;
+    mt_status_t s = MT_OK;
+    if (d < 0 || (sp = H5Dget_space(d)) < 0 || (ty = H5Dget_type(d)) < 0) {
+        s = h5_fail(__FILE__, __LINE__, "%s: cannot open %s", fname, path);
+    } else if (H5Sget_simple_extent_type(sp) != H5S_SCALAR ||
+               H5Sget_simple_extent_npoints(sp) != 1) {
+        s = mt_error_set(MT_ERR_IO, __FILE__, __LINE__,
+                         "%s: %s is not a scalar (%lld elements)", fname, path,
+                         (long long)H5Sget_simple_extent_npoints(sp));
+    } else if (H5Tget_class(ty) != H5T_INTEGER || H5Tget_size(ty) > 8) {
+        s = mt_error_set(MT_ERR_IO, __FILE__, __LINE__, "%s: %s is not an integer of at most 64 bits",
+                         fname, path);
+    } else if (H5Dread(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) < 0) {
+        s = h5_fail(__FILE__, __LINE__, "%s: cannot read %s", fname, path);
+    }
+    mt_ckpt_h5_close_id(&ty, H5Tclose);
+    mt_ckpt_h5_close_id(&sp, H5Sclose);
+    mt_ckpt_h5_close_id(&d, H5Dclose);
     return s;
 }

@@ -117,6 +117,15 @@ static inline void mt_ckpt_h5_close_id(hid_t *id, herr_t (*close)(hid_t))
 mt_status_t mt_ckpt_h5_fail(const char *src, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 #define H5_FAIL(...) return mt_ckpt_h5_fail(__FILE__, __LINE__, __VA_ARGS__)
+/* The largest string attribute read back (the resolved config is the
+ * biggest, a few kB); anything larger is not a file this code wrote. */
+#define MT_CKPT_ATTR_MAX (16 << 20)
+/* The largest /train/step accepted on read (2^40 steps). */
+#define MT_CKPT_STEP_MAX (INT64_C(1) << 40)
+/* An integer dataset that must be one element (the /train values): refuse
+ * arrays, non-integers and wide integers before reading, naming path. */
+mt_status_t mt_ckpt_h5_read_int_scalar(const char *fname, hid_t file, const char *path,
+                                       int64_t *v);
 
 /* Attribute `name` of object `obj`: a string as a malloc'd copy (fixed or
  * variable length; *out = NULL when absent), or an integer (*present = 0

@@ -397,12 +397,17 @@ static mt_status_t read_state(const h5_ctx_t *c, mt_train_state_t *st)
         if (ex == 0)
             MT_FAIL(MT_ERR_IO, "%s: no %s: the file is not a complete meshtrain checkpoint",
                     c->name, path);
-        hid_t d = H5Dopen2(c->file, path, H5P_DEFAULT);
-        herr_t rc = d < 0 ? -1 : H5Dread(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, &v[i]);
-        mt_ckpt_h5_close_id(&d, H5Dclose);
-        if (rc < 0)
-            H5_FAIL("%s: cannot read %s", c->name, path);
+        MT_TRY(mt_ckpt_h5_read_int_scalar(c->name, c->file, path, &v[i]));
     }
+    /* Bounds far above any real run, low enough that step + 1, samples
+     * + batch and the step directory's name cannot overflow. */
+    const int64_t max_v[5] = {MT_CKPT_STEP_MAX, INT64_C(1) << 52, INT64_C(1) << 40, INT64_MAX,
+                              INT64_C(1) << 60};
+    for (int i = 0; i < 5; i++)
+        if ((i != 3 && v[i] < 0) || v[i] > max_v[i])
+            MT_FAIL(MT_ERR_IO, "%s: /train/%s is %lld, outside [%s, %lld]", c->name,
+                    train_fields[i], (long long)v[i], i == 3 ? "INT64_MIN" : "0",
+                    (long long)max_v[i]);
     st->step = v[0];
     st->consumed_samples = v[1];
     st->data_epoch = v[2];

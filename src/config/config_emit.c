@@ -26,13 +26,26 @@ static void fmt_double(double v, char *buf, size_t cap)
     }
 }
 
+/* A YAML double-quoted scalar.  Control characters are escaped: raw in
+ * quotes, a newline folds into a space on reading and \x01 is refused,
+ * so the value would not read back as written. */
 static void write_string(FILE *out, const char *s)
 {
     fputc('"', out);
     for (; *s; s++) {
-        if (*s == '"' || *s == '\\')
-            fputc('\\', out);
-        fputc(*s, out);
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(out, "\\%c", c);
+        else if (c == '\n')
+            fputs("\\n", out);
+        else if (c == '\t')
+            fputs("\\t", out);
+        else if (c == '\r')
+            fputs("\\r", out);
+        else if (c < 0x20 || c == 0x7f)
+            fprintf(out, "\\x%02x", c);
+        else
+            fputc(c, out);
     }
     fputc('"', out);
 }

@@ -230,10 +230,61 @@ static void check_named_model(vctx_t *v)
 }
 
 /* ---- model shape ---- */
+/* a * b * c into *out; on int64 overflow, an error naming key and the
+ * factors, and 0 returned so the caller stops before using the product. */
+static int mul3(vctx_t *v, const char *key, const char *what, int64_t a, int64_t b, int64_t c,
+                int64_t *out)
+{
+    int64_t ab;
+    if (!__builtin_mul_overflow(a, b, &ab) && !__builtin_mul_overflow(ab, c, out))
+        return 1;
+    verr(v, key, "%s = %lld x %lld x %lld overflows a 64-bit integer: the model is too large "
+         "to size", what, (long long)a, (long long)b, (long long)c);
+    return 0;
+}
+
+/* The model's sizes multiplied the way the trainer and the plan multiply
+ * them (parameters, their bytes with optimizer state, the logits of a
+ * row), overflow-checked so a huge size is refused by name here instead
+ * of wrapping around into a negative memory or a division by zero. */
+static int check_products(vctx_t *v, const mt_model_config_t *m, int64_t seq)
+{
+    int64_t V = m->vocab_size, H = m->hidden_size, I = m->intermediate_size;
+    int64_t L = m->num_hidden_layers, E = m->num_experts, Im = m->moe_intermediate_size;
+    int64_t emb, attn, mlp, moe, layer, total, bytes, logits;
+    if (!mul3(v, V >= H ? "model.vocab_size" : "model.hidden_size",
+              "2 x vocab_size x hidden_size", 2, V, H, &emb) ||
+        !mul3(v, "model.hidden_size", "4 x hidden_size x hidden_size", 4, H, H, &attn) ||
+        !mul3(v, "model.intermediate_size", "3 x hidden_size x intermediate_size", 3, H, I,
+              &mlp) ||
+        !mul3(v, "model.num_experts", "num_experts x hidden_size x 3 x moe_intermediate_size",
+              E > 0 ? E : 0, H, 3 * (Im > 0 && Im < INT64_MAX / 3 ? Im : 1), &moe) ||
+        !mul3(v, "model.vocab_size", "seq_length x vocab_size x 4 bytes of logits",
+              seq > 0 ? seq : 1, V, 4, &logits))
+        return 0;
+    if (__builtin_add_overflow(attn, mlp, &layer) || __builtin_add_overflow(layer, moe, &layer)) {
+        verr(v, "model.hidden_size", "the parameters of one layer overflow a 64-bit integer: "
+             "the model is too large to size");
+        return 0;
+    }
+    if (!mul3(v, "model.num_hidden_layers", "num_hidden_layers x parameters per layer", L, layer,
+              1, &total))
+        return 0;
+    if (__builtin_add_overflow(total, emb, &total)) {
+        verr(v, "model.vocab_size", "the parameter count overflows a 64-bit integer: the model "
+             "is too large to size");
+        return 0;
+    }
+    return mul3(v, "model.num_hidden_layers", "parameters x 16 bytes (weights, gradients, Adam)",
+                total, 16, 1, &bytes);
+}
+
 static void check_model(vctx_t *v, mt_app_kind_t app)
 {
     mt_model_config_t *m = &v->cfg->model;
     check_named_model(v);
+    if (!check_products(v, m, v->cfg->dataset.seq_length))
+        return;
     if (!m->num_key_value_heads.set) /* HF: none means multi-head attention */
         m->num_key_value_heads.set = true, m->num_key_value_heads.value = m->num_attention_heads;
     int64_t kv = m->num_key_value_heads.value;

@@ -59,6 +59,22 @@ static const json_t *get(const json_t *o, const char *key)
     return v && !json_is_null(v) ? v : NULL;
 }
 
+/* The largest value accepted for an integer of config.json, checked before
+ * anything loops over it or multiplies it: counts that code iterates
+ * (layers, heads, experts) far below sizes, sizes far below where their
+ * products could overflow int64. */
+static int64_t int_max(const char *key)
+{
+    static const char *const counts[] = {"num_hidden_layers", "num_attention_heads",
+                                         "num_key_value_heads", "num_experts",
+                                         "num_local_experts", "n_routed_experts",
+                                         "num_experts_per_tok", "decoder_sparse_step"};
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
+        if (strcmp(key, counts[i]) == 0)
+            return MT_HF_COUNT_MAX;
+    return MT_HF_SIZE_MAX;
+}
+
 /* An integer >= 1 from object o; required, or *out keeps def when absent or null. */
 static mt_status_t int_in(const cfg_t *c, const json_t *o, const char *key, int required,
                           int64_t def, int64_t *out)
@@ -72,6 +88,10 @@ static mt_status_t int_in(const cfg_t *c, const json_t *o, const char *key, int 
     }
     if (!json_is_integer(v) || json_integer_value(v) < 1)
         return bad_type(c, key, v, "a positive integer");
+    int64_t max = int_max(key);
+    if (json_integer_value(v) > max)
+        MT_FAIL(MT_ERR_IO, "%s: \"%s\": %lld is more than meshtrain accepts (at most %lld)",
+                c->name, key, (long long)json_integer_value(v), (long long)max);
     *out = json_integer_value(v);
     return MT_OK;
 }

@@ -23,6 +23,9 @@
 
 #define MT_HF_NAME_MAX 200    /* tensor names (the checkpoint's paths hold 256) */
 #define MT_ST_MAX_DIMS 8
+/* config.json bounds: layer, head and expert counts; every other size */
+#define MT_HF_COUNT_MAX (INT64_C(1) << 16)
+#define MT_HF_SIZE_MAX (INT64_C(1) << 32)
 #define MT_ST_MAX_HEADER (100u << 20) /* as the safetensors reference reader */
 #define MT_HF_INDEX "model.safetensors.index.json"
 #define MT_HF_SINGLE "model.safetensors"
@@ -154,7 +157,9 @@ mt_status_t mt_hf_source_check(const mt_hf_source_t *src, const mt_hf_tensor_t *
 mt_status_t mt_hf_read_block(const mt_st_file_t *f, const mt_st_entry_t *e, int64_t row_lo,
                              int64_t rows, int64_t col_lo, int64_t ncols, float *dst);
 
-/* "[128]", "[64, 128]" */
+/* "[128]", "[64, 128]"; a buffer of MT_HF_SHAPE_TEXT_CAP holds any
+ * MT_ST_MAX_DIMS-dimensional shape, a smaller one ends "...]". */
+#define MT_HF_SHAPE_TEXT_CAP (MT_ST_MAX_DIMS * 22 + 8)
 void mt_hf_shape_text(int ndim, const int64_t *shape, char *buf, size_t cap);
 
 /* MT_OK when tensor e of the file at path has shape[0, ndim); else the

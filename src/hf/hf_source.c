@@ -131,7 +131,7 @@ mt_status_t mt_hf_check_shape(const char *path, const mt_st_entry_t *e, int ndim
         same = e->shape[d] == shape[d];
     if (same)
         return MT_OK;
-    char have[128], want[128];
+    char have[MT_HF_SHAPE_TEXT_CAP], want[MT_HF_SHAPE_TEXT_CAP];
     mt_hf_shape_text(e->ndim, e->shape, have, sizeof have);
     mt_hf_shape_text(ndim, shape, want, sizeof want);
     MT_FAIL(MT_ERR_IO, "%s: tensor %s has shape %s, %s %s%s", path, e->name, have, pre, want,
@@ -140,11 +140,24 @@ mt_status_t mt_hf_check_shape(const char *path, const mt_st_entry_t *e, int ndim
 
 void mt_hf_shape_text(int ndim, const int64_t *shape, char *buf, size_t cap)
 {
-    size_t n = (size_t)snprintf(buf, cap, "[");
-    for (int d = 0; d < ndim && n < cap; d++)
-        n += (size_t)snprintf(buf + n, cap - n, "%s%lld", d ? ", " : "", (long long)shape[d]);
-    if (n < cap)
-        snprintf(buf + n, cap - n, "]");
+    if (cap < 8) {
+        if (cap)
+            buf[0] = '\0';
+        return;
+    }
+    /* Leave room for "...]" and the NUL so a text cut short says so. */
+    size_t n = 1, room = cap - 5;
+    buf[0] = '[';
+    int d = 0;
+    for (; d < ndim; d++) {
+        char one[32];
+        int k = snprintf(one, sizeof one, "%s%lld", d ? ", " : "", (long long)shape[d]);
+        if (k < 0 || (size_t)k >= room - n)
+            break;
+        memcpy(buf + n, one, (size_t)k);
+        n += (size_t)k;
+    }
+    snprintf(buf + n, cap - n, "%s]", d < ndim ? "..." : "");
 }
 
 static const char *arch_of(const mt_model_config_t *m)

@@ -103,7 +103,9 @@ void mt_st_file_free(mt_st_file_t *f)
 static int by_begin(const void *a, const void *b)
 {
     const mt_st_entry_t *x = *(const mt_st_entry_t *const *)a, *y = *(const mt_st_entry_t *const *)b;
-    return (x->begin > y->begin) - (x->begin < y->begin);
+    if (x->begin != y->begin)
+        return (x->begin > y->begin) - (x->begin < y->begin);
+    return (x->end > y->end) - (x->end < y->end);
 }
 
 /* shape[d] and data_offsets[k]: exact non-negative integers */
@@ -207,11 +209,21 @@ static mt_status_t parse_header(mt_st_file_t *f, json_t *j)
     for (int i = 0; i < f->n; i++)
         order[i] = &f->e[i];
     qsort(order, (size_t)f->n, sizeof *order, by_begin);
+    /* Sorted by start, a tensor overlaps an earlier one exactly when it
+     * starts before the furthest end so far; comparing with the
+     * predecessor alone misses an overlap behind a zero-length tensor. */
     mt_status_t s = MT_OK;
-    for (int i = 1; i < f->n && s == MT_OK; i++)
-        if (order[i]->begin < order[i - 1]->end && order[i]->begin != order[i]->end)
+    const mt_st_entry_t *reach = NULL; /* the non-empty tensor ending last */
+    for (int i = 0; i < f->n && s == MT_OK; i++) {
+        const mt_st_entry_t *e = order[i];
+        if (e->begin == e->end)
+            continue;
+        if (reach && e->begin < reach->end)
             s = mt_error_set(MT_ERR_IO, __FILE__, __LINE__, "%s: tensors %s and %s overlap "
-                             "(data_offsets)", f->path, order[i - 1]->name, order[i]->name);
+                             "(data_offsets)", f->path, reach->name, e->name);
+        if (!reach || e->end > reach->end)
+            reach = e;
+    }
     free(order);
     return s;
 }

@@ -83,17 +83,30 @@ static mt_status_t validation_loss(mt_model_t *m, mt_pp_exec_t *pipe, const mt_d
     return MT_OK;
 }
 
+/* A JSON number, or null where the value is NaN or infinite: printf's
+ * "nan" and "inf" are not JSON, and a diverged run must still log. */
+static const char *json_num(char *buf, size_t cap, const char *fmt, double v)
+{
+    if (!isfinite(v))
+        return "null";
+    snprintf(buf, cap, fmt, v);
+    return buf;
+}
+
 static void write_metrics(FILE *f, int64_t step, double loss, double gnorm, double lr,
                           int64_t tokens, double dt, double tps, double mfu, double val,
                           double wait, const char *extra)
 {
     if (!f)
         return;
-    fprintf(f, "{\"step\": %lld, \"loss\": %.17g, \"grad_norm\": %.17g, \"lr\": %.9g, "
-               "\"tokens\": %lld, \"step_time_s\": %.6f, \"tokens_per_s\": %.3f, \"mfu\": %.6f",
-            (long long)step, loss, gnorm, lr, (long long)tokens, dt, tps, mfu);
+    char b[5][40];
+    fprintf(f, "{\"step\": %lld, \"loss\": %s, \"grad_norm\": %s, \"lr\": %s, "
+               "\"tokens\": %lld, \"step_time_s\": %.6f, \"tokens_per_s\": %s, \"mfu\": %s",
+            (long long)step, json_num(b[0], 40, "%.17g", loss), json_num(b[1], 40, "%.17g", gnorm),
+            json_num(b[2], 40, "%.9g", lr), (long long)tokens, dt,
+            json_num(b[3], 40, "%.3f", tps), json_num(b[4], 40, "%.6f", mfu));
     if (!isnan(val))
-        fprintf(f, ", \"val_loss\": %.9g", val);
+        fprintf(f, ", \"val_loss\": %s", json_num(b[0], 40, "%.9g", val));
     fprintf(f, ", \"comm_wait_s\": %.6f%s}\n", wait, extra);
     fflush(f);
 }

@@ -34,6 +34,7 @@
 
 #include "train_moe.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -420,10 +421,16 @@ void mt_train_moe_log(const mt_train_moe_t *t, char *line, size_t lcap, char *js
                      (long long)t->load_min, (long long)t->load_max, t->imbalance);
     if (t->capacity && n > 0 && (size_t)n < lcap)
         snprintf(line + n, lcap - (size_t)n, " dropped %lld", (long long)t->dropped);
-    snprintf(json, jcap, ", \"aux_loss\": %.9g, \"expert_load_min\": %lld, "
-             "\"expert_load_max\": %lld, \"expert_load_imbalance\": %.6f, "
+    /* metrics.jsonl must stay JSON: a non-finite figure is null */
+    char aux[40] = "null", imb[40] = "null";
+    if (isfinite(t->aux))
+        snprintf(aux, sizeof aux, "%.9g", t->aux);
+    if (isfinite(t->imbalance))
+        snprintf(imb, sizeof imb, "%.6f", t->imbalance);
+    snprintf(json, jcap, ", \"aux_loss\": %s, \"expert_load_min\": %lld, "
+             "\"expert_load_max\": %lld, \"expert_load_imbalance\": %s, "
              "\"tokens_dropped\": %lld, \"a2a_bytes\": %lld, \"a2a_s\": %.6f",
-             t->aux, (long long)t->load_min, (long long)t->load_max, t->imbalance,
+             aux, (long long)t->load_min, (long long)t->load_max, imb,
              (long long)t->dropped, (long long)t->a2a_bytes, t->a2a_seconds);
 }
 

@@ -10,3 +10,10 @@ MT_CONFIG_TESTS = tests/config/config-bcast-np4.mpi tests/config/config-bcast-np
 	tests/config/config_abort.sh tests/config/doc_reference.sh tests/config/shipped_configs.sh
 TESTS += tests/config/test_config_parse tests/config/test_config_validate $(MT_CONFIG_TESTS)
 EXTRA_DIST += $(MT_CONFIG_TESTS)
+# the resolved-config YAML reads back identical, control characters included
+check_PROGRAMS += tests/config/test_config_emit
+tests_config_test_config_emit_SOURCES = tests/config/test_config_emit.c tests/harness/mt_test.h
+TESTS += tests/config/test_config_emit
+# sizes whose products overflow int64 are refused by name
+TESTS += tests/config/config_overflow.sh
+EXTRA_DIST += tests/config/config_overflow.sh

@@ -6,6 +6,11 @@ tests_hf_test_json_SOURCES = tests/hf/test_json.c tests/harness/mt_test.h
 tests_hf_test_json_LDADD = $(LDADD) $(JANSSON_LIBS)
 tests_hf_test_f16_SOURCES = tests/hf/test_f16.c tests/harness/mt_test.h
 tests_hf_test_f16_LDADD = $(LDADD) $(JANSSON_LIBS) -lm
+# safetensors headers a hostile file could carry
+check_PROGRAMS += tests/hf/test_st_hostile
+tests_hf_test_st_hostile_SOURCES = tests/hf/test_st_hostile.c tests/harness/mt_test.h
+tests_hf_test_st_hostile_LDADD = $(LDADD) $(JANSSON_LIBS)
+TESTS += tests/hf/test_st_hostile
 TESTS += tests/hf/test_json tests/hf/test_f16 tests/hf/hf_interchange.sh tests/hf/hf_consolidated.sh \
 	tests/hf/hf_load.sh
 EXTRA_DIST += tests/hf/hf_interchange.sh tests/hf/hf_check.py tests/hf/hf_consolidated.sh \

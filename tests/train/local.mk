@@ -5,3 +5,6 @@ MT_TRAIN_TESTS = tests/train/train_resume.sh tests/train/mixed_precision.sh \
 	tests/train/nonfinite.sh
 TESTS += $(MT_TRAIN_TESTS)
 EXTRA_DIST += $(MT_TRAIN_TESTS)
+# metrics.jsonl stays JSON when the loss goes non-finite
+TESTS += tests/train/metrics_nonfinite.sh
+EXTRA_DIST += tests/train/metrics_nonfinite.sh
