@@ -426,20 +426,13 @@ static mt_status_t update(mt_train_run_t *r, const mt_config_t *cfg, int64_t ste
     mt_model_t *m = &r->model;
     double coef = mt_clip_coef(gnorm, cfg->optimizer.max_grad_norm);
     *lr = mt_lr_at(cfg, step);
-    if (!apply) {
-        if (r->moe.on && r->moe.sharded) {
-            MT_TRY(mt_fsdp_after_update(&r->moe.fsdp));
-            MT_TRY(mt_fsdp_sync(&r->moe.fsdp));
-        }
-        if (r->sharded)
-            MT_TRY(mt_fsdp_after_update(&r->fsdp));
-        return MT_OK;
+    if (apply) {
+        /* clipping inside the update: its coefficient scales each gradient
+         * as AdamW reads it */
+        mt_adamw_step(&r->opt, m, r->seg, r->nseg, &cfg->optimizer, *lr, (float)coef);
+        r->moe.opt.step = r->opt.step - 1; /* the same step count, also after a resume */
     }
-    /* clipping inside the update: its coefficient scales each gradient as
-     * AdamW reads it */
-    mt_adamw_step(&r->opt, m, r->seg, r->nseg, &cfg->optimizer, *lr, (float)coef);
-    r->moe.opt.step = r->opt.step - 1; /* the same step count, also after a resume */
-    MT_TRY(mt_train_moe_update(&r->moe, m, coef, &cfg->optimizer, *lr));
+    MT_TRY(mt_train_moe_update(&r->moe, m, coef, &cfg->optimizer, *lr, apply));
     /* bf16 compute: the update wrote the master weights' bf16 copy too */
     if (r->sharded)
         MT_TRY(mt_fsdp_after_update(&r->fsdp));

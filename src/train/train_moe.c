@@ -368,12 +368,13 @@ mt_status_t mt_train_moe_grad_sumsq(mt_train_moe_t *t, mt_model_t *m, double *su
 }
 
 mt_status_t mt_train_moe_update(mt_train_moe_t *t, mt_model_t *m, double coef,
-                                const mt_optimizer_config_t *oc, double lr)
+                                const mt_optimizer_config_t *oc, double lr, bool apply)
 {
     (void)m;
     if (!t->on)
         return MT_OK;
-    mt_adamw_step(&t->opt, &t->view, t->seg, t->nseg, oc, lr, (float)coef);
+    if (apply)
+        mt_adamw_step(&t->opt, &t->view, t->seg, t->nseg, oc, lr, (float)coef);
     /* bf16 compute: the update wrote the master weights' bf16 copy too */
     if (t->sharded) { /* and nothing left in flight (a prefetch of an empty unit) */
         MT_TRY(mt_fsdp_after_update(&t->fsdp));

@@ -103,9 +103,10 @@ void mt_train_moe_begin_step(mt_train_moe_t *t, mt_model_t *m, bool in_schedule,
  * gradient norm (summed over the ranks holding distinct parts). */
 mt_status_t mt_train_moe_grad_sumsq(mt_train_moe_t *t, mt_model_t *m, double *sumsq);
 
-/* Clip by coef (< 1) and apply AdamW to the experts. */
+/* Clip by coef (< 1) and apply AdamW to the experts (not when !apply: a
+ * skipped step), then the sharded experts' all-gather either way. */
 mt_status_t mt_train_moe_update(mt_train_moe_t *t, mt_model_t *m, double coef,
-                                const mt_optimizer_config_t *oc, double lr);
+                                const mt_optimizer_config_t *oc, double lr, bool apply);
 
 /* The step's aux loss (mean over micro-batches) and expert load, over
  * every rank; fills the figures above, and moves the balancing bias
