@@ -209,13 +209,14 @@ static mt_status_t step_dir_of(const gen_args_t *a, char *dir, size_t cap, FILE 
 
 /* One device, whatever the run was sharded over: the model section is
  * what counts; the distributed section goes back to its defaults. */
-static mt_status_t single_device(mt_config_t *cfg, FILE *warn)
+static mt_status_t single_device(mt_config_t *cfg)
 {
     mt_config_t def;
     mt_config_init(&def);
     cfg->distributed = def.distributed;
     cfg->step_scheduler.global_batch_size = cfg->step_scheduler.local_batch_size = 1;
-    return mt_config_validate(cfg, MT_APP_ANY, 1, NULL, warn);
+    return mt_config_validate(cfg, MT_APP_ANY, 1, NULL, NULL); /* (no warnings about
+                                                                * sections it ignores) */
 }
 
 /* The config of the source, and where its tokenizer.json would be. */
@@ -229,7 +230,7 @@ static mt_status_t source_config(const gen_args_t *a, mt_config_t *cfg, char *st
         snprintf(cfg->model.pretrained_model_name_or_path,
                  sizeof cfg->model.pretrained_model_name_or_path, "%s", model_dir);
         MT_TRY(mt_hf_apply_named_model(cfg, err));
-        return single_device(cfg, err);
+        return single_device(cfg);
     }
     MT_TRY(step_dir_of(a, step_dir, cap, err));
     MT_TRY(mt_ckpt_verify(step_dir));
@@ -247,26 +248,34 @@ static mt_status_t source_config(const gen_args_t *a, mt_config_t *cfg, char *st
         mt_error_clear();
         model_dir[0] = '\0';
     }
-    return single_device(cfg, err);
+    return single_device(cfg);
 }
 
 /* The tensor list of the model's whole parameters, as checkpoints and
- * safetensors hold them (the real vocabulary's rows only). */
-static mt_status_t tensor_list(const mt_model_t *m, mt_ckpt_tensor_t **out)
+ * safetensors hold them (the real vocabulary's rows only); with optim,
+ * the checkpoint's optimizer tensors too, of which nothing is read (a
+ * checkpoint is read against its whole list). */
+static mt_status_t tensor_list(const mt_model_t *m, bool optim, mt_ckpt_tensor_t **out, int *n)
 {
-    mt_ckpt_tensor_t *t = calloc((size_t)m->nparams, sizeof *t);
+    const int np = m->nparams;
+    *n = optim ? 3 * np : np;
+    mt_ckpt_tensor_t *t = calloc((size_t)*n, sizeof *t);
     if (!t)
         MT_FAIL(MT_ERR_NOMEM, "tensor list");
-    for (int i = 0; i < m->nparams; i++) {
-        const mt_param_t *p = &m->params[i];
+    for (int i = 0; i < *n; i++) {
+        const mt_param_t *p = &m->params[i % np];
         bool vocab = p == m->embed || p == m->lm_head;
-        snprintf(t[i].path, sizeof t[i].path, "/model/%s", p->name);
+        if (i < np)
+            snprintf(t[i].path, sizeof t[i].path, "/model/%s", p->name);
+        else
+            snprintf(t[i].path, sizeof t[i].path, "/optim/%s/%s", p->name,
+                     i < 2 * np ? "exp_avg" : "exp_avg_sq");
         t[i].ndim = p->ndim;
         t[i].shape[0] = vocab ? m->V_valid : p->shape[0];
         t[i].shape[1] = p->ndim > 1 ? p->shape[1] : 1;
-        t[i].row_count = t[i].shape[0];
-        t[i].data = p->data;
-        t[i].be = m->be->host_memory ? NULL : m->be;
+        t[i].row_count = i < np ? t[i].shape[0] : 0;
+        t[i].data = i < np ? p->data : NULL;
+        t[i].be = i < np && !m->be->host_memory ? m->be : NULL;
     }
     *out = t;
     return MT_OK;
@@ -276,9 +285,10 @@ static mt_status_t load_weights(MPI_Comm comm, const gen_args_t *a, const mt_con
                                 mt_model_t *m, const char *step_dir, FILE *err)
 {
     mt_ckpt_tensor_t *t = NULL;
-    MT_TRY(tensor_list(m, &t));
-    mt_status_t s = a->model ? mt_hf_load_weights(comm, &cfg->model, t, m->nparams, err)
-                             : mt_ckpt_load(comm, step_dir, t, m->nparams, NULL);
+    int n = 0;
+    MT_TRY(tensor_list(m, a->checkpoint != NULL, &t, &n));
+    mt_status_t s = a->model ? mt_hf_load_weights(comm, &cfg->model, t, n, err)
+                             : mt_ckpt_load(comm, step_dir, t, n, NULL);
     free(t);
     if (s == MT_OK && a->checkpoint)
         fprintf(err, PROG ": loaded %s\n", step_dir);

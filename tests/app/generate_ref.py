@@ -2,14 +2,15 @@
 """generate_ref.py: greedy decoding by full recompute in float64 PyTorch,
 the reference of tests/app/generate.sh (doc/generate.md).
 
-  generate_ref.py MODEL_DIR PROMPT_IDS N [BUG]
+  generate_ref.py MODEL_DIR:PROMPT_IDS:N[:BUG] ...
 
-Reads MODEL_DIR as tests/hf/hf_reference.py does and uses its Model (the
+One line of ids per job (importing torch is the slow part, so jobs share a
+process).  Reads MODEL_DIR as tests/hf/hf_reference.py does and uses its Model (the
 families written from transformers' semantics); at each of N steps it runs
 the whole sequence so far, without any cache, and appends the argmax of the
-last position's logits.  Prints the N ids comma-separated, then on stderr
-the smallest gap between the best and second-best logit (how close a step
-came to a tie).  BUG "no_window" or another of hf_reference's planted bugs
+last position's logits.  Prints the N ids comma-separated, and on stderr the
+smallest gap between the best and second-best logit (how close a step came
+to a tie).  BUG "no_window" or another of hf_reference's planted bugs
 shows that the comparison can fail.
 """
 import os
@@ -21,9 +22,10 @@ import json  # noqa: E402
 import torch  # noqa: E402
 
 
-def main(argv):
-    d, ids, n = argv[1], [int(x) for x in argv[2].split(",")], int(argv[3])
-    bugs = set(argv[4].split(",")) if len(argv) > 4 and argv[4] else set()
+def job(spec):
+    parts = spec.split(":")
+    d, ids, n = parts[0], [int(x) for x in parts[1].split(",")], int(parts[2])
+    bugs = set(parts[3].split(",")) if len(parts) > 3 and parts[3] else set()
     with open(os.path.join(d, "config.json")) as f:
         c = json.load(f)
     m = ref.Model(c, ref.read_model_dir(d), bugs)
@@ -38,7 +40,12 @@ def main(argv):
             out.append(t)
             ids.append(t)
     print(",".join(str(t) for t in out))
-    print("smallest top-2 gap %.3g" % gap, file=sys.stderr)
+    print("%s: smallest top-2 gap %.3g" % (spec, gap), file=sys.stderr)
+
+
+def main(argv):
+    for spec in argv[1:]:
+        job(spec)
     return 0
 
 
