@@ -82,6 +82,23 @@ static mt_status_t parse_f64(const char *opt, const char *s, double *v)
     return MT_OK;
 }
 
+static mt_status_t parse_ids(const char *s, mt_ids_t *ids)
+{
+    const char *p = s;
+    for (int64_t k = 0;; k++) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (errno || end == p || v < 0 || v > INT32_MAX || (*end && *end != ','))
+            MT_FAIL(MT_ERR_CONFIG, "--prompt-ids '%s': entry %lld is not a token id "
+                    "(comma-separated integers >= 0)", s, (long long)k);
+        MT_TRY(mt_ids_push(ids, (int32_t)v));
+        if (!*end)
+            return MT_OK;
+        p = end + 1;
+    }
+}
+
 static mt_status_t parse_args(int argc, char **argv, gen_args_t *a)
 {
     memset(a, 0, sizeof *a);
@@ -162,6 +179,12 @@ static mt_status_t parse_args(int argc, char **argv, gen_args_t *a)
         MT_FAIL(MT_ERR_CONFIG, "--revision goes with --model");
     if ((a->prompt != NULL) + (a->prompt_file != NULL) + (a->prompt_ids != NULL) != 1)
         MT_FAIL(MT_ERR_CONFIG, "pass exactly one of --prompt, --prompt-file, --prompt-ids");
+    if (a->prompt_ids) { /* its form now, the vocabulary once the model is known */
+        mt_ids_t ids = {0};
+        mt_status_t s = parse_ids(a->prompt_ids, &ids);
+        mt_ids_free(&ids);
+        MT_TRY(s);
+    }
     return mt_sample_opts_check(&a->so);
 }
 
@@ -229,7 +252,7 @@ static mt_status_t source_config(const gen_args_t *a, mt_config_t *cfg, char *st
         MT_TRY(mt_hf_resolve_name(a->model, a->revision, "--model", model_dir, mcap));
         snprintf(cfg->model.pretrained_model_name_or_path,
                  sizeof cfg->model.pretrained_model_name_or_path, "%s", model_dir);
-        MT_TRY(mt_hf_apply_named_model(cfg, err));
+        MT_TRY(mt_hf_apply_named_model(cfg, NULL)); /* (sets no model.* key to warn about) */
         return single_device(cfg);
     }
     MT_TRY(step_dir_of(a, step_dir, cap, err));
@@ -311,23 +334,6 @@ static mt_status_t read_file(const char *path, mt_text_t *txt)
     if (bad)
         MT_FAIL(MT_ERR_IO, "--prompt-file %s: read error", path);
     return MT_OK;
-}
-
-static mt_status_t parse_ids(const char *s, mt_ids_t *ids)
-{
-    const char *p = s;
-    for (int64_t k = 0;; k++) {
-        char *end;
-        errno = 0;
-        long long v = strtoll(p, &end, 10);
-        if (errno || end == p || v < 0 || v > INT32_MAX || (*end && *end != ','))
-            MT_FAIL(MT_ERR_CONFIG, "--prompt-ids '%s': entry %lld is not a token id "
-                    "(comma-separated integers >= 0)", s, (long long)k);
-        MT_TRY(mt_ids_push(ids, (int32_t)v));
-        if (!*end)
-            return MT_OK;
-        p = end + 1;
-    }
 }
 
 /* The tokenizer, when text goes in or comes out: --tokenizer, else the
