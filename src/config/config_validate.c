@@ -632,6 +632,40 @@ static void check_topology(vctx_t *v, const int *node_of_rank)
             }
 }
 
+/* Training samples decode on rank 0 with its copy of the model
+ * (mt_decode.h): it must be whole there and dense, on the CPU, and the
+ * run must have a tokenizer.  Gathering a sharded model for them is not
+ * done: refused here, before training. */
+static void check_samples(vctx_t *v)
+{
+    const mt_config_t *c = v->cfg;
+    const char *k = "logging.sample_every_steps";
+    if (c->logging.sample_every_steps <= 0)
+        return;
+    /* the parameters FSDP shards (mt_fsdp_options_from_config): fsdp2 over
+     * dp_shard x cp, megatron_fsdp under zero 3 over dp x cp */
+    const mt_distributed_config_t *d = &c->distributed;
+    const bool fsdp = (d->strategy == MT_STRATEGY_FSDP2 && c->derived.dp_shard * d->cp_size > 1) ||
+                      (d->strategy == MT_STRATEGY_MEGATRON_FSDP && d->zero_dp_strategy >= 3 &&
+                       c->derived.dp_size * d->cp_size > 1);
+    if (c->distributed.tp_size > 1 || c->distributed.pp_size > 1 || fsdp)
+        verr(v, k, "samples need the whole model on rank 0; with tp_size %lld, pp_size %lld, "
+             "dp_shard %lld, cp_size %lld and strategy %s it is sharded (use strategy: ddp, "
+             "megatron_fsdp below zero 3, or meshtrain-generate on a checkpoint)", (long long)c->distributed.tp_size,
+             (long long)c->distributed.pp_size, (long long)c->derived.dp_shard,
+             (long long)c->distributed.cp_size, mt_strategy_name(c->distributed.strategy));
+    if (c->model.num_experts > 0)
+        verr(v, k, "samples of MoE models (model.num_experts %lld) are not implemented",
+             (long long)c->model.num_experts);
+    if (c->distributed.device != MT_DEVICE_CPU)
+        verr(v, k, "samples run on the CPU backend only (distributed.device is %s)",
+             mt_device_name(c->distributed.device));
+    if (!c->model.pretrained_model_name_or_path[0] && c->model.vocab_size < 258)
+        verr(v, k, "no tokenizer for the samples: model.vocab_size %lld is below the byte "
+             "tokenizer's 258 and no model.pretrained_model_name_or_path names a "
+             "tokenizer.json", (long long)c->model.vocab_size);
+}
+
 static void warnings(const mt_config_t *cfg, FILE *warn)
 {
     if (!warn)
@@ -671,6 +705,7 @@ mt_status_t mt_config_validate(mt_config_t *cfg, mt_app_kind_t app, int64_t worl
     check_sequence(&v);
     check_tp_batch(&v);
     check_topology(&v, node_of_rank);
+    check_samples(&v);
     if (v.diag.count)
         return mt_diag_finish(&v.diag, __FILE__, __LINE__);
     warnings(cfg, warn);

@@ -208,6 +208,10 @@ typedef struct {
 typedef struct {
     char metrics_file[MT_PATH_MAX];
     int64_t log_every_steps;
+    /* a greedy sample from sample_prompt every sample_every_steps (0: off)
+     * on rank 0, sample_tokens long (doc/generate.md) */
+    int64_t sample_every_steps, sample_tokens;
+    char sample_prompt[MT_PATH_MAX];
 } mt_logging_config_t;
 
 typedef struct {

@@ -20,6 +20,7 @@
 #include "mt_comm.h"
 #include "mt_hf.h"
 #include "mt_plan.h"
+#include "train_sample.h"
 #include "train_setup.h"
 
 static volatile sig_atomic_t stop_signal;
@@ -652,6 +653,8 @@ static mt_status_t run_steps(mt_train_run_t *r, loop_t *lp, const mt_config_t *c
         MT_TRY(train_step(r, lp, cfg, step, &f));
         MT_TRY(validate(r, cfg, step, &f.val));
         log_step(r, lp, cfg, step, &f);
+        if (lp->rank == 0) /* logging.sample_every_steps */
+            mt_train_sample(cfg, &r->model, step, lp->out);
         res->steps_done++, res->last_step = step, res->last_loss = f.loss;
         mt_train_device_profile_step(&r->device, res->steps_done);
         MT_TRY(checkpoint_or_stop(r, lp, cfg, step, &stop));

@@ -1,0 +1,51 @@
+#!/bin/sh
+# generate_sample.sh: the training log's samples (logging.sample_every_steps,
+# doc/generate.md).  A 5-step run of the small byte-vocabulary model with
+# samples every 2 steps prints "sample step 2" and "sample step 4" and no
+# others; each sample is the text meshtrain-generate writes for the
+# checkpoint of that step with the same prompt, greedy, as many tokens
+# (control bytes escaped in the log); the samples leave the losses as they
+# are without them, bit for bit.  Validation refuses samples where rank 0
+# does not hold the whole model (tp 2) and where there is no tokenizer (a
+# vocabulary below the byte tokenizer's), naming the key.
+. "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
+command -v python3 >/dev/null 2>&1 || { echo "generate_sample.sh: no python3; skipping"; exit 77; }
+[ -r "$data" ] || { echo "no $data: build it with make"; exit 99; }
+w=$workdir
+gen="$bindir/meshtrain-generate"
+run="dataset.path=$data step_scheduler.max_steps=5 step_scheduler.ckpt_every_steps=2
+ checkpoint.keep_last_n=0"
+expect_rc 0 "$bindir/meshtrain-dense" --config "$small_cfg" $run checkpoint.checkpoint_dir="$w/ck" \
+    logging.metrics_file="$w/m.jsonl" logging.sample_every_steps=2 \
+    "logging.sample_prompt=The cat" logging.sample_tokens=12
+printf '%s\n' "$out" > "$w/log"
+expect_rc 0 "$bindir/meshtrain-dense" --config "$small_cfg" $run checkpoint.checkpoint_dir="$w/ck0" \
+    logging.metrics_file="$w/m0.jsonl"
+compare_losses "$w/m0.jsonl" "$w/m.jsonl" "with samples" 0 0
+checks=$((checks + 1))
+got=$(grep -o '^sample step [0-9]*' "$w/log" | tr '\n' ' ')
+[ "$got" = "sample step 2 sample step 4 " ] || fail "sample lines at the wrong steps: '$got'"
+for step in 2 4; do
+    expect_rc 0 "$gen" --checkpoint "$w/ck" --step $step --prompt "The cat" --greedy \
+        --max-new-tokens 12 --print-ids
+    checks=$((checks + 1))
+    python3 - "$w/log" "$step" "$out" <<'PY' || fail "step $step: the sample is not meshtrain-generate's text"
+import sys
+log, step, ids = sys.argv[1], sys.argv[2], [int(x) for x in sys.argv[3].split(",")]
+text = bytes(i for i in ids if i < 256)  # the byte tokenizer; 256, 257 are special
+esc = b"".join({10: b"\\n", 9: b"\\t", 92: b"\\\\"}.get(c, b"\\x%02x" % c if c < 32 or c == 127
+               else bytes([c])) for c in text)
+want = b"sample step " + step.encode() + b": " + esc
+lines = [l for l in open(log, "rb").read().split(b"\n") if l.startswith(b"sample step " + step.encode() + b":")]
+if lines != [want]:
+    print("log: %r\nmeshtrain-generate: %r" % (lines, want))
+    sys.exit(1)
+PY
+done
+expect_rc 1 np 2 "$bindir/meshtrain-dense" --config "$small_cfg" --dry-run distributed.tp_size=2 \
+    logging.sample_every_steps=5
+expect_in "$out$err" "logging.sample_every_steps: samples need the whole model on rank 0" "tp 2"
+expect_rc 1 "$bindir/meshtrain-dense" --config "$small_cfg" --dry-run model.vocab_size=200 \
+    logging.sample_every_steps=5
+expect_in "$out$err" "no tokenizer for the samples" "vocabulary 200"
+finish
