@@ -7,6 +7,7 @@ dist_man1_MANS = \
 	doc/man/meshtrain-plan.1 \
 	doc/man/meshtrain-data.1 \
 	doc/man/meshtrain-ckpt.1 \
+	doc/man/meshtrain-generate.1 \
 	doc/man/meshtrain-plot.1
 dist_doc_DATA += README.md NEWS LICENSE \
 	doc/architecture.md \
@@ -14,6 +15,7 @@ dist_doc_DATA += README.md NEWS LICENSE \
 	doc/config-reference.md \
 	doc/context-parallel.md \
 	doc/data.md \
+	doc/generate.md \
 	doc/errors.md \
 	doc/gpu.md \
 	doc/hf-interchange.md \
