@@ -8,6 +8,7 @@
  * into the KV cache (mt_decode.h) and samples one token at a time until
  * --max-new-tokens, EOS or a --stop-id.  One rank: a launch on several is
  * refused on every rank, since a copy per rank would only repeat the work.
+ * MoE models route a token at a time (the prompt too).
  * Nothing here trains or writes files; no chat templates. */
 #include <config.h>
 
@@ -26,6 +27,7 @@
 #include "mt_hf.h"
 #include "mt_model.h"
 #include "mt_tokenizer.h"
+#include "model_moe.h" /* the experts' tensors */
 
 #define PROG "meshtrain-generate"
 #define MAX_STOPS 16
@@ -274,33 +276,55 @@ static mt_status_t source_config(const gen_args_t *a, mt_config_t *cfg, char *st
     return single_device(cfg);
 }
 
-/* The tensor list of the model's whole parameters, as checkpoints and
- * safetensors hold them (the real vocabulary's rows only); with optim,
- * the checkpoint's optimizer tensors too, of which nothing is read (a
- * checkpoint is read against its whole list). */
+/* One entry of the tensor list: `rows` rows of a [rows, cols] (cols 1:
+ * 1-D) tensor at data, or an entry with nothing to read (data NULL). */
+static void entry(mt_ckpt_tensor_t *t, const char *fmt, const char *name, int ndim, int64_t rows,
+                  int64_t cols, float *data, const mt_backend_t *be)
+{
+    snprintf(t->path, sizeof t->path, fmt, name);
+    t->ndim = ndim;
+    t->shape[0] = rows;
+    t->shape[1] = ndim > 1 ? cols : 1;
+    t->row_count = data ? rows : 0;
+    t->data = data;
+    t->be = data && !be->host_memory ? be : NULL;
+}
+
+/* The tensor list of the model's whole parameters (the experts' and the
+ * balancing biases too), as checkpoints and safetensors hold them (the
+ * real vocabulary's rows only); with optim, the checkpoint's optimizer
+ * tensors as well, of which nothing is read (a checkpoint is read against
+ * its whole list). */
 static mt_status_t tensor_list(const mt_model_t *m, bool optim, mt_ckpt_tensor_t **out, int *n)
 {
-    const int np = m->nparams;
-    *n = optim ? 3 * np : np;
-    mt_ckpt_tensor_t *t = calloc((size_t)*n, sizeof *t);
+    static const char *const kind[3] = {"/model/%s", "/optim/%s/exp_avg", "/optim/%s/exp_avg_sq"};
+    const mt_moe_t *x = m->moe;
+    const int nk = optim ? 3 : 1, nbias = x && x->bias ? x->nmoe : 0;
+    const int cap = nk * (m->nparams + (x ? x->nxp : 0)) + nbias;
+    mt_ckpt_tensor_t *t = calloc((size_t)cap, sizeof *t);
     if (!t)
         MT_FAIL(MT_ERR_NOMEM, "tensor list");
-    for (int i = 0; i < *n; i++) {
-        const mt_param_t *p = &m->params[i % np];
-        bool vocab = p == m->embed || p == m->lm_head;
-        if (i < np)
-            snprintf(t[i].path, sizeof t[i].path, "/model/%s", p->name);
-        else
-            snprintf(t[i].path, sizeof t[i].path, "/optim/%s/%s", p->name,
-                     i < 2 * np ? "exp_avg" : "exp_avg_sq");
-        t[i].ndim = p->ndim;
-        t[i].shape[0] = vocab ? m->V_valid : p->shape[0];
-        t[i].shape[1] = p->ndim > 1 ? p->shape[1] : 1;
-        t[i].row_count = i < np ? t[i].shape[0] : 0;
-        t[i].data = i < np ? p->data : NULL;
-        t[i].be = i < np && !m->be->host_memory ? m->be : NULL;
+    int k = 0;
+    for (int s = 0; s < nk; s++) {
+        for (int i = 0; i < m->nparams; i++) {
+            const mt_param_t *p = &m->params[i];
+            bool vocab = p == m->embed || p == m->lm_head;
+            entry(&t[k++], kind[s], p->name, p->ndim, vocab ? m->V_valid : p->shape[0],
+                  p->shape[1], s == 0 ? p->data : NULL, m->be);
+        }
+        for (int i = 0; x && i < x->nxp; i++)
+            entry(&t[k++], kind[s], x->xp[i].name, 2, x->xp[i].shape[0], x->xp[i].shape[1],
+                  s == 0 ? x->xp[i].data : NULL, m->be);
+    }
+    for (int l = 0; nbias && l < m->L; l++) {
+        if (!x->sparse[l])
+            continue;
+        char name[MT_PARAM_NAME_MAX];
+        snprintf(name, sizeof name, "model.layers.%d.mlp.gate.e_score_correction_bias", l);
+        entry(&t[k++], "/model/%s", name, 1, x->E, 1, x->bias + l * x->E, m->be);
     }
     *out = t;
+    *n = k;
     return MT_OK;
 }
 
@@ -410,10 +434,6 @@ static mt_status_t generate(MPI_Comm comm, const gen_args_t *a, gen_state_t *g, 
     MT_TRY(source_config(a, &g->cfg, step_dir, sizeof step_dir, model_dir, sizeof model_dir,
                          err));
     const mt_model_config_t *mc = &g->cfg.model;
-    if (mc->num_experts > 0)
-        MT_FAIL(MT_ERR_UNSUPPORTED, "%s is a MoE model (model.num_experts %lld); generation "
-                "of MoE models (Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM) is "
-                "not implemented", a->model ? a->model : step_dir, (long long)mc->num_experts);
     MT_TRY(pick_tokenizer(a, model_dir, mc->vocab_size, &g->tok));
     MT_TRY(prompt_ids(a, g->tok, &g->prompt));
     const int64_t V = mc->vocab_size;
@@ -430,8 +450,11 @@ static mt_status_t generate(MPI_Comm comm, const gen_args_t *a, gen_state_t *g, 
         fprintf(err, PROG ": warning: %lld positions, beyond model.max_position_embeddings "
                 "%lld\n", (long long)len, (long long)mc->max_position_embeddings);
 
+    /* one token at a time: a MoE layer routes the model's micro-batch,
+     * through the activations of its MoE code */
     MT_TRY(mt_model_init_ex(&g->m, &g->cfg, mt_backend_cpu(), 1, 1,
-                            MT_MODEL_NO_GRAD_ARENA | MT_MODEL_NO_ACT_ARENA, -1));
+                            MT_MODEL_NO_GRAD_ARENA |
+                                (mc->num_experts > 0 ? 0u : MT_MODEL_NO_ACT_ARENA), -1));
     MT_TRY(load_weights(comm, a, &g->cfg, &g->m, step_dir, err));
     MT_TRY(mt_decode_init(&g->d, &g->m, len));
     /* sample only ids the tokenizer can write (a model's vocabulary may be padded) */

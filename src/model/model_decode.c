@@ -8,13 +8,16 @@
  * cache first, and attention is the block kernel over cache rows
  * [k0, p0 + n): k0 = 0, or the first key the window lets the first new
  * query see.  Prompts longer than the buffers go through in chunks of
- * d->chunk rows.  Float32 throughout; no MPI, no training state. */
+ * d->chunk rows.  A MoE layer's MLP is the model's own MoE code
+ * (model_moe.c) on one token at a time.  Float32 throughout; no MPI, no
+ * training state. */
 #include "mt_decode.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "model_moe.h"
 #include "model_rope.h"
 
 /* rows of the activation buffers: a prompt goes through this many at once */
@@ -64,10 +67,12 @@ mt_status_t mt_decode_init(mt_decode_t *d, const mt_model_t *m, int64_t max_len)
     memset(d, 0, sizeof *d);
     if (max_len < 1)
         MT_FAIL(MT_ERR_RANGE, "a decoder for %lld positions: at least 1", (long long)max_len);
-    if (m->moe)
-        MT_FAIL(MT_ERR_UNSUPPORTED, "generation with MoE layers (model.num_experts > 0: "
-                "Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM) is not implemented; "
-                "dense models only");
+    /* MoE layers route one token at a time through the model's own MoE
+     * code, which works on the model's micro-batch: it must be one token */
+    if (m->moe && (m->moe->N != 1 || m->moe->ep != 1 || !m->moe->act || !m->route))
+        MT_FAIL(MT_ERR_UNSUPPORTED, "generation with MoE layers needs the model built for "
+                "one token at a time (B = T = 1, all experts, activations: its micro-batch "
+                "here is %lld tokens)", (long long)m->moe->N);
     if (m->tp > 1 || !m->has_embed || !m->has_head || m->L != m->L_full)
         MT_FAIL(MT_ERR_UNSUPPORTED, "generation needs the whole model on one device (this "
                 "one holds a tensor- or pipeline-parallel part)");
@@ -189,6 +194,14 @@ static void layer(mt_decode_t *d, int64_t l, int64_t p0, int64_t n, bool windowe
     lin_residual(d, d->x_mid, d->x, d->att, p->wo, p->bo, n);
 
     be->rmsnorm_forward(d->h, d->rstd, d->x_mid, p->mlp_norm->data, n, H, m->eps);
+    if (p->router) { /* x = x_mid + MoE(h), a token at a time (the model's micro-batch) */
+        mt_model_t *mm = (mt_model_t *)m;
+        for (int64_t r = 0; r < n; r++) {
+            memset(mm->route, 0, sizeof(double) * (size_t)mm->nroute); /* (unused totals) */
+            mt_moe_forward(mm, (int)l, d->h + r * H, d->x_mid + r * H, d->x + r * H);
+        }
+        return;
+    }
     lin(d, d->g, d->h, p->wgate, p->bgate, n);
     lin(d, d->u, d->h, p->wup, p->bup, n);
     be->swiglu_forward(d->a, d->g, d->u, n * m->I);
@@ -202,6 +215,8 @@ static void chunk_forward(mt_decode_t *d, const int32_t *tokens, int64_t n, floa
     const mt_model_t *m = d->m;
     const mt_backend_t *be = m->be;
     const int64_t p0 = d->len, H = m->H, W = m->window;
+    if (m->moe)
+        m->moe->training = false;
     be->copy_to_device(d->tok, tokens, sizeof(int32_t) * (size_t)n);
     be->embedding_forward(d->x, d->tok, m->embed->data, n, H);
     for (int64_t i = 0; i < n; i++)

@@ -10,8 +10,11 @@
  * parallelism's block attention) for new queries against the cached keys.
  * With a sliding window each query reads only its window of the cache.
  *
- * What it refuses, by name: MoE layers, tensor or pipeline parts of a
- * model, bf16 storage tables, and dynamic NTK RoPE beyond
+ * MoE layers go through the model's own MoE code a token at a time, so a
+ * MoE model must be built for one token (mt_model_init with B = T = 1,
+ * all experts, activations).  What it refuses, by name: a MoE model built
+ * otherwise, tensor or pipeline parts of a model, bf16 storage tables,
+ * and dynamic NTK RoPE beyond
  * max_position_embeddings (its table would change with the length, and
  * keys already cached would keep the old rotation).  It does not batch
  * sequences: one sequence, on one device. */

@@ -4,11 +4,12 @@
 # (generate_ref.py, over tests/hf/hf_reference.py's model), for tiny random
 # Hugging Face models (tests/hf/make_model.py) of a dense Llama, Llama 3.1
 # (llama3 RoPE scaling), Qwen2.5 (q/k/v biases), Qwen3 (q/k norm, head_dim
-# apart from hidden / heads, BF16 weights) and Mistral with a sliding
-# window (16) shorter than the 32 positions generated over; a one-token
-# prompt too.  The reference with its window removed (a planted bug) must
-# differ, so the comparison can fail.  The same model imported as a
-# checkpoint (meshtrain-ckpt import) gives the same ids from --checkpoint,
+# apart from hidden / heads, BF16 weights), Mistral with a sliding window
+# (16) shorter than the 32 positions generated over, and the MoE families
+# Qwen3-MoE (head_dim apart from hidden / heads), Mixtral and OLMoE; a one-token prompt
+# too.  The reference with its window removed (a planted bug) must
+# differ, so the comparison can fail.  The same models imported as
+# checkpoints (meshtrain-ckpt import) give the same ids from --checkpoint,
 # latest and --step 0.  Skips (77) without a python3 that imports torch
 # (PYTHON_TORCH names one).
 . "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
@@ -20,7 +21,7 @@ done
 w=$workdir
 gen="$bindir/meshtrain-generate"
 ref="$torch_py $abs_top_srcdir/tests/app/generate_ref.py"
-fams="llama3 llama31 qwen25 qwen3 mistral"
+fams="llama3 llama31 qwen25 qwen3 mistral qwen3_moe mixtral olmoe"
 made=
 for f in $fams; do made="$made $f $w/$f"; done
 expect_rc 0 python3 "$abs_top_srcdir/tests/hf/make_model.py" $made
@@ -34,6 +35,9 @@ llama31 $prompt 24
 qwen25 $prompt 24
 qwen3 $prompt 24
 mistral $prompt 24
+qwen3_moe $prompt 24
+mixtral $prompt 24
+olmoe $prompt 24
 llama3 7 12
 qwen3 200 12
 mistral $prompt 24 no_window
@@ -59,7 +63,12 @@ the planted bug $b: the same ids ($out), so the comparison cannot tell"
     fi
 done < "$w/jobs"
 
-# a checkpoint of the same weights: the same ids, latest and by step
+# a checkpoint of the same weights: the same ids, latest and by step (and
+# for a MoE model, whose experts are tensors of their own)
+expect_rc 0 "$bindir/meshtrain-ckpt" import "$w/qwen3_moe" -o "$w/ckmoe"
+expect_rc 0 "$gen" --checkpoint "$w/ckmoe" --prompt-ids $prompt --max-new-tokens 24 --greedy --print-ids
+checks=$((checks + 1))
+[ "$out" = "$(sed -n 6p "$w/want")" ] || fail "--checkpoint of qwen3_moe gave $out, the reference $(sed -n 6p "$w/want")"
 expect_rc 0 "$bindir/meshtrain-ckpt" import "$w/mistral" -o "$w/ck"
 expect_rc 0 "$gen" --model "$w/mistral" --prompt-ids $prompt --max-new-tokens 24 --greedy --print-ids
 byname=$out

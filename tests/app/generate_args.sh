@@ -10,13 +10,12 @@
 #  - refusals, each with its message: an unknown argument, no model, two
 #    sources, no prompt, a bad --prompt-ids, an id outside the vocabulary,
 #    a bad --top-p / --temperature / --max-new-tokens, a missing
-#    checkpoint directory, a missing step, a missing model, a MoE model,
-#    and a launch on 2 ranks (both exit 2, one message).
+#    checkpoint directory, a missing step, a missing model, and a launch on 2 ranks (both exit 2, one message).
 . "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 command -v python3 >/dev/null 2>&1 || { echo "generate_args.sh: no python3; skipping"; exit 77; }
 w=$workdir
 gen="$bindir/meshtrain-generate"
-expect_rc 0 python3 "$abs_top_srcdir/tests/hf/make_model.py" llama3 "$w/m" qwen3_moe "$w/moe"
+expect_rc 0 python3 "$abs_top_srcdir/tests/hf/make_model.py" llama3 "$w/m"
 ids="--model $w/m --prompt-ids 5,6,7 --max-new-tokens 16 --print-ids"
 
 # ---- sampling
@@ -74,7 +73,6 @@ mkdir -p "$w/empty"
 bad 1 "holds no complete checkpoint" --checkpoint "$w/empty" --prompt-ids 1
 bad 1 "has no step 7" --checkpoint "$w/empty" --step 7 --prompt-ids 1
 bad 1 "$w/nomodel" --model "$w/nomodel" --prompt-ids 1
-bad 1 "generation of MoE models (Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM) is not implemented" --model "$w/moe" --prompt-ids 1
 expect_rc 2 np 2 "$gen" --model "$w/m" --prompt-ids 1
 expect_in "$err" "runs on one rank, launched on 2" "2 ranks"
 checks=$((checks + 1))

@@ -7,9 +7,12 @@
  *    logits from a prefill followed by single-token steps equal the
  *    logits of mt_model_step over the whole sequence to 1e-5; so do
  *    those of one prefill of the whole sequence, and of a sequence longer
- *    than the decoder's chunk of rows.
- * 2. Refusals: MoE layers, a token outside the vocabulary, a sequence
- *    past max_len.
+ *    than the decoder's chunk of rows.  The decoder runs on a second model
+ *    of the same weights built for one token (as meshtrain-generate
+ *    builds it); MoE layers (Qwen3-MoE, Mixtral, OLMoE, shared experts and
+ *    a dense layer) route through it a token at a time.
+ * 2. Refusals: MoE on a model built for more than one token, a token
+ *    outside the vocabulary, a sequence past max_len.
  * 3. Sampling: the same seed gives the same ids, top_k 1 and a tiny top_p
  *    give greedy's, top_k 3 draws only the 3 most likely, and draws at
  *    temperature 1 follow the softmax.
@@ -68,8 +71,19 @@ static void against_forward(const char *what, const char *extra, int64_t T, int6
     for (int64_t i = 0; i < T; i++) /* m.logits: [T, padded V] (T <= the head chunk) */
         m.be->copy_to_host(full + i * V, m.logits + i * m.V, sizeof(float) * (size_t)V);
 
+    /* the decoder on a model of the same weights built for one token at a
+     * time, as meshtrain-generate builds it (MoE layers route per token) */
+    mt_model_t m1;
+    mt_status_t s = mt_model_init_ex(&m1, &cfg, mt_backend_cpu(), 1, 1, MT_MODEL_NO_GRAD_ARENA, -1);
+    CHECK(s == MT_OK, "%s: the 1-token model: %s", what, mt_error_message());
+    if (s != MT_OK) {
+        free(tok), free(tgt), free(full), free(dec);
+        mt_model_free(&m);
+        return;
+    }
+    mt_model_init_weights(&m1, 11);
     mt_decode_t d;
-    mt_status_t s = mt_decode_init(&d, &m, T);
+    s = mt_decode_init(&d, &m1, T);
     CHECK(s == MT_OK, "%s: decoder: %s", what, mt_error_message());
     if (s == MT_OK) {
         s = mt_decode_forward(&d, tok, P, dec, true);
@@ -88,6 +102,7 @@ static void against_forward(const char *what, const char *extra, int64_t T, int6
         mt_decode_free(&d);
     }
     free(tok), free(tgt), free(full), free(dec);
+    mt_model_free(&m1);
     mt_model_free(&m);
 }
 
@@ -99,8 +114,9 @@ static void refusals(void)
     if (make(&m, &cfg, "model.num_experts=4;model.num_experts_per_tok=2;"
              "model.moe_intermediate_size=8", 8)) {
         mt_status_t s = mt_decode_init(&d, &m, 8);
-        CHECK(s == MT_ERR_UNSUPPORTED && strstr(mt_error_message(), "MoE"),
-              "MoE refused by name: %s", mt_error_message());
+        CHECK(s == MT_ERR_UNSUPPORTED && strstr(mt_error_message(), "MoE layers needs the model "
+              "built for one token at a time"), "MoE on an 8-token model refused: %s",
+              mt_error_message());
         mt_model_free(&m);
     }
     if (!make(&m, &cfg, NULL, 8))
@@ -202,6 +218,17 @@ int main(void)
                     "model.rope_scaling.original_max_position_embeddings=8", 16, 2);
     against_forward("tied, mqa", "model.tie_word_embeddings=true;model.num_key_value_heads=1",
                     10, 4);
+    against_forward("qwen3-moe", "model.num_experts=4;model.num_experts_per_tok=2;"
+                    "model.moe_intermediate_size=8;model.norm_topk_prob=true;model.qk_norm=true",
+                    12, 5);
+    against_forward("mixtral", "model.architecture=MixtralForCausalLM;model.num_experts=4;"
+                    "model.num_experts_per_tok=2;model.moe_intermediate_size=8", 12, 3);
+    against_forward("olmoe", "model.architecture=OlmoeForCausalLM;model.num_experts=4;"
+                    "model.num_experts_per_tok=2;model.moe_intermediate_size=8;"
+                    "model.qk_norm=true", 12, 3);
+    against_forward("moe, shared experts, dense layer", "model.num_experts=4;"
+                    "model.num_experts_per_tok=2;model.moe_intermediate_size=8;"
+                    "model.num_shared_experts=1;model.mlp_only_layers=0", 12, 3);
     against_forward("longer than a chunk, window", "model.architecture=MistralForCausalLM;"
                     "model.sliding_window=40", 300, 290);
     refusals();
