@@ -7,7 +7,9 @@
  * where the new rows of k_proj (rotated) and v_proj are written into the
  * cache first, and attention is the block kernel over cache rows
  * [k0, p0 + n): k0 = 0, or the first key the window lets the first new
- * query see.  Prompts longer than the buffers go through in chunks of
+ * query see.  With a window the cache holds a bounded number of rows
+ * (d->cap) from global position d->base on, and keeps only the window's
+ * when it fills.  Prompts longer than the buffers go through in chunks of
  * d->chunk rows.  A MoE layer's MLP is the model's own MoE code
  * (model_moe.c) on one token at a time.  Float32 throughout; no MPI, no
  * training state. */
@@ -23,9 +25,14 @@
 /* rows of the activation buffers: a prompt goes through this many at once */
 #define DECODE_CHUNK 256
 
+/* With a window W the chunks are at most W rows, so that the cache holds
+ * 2 W + chunk rows and moves its last W - 1 rows to the front once every
+ * W + chunk tokens or so */
 static int64_t chunk_rows(const mt_decode_t *d)
 {
-    return d->max_len < DECODE_CHUNK ? d->max_len : DECODE_CHUNK;
+    int64_t c = d->max_len < DECODE_CHUNK ? d->max_len : DECODE_CHUNK;
+    const int64_t W = d->m->window;
+    return W > 0 && W < c ? W : c;
 }
 
 void mt_decode_free(mt_decode_t *d)
@@ -51,7 +58,7 @@ void mt_decode_free(mt_decode_t *d)
 
 void mt_decode_reset(mt_decode_t *d)
 {
-    d->len = 0;
+    d->len = d->base = 0;
 }
 
 static void *dalloc(const mt_backend_t *be, int64_t n, size_t elem, bool *ok)
@@ -91,6 +98,8 @@ mt_status_t mt_decode_init(mt_decode_t *d, const mt_model_t *m, int64_t max_len)
     d->max_len = max_len;
     const mt_backend_t *be = m->be;
     const int64_t C = chunk_rows(d), H = m->H, Q = m->nh * m->hd, KV = m->nkv * m->hd;
+    const int64_t W = m->window;
+    d->cap = W > 0 && 2 * W + C < max_len ? 2 * W + C : max_len;
     bool ok = true;
     d->kc = calloc((size_t)m->L, sizeof *d->kc);
     d->vc = calloc((size_t)m->L, sizeof *d->vc);
@@ -101,8 +110,8 @@ mt_status_t mt_decode_init(mt_decode_t *d, const mt_model_t *m, int64_t max_len)
         MT_FAIL(MT_ERR_NOMEM, "decoder host buffers");
     }
     for (int64_t l = 0; l < m->L; l++) {
-        d->kc[l] = dalloc(be, max_len * KV, sizeof(float), &ok);
-        d->vc[l] = dalloc(be, max_len * KV, sizeof(float), &ok);
+        d->kc[l] = dalloc(be, d->cap * KV, sizeof(float), &ok);
+        d->vc[l] = dalloc(be, d->cap * KV, sizeof(float), &ok);
     }
     d->x = dalloc(be, C * H, sizeof(float), &ok);
     d->h = dalloc(be, C * H, sizeof(float), &ok);
@@ -123,7 +132,7 @@ mt_status_t mt_decode_init(mt_decode_t *d, const mt_model_t *m, int64_t max_len)
     d->pos = dalloc(be, C, sizeof(int32_t), &ok);
     d->ds = dalloc(be, C, sizeof(int32_t), &ok);
     if (!ok) {
-        int64_t n = max_len;
+        int64_t n = d->cap;
         mt_decode_free(d);
         MT_FAIL(MT_ERR_NOMEM, "KV cache of %lld positions x %lld layers", (long long)n,
                 (long long)m->L);
@@ -170,7 +179,7 @@ static void layer(mt_decode_t *d, int64_t l, int64_t p0, int64_t n, bool windowe
     const mt_backend_t *be = m->be;
     const mt_layer_params_t *p = &m->layers[l];
     const int64_t H = m->H, KV = m->nkv * m->hd;
-    float *kn = d->kc[l] + p0 * KV, *vn = d->vc[l] + p0 * KV;
+    float *kn = d->kc[l] + (p0 - d->base) * KV, *vn = d->vc[l] + (p0 - d->base) * KV;
 
     be->rmsnorm_forward(d->h, d->rstd, d->x, p->attn_norm->data, n, H, m->eps);
     if (m->qk_norm) {
@@ -188,8 +197,8 @@ static void layer(mt_decode_t *d, int64_t l, int64_t p0, int64_t n, bool windowe
     /* attention over the cache: a running (out 0, lse -inf) merged with one block */
     be->zero(d->att, sizeof(float) * (size_t)(n * m->nh * m->hd));
     be->copy_to_device(d->lse, d->host_lse, sizeof(float) * (size_t)(n * m->nh));
-    be->attention_block_forward(d->att, d->lse, n, d->q, d->kc[l] + k0 * KV,
-                                d->vc[l] + k0 * KV, windowed ? d->ds : NULL, n, p0 + n - k0,
+    be->attention_block_forward(d->att, d->lse, n, d->q, d->kc[l] + (k0 - d->base) * KV,
+                                d->vc[l] + (k0 - d->base) * KV, windowed ? d->ds : NULL, n, p0 + n - k0,
                                 p0, k0, m->nh, m->nkv, m->hd);
     lin_residual(d, d->x_mid, d->x, d->att, p->wo, p->bo, n);
 
@@ -233,6 +242,15 @@ static void chunk_forward(mt_decode_t *d, const int32_t *tokens, int64_t n, floa
             d->host_i32[i] = (int32_t)(lo > k0 ? lo : k0);
         }
         be->copy_to_device(d->ds, d->host_i32, sizeof(int32_t) * (size_t)n);
+    }
+    if (p0 + n - d->base > d->cap) { /* keep rows [k0, p0): the window's, at the front */
+        const int64_t KV = m->nkv * m->hd, shift = k0 - d->base;
+        for (int64_t l = 0; l < m->L; l++)
+            for (int64_t r = 0; r < p0 - k0; r++) { /* forward, a row at a time: no overlap */
+                be->copy(d->kc[l] + r * KV, d->kc[l] + (r + shift) * KV, sizeof(float) * (size_t)KV);
+                be->copy(d->vc[l] + r * KV, d->vc[l] + (r + shift) * KV, sizeof(float) * (size_t)KV);
+            }
+        d->base = k0;
     }
     for (int64_t l = 0; l < m->L; l++)
         layer(d, l, p0, n, windowed, k0);

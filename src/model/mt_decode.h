@@ -8,7 +8,8 @@
  * kernels only through the model's backend table: the same GEMMs, norms
  * and RoPE as training, and attention_block_forward (context
  * parallelism's block attention) for new queries against the cached keys.
- * With a sliding window each query reads only its window of the cache.
+ * With a sliding window each query reads only its window of the cache,
+ * and the cache holds a few windows' rows, not the whole sequence.
  *
  * MoE layers go through the model's own MoE code a token at a time, so a
  * MoE model must be built for one token (mt_model_init with B = T = 1,
@@ -35,8 +36,11 @@ typedef struct {
     const mt_model_t *m;
     int64_t max_len;  /* positions the cache holds */
     int64_t len;      /* positions cached so far */
+    int64_t cap;      /* rows of each cache: max_len, or with a sliding window
+                       * W about 3 W (the rows before a window are dropped) */
+    int64_t base;     /* the position of cache row 0 */
     /* backend memory */
-    float **kc, **vc; /* [L] caches: [max_len, nkv * hd] each */
+    float **kc, **vc; /* [L] caches: [cap, nkv * hd] each */
     float *x, *h, *x_mid, *q, *q_raw, *k_raw, *att, *g, *u, *a, *logits, *ones;
     float *rstd, *qk_rstd, *lse;
     int32_t *tok, *pos, *ds;

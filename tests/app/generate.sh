@@ -5,9 +5,10 @@
 # Hugging Face models (tests/hf/make_model.py) of a dense Llama, Llama 3.1
 # (llama3 RoPE scaling), Qwen2.5 (q/k/v biases), Qwen3 (q/k norm, head_dim
 # apart from hidden / heads, BF16 weights), Mistral with a sliding window
-# (16) shorter than the 32 positions generated over, and the MoE families
-# Qwen3-MoE (head_dim apart from hidden / heads), Mixtral and OLMoE; a one-token prompt
-# too.  The reference with its window removed (a planted bug) must
+# (16) shorter than the 64 positions generated over (its cache holds 48
+# rows, so it drops rows before the window), and the MoE families
+# Qwen3-MoE (head_dim apart from hidden / heads), Mixtral and OLMoE; a
+# one-token prompt too.  The reference with its window removed (a planted bug) must
 # differ, so the comparison can fail.  The same models imported as
 # checkpoints (meshtrain-ckpt import) give the same ids from --checkpoint,
 # latest and --step 0.  Skips (77) without a python3 that imports torch
@@ -34,13 +35,13 @@ llama3 $prompt 24
 llama31 $prompt 24
 qwen25 $prompt 24
 qwen3 $prompt 24
-mistral $prompt 24
+mistral $prompt 56
 qwen3_moe $prompt 24
 mixtral $prompt 24
 olmoe $prompt 24
 llama3 7 12
 qwen3 200 12
-mistral $prompt 24 no_window
+mistral $prompt 56 no_window
 JOBS
 specs=$(while read -r f p n b; do printf '%s ' "$w/$f:$p:$n:$b"; done < "$w/jobs")
 expect_rc 0 $ref $specs

@@ -7,7 +7,8 @@
  *    logits from a prefill followed by single-token steps equal the
  *    logits of mt_model_step over the whole sequence to 1e-5; so do
  *    those of one prefill of the whole sequence, and of a sequence longer
- *    than the decoder's chunk of rows.  The decoder runs on a second model
+ *    than the decoder's chunk of rows.  Under a window the cache holds
+ *    fewer rows than the sequence (it drops rows before the window).  The decoder runs on a second model
  *    of the same weights built for one token (as meshtrain-generate
  *    builds it); MoE layers (Qwen3-MoE, Mixtral, OLMoE, shared experts and
  *    a dense layer) route through it a token at a time.
@@ -90,6 +91,10 @@ static void against_forward(const char *what, const char *extra, int64_t T, int6
         for (int64_t t = P; s == MT_OK && t < T; t++)
             s = mt_decode_forward(&d, tok + t, 1, dec + t * V, false);
         CHECK(s == MT_OK && d.len == T, "%s: decode: %s", what, mt_error_message());
+        if (m.window > 0 && 3 * m.window < T) /* the window bounds the cache */
+            CHECK(d.cap < T && d.base > 0, "%s: a cache of %lld rows from position %lld for "
+                  "%lld positions, window %lld", what, (long long)d.cap, (long long)d.base,
+                  (long long)T, (long long)m.window);
         double sc, e = max_diff(dec, full, T * V, &sc);
         CHECK(e <= 1e-5 * (sc > 1 ? sc : 1), "%s: prefill %lld + steps: logits differ from the "
               "full forward by %.3g (largest |logit| %.3g)", what, (long long)P, e, sc);
