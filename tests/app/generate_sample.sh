@@ -5,7 +5,7 @@
 # others; each sample is the text meshtrain-generate writes for the
 # checkpoint of that step with the same prompt, greedy, as many tokens
 # (control bytes escaped in the log); the samples leave the losses as they
-# are without them, bit for bit.  Validation refuses samples where rank 0
+# are without them, bit for bit; under ddp on 2 ranks rank 0 prints one.  Validation refuses samples where rank 0
 # does not hold the whole model (tp 2) and where there is no tokenizer (a
 # vocabulary below the byte tokenizer's), naming the key.
 . "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
@@ -25,11 +25,9 @@ compare_losses "$w/m0.jsonl" "$w/m.jsonl" "with samples" 0 0
 checks=$((checks + 1))
 got=$(grep -o '^sample step [0-9]*' "$w/log" | tr '\n' ' ')
 [ "$got" = "sample step 2 sample step 4 " ] || fail "sample lines at the wrong steps: '$got'"
-for step in 2 4; do
-    expect_rc 0 "$gen" --checkpoint "$w/ck" --step $step --prompt "The cat" --greedy \
-        --max-new-tokens 12 --print-ids
-    checks=$((checks + 1))
-    python3 - "$w/log" "$step" "$out" <<'PY' || fail "step $step: the sample is not meshtrain-generate's text"
+# same.py LOG STEP IDS: LOG's one sample line of STEP is the text of IDS
+# (byte tokenizer), escaped as the log escapes it
+cat > "$w/same.py" <<'PY'
 import sys
 log, step, ids = sys.argv[1], sys.argv[2], [int(x) for x in sys.argv[3].split(",")]
 text = bytes(i for i in ids if i < 256)  # the byte tokenizer; 256, 257 are special
@@ -41,7 +39,25 @@ if lines != [want]:
     print("log: %r\nmeshtrain-generate: %r" % (lines, want))
     sys.exit(1)
 PY
+for step in 2 4; do
+    expect_rc 0 "$gen" --checkpoint "$w/ck" --step $step --prompt "The cat" --greedy \
+        --max-new-tokens 12 --print-ids
+    checks=$((checks + 1))
+    python3 "$w/same.py" "$w/log" "$step" "$out" || fail "step $step: the sample is not meshtrain-generate's text"
 done
+# data parallelism (ddp, 2 ranks): rank 0 holds the whole model; its
+# sample is the step-2 checkpoint's text
+expect_rc 0 np 2 "$bindir/meshtrain-dense" --config "$small_cfg" dataset.path="$data" \
+    step_scheduler.max_steps=2 distributed.strategy=ddp checkpoint.checkpoint_dir="$w/ddp" \
+    logging.metrics_file="$w/ddp.jsonl" logging.sample_every_steps=2 \
+    "logging.sample_prompt=The cat" logging.sample_tokens=12
+printf '%s\n' "$out" > "$w/ddp.log"
+checks=$((checks + 1))
+[ "$(grep -c '^sample step 2:' "$w/ddp.log")" -eq 1 ] || fail "ddp: not one sample line (one rank prints)"
+expect_rc 0 "$gen" --checkpoint "$w/ddp" --step 2 --prompt "The cat" --greedy --max-new-tokens 12 \
+    --print-ids
+checks=$((checks + 1))
+python3 "$w/same.py" "$w/ddp.log" 2 "$out" || fail "ddp: the sample is not meshtrain-generate's text"
 expect_rc 1 np 2 "$bindir/meshtrain-dense" --config "$small_cfg" --dry-run distributed.tp_size=2 \
     logging.sample_every_steps=5
 expect_in "$out$err" "logging.sample_every_steps: samples need the whole model on rank 0" "tp 2"
