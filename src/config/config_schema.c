@@ -402,8 +402,8 @@ const mt_cfg_key_t mt_cfg_keys[] = {
           "Print a step line every this many steps."),
     K_INT("logging.sample_every_steps", logging.sample_every_steps, "0", 0,
           "Print a greedy sample of the model on rank 0 after every this many steps (0: "
-          "never), as meshtrain-generate would write it. Needs the whole dense model on rank "
-          "0 (no tp, pp, FSDP sharding or experts) on the CPU, and a tokenizer: the named "
+          "never), as meshtrain-generate would write it. Needs the whole model on rank 0 (no "
+          "tp, pp, ep or FSDP sharding) on the CPU, and a tokenizer: the named "
           "model's tokenizer.json, else the byte tokenizer for a vocabulary of at least 258."),
     K_STR("logging.sample_prompt", logging.sample_prompt, "",
           "The samples' prompt; empty: the tokenizer's BOS token, else its EOS (a document "

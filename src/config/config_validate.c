@@ -633,8 +633,8 @@ static void check_topology(vctx_t *v, const int *node_of_rank)
 }
 
 /* Training samples decode on rank 0 with its copy of the model
- * (mt_decode.h): it must be whole there and dense, on the CPU, and the
- * run must have a tokenizer.  Gathering a sharded model for them is not
+ * (mt_decode.h): it must be whole there, every expert too, on the CPU,
+ * and the run must have a tokenizer.  Gathering a sharded model for them is not
  * done: refused here, before training. */
 static void check_samples(vctx_t *v)
 {
@@ -654,9 +654,9 @@ static void check_samples(vctx_t *v)
              "megatron_fsdp below zero 3, or meshtrain-generate on a checkpoint)", (long long)c->distributed.tp_size,
              (long long)c->distributed.pp_size, (long long)c->derived.dp_shard,
              (long long)c->distributed.cp_size, mt_strategy_name(c->distributed.strategy));
-    if (c->model.num_experts > 0)
-        verr(v, k, "samples of MoE models (model.num_experts %lld) are not implemented",
-             (long long)c->model.num_experts);
+    if (c->distributed.ep_size > 1)
+        verr(v, k, "samples need every expert on rank 0; ep_size %lld shards them",
+             (long long)c->distributed.ep_size);
     if (c->distributed.device != MT_DEVICE_CPU)
         verr(v, k, "samples run on the CPU backend only (distributed.device is %s)",
              mt_device_name(c->distributed.device));

@@ -5,8 +5,9 @@
 # others; each sample is the text meshtrain-generate writes for the
 # checkpoint of that step with the same prompt, greedy, as many tokens
 # (control bytes escaped in the log); the samples leave the losses as they
-# are without them, bit for bit; under ddp on 2 ranks rank 0 prints one.  Validation refuses samples where rank 0
-# does not hold the whole model (tp 2) and where there is no tokenizer (a
+# are without them, bit for bit; under ddp on 2 ranks rank 0 prints one;
+# a MoE model's sample too.  Validation refuses samples where rank 0
+# does not hold the whole model (tp 2, ep 2) and where there is no tokenizer (a
 # vocabulary below the byte tokenizer's), naming the key.
 . "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 command -v python3 >/dev/null 2>&1 || { echo "generate_sample.sh: no python3; skipping"; exit 77; }
@@ -58,6 +59,19 @@ expect_rc 0 "$gen" --checkpoint "$w/ddp" --step 2 --prompt "The cat" --greedy --
     --print-ids
 checks=$((checks + 1))
 python3 "$w/same.py" "$w/ddp.log" 2 "$out" || fail "ddp: the sample is not meshtrain-generate's text"
+# a MoE model (meshtrain-moe): the sample routes a token at a time
+moe="model.num_experts=4 model.num_experts_per_tok=2 model.moe_intermediate_size=32"
+expect_rc 0 "$bindir/meshtrain-moe" --config "$small_cfg" dataset.path="$data" $moe \
+    step_scheduler.max_steps=2 checkpoint.checkpoint_dir="$w/moe" logging.metrics_file="$w/moe.jsonl" \
+    logging.sample_every_steps=2 "logging.sample_prompt=The cat" logging.sample_tokens=12
+printf '%s\n' "$out" > "$w/moe.log"
+expect_rc 0 "$gen" --checkpoint "$w/moe" --step 2 --prompt "The cat" --greedy --max-new-tokens 12 \
+    --print-ids
+checks=$((checks + 1))
+python3 "$w/same.py" "$w/moe.log" 2 "$out" || fail "moe: the sample is not meshtrain-generate's text"
+expect_rc 1 np 2 "$bindir/meshtrain-moe" --config "$small_cfg" --dry-run $moe distributed.ep_size=2 \
+    logging.sample_every_steps=5
+expect_in "$out$err" "samples need every expert on rank 0; ep_size 2 shards them" "ep 2"
 expect_rc 1 np 2 "$bindir/meshtrain-dense" --config "$small_cfg" --dry-run distributed.tp_size=2 \
     logging.sample_every_steps=5
 expect_in "$out$err" "logging.sample_every_steps: samples need the whole model on rank 0" "tp 2"
