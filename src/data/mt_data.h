@@ -103,8 +103,10 @@ mt_status_t mt_write_llmc(const char *path, const int32_t *tokens, int64_t n);
 mt_status_t mt_write_megatron(const char *prefix, const int32_t *tokens, int64_t n,
                               const int64_t *doc_start, int64_t n_docs);
 
-/* The whole meshtrain-data tool, with its streams, so tests can drive it. */
-int mt_data_main(int argc, char **argv, FILE *out, FILE *err);
+/* meshtrain-data --inspect: a token file's format, counts, token range
+ * and first 64 tokens, every token checked against vocab.  Returns the
+ * exit code (0 ok, 1 error, printed to err). */
+int mt_data_inspect(const char *path, int64_t vocab, FILE *out, FILE *err);
 
 #ifdef __cplusplus
 }
