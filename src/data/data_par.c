@@ -591,25 +591,30 @@ static mt_status_t finish(build_t *b, FILE *out)
     close_all(parts, np);
     free(chunk_off);
     s = mt_agree(b->comm, s);
+    int renamed = 0; /* files moved into place, in order; undone if a later one fails */
     if (b->rank == 0) {
         for (int i = 0; i < np; i++)
             for (int j = 0; j < parts[i].nf; j++) {
                 file_t *f = &parts[i].f[j];
                 if (s != MT_OK)
                     remove(f->tmp);
-                else if (rename(f->tmp, f->path) != 0 && s == MT_OK)
+                else if (rename(f->tmp, f->path) != 0)
                     s = mt_error_set(MT_ERR_IO, __FILE__, __LINE__, "%s: cannot rename %s into "
                                      "place: %s", f->path, f->tmp, strerror(errno));
+                else
+                    renamed++;
             }
     }
     s = mt_agree(b->comm, s);
     if (s != MT_OK) {
-        if (b->rank == 0) /* a failed rename: take back what was renamed */
-            for (int i = 0; i < np; i++)
-                for (int j = 0; j < parts[i].nf; j++) {
-                    remove(parts[i].f[j].tmp);
+        /* Only a failed rename gets here with files in place: take back
+         * this run's, so that no dataset is left half renamed. */
+        for (int i = 0, k = 0; b->rank == 0 && i < np; i++)
+            for (int j = 0; j < parts[i].nf; j++, k++) {
+                remove(parts[i].f[j].tmp);
+                if (k < renamed)
                     remove(parts[i].f[j].path);
-                }
+            }
         MT_TRY(s);
     }
     for (int i = 0; b->rank == 0 && out && i < np; i++) {

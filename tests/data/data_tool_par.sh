@@ -84,6 +84,12 @@ for np in 1 2; do
     checks=$((checks + 1))
     ls "bad$np"* ./*.tmp >/dev/null 2>&1 && fail "$np ranks: output left behind: $(ls)"
 done
+# a failed rerun leaves the earlier dataset as it was
+cp r1/j_text_document.bin keep.bin
+expect_rc 1 np 2 "$data" --quiet --output r1/j --json-keys text,title bad.jsonl
+checks=$((checks + 1))
+cmp -s keep.bin r1/j_text_document.bin && [ -f r1/j_title_document.idx ] ||
+    fail "a failed run changed or removed the earlier output"
 # an unwritable output: every rank fails, nothing left
 expect_rc 1 np 2 "$data" --quiet --output no/such/dir/x c.jsonl
 expect_in "$err" "cannot create" "unwritable output at 2 ranks"
