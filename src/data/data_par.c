@@ -3,8 +3,8 @@
  *
  * Every rank scans all inputs (cheap: line splitting) and tokenizes the
  * records it owns, chunk by chunk (record g: rank (g / MT_DW_CHUNK) % size).
- * The per-chunk token counts are summed over the ranks; from them each
- * rank knows where its documents go and writes them with pwrite into the
+ * An exclusive scan and a sum of the per-chunk token counts give each
+ * rank where its documents go; it writes them with pwrite into the
  * shared .tmp files (tokens, the .idx arrays, the loss mask), rank 0 the
  * headers.  After agreeing that every rank succeeded, rank 0 renames the
  * files into place; after a failure it removes them.  A record's error
@@ -468,10 +468,10 @@ static mt_status_t write_all(build_t *b, part_t *parts, int np, const int64_t *c
     for (int k = 0; k < K; k++) {
         const stream_t *s = &b->st[k];
         int64_t di = 0, ti = 0; /* this rank's next document and token */
-        for (int64_t c = b->rank; c < n_chunks; c += b->size) {
+        for (int64_t q = 0, c = b->rank; c < n_chunks; q++, c += b->size) {
             int64_t c0 = c * MT_DW_CHUNK, c1 = c0 + MT_DW_CHUNK;
             c1 = c1 < b->n_records ? c1 : b->n_records;
-            int64_t off = chunk_off[c * K + k];
+            int64_t off = chunk_off[q * K + k];
             for (int i = 0; i < np; i++) { /* the parts this chunk overlaps */
                 const part_t *p = &parts[i];
                 if (p->stream != k || p->d1 <= c0 || p->d0 >= c1)
@@ -506,38 +506,44 @@ static mt_status_t finish(build_t *b, FILE *out)
         n_val = n_val < 1 ? 1 : n_val > N - 1 ? N - 1 : n_val;
         n_train = N - n_val;
     }
-    /* tokens per (chunk, key) and per (chunk, key) before n_train */
-    int64_t *cnt = calloc((size_t)(2 * n_chunks * K + 1), sizeof *cnt);
-    if (!cnt)
-        MT_FAIL(MT_ERR_NOMEM, "out of memory for %lld chunk counts", (long long)n_chunks);
-    int64_t *before = cnt + n_chunks * K;
+    /* Offsets by an exscan: in round q every rank owns chunk q * size +
+     * rank, so the chunk starts after the rounds before q (their totals,
+     * summed over the ranks) and after the lower ranks' chunks of round q
+     * (an exclusive scan).  Each rank holds rounds x keys counts. */
+    int64_t R = (n_chunks + b->size - 1) / b->size, RK = R * K;
+    int64_t *mine = calloc((size_t)(4 * RK + 2 * K + 1), sizeof *mine);
+    if (!mine)
+        MT_FAIL(MT_ERR_NOMEM, "out of memory for %lld chunk counts", (long long)R);
+    int64_t *lower = mine + RK, *rtot = lower + RK, *chunk_off = rtot + RK;
+    int64_t *train_tok = chunk_off + RK; /* [K]: tokens before n_train, then [K] totals */
+    int64_t *tot = train_tok + K;
     for (int k = 0; k < K; k++) {
         int64_t di = 0;
-        for (int64_t c = b->rank; c < n_chunks; c += b->size)
-            for (int64_t g = c * MT_DW_CHUNK; g < (c + 1) * MT_DW_CHUNK && g < N; g++) {
-                cnt[c * K + k] += b->st[k].len[di];
+        for (int64_t q = 0; q < R; q++)
+            for (int64_t g = (q * b->size + b->rank) * MT_DW_CHUNK, e = g + MT_DW_CHUNK;
+                 g < e && g < N; g++, di++) {
+                mine[q * K + k] += b->st[k].len[di];
                 if (g < n_train)
-                    before[c * K + k] += b->st[k].len[di];
-                di++;
+                    train_tok[k] += b->st[k].len[di];
             }
     }
-    mt_status_t s = mt_allreduce(MPI_IN_PLACE, cnt, (int)(2 * n_chunks * K), MPI_INT64_T,
-                                 MPI_SUM, b->comm);
+    int rc = MPI_Exscan(mine, lower, (int)RK, MPI_INT64_T, MPI_SUM, b->comm);
+    if (b->rank == 0) /* MPI_Exscan leaves rank 0's result undefined */
+        memset(lower, 0, sizeof *lower * (size_t)RK);
+    mt_status_t s = rc == MPI_SUCCESS ? MT_OK : mt_error_mpi(rc, "MPI_Exscan", __FILE__, __LINE__);
+    if (s == MT_OK)
+        s = mt_allreduce(mine, rtot, (int)RK, MPI_INT64_T, MPI_SUM, b->comm);
+    if (s == MT_OK)
+        s = mt_allreduce(MPI_IN_PLACE, train_tok, K, MPI_INT64_T, MPI_SUM, b->comm);
     if (s != MT_OK) {
-        free(cnt);
+        free(mine);
         MT_TRY(s);
     }
-    int64_t *chunk_off = malloc(sizeof *chunk_off * (size_t)(n_chunks * K + 1));
-    int64_t tot[MT_DW_MAX_KEYS] = {0}, train_tok[MT_DW_MAX_KEYS] = {0};
-    for (int64_t c = 0; chunk_off && c < n_chunks; c++)
+    for (int64_t q = 0; q < R; q++)
         for (int k = 0; k < K; k++) {
-            chunk_off[c * K + k] = tot[k];
-            tot[k] += cnt[c * K + k];
-            train_tok[k] += before[c * K + k];
+            chunk_off[q * K + k] = tot[k] + lower[q * K + k];
+            tot[k] += rtot[q * K + k];
         }
-    free(cnt);
-    if (!chunk_off)
-        MT_FAIL(MT_ERR_NOMEM, "out of memory for %lld chunk offsets", (long long)n_chunks);
 
     part_t parts[MAX_OUT];
     int np = 0;
@@ -567,7 +573,7 @@ static mt_status_t finish(build_t *b, FILE *out)
     }
     for (int i = 0; i < np; i++)
         if (!o->megatron && parts[i].n_tok > INT32_MAX) {
-            free(chunk_off);
+            free(mine);
             MT_FAIL(MT_ERR_RANGE, "%s: %lld tokens do not fit an llm.c header (at most %d)",
                     parts[i].f[0].path, (long long)parts[i].n_tok, INT32_MAX);
         }
@@ -589,7 +595,7 @@ static mt_status_t finish(build_t *b, FILE *out)
             else
                 parts[i].f[j].fd = -1;
     close_all(parts, np);
-    free(chunk_off);
+    free(mine);
     s = mt_agree(b->comm, s);
     int renamed = 0; /* files moved into place, in order; undone if a later one fails */
     if (b->rank == 0) {
