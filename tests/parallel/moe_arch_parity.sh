@@ -10,7 +10,7 @@
 # renormalisation: against 1 rank on ep 2, pp 2, cp 2, tp 2 (the norm's
 # row sums added over the TP group), tp 2 with sequence parallelism and
 # activation checkpointing, tp 2 x ep 2, tp 2 on bf16 storage and on the
-# guarded table.  20 steps as the other parity tests:
+# guarded table; its checkpoints resume across 1 rank and tp 2.  20 steps as the other parity tests:
 # step 1 within 1e-6, every step within 1e-5, final parameters within 5e-5.
 . "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 app="$bindir/meshtrain-moe"
@@ -56,6 +56,14 @@ parity o1 oc2 "OLMoE, cp 2"
 parity o1 ot2 "OLMoE, tp 2"
 parity o1 ots2 "OLMoE, tp 2 (sequence parallel, activation checkpointing)"
 parity o1 ote4 "OLMoE, tp 2 x ep 2"
+# resume across meshes: the tp 2 checkpoint (q_norm split by heads) on
+# 1 rank, the 1-rank checkpoint on tp 2, and 1 rank on itself bit for bit
+train or1 1 checkpoint.resume="$workdir/ot2/step_00000010"
+compare_losses "$workdir/o1.jsonl" "$workdir/or1.jsonl" "OLMoE: tp 2 checkpoint on 1 rank, steps 11-20" 11
+train ort2 2 distributed.tp_size=2 checkpoint.resume="$workdir/o1/step_00000010"
+compare_losses "$workdir/o1.jsonl" "$workdir/ort2.jsonl" "OLMoE: 1-rank checkpoint on tp 2, steps 11-20" 11
+train orr 1 checkpoint.resume="$workdir/o1/step_00000010"
+compare_losses "$workdir/o1.jsonl" "$workdir/orr.jsonl" "OLMoE: resumed at step 10, bit for bit" 11 0
 common="$common checkpoint.enabled=false"
 train op2 2 $pp2
 compare_losses "$workdir/o1.jsonl" "$workdir/op2.jsonl" "OLMoE, pp 2"
