@@ -77,7 +77,9 @@ expect_rc 1 "$data" --output v3 --vocab-size 100 a.jsonl
 expect_in "$err" "--vocab-size 100 is below the tokenizer's vocabulary of 258" "vocab below"
 
 # Invalid UTF-8: refused with the byte offset; replaced as Python does.
-printf '{"text": "ok"}\n{"text": "bad \377 and \342\202 end"}\n' > bad8.jsonl
+# (overlong forms, a surrogate, above U+10FFFF, cut sequences, stray
+# continuation bytes: Python replaces each maximal subpart once)
+printf '{"text": "ok"}\n{"text": "bad \377 and \342\202 end \300\200 \340\200\200 \355\240\200 \364\220\200\200 \370\210 \200\277 \360\237\230 \342\202\254"}\n' > bad8.jsonl
 expect_rc 1 "$data" --output u bad8.jsonl
 expect_in "$err" "bad8.jsonl:2 (record 2): invalid UTF-8 at byte 14 of the line (byte 0xff)" "invalid UTF-8"
 expect_in "$err" "--invalid-utf8 replace" "invalid UTF-8 hint"
