@@ -395,6 +395,12 @@ const mt_cfg_key_t mt_cfg_keys[] = {
            "format) is refused: meshtrain writes no pickles. hdf5 is accepted only with "
            "save_consolidated false: the checkpoint itself is always HDF5."),
 
+    K_FLT("checkpoint.lock_stale_s", checkpoint.lock_stale_s, "600.0",
+          "The run that writes checkpoint_dir holds checkpoint_dir/.lock and touches it as it "
+          "trains; another run's lock untouched this many seconds is stale and taken over "
+          "with a warning (a dead pid on the same host, or an earlier run of the same job, "
+          "is taken over at once). Make it longer than the longest step or save."),
+
     /* logging */
     K_STR("logging.metrics_file", logging.metrics_file, "metrics.jsonl",
           "One JSON object per step is appended here; empty disables it."),

@@ -155,6 +155,9 @@ static void check_ranges(vctx_t *v)
     if (cfg->lr_scheduler.min_lr < 0 || cfg->lr_scheduler.min_lr > o->lr)
         verr(v, "lr_scheduler.min_lr", "must be in [0, optimizer.lr = %g], got %g", o->lr,
              cfg->lr_scheduler.min_lr);
+    if (!(cfg->checkpoint.lock_stale_s > 0 && cfg->checkpoint.lock_stale_s <= 1e9))
+        verr(v, "checkpoint.lock_stale_s", "must be a number of seconds in (0, 1e9], got %g",
+             cfg->checkpoint.lock_stale_s);
     if (cfg->checkpoint.keep_last_n == 1)
         verr(v, "checkpoint.keep_last_n",
              "must be 0 (keep all) or at least 2, got 1: the newest checkpoint may be "

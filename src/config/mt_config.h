@@ -203,6 +203,7 @@ typedef struct {
     char resume[MT_PATH_MAX]; /* "auto", "none" or a path */
     int64_t keep_last_n;
     mt_save_format_t model_save_format;
+    double lock_stale_s; /* another run's lock without a heartbeat this long is stale */
 } mt_checkpoint_config_t;
 
 typedef struct {

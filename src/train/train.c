@@ -261,6 +261,10 @@ static void install_signal_handlers(void)
 static mt_status_t begin_run(mt_train_run_t *r, loop_t *lp, const mt_config_t *cfg,
                              mt_train_result_t *res)
 {
+    if (cfg->checkpoint.enabled) /* before resume reads it: this run owns it */
+        MT_TRY(mt_ckpt_lock_acquire(lp->comm, cfg->checkpoint.checkpoint_dir,
+                                    cfg->checkpoint.lock_stale_s, lp->rank == 0 ? stderr : NULL,
+                                    &r->ckpt.lock));
     MT_TRY(resume_run(r, lp, cfg));
     res->resumed_from_step = lp->start > 0 || r->ckpt.resumed ? (int)lp->start : -1;
     res->last_step = lp->start;
@@ -616,6 +620,7 @@ static void log_step(const mt_train_run_t *r, const loop_t *lp, const mt_config_
 static mt_status_t checkpoint_or_stop(mt_train_run_t *r, const loop_t *lp, const mt_config_t *cfg,
                                       int64_t step, bool *stop)
 {
+    mt_ckpt_lock_beat(&r->ckpt.lock);
     int mine = stop_signal != 0, any_stop = 0;
     MPI_Allreduce(&mine, &any_stop, 1, MPI_INT, MPI_MAX, lp->comm);
     *stop = any_stop != 0;

@@ -140,6 +140,7 @@ void mt_train_ckpt_stage(mt_train_ckpt_t *c, const mt_backend_t *be)
 
 void mt_train_ckpt_free(mt_train_ckpt_t *c)
 {
+    mt_ckpt_lock_release(&c->lock);
     mt_model_free(&c->whole);
     free(c->t);
     free(c->t_save);
