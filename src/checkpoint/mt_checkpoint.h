@@ -104,6 +104,10 @@ mt_status_t mt_ckpt_find_latest(const char *checkpoint_dir, char *out, size_t ca
  * hyperslab into t[i].data.  state may be NULL. */
 mt_status_t mt_ckpt_load(MPI_Comm comm, const char *step_dir, const mt_ckpt_tensor_t *t, int n,
                          mt_train_state_t *state);
+/* The same for a step directory that rank 0's mt_ckpt_find_latest has
+ * just verified: the files are hashed once, not twice. */
+mt_status_t mt_ckpt_load_found(MPI_Comm comm, const char *step_dir, const mt_ckpt_tensor_t *t,
+                               int n, mt_train_state_t *state);
 
 /* Read the stored config text (malloc'd into *yaml). Not collective. */
 mt_status_t mt_ckpt_read_config(const char *step_dir, char **yaml);
