@@ -353,6 +353,41 @@ static void set_value(parse_ctx_t *c, int ki, const yaml_node_t *n)
         *(int *)(base + k->count_offset) = cnt;
         break;
     }
+    case MT_T_STRING_LIST: {
+        /* items are kept as text: a blend's weights are read by its parser */
+        char (*dst)[MT_PATH_MAX] = (char (*)[MT_PATH_MAX])(base + k->offset);
+        int cnt = 0;
+        if (n && is_null_scalar(n) && plain_scalar(n)) {
+            *(int *)(base + k->count_offset) = 0;
+            break;
+        }
+        if (!n || n->type != YAML_SEQUENCE_NODE) {
+            PERR(c, n, "%s: expected a list of strings, got %s", k->path, got);
+            return;
+        }
+        for (yaml_node_item_t *it = n->data.sequence.items.start;
+             it < n->data.sequence.items.top; it++, cnt++) {
+            yaml_node_t *e = yaml_document_get_node(c->doc, *it);
+            char eg[300];
+            describe(e, eg, sizeof eg);
+            if (!e || e->type != YAML_SCALAR_NODE || (plain_scalar(e) && is_null_scalar(e))) {
+                PERR(c, e, "%s[%d]: expected a string or a number, got %s", k->path, cnt, eg);
+                return;
+            }
+            if (cnt >= k->list_len) {
+                PERR(c, e, "%s[%d]: more than %d items", k->path, cnt, k->list_len);
+                return;
+            }
+            const char *es = (const char *)e->data.scalar.value;
+            if (strlen(es) >= MT_PATH_MAX) {
+                PERR(c, e, "%s[%d]: longer than %d characters", k->path, cnt, MT_PATH_MAX - 1);
+                return;
+            }
+            strcpy(dst[cnt], es);
+        }
+        *(int *)(base + k->count_offset) = cnt;
+        break;
+    }
     }
     mark_origin(c, &c->cfg->key_origin[ki], n);
 }
