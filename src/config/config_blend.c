@@ -49,7 +49,8 @@ int mt_blend_spec_parse(const char (*items)[MT_PATH_MAX], int n, mt_blend_spec_t
                          "entry that should not be drawn is left out of the list)", items[i]);
                 return i;
             }
-            if (i + 1 == n || as_number(items[i + 1], &w)) {
+            double next;
+            if (i + 1 == n || as_number(items[i + 1], &next)) {
                 snprintf(why, cap, "weight %s is not followed by a path", items[i]);
                 return i;
             }

@@ -542,6 +542,15 @@ static mt_status_t train_step(mt_train_run_t *r, loop_t *lp, const mt_config_t *
     MT_TRY(grad_norm(r, cfg, &f->gnorm));
     bool apply = true;
     MT_TRY(check_finite(r, lp, cfg, step, sum, f->gnorm, &apply));
+    if (count == 0 && apply) { /* every target masked: no mean to take, nothing to learn */
+        apply = false;
+        if (lp->rank == 0 && lp->out) {
+            fprintf(lp->out, "warning: step %lld: every target of the global batch is masked "
+                    "out (loss masks): no token to average over; update skipped\n",
+                    (long long)step);
+            fflush(lp->out);
+        }
+    }
     MT_TRY(update(r, cfg, step, f->gnorm, apply, &f->lr));
     MT_TRY(mt_train_moe_step_stats(&r->moe, &r->model));
     /* the objective: token-mean cross-entropy + coef x mean aux loss */
