@@ -231,7 +231,8 @@ void mt_blend_report(const mt_blend_t *b, const char *what, int64_t draws, FILE 
                     (double)b->per_cycle[e] / MT_BLEND_CYCLE);
         if (draws > 0) {
             int64_t k = mt_blend_draws(b, draws, e);
-            fprintf(out, "; %lld draws in %lld (%.2f epochs)", (long long)k, (long long)draws,
+            fprintf(out, "; %lld of the run's %lld draws (%.2f epochs)", (long long)k,
+                    (long long)draws,
                     (double)k / (double)b->samples[e]);
         }
         fputc('\n', out);

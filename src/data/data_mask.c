@@ -31,7 +31,8 @@ void mt_dataset_mask_path(const mt_dataset_t *ds, char *out, size_t cap)
 {
     size_t n = strlen(ds->path);
     /* a Megatron dataset named by PREFIX.bin or PREFIX.idx: the prefix's */
-    if (ds->format == MT_DATA_MEGATRON && (ends_with(ds->path, ".bin") || ends_with(ds->path, ".idx")))
+    if (ds->format == MT_DATA_MEGATRON &&
+        (ends_with(ds->path, ".bin") || ends_with(ds->path, ".idx")))
         n -= 4;
     snprintf(out, cap, "%.*s.lossmask", (int)n, ds->path);
 }
