@@ -9,7 +9,8 @@
 #  - an all-ones mask is bit-identical to no mask, and the striped mask
 #    changes the losses (the mask is honoured);
 #  - with the striped mask, the 1-rank run is computed by tp 2
-#    (vocabulary-parallel loss), pp 2, fsdp2 dp 2, and meshtrain-moe's ep 2
+#    (vocabulary-parallel loss), pp 2, fsdp2 dp 2, cp 2 on plain rows, and
+#    meshtrain-moe's ep 2
 #    by its 1-rank run; meshtrain-cp's packed rows (the mask moves with its
 #    document) by cp 2 (ring attention) and by fsdp2 dp 2: 8 steps, step 1
 #    within 1e-6, every step within 1e-5;
@@ -97,6 +98,8 @@ train p2 2 distributed.pp_size=2 distributed.pipeline.pp_schedule=1f1b \
 compare_losses "$w/r1.jsonl" "$w/p2.jsonl" "masked: pp 2"
 train d2 2 distributed.strategy=fsdp2
 compare_losses "$w/r1.jsonl" "$w/d2.jsonl" "masked: fsdp2 dp 2"
+train c2 2 distributed.cp_size=2
+compare_losses "$w/r1.jsonl" "$w/c2.jsonl" "masked: cp 2 (plain rows)"
 
 moe="model.num_experts=4 model.num_experts_per_tok=2 model.moe_intermediate_size=32
  model.norm_topk_prob=true model.router_aux_loss_coef=0.01"
