@@ -8,6 +8,7 @@
 # start their own.
 set -e
 pkgs="mpich libmpich-dev libhdf5-mpich-dev hdf5-tools libyaml-dev libjansson-dev libssl-dev libopenblas-dev libopenblas-openmp-dev
+      libpcre2-dev libutf8proc-dev libzstd-dev
       autoconf automake libtool pkg-config make gcc g++ python3 python3-torch python3-numpy
       slurm-wlm munge gnuplot-nox lmod groff-base"
 missing=

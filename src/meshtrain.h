@@ -17,6 +17,7 @@
 #include "mt_pp_schedule.h"
 #include "mt_config.h"
 #include "mt_mesh.h"
+#include "mt_tokenizer.h"
 #include "mt_data.h"
 #include "mt_pack.h"
 #include "mt_checkpoint.h"

@@ -1,0 +1,4 @@
+# tests/tokenizer: the tokenizer handle and its tokenizers
+check_PROGRAMS += tests/tokenizer/test_tokenizer_byte
+tests_tokenizer_test_tokenizer_byte_SOURCES = tests/tokenizer/test_tokenizer_byte.c tests/harness/mt_test.h
+TESTS += tests/tokenizer/test_tokenizer_byte
