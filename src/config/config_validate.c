@@ -562,6 +562,32 @@ static void check_sequence(vctx_t *v)
     }
 }
 
+/* ---- datasets: one spelling each, and well-formed blends ---- */
+static void check_paths(vctx_t *v, const char *key, const char (*items)[MT_PATH_MAX], int n,
+                        const char *single_key, const char *single)
+{
+    if (n == 0) /* an empty list is no list: a resolved config prints one */
+        return;
+    if (single[0])
+        verr(v, key, "is set together with %s: give one of them", single_key);
+    mt_blend_spec_t spec;
+    char why[MT_PATH_MAX + 200];
+    int bad = mt_blend_spec_parse(items, n, &spec, why, sizeof why);
+    if (bad >= n)
+        verr(v, key, "%s", why);
+    else if (bad >= 0)
+        verr(v, key, "item %d: %s", bad, why);
+}
+
+static void check_dataset(vctx_t *v)
+{
+    const mt_dataset_config_t *d = &v->cfg->dataset;
+    check_paths(v, "dataset.paths", (const char (*)[MT_PATH_MAX])d->paths, d->npaths,
+                "dataset.path", d->path);
+    check_paths(v, "dataset.validation_paths", (const char (*)[MT_PATH_MAX])d->validation_paths,
+                d->nvalidation_paths, "dataset.validation_path", d->validation_path);
+}
+
 /* ---- tensor parallel and batch ---- */
 static void check_tp_batch(vctx_t *v)
 {
@@ -672,6 +698,7 @@ mt_status_t mt_config_validate(mt_config_t *cfg, mt_app_kind_t app, int64_t worl
     check_sizes(&v, world_size);
     check_pipeline(&v);
     check_sequence(&v);
+    check_dataset(&v);
     check_tp_batch(&v);
     check_topology(&v, node_of_rank);
     if (v.diag.count)

@@ -1,6 +1,7 @@
-# tests/data: readers, sampling, packing, meshtrain-data
-check_PROGRAMS += tests/data/test_data tests/data/test_pack
+# tests/data: readers, sampling, packing, loss masks and blends, meshtrain-data
+check_PROGRAMS += tests/data/test_data tests/data/test_pack tests/data/test_blend
 tests_data_test_data_SOURCES = tests/data/test_data.c tests/harness/mt_test.h
 tests_data_test_pack_SOURCES = tests/data/test_pack.c tests/harness/mt_test.h
-TESTS += tests/data/test_data tests/data/test_pack tests/data/data_tool.sh
+tests_data_test_blend_SOURCES = tests/data/test_blend.c tests/harness/mt_test.h
+TESTS += tests/data/test_data tests/data/test_pack tests/data/test_blend tests/data/data_tool.sh
 EXTRA_DIST += tests/data/data_tool.sh
