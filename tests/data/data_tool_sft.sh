@@ -4,7 +4,8 @@
 # the appended EOS 1) and chat messages rendered with the Llama 3 and
 # ChatML templates, tokens and loss masks checked against an independent
 # rendering here (Python, byte tokenizer); the .lossmask format (magic,
-# count, 0/1 bytes, size); and the bad records.
+# count, 0/1 bytes, size); the bad records; and meshtrain-dense training
+# on the masks written (dataset.loss_mask required).
 . "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 data="$bindir/meshtrain-data"
 w=$workdir
@@ -141,4 +142,21 @@ bad nomessages '{"messages": []}' 'nomessages.jsonl:1 (record 1): empty document
 bad notarray '{"messages": "hi"}' 'notarray.jsonl:1 (record 1): "messages" is not an array of messages'
 bad toolong '{"prompt": "abc", "completion": "def"}' 'toolong.jsonl:1 (record 1): the document has 7 tokens, more than --seq-length 6' --seq-length 6
 bad notjson '{"prompt": ' 'notjson.jsonl:1 (record 1): not a JSON record'
+
+# Training reads what --sft writes: a few steps on its masks, train and
+# validation, with dataset.loss_mask required.
+python3 - <<'PY'
+import json
+with open("many.jsonl", "w") as f:
+    for i in range(120):
+        f.write(json.dumps({"messages": [{"role": "user", "content": "question %d?" % i},
+                                         {"role": "assistant", "content": "answer %d." % i}]}) + "\n")
+PY
+expect_rc 0 "$data" --quiet --output train --sft --chat-template chatml --split-validation 0.2 many.jsonl
+expect_rc 0 "$bindir/meshtrain-dense" --config "$small_cfg" dataset.path=train \
+    dataset.validation_path=train.val dataset.loss_mask=required checkpoint.enabled=false \
+    step_scheduler.max_steps=2 logging.metrics_file="$w/m.jsonl"
+expect_in "$out" "data: train: 1 file," "training opens the dataset"
+expect_in "$out" "loss mask: yes" "training reads the mask"
+expect_in "$out" "validation data: train.val: 1 file," "and the validation part"
 finish
