@@ -6,7 +6,8 @@
 #    --stop-id ends the text at that token; --max-new-tokens counts;
 #  - text: --tokenizer byte encodes --prompt and --prompt-file alike and
 #    prints text; without a tokenizer.json a text prompt is refused unless
-#    --tokenizer byte, while --prompt-ids with --print-ids needs none;
+#    --tokenizer byte, while --prompt-ids with --print-ids needs none; the
+#    model directory's tokenizer.json is the default;
 #  - refusals, each with its message: an unknown argument, no model, two
 #    sources, no prompt, a bad --prompt-ids, an id outside the vocabulary,
 #    a bad --top-p / --temperature / --max-new-tokens, a missing
@@ -54,6 +55,15 @@ checks=$((checks + 1))
 expect_rc 1 "$gen" --model "$w/m" --prompt "Hello"
 expect_in "$err" "no tokenizer: $w/m has no tokenizer.json and its vocabulary (256) is not the byte tokenizer's (258)" "no tokenizer"
 expect_in "$err" "--tokenizer byte" "the hint"
+
+# the default tokenizer is the model directory's tokenizer.json (this one
+# is not a usable file: its error names it); --tokenizer byte overrides it
+cp -r "$w/m" "$w/m2"
+printf '{}\n' > "$w/m2/tokenizer.json"
+expect_rc 1 "$gen" --model "$w/m2" --prompt "Hello" --max-new-tokens 2
+expect_in "$err" "$w/m2/tokenizer.json" "the directory's tokenizer.json is the default"
+expect_rc 0 "$gen" --model "$w/m2" --tokenizer byte --prompt "Hello" --max-new-tokens 8 --greedy
+checks=$((checks + 1)); [ "$out" = "$text" ] || fail "--tokenizer byte over tokenizer.json: '$out', '$text'"
 
 # ---- refusals
 bad() { want_rc=$1 msg=$2; shift 2; expect_rc "$want_rc" "$gen" "$@"; expect_in "$err" "$msg" "$*"; }
