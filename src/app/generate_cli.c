@@ -204,8 +204,10 @@ static bool is_dir(const char *p)
 
 /* The step directory of --checkpoint DIR [--step N]: DIR itself when it is
  * one (it holds model.h5), else DIR/step_N or the latest complete one. */
-static mt_status_t step_dir_of(const gen_args_t *a, char *dir, size_t cap, FILE *err)
+static mt_status_t step_dir_of(const gen_args_t *a, char *dir, size_t cap, FILE *err,
+                               bool *verified)
 {
+    *verified = false;
     char p[MT_PATH_MAX + 32];
     if (!is_dir(a->checkpoint))
         MT_FAIL(MT_ERR_IO, "--checkpoint %s: no such directory", a->checkpoint);
@@ -226,6 +228,7 @@ static mt_status_t step_dir_of(const gen_args_t *a, char *dir, size_t cap, FILE 
     }
     int found = 0;
     MT_TRY(mt_ckpt_find_latest(a->checkpoint, dir, cap, &found, err));
+    *verified = found != 0;
     if (!found)
         MT_FAIL(MT_ERR_IO, "--checkpoint %s holds no complete checkpoint (no verified "
                 "step_* directory)", a->checkpoint);
@@ -257,8 +260,10 @@ static mt_status_t source_config(const gen_args_t *a, mt_config_t *cfg, char *st
         MT_TRY(mt_hf_apply_named_model(cfg, NULL)); /* (sets no model.* key to warn about) */
         return single_device(cfg);
     }
-    MT_TRY(step_dir_of(a, step_dir, cap, err));
-    MT_TRY(mt_ckpt_verify(step_dir));
+    bool verified;
+    MT_TRY(step_dir_of(a, step_dir, cap, err, &verified));
+    if (!verified) /* (the latest one found is verified already) */
+        MT_TRY(mt_ckpt_verify(step_dir));
     char *yaml = NULL;
     MT_TRY(mt_ckpt_read_config(step_dir, &yaml));
     char name[MT_PATH_MAX + 32];
@@ -335,7 +340,8 @@ static mt_status_t load_weights(MPI_Comm comm, const gen_args_t *a, const mt_con
     int n = 0;
     MT_TRY(tensor_list(m, a->checkpoint != NULL, &t, &n));
     mt_status_t s = a->model ? mt_hf_load_weights(comm, &cfg->model, t, n, err)
-                             : mt_ckpt_load(comm, step_dir, t, n, NULL);
+                             : mt_ckpt_load_found(comm, step_dir, t, n, NULL); /* (verified
+                                                   * when its config was read) */
     free(t);
     if (s == MT_OK && a->checkpoint)
         fprintf(err, PROG ": loaded %s\n", step_dir);

@@ -6,7 +6,7 @@
 # checkpoint of that step with the same prompt, greedy, as many tokens
 # (control bytes escaped in the log); the samples leave the losses as they
 # are without them, bit for bit; under ddp on 2 ranks rank 0 prints one;
-# a MoE model's sample too.  Validation refuses samples where rank 0
+# a MoE model's sample too.  meshtrain-generate refuses a corrupt step.  Validation refuses samples where rank 0
 # does not hold the whole model (tp 2, ep 2) and where there is no tokenizer (a
 # vocabulary below the byte tokenizer's), naming the key.
 . "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
@@ -46,6 +46,13 @@ for step in 2 4; do
     checks=$((checks + 1))
     python3 "$w/same.py" "$w/log" "$step" "$out" || fail "step $step: the sample is not meshtrain-generate's text"
 done
+# a corrupt step is refused by its manifest, by --step and as the latest
+mkdir -p "$w/bad" && cp -r "$w/ck/step_00000002" "$w/bad/"
+python3 -c 'import sys; p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[len(b) // 2] ^= 255; open(p, "wb").write(b)' "$w/bad/step_00000002/model.h5"
+expect_rc 1 "$gen" --checkpoint "$w/bad" --step 2 --prompt-ids 1
+expect_in "$err" "SHA-256 mismatch" "a corrupt --step"
+expect_rc 1 "$gen" --checkpoint "$w/bad" --prompt-ids 1
+expect_in "$err" "holds no complete checkpoint" "a corrupt latest"
 # data parallelism (ddp, 2 ranks): rank 0 holds the whole model; its
 # sample is the step-2 checkpoint's text
 expect_rc 0 np 2 "$bindir/meshtrain-dense" --config "$small_cfg" dataset.path="$data" \
