@@ -231,6 +231,37 @@ static void enum_choices(const mt_cfg_enum_t *e, char *buf, size_t cap)
     }
 }
 
+/* A list of strings into dst, joined with commas (peft's module lists):
+ * items are plain names, so a comma inside one is refused. */
+static void set_joined(parse_ctx_t *c, const mt_cfg_key_t *k, const yaml_node_t *n, char *dst)
+{
+    size_t len = 0;
+    int i = 0;
+    dst[0] = '\0';
+    for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top;
+         it++, i++) {
+        yaml_node_t *e = yaml_document_get_node(c->doc, *it);
+        char eg[300];
+        describe(e, eg, sizeof eg);
+        if (!e || e->type != YAML_SCALAR_NODE || is_null_scalar(e)) {
+            PERR(c, e, "%s[%d]: expected a string, got %s", k->path, i, eg);
+            return;
+        }
+        const char *v = (const char *)e->data.scalar.value;
+        size_t vl = strlen(v);
+        if (!vl || strchr(v, ',')) {
+            PERR(c, e, "%s[%d]: expected a module name or pattern without commas, got %s",
+                 k->path, i, eg);
+            return;
+        }
+        if (len + vl + 2 >= MT_PATH_MAX) {
+            PERR(c, n, "%s: the list is longer than %d characters", k->path, MT_PATH_MAX - 1);
+            return;
+        }
+        len += (size_t)snprintf(dst + len, MT_PATH_MAX - len, "%s%s", len ? "," : "", v);
+    }
+}
+
 /* Store node into key k; report type errors. */
 static void set_value(parse_ctx_t *c, int ki, const yaml_node_t *n)
 {
@@ -284,6 +315,10 @@ static void set_value(parse_ctx_t *c, int ki, const yaml_node_t *n)
         char *dst = base + k->offset;
         if (!n || (is_null_scalar(n) && plain_scalar(n))) {
             dst[0] = '\0';
+            break;
+        }
+        if (n->type == YAML_SEQUENCE_NODE && k->list_len == 1) {
+            set_joined(c, k, n, dst);
             break;
         }
         if (!n || n->type != YAML_SCALAR_NODE) {
