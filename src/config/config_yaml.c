@@ -599,6 +599,8 @@ static void handle_pair(parse_ctx_t *c, const yaml_node_t *kn, const yaml_node_t
             return;
         }
         mark_origin(c, &c->cfg->section_origin[si], kn);
+        if (strcmp(path, "peft") == 0) /* present means on (config_peft.c) */
+            c->cfg->peft.enabled = true;
         walk_mapping(c, vn, path);
         return;
     }
