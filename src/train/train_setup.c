@@ -284,6 +284,7 @@ static void print_memory(const mt_train_run_t *r, const mt_config_t *cfg, FILE *
     if (r->sharded)
         mt_fsdp_bytes(&r->fsdp, &ps, &pw, &gs, &gw);
     mt_train_moe_bytes(&r->moe, m, &ps, &pw, &gs, &gw, &act);
+    ps += 4.0 * (double)m->frozen_numel; /* LoRA's frozen base */
     if (r->cp.size > 1) /* the ring's shards */
         act += mt_ring_attention_bytes(&r->cp.ring);
     if (mt_plan_compute_ex(cfg, m->bf16_storage ? MT_PLAN_BF16_STORAGE : 0, &plan) != MT_OK)

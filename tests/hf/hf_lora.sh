@@ -137,6 +137,17 @@ done < "$w/verdicts"
 checks=$((checks + 1))
 [ "$(wc -l < "$w/verdicts")" -eq "$(wc -l < "$w/pairs")" ] || fail "the comparison stopped early"
 
+# the memory: the full fine-tune of the same model and mesh against LoRA,
+# measured and planned (the frozen base has no gradient or optimizer state)
+sed '/^peft:/,$d' "$w/lora.yaml" > "$w/full.yaml"
+expect_rc 0 "$bindir/meshtrain-dense" --config "$w/full.yaml" checkpoint.enabled=false \
+    model.pretrained_model_name_or_path="$w/llama3/hf" dataset.path="$w/llama3/hf/tokens.bin" \
+    logging.metrics_file=
+printf '%s\n' "$out" > "$w/full.log"
+smaller_as_planned "$w/full.log" "$w/llama3-1.log" "gradients" 0.1 0.01 "LoRA gradients"
+smaller_as_planned "$w/full.log" "$w/llama3-1.log" "optimizer state" 0.1 0.01 "LoRA optimizer state"
+grep "^memory" "$w/full.log" "$w/llama3-1.log"
+
 # 2 ranks against 1: the data-parallel strategies reduce the adapters'
 # gradients alone; under TP the adapters split with their base linears
 run llama3-ddp llama3 2 distributed.strategy=ddp
