@@ -162,6 +162,17 @@ compare_losses "$w/qwen25-1.jsonl" "$w/qwen25-tp.jsonl" "tp 2 with biases, tied,
 expect_rc 0 "$ckpt" export "$w/qwen25-tp/step_00000003" --adapter -o "$w/qwen25/ad3tp"
 expect_rc 0 python3 "$src/peft_check.py" "$w/qwen25/ad3tp" "$w/qwen25/hf" --nonzero-b
 
+# AutoModel's wildcards: layer 0's attention projections alone (and
+# AutoModel's .* spelling); the export's target_modules is then a regex
+run llama3-l0 llama3 1 "peft.target_modules=['*.layers.0.*_proj', 'model.layers.1.mlp.up_proj']" \
+    peft.lora_A_init=xavier step_scheduler.max_steps=1
+expect_rc 0 "$ckpt" export "$w/llama3-l0/step_00000001" --adapter -o "$w/llama3/adl0"
+expect_rc 0 python3 "$src/peft_check.py" "$w/llama3/adl0" "$w/llama3/hf" --nonzero-b
+expect_in "$out" " 8 adapted modules" "layer 0's seven and layer 1's up_proj"
+expect_rc 0 python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["target_modules"])' \
+    "$w/llama3/adl0/adapter_config.json"
+expect_in "$out" 'model\.layers\.0\.self_attn\.q_proj|' "target_modules as a regex"
+
 # resume: 2 steps, then step 3 from the step-2 checkpoint, bit-identical
 run llama3-a llama3 1 step_scheduler.max_steps=2 checkpoint.save_initial=false
 run llama3-a llama3 1 checkpoint.save_initial=false
