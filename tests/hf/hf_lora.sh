@@ -18,8 +18,9 @@
 # reference comparison.
 #
 # Then on 2 ranks ddp, fsdp2 and tp_size 2 (with activation
-# checkpointing too) against the 1-rank run (compare_losses); a resume
-# from step 2 gives step 3 and the final adapters bit-identical; the
+# checkpointing too), and HSDP on 4, against the 1-rank run
+# (compare_losses); a resume from step 2 gives step 3 and the final
+# adapters bit-identical, and under tp 2 the same step 3; the
 # exported adapters pass a standard-library checker of PEFT's format
 # (tests/hf/peft_check.py); bad input is refused with its key named.
 # About 20 s on 2 busy cores.  Skips (77) without a python3 that imports
@@ -158,6 +159,11 @@ run llama3-tp llama3 2 distributed.tp_size=2
 compare_losses "$w/llama3-1.jsonl" "$w/llama3-tp.jsonl" "tp 2"
 run qwen25-tp qwen25 2 distributed.tp_size=2 distributed.activation_checkpointing=true
 compare_losses "$w/qwen25-1.jsonl" "$w/qwen25-tp.jsonl" "tp 2 with biases, tied, AC"
+# HSDP: 2 replicas of 2 shards, against 1 rank on the same 4-sequence batches
+run llama3-g4 llama3 1 step_scheduler.global_batch_size=4
+run llama3-hsdp llama3 4 step_scheduler.global_batch_size=4 distributed.strategy=fsdp2 \
+    distributed.dp_replicate_size=2
+compare_losses "$w/llama3-g4.jsonl" "$w/llama3-hsdp.jsonl" "hsdp 2 x 2"
 # the exported adapter of a TP run is the same tensors
 expect_rc 0 "$ckpt" export "$w/qwen25-tp/step_00000003" --adapter -o "$w/qwen25/ad3tp"
 expect_rc 0 python3 "$src/peft_check.py" "$w/qwen25/ad3tp" "$w/qwen25/hf" --nonzero-b
@@ -180,6 +186,11 @@ expect_in "$out" "loaded $w/llama3/hf" "the base is loaded on resume too"
 compare_losses "$w/llama3-1.jsonl" "$w/llama3-a.jsonl" "resumed at step 2" 3 0
 params_close "$w/llama3-1/step_00000003/model.h5" "$w/llama3-a/step_00000003/model.h5" \
     "resumed adapters" 0
+# ... and resharded: the 1-rank step-2 checkpoint resumed under tp 2
+mkdir -p "$w/llama3-b" && cp -r "$w/llama3-a/step_00000002" "$w/llama3-b/"
+run llama3-b llama3 2 checkpoint.save_initial=false distributed.tp_size=2 \
+    checkpoint.resume="$w/llama3-b/step_00000002"
+compare_losses "$w/llama3-1.jsonl" "$w/llama3-b.jsonl" "resumed at step 2 under tp 2" 3
 
 # bad input, named by key
 base="--config $w/lora.yaml model.pretrained_model_name_or_path=$w/llama3/hf
