@@ -123,10 +123,10 @@ static void check_mesh(mt_config_t *cfg, mt_diag_t *d)
 {
     const mt_distributed_config_t *ds = &cfg->distributed;
     static const char nyi[] = "is not supported yet";
-    if (ds->pp_size > 1)
-        perr(cfg, d, "distributed.pp_size", "peft: LoRA with pipeline parallelism %s", nyi);
-    if (ds->cp_size > 1)
-        perr(cfg, d, "distributed.cp_size", "peft: LoRA with context parallelism %s", nyi);
+    if (ds->pp_size > 1 && (ds->pipeline.pp_schedule == MT_PP_ZERO_BUBBLE ||
+                            ds->pipeline.pp_schedule == MT_PP_V_SCHEDULE))
+        perr(cfg, d, "distributed.pipeline.pp_schedule", "peft: LoRA with a split backward "
+             "(zero_bubble, v_schedule) %s", nyi);
     if (ds->ep_size > 1 || cfg->model.num_experts > 0)
         perr(cfg, d, "model.num_experts", "peft: LoRA on MoE models (and expert parallelism) "
              "%s", nyi);
