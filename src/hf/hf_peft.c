@@ -226,3 +226,142 @@ mt_status_t mt_hf_export_adapter(MPI_Comm comm, const char *step_dir, const char
     free(cfg);
     return s;
 }
+
+/* ------------------------------------------------------------ --merge */
+
+/* The merged model's rows: the base's, read from its safetensors, plus
+ * (alpha / r) B A for an adapted linear, B's rows and all of A read from
+ * the checkpoint (every rank reads the same tensors in the same order: the
+ * HDF5 reads may be collective). */
+typedef struct {
+    mt_hf_rows_t base; /* first: the callback's argument is this */
+    mt_ckpt_h5_reader_t *rd;
+    const mt_config_t *cfg;
+    mt_hf_source_t src;
+    float *buf, *a, *b;
+    size_t cap, acap, bcap; /* floats */
+} merge_rows_t;
+
+static mt_status_t grow(float **p, size_t *cap, size_t need, const char *what)
+{
+    if (need <= *cap)
+        return MT_OK;
+    float *n = realloc(*p, sizeof(float) * need);
+    if (!n)
+        MT_FAIL(MT_ERR_NOMEM, "%s: %zu floats", what, need);
+    *p = n, *cap = need;
+    return MT_OK;
+}
+
+static mt_status_t lora_rows(mt_ckpt_h5_reader_t *rd, const char *mod, char ab, int64_t rows,
+                             int64_t cols, int64_t lo, int64_t count, float *dst)
+{
+    mt_ckpt_tensor_t ct = {.ndim = 2, .row_offset = lo, .row_count = count, .data = dst};
+    snprintf(ct.path, sizeof ct.path, "/model/%s.lora_%c.weight", mod, ab);
+    ct.shape[0] = rows, ct.shape[1] = cols;
+    return mt_ckpt_h5_read_rows(rd, &ct);
+}
+
+static mt_status_t merge_get(mt_hf_rows_t *base, MPI_Comm comm, const mt_hf_plan_t *p, int i,
+                             int64_t blk[4], const float **v)
+{
+    merge_rows_t *r = (merge_rows_t *)base;
+    int rank, size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    const mt_hf_tensor_t *t = &p->t[i];
+    int64_t cols = t->ndim > 1 ? t->shape[1] : 1, R = t->shape[0];
+    int64_t lo = R * rank / size, count = R * (rank + 1) / size - lo, rk = r->cfg->peft.dim;
+    char mod[MT_HF_NAME_MAX];
+    size_t n = strlen(t->name);
+    bool linear = t->ndim == 2 && n > 7 && strcmp(t->name + n - 7, ".weight") == 0;
+    snprintf(mod, sizeof mod, "%.*s", (int)(n - 7), t->name);
+    bool adapted = linear && strncmp(mod, "model.layers.", 13) == 0 &&
+                   mt_peft_matches(&r->cfg->peft, mod);
+    mt_status_t s = grow(&r->buf, &r->cap, (size_t)(count * cols > 0 ? count * cols : 1), t->name);
+    if (s == MT_OK && adapted)
+        s = grow(&r->a, &r->acap, (size_t)(rk * cols), t->name);
+    if (s == MT_OK && adapted)
+        s = grow(&r->b, &r->bcap, (size_t)(count * rk > 0 ? count * rk : 1), t->name);
+    int fi;
+    const mt_st_entry_t *e = mt_hf_source_find(&r->src, t->name, &fi);
+    if (s == MT_OK && !e)
+        s = mt_error_set(MT_ERR_IO, __FILE__, __LINE__, "the base model has no tensor %s",
+                         t->name);
+    if (s == MT_OK && count > 0)
+        s = mt_hf_read_block(&r->src.f[fi], e, lo, count, 0, 0, r->buf);
+    MT_TRY(mt_agree(comm, s));
+    if (adapted) {
+        MT_TRY(lora_rows(r->rd, mod, 'A', rk, cols, 0, rk, r->a));
+        MT_TRY(lora_rows(r->rd, mod, 'B', R, rk, lo, count, r->b));
+        double sc = r->cfg->peft.alpha / (double)rk;
+        for (int64_t j = 0; j < count; j++)
+            for (int64_t c = 0; c < cols; c++) {
+                double acc = 0;
+                for (int64_t k = 0; k < rk; k++)
+                    acc += (double)r->b[j * rk + k] * (double)r->a[k * cols + c];
+                r->buf[j * cols + c] = (float)((double)r->buf[j * cols + c] + sc * acc);
+            }
+    }
+    blk[0] = lo, blk[1] = count, blk[2] = 0, blk[3] = cols;
+    *v = r->buf;
+    return MT_OK;
+}
+
+mt_status_t mt_hf_export_merged(MPI_Comm comm, const char *step_dir, const char *dir,
+                                const mt_hf_export_opts_t *opts, FILE *out)
+{
+    int rank;
+    MT_MPI_TRY(MPI_Comm_rank(comm, &rank));
+    mt_st_dtype_t dtype = opts->bf16 ? MT_ST_BF16 : MT_ST_F32;
+    char file[MT_CKPT_PATH_CAP], *json = NULL, basedir[MT_PATH_MAX + 512] = "";
+    MT_TRY(mt_ckpt_join(file, step_dir, MT_CKPT_FILE));
+    mt_config_t *cfg = calloc(1, sizeof *cfg);
+    if (!cfg)
+        MT_FAIL(MT_ERR_NOMEM, "config");
+    mt_hf_plan_t p = {0};
+    merge_rows_t src = {{merge_get}, NULL, cfg, {0}, NULL, NULL, NULL, 0, 0, 0};
+    mt_status_t s = read_config(comm, step_dir, file, cfg);
+    /* rank 0 names the base's directory, so every rank reads the same snapshot */
+    if (s == MT_OK)
+        s = mt_agree(comm, rank == 0 ? mt_hf_resolve(&cfg->model, basedir, sizeof basedir)
+                                     : MT_OK);
+    if (s == MT_OK)
+        MPI_Bcast(basedir, (int)sizeof basedir, MPI_CHAR, 0, comm);
+    if (s == MT_OK)
+        s = mt_hf_check_writable(&cfg->model, file);
+    if (s == MT_OK)
+        s = mt_hf_plan(&p, &cfg->model, NULL, dtype, opts->max_shard_bytes);
+    if (s == MT_OK)
+        s = mt_hf_config_json(&cfg->model, dtype, &json);
+    if (s == MT_OK)
+        s = mt_hf_source_open(&src.src, basedir);
+    s = mt_agree(comm, s);
+    if (s == MT_OK && rank == 0)
+        s = mt_hf_mkdir_p(dir);
+    char cj[MT_CKPT_PATH_CAP + 64];
+    snprintf(cj, sizeof cj, "%s/config.json", dir);
+    if (s == MT_OK && rank == 0 && access(cj, F_OK) == 0)
+        s = mt_error_set(MT_ERR_IO, __FILE__, __LINE__, "%s exists: export into a new "
+                         "directory", cj);
+    s = mt_agree(comm, s);
+    if (s == MT_OK)
+        s = mt_ckpt_h5_open(comm, file, &src.rd);
+    if (s == MT_OK)
+        s = mt_hf_write_weights(comm, dir, &p, &src.base, out);
+    if (src.rd)
+        s = mt_ckpt_h5_close(src.rd, s);
+    if (s == MT_OK && rank == 0) /* config.json last: a directory without it is no model */
+        s = mt_hf_write_text(dir, "config.json", json);
+    s = mt_agree(comm, s);
+    if (s == MT_OK && rank == 0 && out)
+        fprintf(out, "exported %s merged into its base %s to %s: %d tensors, W + %g/%lld B A "
+                "on the adapted linears, %s\n", step_dir, basedir, dir, p.n, cfg->peft.alpha,
+                (long long)cfg->peft.dim, opts->bf16 ? "bfloat16" : "float32");
+    mt_hf_source_free(&src.src);
+    free(src.buf), free(src.a), free(src.b);
+    mt_hf_plan_free(&p);
+    free(json);
+    free(cfg);
+    return s;
+}
