@@ -97,10 +97,7 @@ for f in $FAMILIES; do
     echo "$out"
     # merged (on 2 ranks: each writes its rows): the same logits as base + adapter
     expect_rc 0 np 2 "$ckpt" export "$w/$f-1/step_00000003" --merge -o "$w/$f/merged"
-    expect_rc 0 "$torch_py" "$src/lora_reference.py" --model "$w/$f/hf" --adapter "$w/$f/ad3" \
-        --merged "$w/$f/merged"
-    echo "$f: $out"
-    jobs="--job $w/$f/ref.jsonl"
+    jobs="--merged $w/$f/merged:$w/$f/ad3 --job $w/$f/ref.jsonl"
     echo "agree $f:meshtrain=reference $w/$f-1.jsonl $w/$f/ref.jsonl" >> "$w/pairs"
     for b in scale_alpha skip_o_down train_base; do
         jobs="$jobs --job $w/$f/ref$b.jsonl:$b"
@@ -109,6 +106,7 @@ for f in $FAMILIES; do
     # shellcheck disable=SC2086
     expect_rc 0 "$torch_py" "$src/lora_reference.py" --model "$w/$f/hf" --adapter "$w/$f/ad0" \
         $jobs $ref_args
+    echo "$f: $out"
 done
 
 python3 - "$w/pairs" > "$w/verdicts" <<'PY'
@@ -158,22 +156,24 @@ grep "^memory" "$w/full.log" "$w/llama3-1.log"
 
 # 2 ranks against 1: the data-parallel strategies reduce the adapters'
 # gradients alone; under TP the adapters split with their base linears
-run llama3-ddp llama3 2 distributed.strategy=ddp
+run llama3-ddp llama3 2 checkpoint.enabled=false distributed.strategy=ddp
 compare_losses "$w/llama3-1.jsonl" "$w/llama3-ddp.jsonl" "ddp"
-run llama3-fsdp llama3 2 distributed.strategy=fsdp2
+run llama3-fsdp llama3 2 checkpoint.enabled=false distributed.strategy=fsdp2
 compare_losses "$w/llama3-1.jsonl" "$w/llama3-fsdp.jsonl" "fsdp2"
-run llama3-tp llama3 2 distributed.tp_size=2
+run llama3-tp llama3 2 checkpoint.enabled=false distributed.tp_size=2
 compare_losses "$w/llama3-1.jsonl" "$w/llama3-tp.jsonl" "tp 2"
 run qwen25-tp qwen25 2 distributed.tp_size=2 distributed.activation_checkpointing=true
 compare_losses "$w/qwen25-1.jsonl" "$w/qwen25-tp.jsonl" "tp 2 with biases, tied, AC"
-run llama3-cp llama3 2 distributed.cp_size=2
+run llama3-cp llama3 2 checkpoint.enabled=false distributed.cp_size=2
 compare_losses "$w/llama3-1.jsonl" "$w/llama3-cp.jsonl" "cp 2"
-run llama3-pp llama3 2 distributed.pp_size=2 distributed.pipeline.pp_schedule=1f1b \
+run llama3-pp llama3 2 checkpoint.enabled=false distributed.pp_size=2 \
+    distributed.pipeline.pp_schedule=1f1b \
     distributed.pipeline.pp_microbatch_size=1
 compare_losses "$w/llama3-1.jsonl" "$w/llama3-pp.jsonl" "pp 2 (1f1b)"
 # HSDP: 2 replicas of 2 shards, against 1 rank on the same 4-sequence batches
-run llama3-g4 llama3 1 step_scheduler.global_batch_size=4
-run llama3-hsdp llama3 4 step_scheduler.global_batch_size=4 distributed.strategy=fsdp2 \
+run llama3-g4 llama3 1 checkpoint.enabled=false step_scheduler.global_batch_size=4
+run llama3-hsdp llama3 4 checkpoint.enabled=false step_scheduler.global_batch_size=4 \
+    distributed.strategy=fsdp2 \
     distributed.dp_replicate_size=2
 compare_losses "$w/llama3-g4.jsonl" "$w/llama3-hsdp.jsonl" "hsdp 2 x 2"
 # the exported adapter of a TP run is the same tensors

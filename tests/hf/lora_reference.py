@@ -14,9 +14,10 @@ and B train, with hf_reference.py's AdamW, clipping and schedule (both
 decayed: AutoModel gives the optimizer every trainable tensor).  One
 line per step to each job's OUT.jsonl: step, loss, grad_norm, lr.
 
-With --merged DIR instead: DIR's logits (meshtrain-ckpt export --merge)
-against the base's with the adapter on the first sequence, within 1e-5
-of the largest logit, and the adapter must move them.
+With --merged DIR:PEFT_DIR first: DIR's logits (meshtrain-ckpt export
+--merge) against the base's with PEFT_DIR's adapter on the first
+sequence, within 1e-5 of the largest logit, and the adapter must move
+them.
 
 Planted bugs (a job's BUG): scale_alpha (the adapter scaled by alpha, not alpha
 / r), skip_o_down (no adapters on o_proj and down_proj, the row-parallel
@@ -64,8 +65,9 @@ def main():
     ap.add_argument("--model", required=True)
     ap.add_argument("--adapter", required=True)
     ap.add_argument("--job", action="append", default=[], help="OUT.jsonl[:BUG]")
-    ap.add_argument("--merged", help="a merged model directory: its logits against the base's "
-                    "with the adapter, on the first sequence of tokens.bin (within 1e-5)")
+    ap.add_argument("--merged", metavar="MERGED_DIR:PEFT_DIR",
+                    help="a merged model: its logits against the base's with PEFT_DIR's "
+                    "adapter, on the first sequence of tokens.bin (within 1e-5)")
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--global-batch", type=int, default=2)
     ap.add_argument("--local-batch", type=int, default=1)
@@ -81,8 +83,8 @@ def main():
     ap.add_argument("--max-grad-norm", type=float, default=1.0)
     a = ap.parse_args()
     a.max_steps = a.steps
-    if a.merged:
-        return logits_check(a)
+    if a.merged and logits_check(a) != 0:
+        return 1
     for job in a.job:
         out, _, bug = job.partition(":")
         if bug not in ("", "scale_alpha", "skip_o_down", "train_base"):
@@ -91,20 +93,22 @@ def main():
     return 0
 
 
-def load(a, bug):
+def load(a, bug, adapter=None):
+    adapter = adapter or a.adapter
     with open(os.path.join(a.model, "config.json")) as f:
         c = json.load(f)
-    with open(os.path.join(a.adapter, "adapter_config.json")) as f:
+    with open(os.path.join(adapter, "adapter_config.json")) as f:
         ac = json.load(f)
-    raw = ref.read_safetensors(os.path.join(a.adapter, "adapter_model.safetensors"))
+    raw = ref.read_safetensors(os.path.join(adapter, "adapter_model.safetensors"))
     adapters = {n[len(PREFIX):]: t for n, t in raw.items()}
     scale = ac["lora_alpha"] / ac["r"] if bug != "scale_alpha" else ac["lora_alpha"]
     return c, LoraModel(c, ref.read_model_dir(a.model), adapters, scale, bug)
 
 
 def logits_check(a):
-    c, m = load(a, "")
-    merged = ref.Model(c, ref.read_model_dir(a.merged), set())
+    mdir, _, adapter = a.merged.partition(":")
+    c, m = load(a, "", adapter)
+    merged = ref.Model(c, ref.read_model_dir(mdir), set())
     toks = ref.read_tokens(os.path.join(a.model, "tokens.bin"))[None, :a.seq]
     with torch.no_grad():
         x, y = m.forward(toks)[0], merged.forward(toks)[0]
