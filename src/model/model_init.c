@@ -131,6 +131,12 @@ void mt_model_init_weights(mt_model_t *m, uint64_t seed)
 {
     if (m->param_mem) /* bf16 storage: the arena holds bf16 bits */
         init_to_device(m, seed, 0, m->numel, m->param_mem, m->bf16_storage);
+    if (m->frozen_mem) { /* LoRA's base, by the same rule (a run loads it over this) */
+        mt_model_t v = *m;
+        v.params = m->frozen, v.nparams = m->nfrozen, v.numel = m->frozen_numel;
+        v.lora = false;
+        init_to_device(&v, seed, 0, v.numel, m->frozen_mem, false);
+    }
     if (m->moe)
         mt_moe_init_weights(m, seed);
 }
