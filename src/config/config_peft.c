@@ -136,9 +136,6 @@ static void check_mesh(mt_config_t *cfg, mt_diag_t *d)
     if (ds->tp_size > 1 && ds->sequence_parallel)
         perr(cfg, d, "distributed.sequence_parallel", "peft: LoRA with sequence parallelism "
              "%s", nyi);
-    if (ds->mp_policy.param_dtype == MT_DTYPE_BFLOAT16)
-        perr(cfg, d, "distributed.mp_policy.param_dtype", "peft: LoRA with bf16 compute %s "
-             "(use float32)", nyi);
     if (cfg->checkpoint.save_consolidated != MT_CONSOLIDATE_NEVER)
         perr(cfg, d, "checkpoint.save_consolidated", "peft: a consolidated Hugging Face "
              "directory of a LoRA run %s; export the adapter with meshtrain-ckpt export "

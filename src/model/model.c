@@ -470,7 +470,7 @@ static void layer_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, 
     }
     row_parallel_residual(m, a->x_mid, a->x, a->att, p->wo, p->bo); /* x_mid = x + o_proj(att) */
     if (p->wo->lora_a)
-        mt_lora_forward(m, a->x_mid, a->att, p->wo);
+        mt_lora_forward_residual(m, a->x_mid, a->att, p->wo);
 
     if (p->router) { /* a MoE layer (model_moe.c): no gather, see moe_forward */
         be->rmsnorm_forward(a->h2, a->rstd2, a->x_mid, p->mlp_norm->data, m->Ns, m->H, m->eps);
@@ -487,7 +487,7 @@ static void layer_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, 
     mt_model_round_out(m, a->a, N * m->I);
     row_parallel_residual(m, x_out, a->x_mid, a->a, p->wdown, p->bdown);
     if (p->wdown->lora_a)
-        mt_lora_forward(m, x_out, a->a, p->wdown);
+        mt_lora_forward_residual(m, x_out, a->a, p->wdown);
 }
 
 /* dst = src, n floats in the backend's memory */

@@ -13,6 +13,8 @@
 
 #include <stdlib.h>
 
+#include "model_moe.h" /* mt_model_round */
+
 mt_status_t mt_lora_alloc(mt_model_t *m)
 {
     const mt_backend_t *be = m->be;
@@ -36,15 +38,19 @@ mt_status_t mt_lora_alloc(mt_model_t *m)
 }
 
 /* z [N, r] = s x A^T, summed over TP for a row-parallel w (each rank
- * holds columns of x and of A) */
+ * holds columns of x and of A).  Under bf16 compute each complete value
+ * is rounded (the partial sums too: bf16 on the wire), as model.c rounds. */
 static void lora_z(const mt_model_t *m, const float *x, const mt_param_t *w)
 {
     const mt_param_t *A = w->lora_a;
     int64_t N = m->N, r = m->lora_r;
     m->be->matmul(m->lora_z, x, A->data, N, r, A->shape[1], false, true, 0.0f);
-    if (m->tp > 1 && w->tp_dim == 1)
+    if (m->tp > 1 && w->tp_dim == 1) {
+        mt_model_round(m, m->lora_z, N * r);
         m->tp_allreduce(m->tp_ctx, m->lora_z, m->lora_z, N * r, MT_TP_SUM_FLOAT);
+    }
     m->be->scale(m->lora_z, m->lora_scale, N * r);
+    mt_model_round(m, m->lora_z, N * r);
 }
 
 void mt_lora_forward(const mt_model_t *m, float *y, const float *x, const mt_param_t *w)
@@ -52,6 +58,13 @@ void mt_lora_forward(const mt_model_t *m, float *y, const float *x, const mt_par
     const mt_param_t *B = w->lora_b;
     lora_z(m, x, w);
     m->be->matmul(y, m->lora_z, B->data, m->N, B->shape[0], m->lora_r, false, true, 1.0f);
+}
+
+void mt_lora_forward_residual(const mt_model_t *m, float *out, const float *x,
+                              const mt_param_t *w)
+{
+    mt_lora_forward(m, out, x, w);
+    mt_model_round(m, out, m->N * m->H);
 }
 
 void mt_lora_backward(const mt_model_t *m, float *dx, const float *dy, const float *x,
@@ -63,6 +76,7 @@ void mt_lora_backward(const mt_model_t *m, float *dx, const float *dy, const flo
     m->be->matmul_f32out(B->grad, dy, m->lora_z, out, r, N, true, false, 1.0f); /* dB += dy^T z */
     m->be->matmul(m->lora_u, dy, B->data, N, r, out, false, false, 0.0f);        /* u = dy B */
     m->be->scale(m->lora_u, m->lora_scale, N * r);
+    mt_model_round(m, m->lora_u, N * r);
     m->be->matmul_f32out(A->grad, m->lora_u, x, r, in, N, true, false, 1.0f);   /* dA += u^T x */
     if (dx)
         m->be->matmul(dx, m->lora_u, A->data, N, in, r, false, false, 1.0f);   /* dx += u A */

@@ -14,6 +14,12 @@ mt_status_t mt_lora_alloc(mt_model_t *m);
  * over TP first; y is then the whole (summed) output. */
 void mt_lora_forward(const mt_model_t *m, float *y, const float *x, const mt_param_t *w);
 
+/* The same for a row-parallel w whose output is the residual stream's
+ * out [N, H] (o_proj, down_proj), which is then rounded as a complete
+ * value under bf16 compute (the caller rounds the other linears' y). */
+void mt_lora_forward_residual(const mt_model_t *m, float *out, const float *x,
+                              const mt_param_t *w);
+
 /* Its backward from dy [N, out], the gradient of w's output (this rank's
  * columns of a column-parallel w, whole for a row-parallel one):
  * dB += dy^T z, dA += (s dy B)^T x and dx [N, in] += (s dy B) A, with z =

@@ -34,5 +34,7 @@ mt_status_t mt_train_lora_load_base(MPI_Comm comm, const mt_config_t *cfg, mt_mo
     }
     mt_status_t s = mt_hf_load_weights(comm, &cfg->model, t, m->nfrozen, out);
     free(t);
+    if (s == MT_OK && m->bf16) /* bf16 compute reads bf16 values; the base has no master */
+        m->be->round_bf16(m->frozen_mem, m->frozen_numel);
     return s;
 }
