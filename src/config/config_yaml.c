@@ -231,31 +231,23 @@ static void enum_choices(const mt_cfg_enum_t *e, char *buf, size_t cap)
     }
 }
 
-/* A list of strings into dst, joined with commas (peft's module lists):
- * items are plain names, so a comma inside one is refused. */
+/* A list of strings into dst, joined with commas (peft's module lists);
+ * an item with a comma would be ambiguous, so it is refused. */
 static void set_joined(parse_ctx_t *c, const mt_cfg_key_t *k, const yaml_node_t *n, char *dst)
 {
     size_t len = 0;
-    int i = 0;
     dst[0] = '\0';
     for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top;
-         it++, i++) {
+         it++) {
         yaml_node_t *e = yaml_document_get_node(c->doc, *it);
+        const char *v = e && e->type == YAML_SCALAR_NODE && !is_null_scalar(e)
+                            ? (const char *)e->data.scalar.value : "";
         char eg[300];
         describe(e, eg, sizeof eg);
-        if (!e || e->type != YAML_SCALAR_NODE || is_null_scalar(e)) {
-            PERR(c, e, "%s[%d]: expected a string, got %s", k->path, i, eg);
-            return;
-        }
-        const char *v = (const char *)e->data.scalar.value;
-        size_t vl = strlen(v);
-        if (!vl || strchr(v, ',')) {
-            PERR(c, e, "%s[%d]: expected a module name or pattern without commas, got %s",
-                 k->path, i, eg);
-            return;
-        }
-        if (len + vl + 2 >= MT_PATH_MAX) {
-            PERR(c, n, "%s: the list is longer than %d characters", k->path, MT_PATH_MAX - 1);
+        if (!v[0] || strchr(v, ',') || len + strlen(v) + 2 >= MT_PATH_MAX) {
+            PERR(c, e, "%s[%d]: expected a module name or pattern (no commas, %d characters in "
+                 "all), got %s", k->path, (int)(it - n->data.sequence.items.start),
+                 MT_PATH_MAX - 1, eg);
             return;
         }
         len += (size_t)snprintf(dst + len, MT_PATH_MAX - len, "%s%s", len ? "," : "", v);
