@@ -21,6 +21,7 @@ dist_doc_DATA += README.md NEWS LICENSE \
 	doc/hf-interchange.md \
 	doc/hf-models.md \
 	doc/hf-reference.md \
+	doc/lora.md \
 	doc/jobscripts.md \
 	doc/kernels.md \
 	doc/mesh.md \

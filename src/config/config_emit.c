@@ -127,8 +127,9 @@ static void write_section(FILE *out, const mt_config_t *cfg, const char *sec, in
 
 void mt_config_write_yaml(const mt_config_t *cfg, FILE *out)
 {
-    for (int i = 0; i < mt_cfg_nsections; i++)
-        if (!strchr(mt_cfg_sections[i].path, '.'))
+    for (int i = 0; i < mt_cfg_nsections; i++) /* peft: only where it is on (present means on) */
+        if (!strchr(mt_cfg_sections[i].path, '.') &&
+            (strcmp(mt_cfg_sections[i].path, "peft") != 0 || cfg->peft.enabled))
             write_section(out, cfg, mt_cfg_sections[i].path, 0);
     if (cfg->validated) {
         const mt_derived_t *d = &cfg->derived;

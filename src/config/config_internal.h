@@ -27,7 +27,9 @@ typedef struct {
     mt_cfg_type_t type;
     size_t offset;      /* into mt_config_t */
     size_t count_offset;/* MT_T_*_LIST: offset of the int count */
-    int list_len;       /* MT_T_FLOAT_LIST: required length; MT_T_STRING_LIST: the most */
+    int list_len;       /* MT_T_FLOAT_LIST: required length; MT_T_STRING_LIST: the most;
+                         * MT_T_STRING: 1 when a list of strings is accepted too
+                         * (joined with commas) */
     const mt_cfg_enum_t *enums;
     const char *def;    /* default, as YAML text */
     int64_t min;        /* smallest allowed value for integers */
@@ -76,6 +78,9 @@ typedef struct {
 void mt_jout_put(mt_jout_t *o, const char *s, size_t n);
 void mt_jout_puts(mt_jout_t *o, const char *s);
 void mt_jout_string(mt_jout_t *o, const char *s); /* quoted and escaped */
+
+/* The peft: section's rules (config_peft.c); sets cfg->peft.enabled. */
+void mt_peft_validate(mt_config_t *cfg, mt_diag_t *d);
 
 /* Closest known name among `names` (n of them) to `word`, or NULL. */
 const char *mt_closest_name(const char *word, const char *const *names, int n);

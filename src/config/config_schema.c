@@ -108,6 +108,17 @@ static const mt_cfg_enum_t nonfinite_enum[] = {
     {"ignore", MT_NONFINITE_IGNORE, false},
     {NULL, 0, false}};
 
+static const mt_cfg_enum_t lora_dropout_enum[] = {
+    {"post", MT_LORA_DROPOUT_POST, false},
+    {"pre", MT_LORA_DROPOUT_PRE, false},
+    {NULL, 0, false}};
+
+static const mt_cfg_enum_t lora_init_enum[] = {
+    {"xavier", MT_LORA_INIT_XAVIER, false},
+    {"uniform", MT_LORA_INIT_UNIFORM, false},
+    {"kaiming", MT_LORA_INIT_UNIFORM, true},
+    {NULL, 0, false}};
+
 const mt_cfg_section_t mt_cfg_sections[] = {
     {"model", "The model, with Hugging Face config.json field names."},
     {"model.rope_scaling", "RoPE scaling, config.json's rope_scaling, with the meaning of "
@@ -127,6 +138,9 @@ const mt_cfg_section_t mt_cfg_sections[] = {
     {"logging", "Step log and metrics."},
     {"rng", "Random number generation."},
     {"training", "What the step loop does with a diverged step."},
+    {"peft", "LoRA fine-tuning, AutoModel's PeftConfig (doc/lora.md): present, it freezes "
+             "the base model and trains adapters on the matched linears. Needs "
+             "model.pretrained_model_name_or_path."},
 };
 const int mt_cfg_nsections = (int)(sizeof mt_cfg_sections / sizeof mt_cfg_sections[0]);
 
@@ -136,6 +150,8 @@ const int mt_cfg_nsections = (int)(sizeof mt_cfg_sections / sizeof mt_cfg_sectio
 #define K_FLT(p, m, d, doc) {p, MT_T_FLOAT, OFF(m), 0, 0, NULL, d, 0, 0, doc}
 #define K_BOOL(p, m, d, doc) {p, MT_T_BOOL, OFF(m), 0, 0, NULL, d, 0, 0, doc}
 #define K_STR(p, m, d, doc) {p, MT_T_STRING, OFF(m), 0, 0, NULL, d, 0, 0, doc}
+/* a string that a YAML list of strings also sets, joined with commas */
+#define K_STRL(p, m, d, doc) {p, MT_T_STRING, OFF(m), 0, 1, NULL, d, 0, 0, doc}
 #define K_ENUM(p, m, e, d, doc) {p, MT_T_ENUM, OFF(m), 0, 0, e, d, 0, 0, doc}
 
 const mt_cfg_key_t mt_cfg_keys[] = {
@@ -449,6 +465,34 @@ const mt_cfg_key_t mt_cfg_keys[] = {
     K_INT("training.max_nonfinite_skips", training.max_nonfinite_skips, "3", 1,
           "With on_nonfinite: skip, the run ends with an error after this many consecutive "
           "skipped steps."),
+
+    /* peft */
+    K_STRL("peft.target_modules", peft.target_modules, "\"\"",
+          "Linears that get an adapter: a list (or comma-separated string) of patterns, each "
+          "a module's name (q_proj) or its full name, where * matches any characters "
+          "(*_proj, *.layers.0.*.q_proj). Every pattern must match some linear. Empty, with "
+          "exclude_modules empty and match_all_linear false: *_proj."),
+    K_STRL("peft.exclude_modules", peft.exclude_modules, "\"\"",
+          "Instead of target_modules (not with it): every linear but these patterns. "
+          "lm_head must be among them: LoRA on lm_head is not supported."),
+    K_BOOL("peft.match_all_linear", peft.match_all_linear, "false",
+           "Every linear, lm_head included: refused, LoRA on lm_head is not supported (use "
+           "target_modules: '*_proj')."),
+    K_INT("peft.dim", peft.dim, "8", 0, "The adapters' rank r; at least 1."),
+    K_FLT("peft.alpha", peft.alpha, "32.0", "The adapter output is scaled by alpha / dim."),
+    K_FLT("peft.dropout", peft.dropout, "0.0",
+          "Dropout probability in the adapter branch; only 0 is supported so far."),
+    K_ENUM("peft.dropout_position", peft.dropout_position, lora_dropout_enum, "post",
+           "Where the dropout goes: post (on the adapter's output) or pre (on its input)."),
+    K_ENUM("peft.lora_A_init", peft.lora_A_init, lora_init_enum, "xavier",
+           "lora_A's initial values, as AutoModel draws them: xavier is uniform on [0, 1) "
+           "(AutoModel's init_lora_weights), uniform (alias kaiming) is kaiming_uniform with "
+           "a = sqrt(5), uniform on +-1/sqrt(in_features). lora_B starts at zero."),
+    K_BOOL("peft.use_dora", peft.use_dora, "false", "DoRA: refused, not implemented."),
+    K_BOOL("peft.use_triton", peft.use_triton, "false",
+           "AutoModel's Triton kernels: accepted and ignored (the backend's GEMMs run)."),
+    K_STR("peft.lora_dtype", peft.lora_dtype, "\"\"",
+          "The adapters' dtype: empty or float32 (they train in float32)."),
 };
 const int mt_cfg_nkeys = (int)(sizeof mt_cfg_keys / sizeof mt_cfg_keys[0]);
 

@@ -736,6 +736,7 @@ mt_status_t mt_config_validate(mt_config_t *cfg, mt_app_kind_t app, int64_t worl
     check_tp_batch(&v);
     check_topology(&v, node_of_rank);
     check_samples(&v);
+    mt_peft_validate(cfg, &v.diag);
     if (v.diag.count)
         return mt_diag_finish(&v.diag, __FILE__, __LINE__);
     warnings(cfg, warn);

@@ -258,6 +258,23 @@ typedef struct {
     int64_t max_nonfinite_skips;
 } mt_training_config_t;
 
+/* peft: LoRA adapters on a frozen base (AutoModel's PeftConfig,
+ * doc/lora.md).  Module lists are comma-separated (a YAML list is joined). */
+typedef enum { MT_LORA_DROPOUT_POST, MT_LORA_DROPOUT_PRE } mt_lora_dropout_pos_t;
+typedef enum { MT_LORA_INIT_XAVIER, MT_LORA_INIT_UNIFORM } mt_lora_init_t;
+
+typedef struct {
+    bool enabled;             /* a peft: section (or a peft.* override) is present */
+    char target_modules[MT_PATH_MAX];
+    char exclude_modules[MT_PATH_MAX];
+    bool match_all_linear, use_dora, use_triton;
+    int64_t dim;
+    double alpha, dropout;
+    mt_lora_dropout_pos_t dropout_position;
+    mt_lora_init_t lora_A_init;
+    char lora_dtype[MT_PATH_MAX];
+} mt_peft_config_t;
+
 /* Where a key's value came from, for error messages. */
 typedef enum { MT_ORIGIN_DEFAULT = 0, MT_ORIGIN_FILE, MT_ORIGIN_OVERRIDE } mt_origin_kind_t;
 
@@ -301,6 +318,7 @@ typedef struct mt_config {
     mt_logging_config_t logging;
     mt_rng_config_t rng;
     mt_training_config_t training;
+    mt_peft_config_t peft;
 
     mt_derived_t derived;
     bool validated;
@@ -360,6 +378,11 @@ size_t mt_dtype_size(mt_dtype_t d);
 const char *mt_app_kind_name(mt_app_kind_t k);
 const char *mt_arch_name(mt_arch_t a);          /* "LlamaForCausalLM", ... */
 const char *mt_rope_type_name(mt_rope_type_t t); /* "default", "llama3", ... */
+
+/* peft: whether LoRA goes on the linear named full_name (a Hugging Face
+ * module name, "model.layers.0.self_attn.q_proj"), by AutoModel's
+ * ModuleMatcher rules (doc/lora.md).  Needs no validated config. */
+bool mt_peft_matches(const mt_peft_config_t *p, const char *full_name);
 
 /* Levenshtein distance, used for "did you mean" suggestions. */
 int mt_edit_distance(const char *a, const char *b);

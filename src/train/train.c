@@ -21,6 +21,7 @@
 #include "mt_hf.h"
 #include "mt_plan.h"
 #include "train_sample.h"
+#include "train_lora.h"
 #include "train_setup.h"
 
 static volatile sig_atomic_t stop_signal;
@@ -168,8 +169,13 @@ static mt_status_t build_run(mt_train_run_t *r, MPI_Comm comm, const mt_config_t
 static mt_status_t resume_run(mt_train_run_t *r, loop_t *lp, const mt_config_t *cfg)
 {
     MT_TRY(mt_train_resume(lp->comm, cfg, &r->ckpt, &lp->start, lp->out));
-    /* a model by name starts from its weights, unless a checkpoint was resumed */
-    if (!r->ckpt.resumed && cfg->model.pretrained_model_name_or_path[0])
+    /* a model by name starts from its weights, unless a checkpoint was
+     * resumed; LoRA's frozen base always does (the checkpoint holds the
+     * adapters) */
+    if (cfg->peft.enabled)
+        MT_TRY(mt_train_lora_load_base(lp->comm, cfg, &r->model,
+                                       r->staged ? r->device.be : NULL, lp->out));
+    else if (!r->ckpt.resumed && cfg->model.pretrained_model_name_or_path[0])
         MT_TRY(mt_hf_load_weights(lp->comm, &cfg->model, r->ckpt.t, r->ckpt.n, lp->out));
     if (r->mp.master) { /* loaded master weights: their bf16 copy */
         mt_train_mp_refresh(&r->mp);

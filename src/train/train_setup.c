@@ -310,6 +310,7 @@ static void print_memory(const mt_train_run_t *r, const mt_config_t *cfg, FILE *
     if (r->sharded)
         mt_fsdp_bytes(&r->fsdp, &ps, &pw, &gs, &gw);
     mt_train_moe_bytes(&r->moe, m, &ps, &pw, &gs, &gw, &act);
+    ps += 4.0 * (double)m->frozen_numel; /* LoRA's frozen base */
     if (r->cp.size > 1) /* the ring's shards */
         act += mt_ring_attention_bytes(&r->cp.ring);
     if (mt_plan_compute_ex(cfg, m->bf16_storage ? MT_PLAN_BF16_STORAGE : 0, &plan) != MT_OK)
@@ -363,6 +364,15 @@ static void print_size(const mt_train_run_t *r, const mt_config_t *cfg, FILE *ou
             (long long)cfg->derived.grad_accum_steps, (long long)r->rows, (long long)T, threads,
             cfg->distributed.device == MT_DEVICE_CUDA ? "device (MT_PEAK_TFLOPS)" : "sgemm",
             peak);
+    const mt_model_t *w = &r->ckpt.whole;
+    if (w->lora) { /* the parameters above are the adapters */
+        int64_t frozen = 0;
+        for (int i = 0; i < w->nfrozen; i++)
+            frozen += w->frozen[i].full_shape[0] * w->frozen[i].full_shape[1];
+        fprintf(out, "LoRA: the parameters above are the adapters (rank %lld, alpha %g, %d "
+                "tensors); the base's %lld are frozen\n", (long long)cfg->peft.dim,
+                cfg->peft.alpha, w->nparams, (long long)frozen);
+    }
 }
 
 static void print_mixed_precision(const mt_train_run_t *r, const mt_config_t *cfg, FILE *out)
