@@ -3,7 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer_internal.h"
+#include "tokenizer_hf.h"
+
+mt_status_t hf_attach(const char *spec, mt_tokenizer_t *t); /* tokenizer_hf_config.c */
 
 /* The byte-level tokenizer's ids: bytes, then end-of-document and pad.
  * They match mt_data.h's MT_TOKEN_EOD and MT_TOKEN_PAD, which the token
@@ -77,15 +79,20 @@ mt_status_t mt_tokenizer_load(const char *spec, mt_tokenizer_t **out)
         *out = t;
         return MT_OK;
     }
-    free(t);
-    MT_FAIL(MT_ERR_UNSUPPORTED,
-                   "%s: Hugging Face tokenizer.json files are not supported by this build", spec);
+    mt_status_t st = hf_attach(spec, t);
+    if (st != MT_OK) {
+        mt_tokenizer_free(t);
+        return st;
+    }
+    *out = t;
+    return MT_OK;
 }
 
 void mt_tokenizer_free(mt_tokenizer_t *t)
 {
     if (!t)
         return;
+    hf_free(t->hf);
     free(t->path);
     free(t->chat_template);
     free(t);
@@ -94,7 +101,8 @@ void mt_tokenizer_free(mt_tokenizer_t *t)
 mt_status_t mt_tokenizer_encode(const mt_tokenizer_t *t, const char *text, size_t len,
                                 bool add_special, mt_ids_t *ids)
 {
-    (void)add_special; /* the byte tokenizer has no template */
+    if (t->kind == MT_TOK_HF)
+        return hf_encode(t->hf, text, len, add_special, ids);
     if (t->kind != MT_TOK_BYTE)
         MT_FAIL(MT_ERR_INTERNAL, "tokenizer: unknown kind %d", (int)t->kind);
     MT_TRY(grow((void **)&ids->v, &ids->cap, ids->n + len, sizeof *ids->v));
@@ -106,6 +114,8 @@ mt_status_t mt_tokenizer_encode(const mt_tokenizer_t *t, const char *text, size_
 mt_status_t mt_tokenizer_decode(const mt_tokenizer_t *t, const int32_t *ids, size_t n,
                                 bool skip_special, mt_text_t *out)
 {
+    if (t->kind == MT_TOK_HF)
+        return hf_decode(t->hf, ids, n, skip_special, out);
     if (t->kind != MT_TOK_BYTE)
         MT_FAIL(MT_ERR_INTERNAL, "tokenizer: unknown kind %d", (int)t->kind);
     MT_TRY(grow((void **)&out->s, &out->cap, out->n + n + 1, 1));
@@ -132,6 +142,8 @@ int64_t mt_tokenizer_vocab_size(const mt_tokenizer_t *t)
 
 int32_t mt_tokenizer_token_to_id(const mt_tokenizer_t *t, const char *token)
 {
+    if (t->kind == MT_TOK_HF)
+        return hf_token_to_id(t->hf, token);
     if (t->kind == MT_TOK_BYTE) {
         if (strcmp(token, "<|eod|>") == 0)
             return BYTE_EOD;
@@ -157,6 +169,8 @@ const char *mt_tokenizer_id_to_token(const mt_tokenizer_t *t, int32_t id)
 #undef B4
 #undef B1
     };
+    if (t->kind == MT_TOK_HF)
+        return id >= 0 && id < t->hf->ntok ? t->hf->tok[id] : NULL;
     if (t->kind != MT_TOK_BYTE || id < 0 || id >= BYTE_VOCAB)
         return NULL;
     if (id == BYTE_EOD)

@@ -2,3 +2,5 @@
 check_PROGRAMS += tests/tokenizer/test_tokenizer_byte
 tests_tokenizer_test_tokenizer_byte_SOURCES = tests/tokenizer/test_tokenizer_byte.c tests/harness/mt_test.h
 TESTS += tests/tokenizer/test_tokenizer_byte
+check_PROGRAMS += tests/tokenizer/tok_encode
+tests_tokenizer_tok_encode_SOURCES = tests/tokenizer/tok_encode.c

@@ -1,0 +1,209 @@
+/* tokenizer_hf_encode.c: text to ids with a tokenizer.json, in the Rust
+ * library's order: repair invalid UTF-8; split out the added tokens that
+ * are not normalized; normalize each section between them; split out the
+ * normalized added tokens; pre-tokenize; BPE each piece; wrap in the
+ * post-processor's ids.  All state of a call is on its own stack/heap, so
+ * calls on one tokenizer may run concurrently. */
+#include <config.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenizer_hf.h"
+
+/* Order: first byte ascending, then the longest first (leftmost-longest
+ * matching tries the candidates of a position in this order). */
+static bool added_before(const hf_added *a, const hf_added *b)
+{
+    unsigned char fa = (unsigned char)a->match[0], fb = (unsigned char)b->match[0];
+    return fa != fb ? fa < fb : a->mlen > b->mlen;
+}
+
+mt_status_t hf_added_index(struct mt_hftok *h)
+{
+    hf_scratch sc = {0};
+    hf_buf nb = {0};
+    mt_status_t st = MT_OK;
+    size_t count[2] = {0, 0};
+    for (size_t i = 0; st == MT_OK && i < h->nadded; i++) {
+        hf_added *t = &h->added[i];
+        t->match = t->content;
+        t->mlen = t->len;
+        if (t->normalized && h->norm) {
+            st = hf_norm_apply(h->norm, t->content, t->len, &sc, &nb);
+            if (st == MT_OK && nb.n > 0) {
+                t->match = malloc(nb.n + 1);
+                if (!t->match) {
+                    t->match = t->content;
+                    st = mt_error_set(MT_ERR_NOMEM, __FILE__, __LINE__, "tokenizer: out of memory");
+                } else {
+                    memcpy(t->match, nb.s, nb.n + 1);
+                    t->mlen = nb.n;
+                }
+            }
+        }
+        count[t->normalized && h->norm]++;
+    }
+    hf_buf_free(&nb);
+    hf_scratch_free(&sc);
+    MT_TRY(st);
+    for (int s = 0; s < 2; s++) {
+        h->aidx[s] = malloc((count[s] + 1) * sizeof *h->aidx[s]);
+        if (!h->aidx[s])
+            MT_FAIL(MT_ERR_NOMEM, "tokenizer: out of memory");
+        size_t k = 0;
+        for (size_t i = 0; i < h->nadded; i++)
+            if ((h->added[i].normalized && h->norm) == (s == 1))
+                h->aidx[s][k++] = (int32_t)i;
+        for (size_t i = 1; i < k; i++) { /* insertion sort: a stable order, no context */
+            int32_t x = h->aidx[s][i];
+            size_t j = i;
+            for (; j > 0 && added_before(&h->added[x], &h->added[h->aidx[s][j - 1]]); j--)
+                h->aidx[s][j] = h->aidx[s][j - 1];
+            h->aidx[s][j] = x;
+        }
+        memset(h->abeg[s], 0, sizeof h->abeg[s]);
+        for (size_t i = 0; i < k; i++)
+            h->abeg[s][(unsigned char)h->added[h->aidx[s][i]].match[0] + 1]++;
+        for (int b = 0; b < 256; b++)
+            h->abeg[s][b + 1] += h->abeg[s][b];
+    }
+    return MT_OK;
+}
+
+static bool is_word_char(int32_t cp)
+{
+    return cp == '_' || hf_is_alnum(cp);
+}
+
+/* The character ending right before position i. */
+static int32_t char_before(const char *s, size_t i)
+{
+    size_t c = i - 1;
+    while (c > 0 && ((unsigned char)s[c] & 0xC0) == 0x80)
+        c--;
+    int32_t cp;
+    hf_utf8_next(s + c, i - c, &cp);
+    return cp;
+}
+
+/* Find the next added token of set `set` in s[from..n): its index in
+ * added, and [*a, *b) the bytes it takes (with lstrip/rstrip whitespace). */
+static int32_t find_added(const struct mt_hftok *h, int set, const char *s, size_t n,
+                          size_t from, size_t floor, size_t *a, size_t *b)
+{
+    const uint32_t *beg = h->abeg[set];
+    if (beg[256] == 0)
+        return -1;
+    for (size_t i = from; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        for (uint32_t k = beg[c]; k < beg[c + 1]; k++) {
+            const hf_added *t = &h->added[h->aidx[set][k]];
+            if (t->mlen > n - i || memcmp(s + i, t->match, t->mlen) != 0)
+                continue;
+            size_t end = i + t->mlen;
+            if (t->single_word) {
+                int32_t cp;
+                bool lw = i > 0 && is_word_char(char_before(s, i));
+                bool rw = end < n && (hf_utf8_next(s + end, n - end, &cp), is_word_char(cp));
+                if (lw || rw) {
+                    i = end - 1; /* the match is consumed, as aho-corasick's find_iter does */
+                    break;
+                }
+            }
+            size_t st = i;
+            if (t->lstrip)
+                while (st > floor && hf_is_whitespace(char_before(s, st))) {
+                    int32_t cp = char_before(s, st);
+                    st -= cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+                }
+            if (t->rstrip)
+                while (end < n) {
+                    int32_t cp;
+                    int l = hf_utf8_next(s + end, n - end, &cp);
+                    if (!hf_is_whitespace(cp))
+                        break;
+                    end += (size_t)l;
+                }
+            *a = st;
+            *b = end;
+            return h->aidx[set][k];
+        }
+    }
+    return -1;
+}
+
+static mt_status_t encode_piece(const struct mt_hftok *h, const char *s, size_t n, bool first,
+                                hf_scratch *sc, mt_ids_t *ids)
+{
+    if (!h->pretok)
+        return hf_bpe_encode(&h->bpe, s, n, ids);
+    hf_pieces *ps = &sc->a;
+    hf_pieces_reset(ps);
+    MT_TRY(hf_pieces_add(ps, s, n, first));
+    MT_TRY(hf_pretok_apply(h->pretok, &ps, sc));
+    for (size_t k = 0; k < ps->np; k++)
+        MT_TRY(hf_bpe_encode(&h->bpe, ps->buf.s + ps->p[k].off, ps->p[k].len, ids));
+    return MT_OK;
+}
+
+static mt_status_t encode_normalized(const struct mt_hftok *h, const char *s, size_t n,
+                                     bool first, hf_scratch *sc, mt_ids_t *ids)
+{
+    size_t pos = 0, a, b;
+    for (;;) {
+        int32_t k = find_added(h, 1, s, n, pos, pos, &a, &b);
+        size_t gap_end = k >= 0 ? a : n;
+        if (gap_end > pos)
+            MT_TRY(encode_piece(h, s + pos, gap_end - pos, first && pos == 0, sc, ids));
+        if (k < 0)
+            return MT_OK;
+        MT_TRY(mt_ids_push(ids, h->added[k].id));
+        pos = b;
+    }
+}
+
+static mt_status_t encode_text(const struct mt_hftok *h, const char *s, size_t n, hf_scratch *sc,
+                               hf_buf *nb, mt_ids_t *ids)
+{
+    size_t pos = 0, a, b;
+    for (;;) {
+        int32_t k = find_added(h, 0, s, n, pos, pos, &a, &b);
+        size_t gap_end = k >= 0 ? a : n;
+        if (gap_end > pos) {
+            if (h->norm) {
+                MT_TRY(hf_norm_apply(h->norm, s + pos, gap_end - pos, sc, nb));
+                MT_TRY(encode_normalized(h, nb->s, nb->n, pos == 0, sc, ids));
+            } else
+                MT_TRY(encode_normalized(h, s + pos, gap_end - pos, pos == 0, sc, ids));
+        }
+        if (k < 0)
+            return MT_OK;
+        MT_TRY(mt_ids_push(ids, h->added[k].id));
+        pos = b;
+    }
+}
+
+mt_status_t hf_encode(const struct mt_hftok *h, const char *text, size_t len, bool add_special,
+                      mt_ids_t *ids)
+{
+    hf_scratch sc = {0};
+    hf_buf clean = {0}, nb = {0};
+    mt_status_t st = MT_OK;
+    const char *s = text;
+    if (!hf_utf8_valid(text, len)) {
+        st = hf_utf8_sanitize(text, len, &clean);
+        s = clean.s;
+        len = clean.n;
+    }
+    for (size_t i = 0; st == MT_OK && add_special && i < h->npre; i++)
+        st = mt_ids_push(ids, h->pre[i]);
+    if (st == MT_OK)
+        st = encode_text(h, s, len, &sc, &nb, ids);
+    for (size_t i = 0; st == MT_OK && add_special && i < h->npost; i++)
+        st = mt_ids_push(ids, h->post[i]);
+    hf_buf_free(&clean);
+    hf_buf_free(&nb);
+    hf_scratch_free(&sc);
+    return st;
+}
