@@ -275,6 +275,9 @@ mt_status_t hf_decode(const struct mt_hftok *h, const int32_t *ids, size_t n, bo
         if (ids[i] < 0 || ids[i] >= h->ntok)
             MT_FAIL(MT_ERR_RANGE, "tokenizer: id %d at position %zu is outside the vocabulary "
                     "(0..%lld) of %s", ids[i], i, (long long)h->ntok - 1, h->file);
+        else if (!h->tok[ids[i]]) /* the vocabulary may leave ids unused */
+            MT_FAIL(MT_ERR_RANGE, "tokenizer: id %d at position %zu has no token in %s", ids[i],
+                    i, h->file);
     hf_pieces a = {0}, b = {0};
     hf_buf tmp = {0};
     mt_status_t st = MT_OK;

@@ -268,10 +268,6 @@ static mt_status_t build_table(struct mt_hftok *h, int32_t max_id)
             MT_FAIL(MT_ERR_NOMEM, "tokenizer: out of memory");
         h->toklen[t->id] = t->len;
     }
-    for (int64_t id = 0; id < h->ntok; id++)
-        if (!h->tok[id])
-            MT_FAIL(MT_ERR_CONFIG, "%s: no token has id %lld (the ids must be 0..%lld)", h->file,
-                    (long long)id, (long long)h->ntok - 1);
     return MT_OK;
 }
 
