@@ -4,3 +4,5 @@ tests_tokenizer_test_tokenizer_byte_SOURCES = tests/tokenizer/test_tokenizer_byt
 TESTS += tests/tokenizer/test_tokenizer_byte
 check_PROGRAMS += tests/tokenizer/tok_encode
 tests_tokenizer_tok_encode_SOURCES = tests/tokenizer/tok_encode.c
+TESTS += tests/tokenizer/tok_reference.sh
+EXTRA_DIST += tests/tokenizer/tok_reference.sh tests/tokenizer/tok_reference.mjs tests/tokenizer/corpus
