@@ -6,3 +6,8 @@ check_PROGRAMS += tests/tokenizer/tok_encode
 tests_tokenizer_tok_encode_SOURCES = tests/tokenizer/tok_encode.c
 TESTS += tests/tokenizer/tok_reference.sh
 EXTRA_DIST += tests/tokenizer/tok_reference.sh tests/tokenizer/tok_reference.mjs tests/tokenizer/corpus
+check_PROGRAMS += tests/tokenizer/test_tokenizer_hf_parts
+tests_tokenizer_test_tokenizer_hf_parts_SOURCES = tests/tokenizer/test_tokenizer_hf_parts.c \
+	tests/harness/mt_test.h
+tests_tokenizer_test_tokenizer_hf_parts_LDADD = $(LDADD) $(JANSSON_LIBS)
+TESTS += tests/tokenizer/test_tokenizer_hf_parts
