@@ -11,3 +11,7 @@ tests_tokenizer_test_tokenizer_hf_parts_SOURCES = tests/tokenizer/test_tokenizer
 	tests/harness/mt_test.h
 tests_tokenizer_test_tokenizer_hf_parts_LDADD = $(LDADD) $(JANSSON_LIBS)
 TESTS += tests/tokenizer/test_tokenizer_hf_parts
+check_PROGRAMS += tests/tokenizer/test_tokenizer_hf
+tests_tokenizer_test_tokenizer_hf_SOURCES = tests/tokenizer/test_tokenizer_hf.c tests/harness/mt_test.h
+tests_tokenizer_test_tokenizer_hf_LDADD = $(LDADD) -lpthread
+TESTS += tests/tokenizer/test_tokenizer_hf
