@@ -1,5 +1,5 @@
-/* tokenizer.c: the tokenizer handle, the byte-level tokenizer, and the
- * growable buffers encode and decode fill. */
+/* tokenizer.c: the tokenizer handle: the byte-level tokenizer, and the
+ * Hugging Face one (tokenizer_hf_*.c) behind the same calls. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,52 +11,6 @@ mt_status_t hf_attach(const char *spec, mt_tokenizer_t *t); /* tokenizer_hf_conf
  * They match mt_data.h's MT_TOKEN_EOD and MT_TOKEN_PAD, which the token
  * files written before tokenizers existed use. */
 enum { BYTE_EOD = 256, BYTE_PAD = 257, BYTE_VOCAB = 258 };
-
-void mt_ids_free(mt_ids_t *ids)
-{
-    free(ids->v);
-    memset(ids, 0, sizeof *ids);
-}
-
-void mt_text_free(mt_text_t *t)
-{
-    free(t->s);
-    memset(t, 0, sizeof *t);
-}
-
-static mt_status_t grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return MT_OK;
-    size_t c = *cap ? *cap : 64;
-    while (c < need) {
-        if (c > SIZE_MAX / 2 / elem)
-            MT_FAIL(MT_ERR_NOMEM, "tokenizer: buffer of %zu elements is too large", need);
-        c *= 2;
-    }
-    void *q = realloc(*p, c * elem);
-    if (!q)
-        MT_FAIL(MT_ERR_NOMEM, "tokenizer: out of memory for %zu elements", c);
-    *p = q;
-    *cap = c;
-    return MT_OK;
-}
-
-mt_status_t mt_ids_push(mt_ids_t *ids, int32_t id)
-{
-    MT_TRY(grow((void **)&ids->v, &ids->cap, ids->n + 1, sizeof *ids->v));
-    ids->v[ids->n++] = id;
-    return MT_OK;
-}
-
-mt_status_t mt_text_append(mt_text_t *t, const char *s, size_t n)
-{
-    MT_TRY(grow((void **)&t->s, &t->cap, t->n + n + 1, 1));
-    memcpy(t->s + t->n, s, n);
-    t->n += n;
-    t->s[t->n] = '\0';
-    return MT_OK;
-}
 
 mt_status_t mt_tokenizer_load(const char *spec, mt_tokenizer_t **out)
 {
@@ -105,7 +59,7 @@ mt_status_t mt_tokenizer_encode(const mt_tokenizer_t *t, const char *text, size_
         return hf_encode(t->hf, text, len, add_special, ids);
     if (t->kind != MT_TOK_BYTE)
         MT_FAIL(MT_ERR_INTERNAL, "tokenizer: unknown kind %d", (int)t->kind);
-    MT_TRY(grow((void **)&ids->v, &ids->cap, ids->n + len, sizeof *ids->v));
+    MT_TRY(mt_tok_grow((void **)&ids->v, &ids->cap, ids->n + len, sizeof *ids->v));
     for (size_t i = 0; i < len; i++)
         ids->v[ids->n++] = (unsigned char)text[i];
     return MT_OK;
@@ -118,7 +72,7 @@ mt_status_t mt_tokenizer_decode(const mt_tokenizer_t *t, const int32_t *ids, siz
         return hf_decode(t->hf, ids, n, skip_special, out);
     if (t->kind != MT_TOK_BYTE)
         MT_FAIL(MT_ERR_INTERNAL, "tokenizer: unknown kind %d", (int)t->kind);
-    MT_TRY(grow((void **)&out->s, &out->cap, out->n + n + 1, 1));
+    MT_TRY(mt_tok_grow((void **)&out->s, &out->cap, out->n + n + 1, 1));
     for (size_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= BYTE_VOCAB)
             MT_FAIL(MT_ERR_RANGE, "tokenizer: id %d at position %zu is outside the byte "
@@ -128,7 +82,7 @@ mt_status_t mt_tokenizer_decode(const mt_tokenizer_t *t, const int32_t *ids, siz
         else if (!skip_special) {
             const char *s = ids[i] == BYTE_EOD ? "<|eod|>" : "<|pad|>";
             MT_TRY(mt_text_append(out, s, strlen(s)));
-            MT_TRY(grow((void **)&out->s, &out->cap, out->n + (n - i) + 1, 1));
+            MT_TRY(mt_tok_grow((void **)&out->s, &out->cap, out->n + (n - i) + 1, 1));
         }
     }
     out->s[out->n] = '\0';

@@ -13,7 +13,7 @@
 
 typedef struct hf_regex hf_regex;
 
-/* JSON helpers (tokenizer_hf_load.c); json arguments are jansson's json_t,
+/* JSON helpers (tokenizer_hf_util.c); json arguments are jansson's json_t,
  * kept out of this header.  what names the place in the file. */
 mt_status_t hf_json_type(const void *json, const char *file, const char *what,
                          const char **type);

@@ -1,6 +1,6 @@
-/* tokenizer_hf_load.c: reading a tokenizer.json into an mt_hftok: the JSON
- * helpers the parsers share, the added tokens, the post-processor (as the
- * ids it puts before and after one sequence) and the id -> token table.
+/* tokenizer_hf_load.c: reading a tokenizer.json into an mt_hftok: the
+ * added tokens, the post-processor (as the ids it puts before and after
+ * one sequence) and the id -> token table.
  * Fields meshtrain cannot honour (truncation, padding, other models) are
  * refused with the file's name rather than ignored. */
 #include <config.h>
@@ -11,48 +11,6 @@
 #include <jansson.h>
 
 #include "tokenizer_hf.h"
-
-mt_status_t hf_json_type(const void *json, const char *file, const char *what, const char **type)
-{
-    const json_t *j = json;
-    if (!json_is_object(j))
-        MT_FAIL(MT_ERR_CONFIG, "%s: %s is not an object", file, what);
-    *type = hf_json_str(j, "type");
-    if (!*type)
-        MT_FAIL(MT_ERR_CONFIG, "%s: %s has no \"type\" string", file, what);
-    return MT_OK;
-}
-
-const char *hf_json_str(const void *json, const char *key)
-{
-    const json_t *v = json_object_get(json, key);
-    return json_is_string(v) ? json_string_value(v) : NULL;
-}
-
-bool hf_json_bool(const void *json, const char *key, bool dflt)
-{
-    const json_t *v = json_object_get(json, key);
-    return json_is_boolean(v) ? json_is_true(v) : dflt;
-}
-
-mt_status_t hf_json_pattern(const void *json, const char *key, const char *file, const char *what,
-                            hf_regex **out, char **literal)
-{
-    const json_t *p = json_object_get(json, key);
-    const char *s = hf_json_str(p, "String"), *r = hf_json_str(p, "Regex");
-    if (!json_is_object(p) || (!s && !r))
-        MT_FAIL(MT_ERR_CONFIG, "%s: %s: \"%s\" is neither {\"String\": ...} nor {\"Regex\": ...}",
-                file, what, key);
-    if (literal) {
-        if (!s)
-            MT_FAIL(MT_ERR_UNSUPPORTED, "%s: %s: only a String pattern is supported here", file,
-                    what);
-        if (!(*literal = strdup(s)))
-            MT_FAIL(MT_ERR_NOMEM, "tokenizer: out of memory");
-        return MT_OK;
-    }
-    return hf_regex_compile(s ? s : r, s != NULL, file, what, out);
-}
 
 void hf_free(struct mt_hftok *h)
 {

@@ -1,6 +1,6 @@
 /* tokenizer_hf_util.c: what the Hugging Face pipeline shares: growable
  * buffers and piece lists, UTF-8 decoding and the lossy repair of invalid
- * input, the character classes the Rust library takes from the standard
+ * input, the JSON accessors the parsers share, the character classes the Rust library takes from the standard
  * library, a string map, and PCRE2 regexes with their match ranges.
  * Unicode properties come from utf8proc; nothing here holds a table. */
 #include <config.h>
@@ -8,32 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
 #include <pcre2.h>
 #include <utf8proc.h>
 
 #include "tokenizer_hf.h"
 
-static mt_status_t grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return MT_OK;
-    size_t c = *cap ? *cap : 16;
-    while (c < need) {
-        if (c > SIZE_MAX / 4 / elem)
-            MT_FAIL(MT_ERR_NOMEM, "tokenizer: buffer of %zu elements is too large", need);
-        c *= 2;
-    }
-    void *q = realloc(*p, c * elem);
-    if (!q)
-        MT_FAIL(MT_ERR_NOMEM, "tokenizer: out of memory for %zu elements", c);
-    *p = q;
-    *cap = c;
-    return MT_OK;
-}
-
 mt_status_t hf_buf_add(hf_buf *b, const char *s, size_t n)
 {
-    MT_TRY(grow((void **)&b->s, &b->cap, b->n + n + 1, 1));
+    MT_TRY(mt_tok_grow((void **)&b->s, &b->cap, b->n + n + 1, 1));
     if (n)
         memcpy(b->s + b->n, s, n);
     b->n += n;
@@ -51,7 +34,7 @@ mt_status_t hf_pieces_add(hf_pieces *ps, const char *s, size_t n, bool first)
 {
     if (n == 0)
         return MT_OK;
-    MT_TRY(grow((void **)&ps->p, &ps->cap, ps->np + 1, sizeof *ps->p));
+    MT_TRY(mt_tok_grow((void **)&ps->p, &ps->cap, ps->np + 1, sizeof *ps->p));
     ps->p[ps->np++] = (hf_piece){ps->buf.n, n, first};
     return hf_buf_add(&ps->buf, s, n);
 }
@@ -71,7 +54,7 @@ void hf_pieces_free(hf_pieces *ps)
 
 mt_status_t hf_ranges_add(hf_ranges *rs, size_t a, size_t b, bool match)
 {
-    MT_TRY(grow((void **)&rs->r, &rs->cap, rs->n + 1, sizeof *rs->r));
+    MT_TRY(mt_tok_grow((void **)&rs->r, &rs->cap, rs->n + 1, sizeof *rs->r));
     rs->r[rs->n++] = (hf_range){a, b, match};
     return MT_OK;
 }
@@ -87,6 +70,50 @@ void hf_scratch_free(hf_scratch *sc)
     hf_buf_free(&sc->t1);
     hf_buf_free(&sc->t2);
     memset(sc, 0, sizeof *sc);
+}
+
+/* ---- JSON ---- */
+
+mt_status_t hf_json_type(const void *json, const char *file, const char *what, const char **type)
+{
+    const json_t *j = json;
+    if (!json_is_object(j))
+        MT_FAIL(MT_ERR_CONFIG, "%s: %s is not an object", file, what);
+    *type = hf_json_str(j, "type");
+    if (!*type)
+        MT_FAIL(MT_ERR_CONFIG, "%s: %s has no \"type\" string", file, what);
+    return MT_OK;
+}
+
+const char *hf_json_str(const void *json, const char *key)
+{
+    const json_t *v = json_object_get(json, key);
+    return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+bool hf_json_bool(const void *json, const char *key, bool dflt)
+{
+    const json_t *v = json_object_get(json, key);
+    return json_is_boolean(v) ? json_is_true(v) : dflt;
+}
+
+mt_status_t hf_json_pattern(const void *json, const char *key, const char *file, const char *what,
+                            hf_regex **out, char **literal)
+{
+    const json_t *p = json_object_get(json, key);
+    const char *s = hf_json_str(p, "String"), *r = hf_json_str(p, "Regex");
+    if (!json_is_object(p) || (!s && !r))
+        MT_FAIL(MT_ERR_CONFIG, "%s: %s: \"%s\" is neither {\"String\": ...} nor {\"Regex\": ...}",
+                file, what, key);
+    if (literal) {
+        if (!s)
+            MT_FAIL(MT_ERR_UNSUPPORTED, "%s: %s: only a String pattern is supported here", file,
+                    what);
+        if (!(*literal = strdup(s)))
+            MT_FAIL(MT_ERR_NOMEM, "tokenizer: out of memory");
+        return MT_OK;
+    }
+    return hf_regex_compile(s ? s : r, s != NULL, file, what, out);
 }
 
 /* ---- UTF-8 ---- */
