@@ -97,6 +97,7 @@ typedef struct {
     hf_ranges rg, rg2;
     hf_pieces a, b;
     hf_buf t1, t2;
+    void *cache; /* the pieces of this call already encoded (tokenizer_hf_encode.c) */
 } hf_scratch;
 
 void hf_scratch_free(hf_scratch *sc);
@@ -165,9 +166,14 @@ int32_t hf_bytelevel_char(unsigned char b);
 int hf_bytelevel_byte(int32_t cp); /* -1 for characters outside the table */
 
 /* ---- the BPE model (tokenizer_hf_bpe.c) ---- */
+/* One slot per pair, key and value together: one cache line per probe. */
 typedef struct {
-    uint64_t *key; /* (left id << 32 | right id) + 1; 0 is empty */
-    int32_t *rank, *merged;
+    uint64_t key; /* (left id << 32 | right id) + 1; 0 is empty */
+    int32_t rank, merged;
+} hf_merge_slot;
+
+typedef struct {
+    hf_merge_slot *slot;
     size_t mask;
 } hf_merges;
 

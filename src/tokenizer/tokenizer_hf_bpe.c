@@ -27,14 +27,14 @@ static uint64_t mix(uint64_t k)
 
 static bool merge_get(const hf_merges *m, int32_t a, int32_t b, int32_t *rank, int32_t *merged)
 {
-    if (!m->key)
+    if (!m->slot)
         return false;
     uint64_t k = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
     size_t j = mix(k) & m->mask;
-    while (m->key[j]) {
-        if (m->key[j] == k) {
-            *rank = m->rank[j];
-            *merged = m->merged[j];
+    while (m->slot[j].key) {
+        if (m->slot[j].key == k) {
+            *rank = m->slot[j].rank;
+            *merged = m->slot[j].merged;
             return true;
         }
         j = (j + 1) & m->mask;
@@ -47,23 +47,19 @@ static void merge_put(hf_merges *m, int32_t a, int32_t b, int32_t rank, int32_t 
 {
     uint64_t k = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
     size_t j = mix(k) & m->mask;
-    while (m->key[j]) {
-        if (m->key[j] == k)
+    while (m->slot[j].key) {
+        if (m->slot[j].key == k)
             return;
         j = (j + 1) & m->mask;
     }
-    m->key[j] = k;
-    m->rank[j] = rank;
-    m->merged[j] = merged;
+    m->slot[j] = (hf_merge_slot){k, rank, merged};
 }
 
 void hf_bpe_free(hf_bpe *m)
 {
     hf_strmap_free(&m->vocab);
     free(m->cp_id);
-    free(m->merges.key);
-    free(m->merges.rank);
-    free(m->merges.merged);
+    free(m->merges.slot);
     free(m->prefix);
     free(m->suffix);
     memset(m, 0, sizeof *m);
@@ -95,10 +91,8 @@ static mt_status_t parse_merges(hf_bpe *m, const json_t *a, const char *file)
     while (cap < n * 2 + 2)
         cap *= 2;
     hf_merges *t = &m->merges;
-    t->key = calloc(cap, sizeof *t->key);
-    t->rank = calloc(cap, sizeof *t->rank);
-    t->merged = calloc(cap, sizeof *t->merged);
-    if (!t->key || !t->rank || !t->merged)
+    t->slot = calloc(cap, sizeof *t->slot);
+    if (!t->slot)
         MT_FAIL(MT_ERR_NOMEM, "tokenizer: out of memory for %zu merges", n);
     t->mask = cap - 1;
     hf_buf both = {0};

@@ -133,6 +133,54 @@ static int32_t find_added(const struct mt_hftok *h, int set, const char *s, size
     return -1;
 }
 
+/* The word cache: natural text repeats its words, and a piece met before
+ * needs no merging.  It belongs to one call (the tokenizer stays
+ * read-only), so only a long text gets one; short pieces with few ids
+ * only, in a direct-mapped table where a new piece replaces an old one. */
+enum { CACHE_SLOTS = 2048, CACHE_KEY = 15, CACHE_IDS = 7, CACHE_MIN_TEXT = 4096 };
+
+typedef struct {
+    uint32_t hash;
+    uint8_t klen, nids;
+    char key[CACHE_KEY];
+    int32_t ids[CACHE_IDS];
+} cache_slot;
+
+static uint32_t piece_hash(const char *s, size_t n)
+{
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 16777619u;
+    return h;
+}
+
+static mt_status_t encode_cached(const struct mt_hftok *h, const char *s, size_t n,
+                                 hf_scratch *sc, mt_ids_t *ids)
+{
+    cache_slot *c = sc->cache;
+    if (!c || n > CACHE_KEY)
+        return hf_bpe_encode(&h->bpe, s, n, ids);
+    uint32_t hs = piece_hash(s, n);
+    cache_slot *e = &c[hs & (CACHE_SLOTS - 1)];
+    if (e->klen == n && e->hash == hs && memcmp(e->key, s, n) == 0) {
+        MT_TRY(mt_tok_grow((void **)&ids->v, &ids->cap, ids->n + e->nids, sizeof *ids->v));
+        memcpy(ids->v + ids->n, e->ids, e->nids * sizeof *ids->v);
+        ids->n += e->nids;
+        return MT_OK;
+    }
+    size_t before = ids->n;
+    MT_TRY(hf_bpe_encode(&h->bpe, s, n, ids));
+    size_t k = ids->n - before;
+    if (k <= CACHE_IDS) {
+        e->hash = hs;
+        e->klen = (uint8_t)n;
+        e->nids = (uint8_t)k;
+        memcpy(e->key, s, n);
+        memcpy(e->ids, ids->v + before, k * sizeof *ids->v);
+    }
+    return MT_OK;
+}
+
 static mt_status_t encode_piece(const struct mt_hftok *h, const char *s, size_t n, bool first,
                                 hf_scratch *sc, mt_ids_t *ids)
 {
@@ -143,7 +191,7 @@ static mt_status_t encode_piece(const struct mt_hftok *h, const char *s, size_t 
     MT_TRY(hf_pieces_add(ps, s, n, first));
     MT_TRY(hf_pretok_apply(h->pretok, &ps, sc));
     for (size_t k = 0; k < ps->np; k++)
-        MT_TRY(hf_bpe_encode(&h->bpe, ps->buf.s + ps->p[k].off, ps->p[k].len, ids));
+        MT_TRY(encode_cached(h, ps->buf.s + ps->p[k].off, ps->p[k].len, sc, ids));
     return MT_OK;
 }
 
@@ -198,6 +246,9 @@ mt_status_t hf_encode(const struct mt_hftok *h, const char *text, size_t len, bo
     }
     for (size_t i = 0; st == MT_OK && add_special && i < h->npre; i++)
         st = mt_ids_push(ids, h->pre[i]);
+    if (st == MT_OK && len >= CACHE_MIN_TEXT && h->pretok &&
+        !(sc.cache = calloc(CACHE_SLOTS, sizeof(cache_slot))))
+        st = mt_error_set(MT_ERR_NOMEM, __FILE__, __LINE__, "tokenizer: out of memory");
     if (st == MT_OK)
         st = encode_text(h, s, len, &sc, &nb, ids);
     for (size_t i = 0; st == MT_OK && add_special && i < h->npost; i++)

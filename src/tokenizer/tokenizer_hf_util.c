@@ -69,6 +69,7 @@ void hf_scratch_free(hf_scratch *sc)
     hf_pieces_free(&sc->b);
     hf_buf_free(&sc->t1);
     hf_buf_free(&sc->t2);
+    free(sc->cache);
     memset(sc, 0, sizeof *sc);
 }
 
