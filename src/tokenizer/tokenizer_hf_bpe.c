@@ -122,10 +122,13 @@ static mt_status_t parse_merges(hf_bpe *m, const json_t *a, const char *file)
             break;
         }
         int32_t li = vocab_id(m, l, ln), ri = vocab_id(m, r, rn);
+        /* the merge of "a" and "##b" is "ab" under continuing_subword_prefix "##" */
+        size_t pl = m->prefix ? strlen(m->prefix) : 0;
+        bool strip = pl && rn >= pl && memcmp(r, m->prefix, pl) == 0;
         both.n = 0;
         st = hf_buf_add(&both, l, ln);
         if (st == MT_OK)
-            st = hf_buf_add(&both, r, rn);
+            st = hf_buf_add(&both, r + (strip ? pl : 0), rn - (strip ? pl : 0));
         int32_t mi = st == MT_OK ? vocab_id(m, both.s, both.n) : -1;
         if (st == MT_OK && (li < 0 || ri < 0 || mi < 0))
             st = mt_error_set(MT_ERR_CONFIG, __FILE__, __LINE__,

@@ -252,6 +252,25 @@ int main(void)
     }
     mt_tokenizer_free(t);
 
+    /* continuing_subword_prefix (stripped from the right part of a merge)
+     * and end_of_word_suffix */
+    t = load_text("{\"pre_tokenizer\": {\"type\": \"WhitespaceSplit\"}, \"model\": {\"type\": \"BPE\", "
+                  "\"continuing_subword_prefix\": \"##\", \"vocab\": {\"a\": 0, \"##b\": 1, "
+                  "\"##c\": 2, \"ab\": 3, \"abc\": 4}, \"merges\": [\"a ##b\", \"ab ##c\"]}}",
+                  "prefix.json");
+    if (t) {
+        EXPECT_IDS(t, "abc acb", false, "4 0 2 1");
+        CHECK(mt_tokenizer_vocab_size(t) == 5 && mt_tokenizer_eos_id(t) == -1, "prefix vocab");
+    }
+    mt_tokenizer_free(t);
+    t = load_text("{\"pre_tokenizer\": {\"type\": \"WhitespaceSplit\"}, \"model\": {\"type\": \"BPE\", "
+                  "\"end_of_word_suffix\": \"</w>\", \"vocab\": {\"a\": 0, \"b</w>\": 1, "
+                  "\"ab</w>\": 2, \"b\": 3, \"a</w>\": 4}, \"merges\": [\"a b</w>\"]}}",
+                  "suffix.json");
+    if (t)
+        EXPECT_IDS(t, "ab ba", false, "2 3 4");
+    mt_tokenizer_free(t);
+
     /* refusals and bad files, each naming the file */
     expect_refused("{\"model\": ", MT_ERR_IO, "bad.json:1:");
     expect_refused("{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}", MT_ERR_UNSUPPORTED,
