@@ -1,6 +1,8 @@
 /* tok_encode.c: the C side of the reference comparison and the benchmark.
  *
  *   tok_encode [--no-special] SPEC FILE...   one line of ids per file
+ *   tok_encode --decode [--no-special] SPEC FILE...  and after each line the hex of
+ *                                            the ids' decoding
  *   tok_encode --roundtrip SPEC FILE...      decode(encode(x)) == x, per file
  *   tok_encode --bench SECONDS SPEC FILE...  MB/s of encode on one thread
  *
@@ -41,22 +43,25 @@ static double now(void)
 
 int main(int argc, char **argv)
 {
-    int a = 1, mode = 0; /* 0 ids, 1 roundtrip, 2 bench */
+    int a = 1, mode = 0; /* 0 ids, 1 roundtrip, 2 bench, 3 ids and decoding */
     bool special = true;
     double secs = 0;
-    if (a < argc && strcmp(argv[a], "--no-special") == 0) {
-        special = false;
-        a++;
-    } else if (a < argc && strcmp(argv[a], "--roundtrip") == 0) {
-        mode = 1;
-        a++;
-    } else if (a + 1 < argc && strcmp(argv[a], "--bench") == 0) {
-        mode = 2;
-        secs = atof(argv[a + 1]);
-        a += 2;
+    for (; a < argc && strncmp(argv[a], "--", 2) == 0; a++) {
+        if (strcmp(argv[a], "--no-special") == 0)
+            special = false;
+        else if (strcmp(argv[a], "--decode") == 0)
+            mode = 3;
+        else if (strcmp(argv[a], "--roundtrip") == 0)
+            mode = 1;
+        else if (strcmp(argv[a], "--bench") == 0 && a + 1 < argc) {
+            mode = 2;
+            secs = atof(argv[++a]);
+        } else
+            break;
     }
     if (argc - a < 2) {
-        fprintf(stderr, "usage: tok_encode [--no-special|--roundtrip|--bench S] SPEC FILE...\n");
+        fprintf(stderr, "usage: tok_encode [--no-special] [--decode|--roundtrip|--bench S] SPEC "
+                        "FILE...\n");
         return 2;
     }
     mt_tokenizer_t *t;
@@ -96,15 +101,26 @@ int main(int argc, char **argv)
     }
     for (int i = a + 1; mode != 2 && i < argc; i++) {
         mt_ids_t ids = {0};
-        if (mt_tokenizer_encode(t, text[i], len[i], special && mode == 0, &ids) != MT_OK) {
+        if (mt_tokenizer_encode(t, text[i], len[i], special && mode != 1, &ids) != MT_OK) {
             fprintf(stderr, "tok_encode: %s: %s\n", argv[i], mt_error_message());
             return 1;
         }
-        if (mode == 0) {
+        if (mode == 0 || mode == 3) {
             for (size_t k = 0; k < ids.n; k++)
                 printf(k ? " %d" : "%d", ids.v[k]);
             printf("\n");
-        } else {
+        }
+        if (mode == 3) { /* special tokens kept: the decoders see them too */
+            mt_text_t out = {0};
+            if (mt_tokenizer_decode(t, ids.v, ids.n, false, &out) != MT_OK) {
+                fprintf(stderr, "tok_encode: %s: %s\n", argv[i], mt_error_message());
+                return 1;
+            }
+            for (size_t k = 0; k < out.n; k++)
+                printf("%02x", (unsigned char)out.s[k]);
+            printf("\n");
+            mt_text_free(&out);
+        } else if (mode == 1) {
             mt_text_t out = {0};
             if (mt_tokenizer_decode(t, ids.v, ids.n, false, &out) != MT_OK) {
                 fprintf(stderr, "tok_encode: %s: %s\n", argv[i], mt_error_message());

