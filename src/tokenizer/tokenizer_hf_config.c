@@ -110,6 +110,11 @@ mt_status_t hf_attach(const char *spec, mt_tokenizer_t *t)
     }
     t->kind = MT_TOK_HF;
     t->path = file;
+    if (S_ISDIR(sb.st_mode) && stat(file, &sb) != 0) {
+        free(cfgfile);
+        MT_FAIL(MT_ERR_IO, "%s: no tokenizer.json in this directory (vocab.json and merges.txt "
+                "alone are not read)", spec);
+    }
     mt_status_t st = hf_load(file, &t->hf);
     if (st == MT_OK) {
         t->vocab_size = t->hf->ntok;

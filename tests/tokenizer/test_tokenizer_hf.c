@@ -298,6 +298,13 @@ int main(void)
     CHECK(mt_tokenizer_load("/nonexistent/tok", &t) == MT_ERR_IO && !t, "missing");
     CHECK_CONTAINS(mt_error_message(), "/nonexistent/tok: no such tokenizer");
 
+    char sub[300];
+    snprintf(sub, sizeof sub, "%s/empty", dir);
+    CHECK(mkdir(sub, 0700) == 0, "mkdir");
+    t = NULL;
+    CHECK(mt_tokenizer_load(sub, &t) == MT_ERR_IO && !t, "a directory without tokenizer.json");
+    CHECK_CONTAINS(mt_error_message(), "empty: no tokenizer.json in this directory");
+
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     CHECK(system(cmd) == 0, "cleanup");
