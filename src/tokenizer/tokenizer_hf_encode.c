@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <utf8proc.h>
+
 #include "tokenizer_hf.h"
 
 /* Order: first byte ascending, then the longest first (leftmost-longest
@@ -42,7 +44,7 @@ mt_status_t hf_added_index(struct mt_hftok *h)
                 }
             }
         }
-        count[t->normalized && h->norm]++;
+        count[t->normalized]++; /* normalized tokens are matched after normalizing, even with none */
     }
     hf_buf_free(&nb);
     hf_scratch_free(&sc);
@@ -53,7 +55,7 @@ mt_status_t hf_added_index(struct mt_hftok *h)
             MT_FAIL(MT_ERR_NOMEM, "tokenizer: out of memory");
         size_t k = 0;
         for (size_t i = 0; i < h->nadded; i++)
-            if ((h->added[i].normalized && h->norm) == (s == 1))
+            if (h->added[i].normalized == (s == 1))
                 h->aidx[s][k++] = (int32_t)i;
         for (size_t i = 1; i < k; i++) { /* insertion sort: a stable order, no context */
             int32_t x = h->aidx[s][i];
@@ -71,9 +73,17 @@ mt_status_t hf_added_index(struct mt_hftok *h)
     return MT_OK;
 }
 
+/* The Rust regex crate's \w, which single_word tests: letters, marks,
+ * decimal and letter numbers, connector punctuation, ZWNJ and ZWJ. */
 static bool is_word_char(int32_t cp)
 {
-    return cp == '_' || hf_is_alnum(cp);
+    if (cp < 0x80)
+        return cp == '_' || (cp >= '0' && cp <= '9') || ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z');
+    if (cp == 0x200C || cp == 0x200D)
+        return true;
+    utf8proc_category_t c = utf8proc_category(cp);
+    return (c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_ME) || c == UTF8PROC_CATEGORY_ND ||
+           c == UTF8PROC_CATEGORY_NL || c == UTF8PROC_CATEGORY_PC;
 }
 
 /* The character ending right before position i. */

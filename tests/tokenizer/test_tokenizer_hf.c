@@ -154,6 +154,8 @@ int main(void)
     EXPECT_IDS(t, "a<s>b</s>", false, "3 1 4 2");
     EXPECT_IDS(t, "ab  [X]  c", false, "6 15 5");
     EXPECT_IDS(t, "tok atok tok_ tok", false, "16 3 12 13 14 12 13 14 0 16");
+    /* a combining mark is a word character to single_word */
+    EXPECT_IDS(t, "tok\xCC\x81 tok", false, "12 13 14 0 16");
     /* invalid UTF-8 becomes U+FFFD, which is the unknown token here */
     EXPECT_IDS(t, "a\xFF\xFE" "b", false, "3 0 0 4");
     CHECK(mt_tokenizer_token_to_id(t, "[X]") == 15 && mt_tokenizer_token_to_id(t, "bc") == 7 &&
@@ -269,6 +271,18 @@ int main(void)
                   "suffix.json");
     if (t)
         EXPECT_IDS(t, "ab ba", false, "2 3 4");
+    mt_tokenizer_free(t);
+
+    /* the added tokens that are not normalized are split out first, even
+     * without a normalizer: "b" wins over the longer normalized "ab" */
+    t = load_text("{\"added_tokens\": [{\"id\": 3, \"content\": \"ab\", \"normalized\": true, "
+                  "\"special\": false}, {\"id\": 4, \"content\": \"b\", \"normalized\": false, "
+                  "\"special\": true}], \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, "
+                  "\"b\": 1, \"c\": 2}, \"merges\": []}}", "order.json");
+    if (t) {
+        EXPECT_IDS(t, "ab", false, "0 4");
+        EXPECT_IDS(t, "cab", false, "2 0 4");
+    }
     mt_tokenizer_free(t);
 
     /* refusals and bad files, each naming the file */
