@@ -259,38 +259,39 @@ static cand_t heap_pop(cand_t *h, size_t *n)
     return top;
 }
 
-/* The id of one character (with the prefix or suffix the model asks for). */
-static int32_t char_id(const hf_bpe *m, const char *c, int k, bool first, bool last)
+/* One character as the model looks it up: with continuing_subword_prefix
+ * unless first, end_of_word_suffix if last.  Returns its length in tmp, or
+ * 0 when the character is used as is (no copy). */
+static size_t char_token(const hf_bpe *m, const char *c, int k, bool first, bool last,
+                         char *tmp, size_t cap)
 {
-    if ((!m->prefix || first) && (!m->suffix || !last)) {
-        int32_t cp;
-        hf_utf8_next(c, (size_t)k, &cp);
-        return cp < 0x10000 ? m->cp_id[cp] : vocab_id(m, c, (size_t)k);
-    }
-    char tmp[512];
     size_t pl = m->prefix && !first ? strlen(m->prefix) : 0;
     size_t sl = m->suffix && last ? strlen(m->suffix) : 0;
-    if (pl + sl + (size_t)k > sizeof tmp)
-        return -1;
+    if (pl + sl == 0 || pl + sl + (size_t)k > cap)
+        return 0;
     memcpy(tmp, m->prefix, pl);
     memcpy(tmp + pl, c, (size_t)k);
     memcpy(tmp + pl + k, m->suffix, sl);
-    return vocab_id(m, tmp, pl + (size_t)k + sl);
+    return pl + (size_t)k + sl;
 }
 
 mt_status_t hf_bpe_encode(const hf_bpe *m, const char *s, size_t n, mt_ids_t *ids)
 {
     if (n == 0)
         return MT_OK;
-    if (m->ignore_merges && !m->prefix && !m->suffix) {
+    if (m->ignore_merges) {
         int32_t id = vocab_id(m, s, n);
         if (id >= 0)
             return mt_ids_push(ids, id);
     }
+    /* one symbol per byte at most, more where byte_fallback spells out a
+     * prefix or suffix too */
+    size_t extra = (m->prefix ? strlen(m->prefix) : 0) + (m->suffix ? strlen(m->suffix) : 0);
+    size_t cap = m->byte_fallback && extra ? n * (1 + extra) : n;
     sym_t stack_sym[64];
     cand_t stack_heap[3 * 64 + 1]; /* each merge pushes at most two pairs */
-    sym_t *sym = n <= 64 ? stack_sym : malloc(n * sizeof *sym);
-    cand_t *heap = n <= 64 ? stack_heap : malloc((3 * n + 1) * sizeof *heap);
+    sym_t *sym = cap <= 64 ? stack_sym : malloc(cap * sizeof *sym);
+    cand_t *heap = cap <= 64 ? stack_heap : malloc((3 * cap + 1) * sizeof *heap);
     if (!sym || !heap) {
         if (sym != stack_sym)
             free(sym);
@@ -303,26 +304,29 @@ mt_status_t hf_bpe_encode(const hf_bpe *m, const char *s, size_t n, mt_ids_t *id
     for (size_t i = 0; i < n;) {
         int32_t cp;
         int k = hf_utf8_next(s + i, n - i, &cp);
-        int32_t id = char_id(m, s + i, k, i == 0, i + (size_t)k == n);
-        bool bytes_ok = false;
-        if (id < 0 && m->byte_fallback) {
-            bytes_ok = true;
-            for (int b = 0; b < k; b++)
-                bytes_ok = bytes_ok && m->byte_id[(unsigned char)s[i + b]] >= 0;
-        }
-        if (id >= 0 || bytes_ok) {
+        char tmp[512];
+        size_t tl = char_token(m, s + i, k, i == 0, i + (size_t)k == n, tmp, sizeof tmp);
+        const char *tok = tl ? tmp : s + i;
+        if (!tl)
+            tl = (size_t)k;
+        int32_t id = tok != tmp && cp < 0x10000 ? m->cp_id[cp] : vocab_id(m, tok, tl);
+        bool bytes_ok = id < 0 && m->byte_fallback;
+        for (size_t b = 0; bytes_ok && b < tl; b++)
+            bytes_ok = m->byte_id[(unsigned char)tok[b]] >= 0;
+        if (id >= 0) {
             if (unk_len) {
                 sym[ns] = (sym_t){m->unk_id, (int32_t)ns - 1, (int32_t)ns + 1, unk_len};
                 ns++;
                 unk_len = 0;
             }
-            if (id >= 0) {
-                sym[ns] = (sym_t){id, (int32_t)ns - 1, (int32_t)ns + 1, k};
-                ns++;
-            } else
-                for (int b = 0; b < k; b++, ns++)
-                    sym[ns] = (sym_t){m->byte_id[(unsigned char)s[i + b]], (int32_t)ns - 1,
-                                      (int32_t)ns + 1, 1};
+            sym[ns] = (sym_t){id, (int32_t)ns - 1, (int32_t)ns + 1, k};
+            ns++;
+        } else if (bytes_ok) {
+            /* the Rust library leaves a pending unknown token pending here:
+             * it comes after these bytes */
+            for (size_t b = 0; b < tl; b++, ns++)
+                sym[ns] = (sym_t){m->byte_id[(unsigned char)tok[b]], (int32_t)ns - 1,
+                                  (int32_t)ns + 1, 1};
         } else if (m->unk_id >= 0) {
             if (unk_len && !m->fuse_unk) {
                 sym[ns] = (sym_t){m->unk_id, (int32_t)ns - 1, (int32_t)ns + 1, unk_len};

@@ -226,6 +226,8 @@ int main(void)
     CHECK(mt_tokenizer_load(dir, &t) == MT_OK && t, "load dir: %s", mt_error_message());
     if (t) {
         EXPECT_IDS(t, "azzzb", false, "3 0 4");
+        /* as in Rust, byte-fallback bytes do not end a pending unknown token */
+        EXPECT_IDS(t, "z\xC3\xA9" "a", false, "10 11 0 3");
         EXPECT_IDS(t, "abc", false, "8");
         CHECK(mt_tokenizer_bos_id(t) == 1, "null bos_token keeps the template's");
         CHECK(mt_tokenizer_eos_id(t) == 2, "eos");
