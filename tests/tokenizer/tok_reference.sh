@@ -48,7 +48,7 @@ files=$(ls "$corpus"/* | sort)
 texts=$(ls "$corpus"/*.txt | sort)
 
 # compare NAME DIR PASSES FILES...: ids and decoding of each file, for each
-# pass ("" with the template's special tokens, --no-special without)
+# pass ("special": with the template's special tokens; "--no-special": without)
 compare() {
     m=$1 dir=$2 passes=$3
     shift 3
