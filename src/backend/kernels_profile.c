@@ -129,8 +129,8 @@ static void p_matmul_add_shaped(float *c, const float *r, const float *a, const 
 static void *p_device_alloc(size_t bytes) { return inner->device_alloc(bytes); }
 static void p_device_free(void *p) { inner->device_free(p); }
 
-_Static_assert(offsetof(mt_backend_t, rounds_bf16) == 43 * sizeof(void *) &&
-                   sizeof(mt_backend_t) == 44 * sizeof(void *),
+_Static_assert(offsetof(mt_backend_t, rounds_bf16) == 46 * sizeof(void *) &&
+                   sizeof(mt_backend_t) == 47 * sizeof(void *),
                "mt_backend_t changed: list the new entry in backend_entries.def and count it");
 
 static mt_backend_t profiled = {

@@ -58,6 +58,24 @@ struct mt_backend {
     void (*rmsnorm_backward)(float *dx, float *dw, const float *dout, const float *x,
                              const float *w, const float *rstd, int64_t n, int64_t dim,
                              bool accumulate);
+    /* The same norm over rows split by columns across ranks (a q/k norm
+     * over the whole projection under tensor parallelism): each rank holds
+     * dim of a row's full_dim columns.  rmsnorm_rowsums writes each row's
+     * partial sums[i] = sum_j a_ij b_ij w_j (w NULL: no w) in double, over
+     * this rank's columns; the caller adds them over the ranks.  Forward:
+     * sums of x x give rstd = 1/sqrt(sums/full_dim + eps).  Backward: sums
+     * of dout w x, over the whole row; dw gathers this rank's columns.  On
+     * one rank (dim == full_dim) they equal rmsnorm_forward/_backward up to
+     * the order of the row sums.  a and b are activations: read as bf16
+     * where reads_bf16. */
+    void (*rmsnorm_rowsums)(double *sums, const float *a, const float *b, const float *w,
+                            int64_t n, int64_t dim);
+    void (*rmsnorm_forward_sums)(float *out, float *rstd, const float *x, const float *w,
+                                 const double *sums, int64_t n, int64_t dim, int64_t full_dim,
+                                 float eps);
+    void (*rmsnorm_backward_sums)(float *dx, float *dw, const float *dout, const float *x,
+                                  const float *w, const float *rstd, const double *sums,
+                                  int64_t n, int64_t dim, int64_t full_dim, bool accumulate);
 
     /* RoPE in place on x [n_tokens, n_heads*head_dim], Hugging Face
      * rotate_half pairing: element i pairs with i + head_dim/2 and turns by

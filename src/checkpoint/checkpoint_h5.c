@@ -145,8 +145,64 @@ mt_status_t mt_ckpt_h5_attr_int(const char *fname, hid_t file, const char *obj, 
     return s;
 }
 
+/* A checkpoint holds only its own objects: every link is a hard link and
+ * every dataset keeps its bytes in the file.  A soft or external link, or
+ * a dataset whose bytes are external files or a virtual mapping, would
+ * make a reader open files the checkpoint does not name (its manifest
+ * hashes only the HDF5 files themselves), so each is refused by path. */
+typedef struct {
+    hid_t file;
+    char bad[512];
+} plain_ctx_t;
+
+static herr_t visit_plain(hid_t group, const char *name, const H5L_info_t *info, void *data)
+{
+    plain_ctx_t *x = data;
+    if (info->type != H5L_TYPE_HARD) {
+        const char *kind = info->type == H5L_TYPE_SOFT       ? "a soft link"
+                           : info->type == H5L_TYPE_EXTERNAL ? "an external link (to another file)"
+                                                             : "a user-defined link";
+        snprintf(x->bad, sizeof x->bad, "/%s is %s", name, kind);
+        return 1;
+    }
+    hid_t o = H5Oopen(group, name, H5P_DEFAULT);
+    if (o < 0) {
+        snprintf(x->bad, sizeof x->bad, "/%s cannot be opened", name);
+        return 1;
+    }
+    if (H5Iget_type(o) == H5I_DATASET) {
+        hid_t pl = H5Dget_create_plist(o);
+        int ext = pl >= 0 ? H5Pget_external_count(pl) : -1;
+        H5D_layout_t lay = pl >= 0 ? H5Pget_layout(pl) : H5D_LAYOUT_ERROR;
+        if (pl >= 0)
+            H5Pclose(pl);
+        if (ext != 0)
+            snprintf(x->bad, sizeof x->bad, "/%s keeps its data in %s", name,
+                     ext > 0 ? "external files" : "an unreadable layout");
+        else if (lay == H5D_VIRTUAL || lay == H5D_LAYOUT_ERROR)
+            snprintf(x->bad, sizeof x->bad, "/%s is %s", name,
+                     lay == H5D_VIRTUAL ? "a virtual dataset (mapped from other files)"
+                                        : "of an unreadable layout");
+    }
+    H5Oclose(o);
+    return x->bad[0] ? 1 : 0;
+}
+
+static mt_status_t check_plain(const char *fname, hid_t file)
+{
+    plain_ctx_t x = {file, ""};
+    herr_t rc = H5Lvisit(file, H5_INDEX_NAME, H5_ITER_INC, visit_plain, &x);
+    if (x.bad[0])
+        MT_FAIL(MT_ERR_IO, "%s: %s: a checkpoint holds only its own datasets, behind hard links",
+                fname, x.bad);
+    if (rc < 0)
+        H5_FAIL("%s: cannot list its objects", fname);
+    return MT_OK;
+}
+
 mt_status_t mt_ckpt_h5_check_format(const char *fname, hid_t file, int check_version)
 {
+    MT_TRY(check_plain(fname, file));
     htri_t ex = H5Lexists(file, "/meta", H5P_DEFAULT);
     if (ex < 0)
         H5_FAIL("%s: cannot look up /meta", fname);

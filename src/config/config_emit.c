@@ -90,6 +90,17 @@ static void write_value(FILE *out, const mt_config_t *cfg, const mt_cfg_key_t *k
         fputc(']', out);
         break;
     }
+    case MT_T_STRING_LIST: {
+        const char (*v)[MT_PATH_MAX] = (const char (*)[MT_PATH_MAX])(base + k->offset);
+        int n = *(const int *)(base + k->count_offset);
+        fputc('[', out);
+        for (int i = 0; i < n; i++) {
+            fputs(i ? ", " : "", out);
+            write_string(out, v[i]);
+        }
+        fputc(']', out);
+        break;
+    }
     }
 }
 

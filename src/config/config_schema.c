@@ -36,6 +36,12 @@ static const mt_cfg_enum_t format_enum[] = {
     {"megatron", MT_DATA_MEGATRON, false},
     {NULL, 0, false}};
 
+static const mt_cfg_enum_t loss_mask_enum[] = {
+    {"auto", MT_LOSS_MASK_AUTO, false},
+    {"required", MT_LOSS_MASK_REQUIRED, false},
+    {"off", MT_LOSS_MASK_OFF, false},
+    {NULL, 0, false}};
+
 static const mt_cfg_enum_t decay_enum[] = {
     {"cosine", MT_LR_COSINE, false},
     {"linear", MT_LR_LINEAR, false},
@@ -250,6 +256,19 @@ const mt_cfg_key_t mt_cfg_keys[] = {
     K_INT("dataset.seed", dataset.seed, "1234", 0, "Seed of the sample permutation."),
     K_STR("dataset.validation_path", dataset.validation_path, "\"\"",
           "Validation tokens, evaluated every step_scheduler.val_every_steps."),
+    {"dataset.paths", MT_T_STRING_LIST, OFF(dataset.paths), OFF(dataset.npaths),
+     MT_DATA_MAX_PATHS, NULL, "[]", 0, 0,
+     "Instead of path: token files concatenated in this order (documents never span files), "
+     "or a blend in AutoModel's zipped form [W1, P1, W2, P2, ...]: an item that reads as a "
+     "number is a weight (> 0), followed by one or more paths, the shards of that entry "
+     "(doc/data.md, Blends). At most 32 items."},
+    {"dataset.validation_paths", MT_T_STRING_LIST, OFF(dataset.validation_paths),
+     OFF(dataset.nvalidation_paths), MT_DATA_MAX_PATHS, NULL, "[]", 0, 0,
+     "Instead of validation_path: a list or blend as for paths, drawn in order."},
+    K_ENUM("dataset.loss_mask", dataset.loss_mask, loss_mask_enum, "auto",
+           "Per-token loss masks, PATH.lossmask beside each token file: auto uses them where "
+           "present (logged), required refuses a shard without one, off ignores them. A "
+           "target whose mask is 0 is left out of the loss (doc/data.md, Loss masks)."),
 
     /* packed_sequence */
     K_INT("packed_sequence.packed_sequence_size", packed_sequence.packed_sequence_size, "0", 0,
@@ -395,6 +414,12 @@ const mt_cfg_key_t mt_cfg_keys[] = {
            "format) is refused: meshtrain writes no pickles. hdf5 is accepted only with "
            "save_consolidated false: the checkpoint itself is always HDF5."),
 
+    K_FLT("checkpoint.lock_stale_s", checkpoint.lock_stale_s, "600.0",
+          "The run that writes checkpoint_dir holds checkpoint_dir/.lock and touches it as it "
+          "trains; another run's lock untouched this many seconds is stale and taken over "
+          "with a warning (a dead pid on the same host, or an earlier run of the same job, "
+          "is taken over at once). Make it longer than the longest step or save."),
+
     /* logging */
     K_STR("logging.metrics_file", logging.metrics_file, "metrics.jsonl",
           "One JSON object per step is appended here; empty disables it."),
@@ -456,6 +481,7 @@ const char *mt_cfg_type_name(const mt_cfg_key_t *k)
     case MT_T_STRING: return "string";
     case MT_T_ENUM: return "enum";
     case MT_T_FLOAT_LIST: return "list of numbers";
+    case MT_T_STRING_LIST: return "list of strings";
     }
     return "?";
 }

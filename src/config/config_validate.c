@@ -155,6 +155,9 @@ static void check_ranges(vctx_t *v)
     if (cfg->lr_scheduler.min_lr < 0 || cfg->lr_scheduler.min_lr > o->lr)
         verr(v, "lr_scheduler.min_lr", "must be in [0, optimizer.lr = %g], got %g", o->lr,
              cfg->lr_scheduler.min_lr);
+    if (!(cfg->checkpoint.lock_stale_s > 0 && cfg->checkpoint.lock_stale_s <= 1e9))
+        verr(v, "checkpoint.lock_stale_s", "must be a number of seconds in (0, 1e9], got %g",
+             cfg->checkpoint.lock_stale_s);
     if (cfg->checkpoint.keep_last_n == 1)
         verr(v, "checkpoint.keep_last_n",
              "must be 0 (keep all) or at least 2, got 1: the newest checkpoint may be "
@@ -559,6 +562,32 @@ static void check_sequence(vctx_t *v)
     }
 }
 
+/* ---- datasets: one spelling each, and well-formed blends ---- */
+static void check_paths(vctx_t *v, const char *key, const char (*items)[MT_PATH_MAX], int n,
+                        const char *single_key, const char *single)
+{
+    if (n == 0) /* an empty list is no list: a resolved config prints one */
+        return;
+    if (single[0])
+        verr(v, key, "is set together with %s: give one of them", single_key);
+    mt_blend_spec_t spec;
+    char why[MT_PATH_MAX + 200];
+    int bad = mt_blend_spec_parse(items, n, &spec, why, sizeof why);
+    if (bad >= n)
+        verr(v, key, "%s", why);
+    else if (bad >= 0)
+        verr(v, key, "item %d: %s", bad, why);
+}
+
+static void check_dataset(vctx_t *v)
+{
+    const mt_dataset_config_t *d = &v->cfg->dataset;
+    check_paths(v, "dataset.paths", (const char (*)[MT_PATH_MAX])d->paths, d->npaths,
+                "dataset.path", d->path);
+    check_paths(v, "dataset.validation_paths", (const char (*)[MT_PATH_MAX])d->validation_paths,
+                d->nvalidation_paths, "dataset.validation_path", d->validation_path);
+}
+
 /* ---- tensor parallel and batch ---- */
 static void check_tp_batch(vctx_t *v)
 {
@@ -669,6 +698,7 @@ mt_status_t mt_config_validate(mt_config_t *cfg, mt_app_kind_t app, int64_t worl
     check_sizes(&v, world_size);
     check_pipeline(&v);
     check_sequence(&v);
+    check_dataset(&v);
     check_tp_batch(&v);
     check_topology(&v, node_of_rank);
     if (v.diag.count)

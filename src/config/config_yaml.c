@@ -353,6 +353,30 @@ static void set_value(parse_ctx_t *c, int ki, const yaml_node_t *n)
         *(int *)(base + k->count_offset) = cnt;
         break;
     }
+    case MT_T_STRING_LIST: { /* kept as text: a blend's parser reads its weights */
+        char (*dst)[MT_PATH_MAX] = (char (*)[MT_PATH_MAX])(base + k->offset);
+        int cnt = 0;
+        if (!n || (n->type != YAML_SEQUENCE_NODE && !(is_null_scalar(n) && plain_scalar(n)))) {
+            PERR(c, n, "%s: expected a list of strings, got %s", k->path, got);
+            return;
+        }
+        yaml_node_item_t *it = n->type == YAML_SEQUENCE_NODE ? n->data.sequence.items.start : NULL;
+        for (; it && it < n->data.sequence.items.top; it++, cnt++) {
+            yaml_node_t *e = yaml_document_get_node(c->doc, *it);
+            char eg[300];
+            describe(e, eg, sizeof eg);
+            if (!e || e->type != YAML_SCALAR_NODE || (plain_scalar(e) && is_null_scalar(e)) ||
+                cnt >= k->list_len || strlen((const char *)e->data.scalar.value) >= MT_PATH_MAX) {
+                PERR(c, e, "%s[%d]: expected a string or a number of at most %d characters, "
+                     "as one of at most %d items, got %s", k->path, cnt, MT_PATH_MAX - 1,
+                     k->list_len, eg);
+                return;
+            }
+            strcpy(dst[cnt], (const char *)e->data.scalar.value);
+        }
+        *(int *)(base + k->count_offset) = cnt;
+        break;
+    }
     }
     mark_origin(c, &c->cfg->key_origin[ki], n);
 }

@@ -1,5 +1,5 @@
 # src/config: the schema, YAML parsing, validation, broadcast, emission.
 src_libmeshtrain_la_SOURCES += src/config/config_internal.h src/config/config_schema.c \
 	src/config/config_yaml.c src/config/config_json_text.c src/config/config_validate.c \
-	src/config/config_emit.c
+	src/config/config_emit.c src/config/config_blend.c
 pkginclude_HEADERS += src/config/mt_config.h

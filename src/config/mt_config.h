@@ -134,14 +134,44 @@ static inline bool mt_model_qk_norm_whole(const mt_model_config_t *m)
     return m->qk_norm && m->architecture == MT_ARCH_OLMOE;
 }
 
+/* dataset.paths, dataset.validation_paths: at most this many items. */
+#define MT_DATA_MAX_PATHS 32
+/* dataset.loss_mask: PATH.lossmask files (doc/data.md "Loss masks") are
+ * used where present (auto), required of every shard, or ignored (off). */
+typedef enum { MT_LOSS_MASK_AUTO, MT_LOSS_MASK_REQUIRED, MT_LOSS_MASK_OFF } mt_loss_mask_t;
+
 typedef struct {
     char path[MT_PATH_MAX];
     char validation_path[MT_PATH_MAX];
+    /* token files concatenated, or a blend "W1, P1[, P1b...], W2, P2..."
+     * (items that read as numbers are weights: mt_blend_spec_parse) */
+    char paths[MT_DATA_MAX_PATHS][MT_PATH_MAX];
+    int npaths;
+    char validation_paths[MT_DATA_MAX_PATHS][MT_PATH_MAX];
+    int nvalidation_paths;
+    mt_loss_mask_t loss_mask;
     mt_data_format_t format;
     int64_t seq_length;
     bool shuffle;
     int64_t seed;
 } mt_dataset_config_t;
+
+/* A parsed dataset.paths list.  Without any number it is one entry of
+ * every path, concatenated (weight 1).  With numbers it is a Megatron /
+ * AutoModel zipped blend: each weight (finite, > 0) is followed by one or
+ * more paths, the shards of that entry, concatenated. */
+typedef struct {
+    int n;                              /* entries */
+    bool weighted;                      /* the list had weights */
+    double weight[MT_DATA_MAX_PATHS];   /* as written, not normalised */
+    int first[MT_DATA_MAX_PATHS + 1];   /* entry e: shard[first[e] .. first[e+1]-1] */
+    int shard[MT_DATA_MAX_PATHS];       /* item index of each shard */
+} mt_blend_spec_t;
+
+/* Parse items[0, n).  Returns -1, or the index of the item at fault (n
+ * for the list as a whole) with the reason in why. */
+int mt_blend_spec_parse(const char (*items)[MT_PATH_MAX], int n, mt_blend_spec_t *out, char *why,
+                        size_t cap);
 
 typedef struct {
     int64_t packed_sequence_size;
@@ -203,6 +233,7 @@ typedef struct {
     char resume[MT_PATH_MAX]; /* "auto", "none" or a path */
     int64_t keep_last_n;
     mt_save_format_t model_save_format;
+    double lock_stale_s; /* another run's lock without a heartbeat this long is stale */
 } mt_checkpoint_config_t;
 
 typedef struct {
@@ -277,6 +308,10 @@ typedef struct mt_config {
     char overrides[8][256]; /* first overrides, for messages */
     int noverrides;
 } mt_config_t;
+
+/* Where key `path` was set: "FILE:LINE:COL", "override '...'" or
+ * "FILE (default)", for errors found after validation. */
+void mt_config_key_where(const mt_config_t *cfg, const char *path, char *buf, size_t cap);
 
 /* ---- lifecycle ---- */
 

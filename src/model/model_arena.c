@@ -297,11 +297,6 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
     m->eps = (float)mc->rms_norm_eps, m->init_std = mc->initializer_range;
     m->tied = mc->tie_word_embeddings, m->qk_norm = mc->qk_norm;
     m->qk_norm_whole = mt_model_qk_norm_whole(mc);
-    /* the TP whole-row norm (model.c) sums its rows on the host */
-    if (m->qk_norm_whole && m->tp > 1 && (!be->host_memory || be->stores_bf16))
-        MT_FAIL(MT_ERR_UNSUPPORTED, "OlmoeForCausalLM under tensor parallelism (its q/k norm "
-                "spans ranks) runs only on the plain cpu tables (cpu, cpu_bf16): not "
-                "supported on backend '%s' yet, use tp_size 1", be->name ? be->name : "?");
     m->checkpointing = cfg->distributed.activation_checkpointing;
     m->bf16 = cfg->distributed.mp_policy.param_dtype == MT_DTYPE_BFLOAT16;
     /* bf16 storage: every activation is bf16 bits already (and the kept

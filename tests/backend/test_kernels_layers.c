@@ -106,6 +106,91 @@ static void test_rmsnorm(void)
     }
 }
 
+/* The norm over rows split by columns across ranks (rmsnorm_rowsums and
+ * the _sums entries): the parts of a row, each normalised with the row
+ * sums added over the parts, give the whole row's norm; one part is the
+ * whole norm, bit for bit (the same row sums in the same order). */
+static void test_rmsnorm_split(void)
+{
+    const int64_t n = 9, dim = 48;
+    const float eps = 1e-5f;
+    float *x = frand(n * dim, 2.0), *w = frand(dim, 1.5), *g = frand(n * dim, 1.0);
+    float *out = fnew(n * dim), *rstd = fnew(n), *dx = fnew(n * dim), *dw = fnew(dim);
+    memset(dw, 0, sizeof(float) * (size_t)dim); /* dw accumulates */
+    be->rmsnorm_forward(out, rstd, x, w, n, dim, eps);
+    be->rmsnorm_backward(dx, dw, g, x, w, rstd, n, dim, false);
+    for (int parts = 1; parts <= 3; parts++) {
+        const int64_t d = dim / parts;
+        double *ss = dnew(n), *gx = dnew(n), *part = dnew(n);
+        float *xp = fnew(n * d), *gp = fnew(n * d), *op = fnew(n * d), *rp = fnew(n);
+        float *dxp = fnew(n * d), *dwp = fnew(d);
+        for (int p = 0; p < parts; p++) { /* the sums, as the TP group adds them */
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t j = 0; j < d; j++) {
+                    xp[i * d + j] = x[i * dim + p * d + j];
+                    gp[i * d + j] = g[i * dim + p * d + j];
+                }
+            be->rmsnorm_rowsums(part, xp, xp, NULL, n, d);
+            for (int64_t i = 0; i < n; i++)
+                ss[i] += part[i];
+            be->rmsnorm_rowsums(part, gp, xp, w + p * d, n, d);
+            for (int64_t i = 0; i < n; i++)
+                gx[i] += part[i];
+        }
+        int64_t bad_out = 0, bad_dx = 0, bad_dw = 0, bad_r = 0;
+        double worst = 0.0;
+        for (int p = 0; p < parts; p++) {
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t j = 0; j < d; j++) {
+                    xp[i * d + j] = x[i * dim + p * d + j];
+                    gp[i * d + j] = g[i * dim + p * d + j];
+                }
+            be->rmsnorm_forward_sums(op, rp, xp, w + p * d, ss, n, d, dim, eps);
+            memset(dwp, 0, sizeof(float) * (size_t)d);
+            be->rmsnorm_backward_sums(dxp, dwp, gp, xp, w + p * d, rp, gx, n, d, dim, false);
+            for (int64_t i = 0; i < n; i++) {
+                bad_r += rp[i] != rstd[i];
+                for (int64_t j = 0; j < d; j++) {
+                    const int64_t k = i * dim + p * d + j;
+                    bad_out += op[i * d + j] != out[k];
+                    const double e = fabs((double)dxp[i * d + j] - dx[k]) / (fabs(dx[k]) + 1e-3);
+                    worst = fmax(worst, e);
+                    bad_dx += parts == 1 ? dxp[i * d + j] != dx[k] : e > 1e-5;
+                }
+            }
+            for (int64_t j = 0; j < d; j++)
+                bad_dw += dwp[j] != dw[p * d + j];
+        }
+        /* a row's sums in another order may round its rstd one float
+         * differently; with one part they are the same sums */
+        CHECK(parts > 1 || (bad_out == 0 && bad_r == 0), "rmsnorm split, 1 part: %lld out, %lld "
+              "rstd differ from rmsnorm_forward", (long long)bad_out, (long long)bad_r);
+        CHECK(bad_r <= n / 3 && bad_dx == 0 && (parts > 1 || bad_dw == 0),
+              "rmsnorm split into %d parts: %lld rstd, %lld dx (worst %.2e), %lld dw differ",
+              parts, (long long)bad_r, (long long)bad_dx, worst, (long long)bad_dw);
+        if (parts > 1) {
+            double *rout = dnew(n * dim);
+            for (int64_t i = 0; i < n * dim; i++)
+                rout[i] = out[i];
+            /* out from the split sums against the whole row's out */
+            float *all = fnew(n * dim);
+            for (int p = 0; p < parts; p++) {
+                for (int64_t i = 0; i < n; i++)
+                    for (int64_t j = 0; j < d; j++)
+                        xp[i * d + j] = x[i * dim + p * d + j];
+                be->rmsnorm_forward_sums(op, rp, xp, w + p * d, ss, n, d, dim, eps);
+                for (int64_t i = 0; i < n; i++)
+                    for (int64_t j = 0; j < d; j++)
+                        all[i * dim + p * d + j] = op[i * d + j];
+            }
+            check_close("rmsnorm split out", all, rout, n * dim, 1e-6);
+            free(rout), free(all);
+        }
+        free(ss), free(gx), free(part), free(xp), free(gp), free(op), free(rp), free(dxp), free(dwp);
+    }
+    free(x), free(w), free(g), free(out), free(rstd), free(dx), free(dw);
+}
+
 /* ------------------------------------------------------------------ RoPE */
 
 typedef struct {
@@ -348,6 +433,7 @@ int main(void)
 {
     kernels_test_begin();
     test_rmsnorm();
+    test_rmsnorm_split();
     test_rope();
     test_swiglu();
     return mt_test_exit("test_kernels_layers");

@@ -140,6 +140,29 @@ static void test_rmsnorm(void)
         same32("rmsnorm_backward dw", dw2, dw1, dim);
         free(d), free(pd), free(dx1), free(dx2), free(dw1), free(dw2);
     }
+    /* the row split across ranks: this part's sums, then the norm over a
+     * row of 3 dim (the other parts' sums stand in as a multiple) */
+    double s1[6], s2[6];
+    rt->rmsnorm_rowsums(s1, x, x, NULL, n, dim);
+    st->rmsnorm_rowsums(s2, px, px, NULL, n, dim);
+    CHECK(memcmp(s1, s2, sizeof s1) == 0, "rmsnorm_rowsums differ on bf16 storage");
+    for (int i = 0; i < 6; i++)
+        s1[i] *= 3.0;
+    rt->rmsnorm_forward_sums(o1, r1, x, w, s1, n, dim, 3 * dim, 1e-5f);
+    st->rmsnorm_forward_sums(o2, r2, px, pw, s1, n, dim, 3 * dim, 1e-5f);
+    same16("rmsnorm_forward_sums", o2, o1, n * dim);
+    same32("rmsnorm_forward_sums rstd", r2, r1, n);
+    float *d = values(n * dim, 1), *pd = packed(d, n * dim);
+    rt->rmsnorm_rowsums(s1, d, x, w, n, dim);
+    st->rmsnorm_rowsums(s2, pd, px, pw, n, dim);
+    CHECK(memcmp(s1, s2, sizeof s1) == 0, "rmsnorm_rowsums with w differ on bf16 storage");
+    float *dx1 = values(n * dim, 1), *dx2 = packed(dx1, n * dim);
+    float *dw1 = values(dim, 1), *dw2 = copy_of(dw1, dim);
+    rt->rmsnorm_backward_sums(dx1, dw1, d, x, w, r1, s1, n, dim, 3 * dim, true);
+    st->rmsnorm_backward_sums(dx2, dw2, pd, px, pw, r1, s1, n, dim, 3 * dim, true);
+    same16("rmsnorm_backward_sums dx (accumulated)", dx2, dx1, n * dim);
+    same32("rmsnorm_backward_sums dw", dw2, dw1, dim);
+    free(d), free(pd), free(dx1), free(dx2), free(dw1), free(dw2);
     free(x), free(w), free(px), free(pw), free(o1), free(o2);
 }
 

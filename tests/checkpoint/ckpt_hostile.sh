@@ -3,7 +3,8 @@
 # /meta attribute stored as an array, int or fixed or variable-length
 # string; a /train value stored as an array or out of range) are refused
 # by meshtrain-ckpt and by resume with the attribute's name, never read
-# past a buffer.  The manifest is rewritten to match, as a hostile writer
+# past a buffer.  Soft and external links and datasets stored in other
+# files are refused by path.  The manifest is rewritten to match, as a hostile writer
 # would.
 . "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 ckpt="$bindir/meshtrain-ckpt"
@@ -79,6 +80,29 @@ expect_rc 1 "$bindir/meshtrain-dense" --config "$cfg" dataset.path="$data" \
     checkpoint.checkpoint_dir="$workdir/resume" checkpoint.resume="$d" \
     logging.metrics_file="$workdir/r.jsonl" step_scheduler.max_steps=6
 expect_in "$err$out" "/train/consumed_samples is -8, outside [0," "negative consumed samples"
+
+# links and storage outside the file: every reader refuses them, naming
+# the path, before it opens anything they point at
+outside() {
+    for cmd in list verify resume; do
+        if [ "$cmd" = resume ]; then
+            expect_rc 1 "$bindir/meshtrain-dense" --config "$cfg" dataset.path="$data" \
+                checkpoint.checkpoint_dir="$workdir/resume" checkpoint.resume="$d" \
+                logging.metrics_file="$workdir/r.jsonl" step_scheduler.max_steps=6
+            expect_in "$err$out" "$1" "$2: resume"
+        else
+            expect_rc 1 "$ckpt" $cmd "$d"
+            expect_in "$err" "$1" "$2: $cmd"
+        fi
+    done
+}
+printf 'not a tensor' > "$workdir/raw.bin"
+fresh extlink; craft extlink /model/evil "$workdir/other.h5"
+outside "/model/evil is an external link (to another file)" "external link"
+fresh softlink; craft softlink /model/model.norm.weight /model/model.embed_tokens.weight
+outside "/model/model.norm.weight is a soft link" "soft link"
+fresh extstore; craft extstore /model/model.norm.weight "$workdir/raw.bin"
+outside "/model/model.norm.weight keeps its data in external files" "external storage"
 
 # the untouched checkpoint still resumes
 expect_rc 0 "$bindir/meshtrain-dense" --config "$cfg" dataset.path="$data" \

@@ -261,4 +261,23 @@ experts="model.num_experts=4 model.num_experts_per_tok=2 model.moe_intermediate_
 pair mixtral meshtrain-moe 1e-5 $experts model.architecture=MixtralForCausalLM model.norm_topk_prob=true
 # shellcheck disable=SC2086
 pair olmoe meshtrain-moe 1e-5 $experts model.architecture=OlmoeForCausalLM model.qk_norm=true
+# OLMoE under tp 2: the q/k norm's row sums (rmsnorm_rowsums) added over
+# NCCL between the two emulated GPUs, against the 1-rank CPU run; and on
+# bf16 storage against the rounding table's run on one emulated GPU
+olmoe="$experts model.architecture=OlmoeForCausalLM model.qk_norm=true"
+# shellcheck disable=SC2086
+train olmoe-tp2-cuda 2 $olmoe distributed.tp_size=2 distributed.device=cuda \
+    distributed.collectives=nccl
+compare_losses "$workdir/olmoe.jsonl" "$workdir/olmoe-tp2-cuda.jsonl" \
+    "OLMoE, tp 2 on the emulated GPUs against 1 CPU rank" 0 1e-5 1e-5
+# shellcheck disable=SC2086
+train olmoe-bf16-cuda 1 $olmoe $bf16 distributed.device=cuda
+MESHTRAIN_BF16_STORAGE=1
+export MESHTRAIN_BF16_STORAGE
+# shellcheck disable=SC2086
+train olmoe-tp2-bf16-storage 2 $olmoe $bf16 distributed.tp_size=2 distributed.device=cuda \
+    distributed.collectives=nccl
+MESHTRAIN_BF16_STORAGE=0
+compare_losses "$workdir/olmoe-bf16-cuda.jsonl" "$workdir/olmoe-tp2-bf16-storage.jsonl" \
+    "OLMoE, tp 2 on bf16 storage on the emulated GPUs against 1 GPU" 0 2e-3 2e-3
 finish

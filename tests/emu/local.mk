@@ -20,7 +20,7 @@ $(EMU_NCCL_BIN): FORCE $(src_libmeshtrain_la_SOURCES) $(EMU_NCCL_FILES) $(MT_CUD
 		apps/meshtrain-data.c config.h
 	$(AM_V_GEN)CC='$(CC)' CPPFLAGS='$(DEFS) $(DEFAULT_INCLUDES) $(AM_CPPFLAGS) $(CPPFLAGS)' \
 		CFLAGS='$(AM_CFLAGS) $(CFLAGS)' \
-		LIBS='$(YAML_LIBS) $(JANSSON_LIBS) $(CRYPTO_LIBS) $(HDF5_LIBS) $(PCRE2_LIBS) $(UTF8PROC_LIBS) $(BLAS_LIBS) $(LIBS) -lm -lpthread' \
+		LIBS='$(YAML_LIBS) $(JANSSON_LIBS) $(CRYPTO_LIBS) $(HDF5_LIBS) $(PCRE2_LIBS) $(UTF8PROC_LIBS) $(ZSTD_LIBS) $(BLAS_LIBS) $(LIBS) -lm -lpthread' \
 		$(SHELL) $(srcdir)/tests/emu/nccl/build.sh $(srcdir) tests/emu/nccl/build \
 		$(filter %.c,$(src_libmeshtrain_la_SOURCES)) $(MT_CUDA_C) src/comm/nccl_comm.c
 check_DATA += $(EMU_NCCL_BIN)
@@ -56,7 +56,7 @@ $(EMU_CUDA_BIN): FORCE $(EMU_NCCL_BIN) $(EMU_CUDA_FILES) $(MT_CUDA_SRCS) $(MT_CU
 		tests/backend/cuda/test_cuda_bf16.c tests/backend/cuda/test_cuda_storage.c
 	$(AM_V_GEN)CC='$(CC)' CPPFLAGS='$(DEFS) $(DEFAULT_INCLUDES) $(AM_CPPFLAGS) $(CPPFLAGS)' \
 		CFLAGS='$(AM_CFLAGS) $(CFLAGS)' \
-		LIBS='$(YAML_LIBS) $(JANSSON_LIBS) $(CRYPTO_LIBS) $(HDF5_LIBS) $(PCRE2_LIBS) $(UTF8PROC_LIBS) $(BLAS_LIBS) $(LIBS) -lm -lpthread' \
+		LIBS='$(YAML_LIBS) $(JANSSON_LIBS) $(CRYPTO_LIBS) $(HDF5_LIBS) $(PCRE2_LIBS) $(UTF8PROC_LIBS) $(ZSTD_LIBS) $(BLAS_LIBS) $(LIBS) -lm -lpthread' \
 		$(SHELL) $(srcdir)/tests/emu/cuda/build.sh $(srcdir) tests/emu/cuda/build \
 		tests/emu/nccl/build/obj
 check_DATA += $(EMU_CUDA_BIN)

@@ -157,6 +157,18 @@ for f in $FAMILIES; do
     [ -s "$w/$f/metrics.jsonl" ] || fail "$f: meshtrain wrote no metrics"
 done
 
+# OLMoE by name on tp 2: each rank loads its slice of the q/k norm over
+# the whole projection and the group adds the norm's row sums
+tp_fams=
+case " $FAMILIES " in *" olmoe "*) tp_fams=olmoe ;; esac
+for f in $tp_fams; do
+    get_model "$w/$f/hf" "$w/$f"
+    # shellcheck disable=SC2086
+    expect_rc 0 np 2 "$bindir/meshtrain-moe" $model_args dataset.path="$w/$f/hf/tokens.bin" \
+        distributed.tp_size=2 checkpoint.checkpoint_dir="$w/$f/run-tp2" \
+        logging.metrics_file="$w/$f/metrics-tp2.jsonl"
+done
+
 checks=$((checks + 1))
 wait $ref_pid || fail "the reference failed: $(cat "$w/ref.out")"
 nref=$(printf '%s\n' $jobs | grep -c -- --job)
@@ -172,6 +184,9 @@ for f in $FAMILIES; do
         echo "differ $f:bug-$b-is-seen $w/$f/metrics.jsonl $w/$f/bug-$b.jsonl"
     done
 done > "$w/pairs"
+for f in $tp_fams; do
+    echo "agree $f-tp2:meshtrain=reference $w/$f/metrics-tp2.jsonl $w/$f/ref.jsonl"
+done >> "$w/pairs"
 for f in $pending; do
     for b in $(eval echo "\$BUGS_$f"); do
         echo "differ $f(pending):bug-$b-moves-the-reference $w/$f/ref.jsonl $w/$f/bug-$b.jsonl"

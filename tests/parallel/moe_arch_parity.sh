@@ -9,8 +9,8 @@
 # the whole projection (q_norm [nh * head_dim]), top-2 without
 # renormalisation: against 1 rank on ep 2, pp 2, cp 2, tp 2 (the norm's
 # row sums added over the TP group), tp 2 with sequence parallelism and
-# activation checkpointing, and tp 2 x ep 2 (bf16 storage refused under
-# tp).  20 steps as the other parity tests:
+# activation checkpointing, tp 2 x ep 2, tp 2 on bf16 storage and on the
+# guarded table; its checkpoints resume across 1 rank and tp 2.  20 steps as the other parity tests:
 # step 1 within 1e-6, every step within 1e-5, final parameters within 5e-5.
 . "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
 app="$bindir/meshtrain-moe"
@@ -56,6 +56,14 @@ parity o1 oc2 "OLMoE, cp 2"
 parity o1 ot2 "OLMoE, tp 2"
 parity o1 ots2 "OLMoE, tp 2 (sequence parallel, activation checkpointing)"
 parity o1 ote4 "OLMoE, tp 2 x ep 2"
+# resume across meshes: the tp 2 checkpoint (q_norm split by heads) on
+# 1 rank, the 1-rank checkpoint on tp 2, and 1 rank on itself bit for bit
+train or1 1 checkpoint.resume="$workdir/ot2/step_00000010"
+compare_losses "$workdir/o1.jsonl" "$workdir/or1.jsonl" "OLMoE: tp 2 checkpoint on 1 rank, steps 11-20" 11
+train ort2 2 distributed.tp_size=2 checkpoint.resume="$workdir/o1/step_00000010"
+compare_losses "$workdir/o1.jsonl" "$workdir/ort2.jsonl" "OLMoE: 1-rank checkpoint on tp 2, steps 11-20" 11
+train orr 1 checkpoint.resume="$workdir/o1/step_00000010"
+compare_losses "$workdir/o1.jsonl" "$workdir/orr.jsonl" "OLMoE: resumed at step 10, bit for bit" 11 0
 common="$common checkpoint.enabled=false"
 train op2 2 $pp2
 compare_losses "$workdir/o1.jsonl" "$workdir/op2.jsonl" "OLMoE, pp 2"
@@ -72,12 +80,19 @@ a, b = ([json.loads(l)["loss"] for l in open(f)] for f in sys.argv[1:])
 assert abs(a[-1] - b[-1]) > 1e-4 * abs(b[-1]), (a[-1], b[-1])
 print(f"step 20: OLMoE {a[-1]:.6f}, per-head q/k norm {b[-1]:.6f}")
 PY
-# the TP norm is a host loop: bf16 storage (as on CUDA) is refused, naming why
-common="$parity_common $moe model.architecture=OlmoeForCausalLM model.qk_norm=true"
+# bf16 storage (as on CUDA): the norm's kernels read and write bf16 bits;
+# tp 2 against 1 rank, both on bf16 storage, and on the guarded table
+# (every tensor the kernels touch is backend memory)
+common="$parity_common $moe model.architecture=OlmoeForCausalLM model.qk_norm=true
+ distributed.mp_policy.param_dtype=bfloat16 checkpoint.enabled=false"
 MESHTRAIN_BF16_STORAGE=1
 export MESHTRAIN_BF16_STORAGE
-expect_rc 1 np 2 "$app" --config "$cfg" $common distributed.tp_size=2 \
-    distributed.mp_policy.param_dtype=bfloat16 checkpoint.checkpoint_dir="$workdir/otb2"
+train ob1 1
+train otb2 2 distributed.tp_size=2
 unset MESHTRAIN_BF16_STORAGE
-expect_in "$err" "OlmoeForCausalLM under tensor parallelism" "OLMoE under tp 2 with bf16 storage refused"
+compare_losses "$workdir/ob1.jsonl" "$workdir/otb2.jsonl" "OLMoE, tp 2 on bf16 storage" 0 2e-3 2e-3
+expect_in "$(cat "$workdir/otb2.log")" "bf16 storage" "OLMoE tp 2 ran on bf16 storage"
+common="$parity_common $moe model.architecture=OlmoeForCausalLM model.qk_norm=true checkpoint.enabled=false"
+train otg2 2 distributed.tp_size=2 distributed.device=cpu_guarded
+compare_losses "$workdir/o1.jsonl" "$workdir/otg2.jsonl" "OLMoE, tp 2 on the guarded table"
 finish

@@ -233,6 +233,14 @@ ROUNDING_ENTRY(rmsnorm_forward, (float *out, float *rstd, const float *x, const 
 ROUNDING_ENTRY(rmsnorm_backward, (float *dx, float *dw, const float *dout, const float *x,
                                   const float *w, const float *rstd, int64_t n, int64_t dim,
                                   bool acc), (dx, dw, dout, x, w, rstd, n, dim, acc))
+ROUNDING_ENTRY(rmsnorm_forward_sums, (float *out, float *rstd, const float *x, const float *w,
+                                      const double *sums, int64_t n, int64_t dim,
+                                      int64_t full_dim, float eps),
+               (out, rstd, x, w, sums, n, dim, full_dim, eps))
+ROUNDING_ENTRY(rmsnorm_backward_sums, (float *dx, float *dw, const float *dout, const float *x,
+                                       const float *w, const float *rstd, const double *sums,
+                                       int64_t n, int64_t dim, int64_t full_dim, bool acc),
+               (dx, dw, dout, x, w, rstd, sums, n, dim, full_dim, acc))
 ROUNDING_ENTRY(rope_forward, (float *x, const int32_t *pos, int64_t n, int64_t nh, int64_t hd,
                               const double *inv_freq, double scale),
                (x, pos, n, nh, hd, inv_freq, scale))
@@ -330,6 +338,7 @@ static double cpu_ce_shard_finish_bf16(float *dlogits, const float *logits,
 #define CPU_COMMON_ENTRIES                                                                   \
     .matmul = mt_cpu_matmul, .embedding_forward = mt_cpu_embedding_forward,                  \
     .embedding_backward = mt_cpu_embedding_backward, .add = mt_cpu_add,                      \
+    .rmsnorm_rowsums = mt_cpu_rmsnorm_rowsums,                                               \
     .sum_squares = mt_cpu_sum_squares, .scale = mt_cpu_scale, .adamw = mt_cpu_adamw,         \
     .adamw_bf16_copy = mt_cpu_adamw_bf16_copy, .matmul_f32out = mt_cpu_matmul,               \
     .matmul_add = mt_cpu_matmul_add,                                                         \
@@ -351,6 +360,8 @@ static const mt_backend_t mt_cpu_backend = {
     .name = "cpu",
     .rmsnorm_forward = cpu_rmsnorm_forward,
     .rmsnorm_backward = cpu_rmsnorm_backward,
+    .rmsnorm_forward_sums = cpu_rmsnorm_forward_sums,
+    .rmsnorm_backward_sums = cpu_rmsnorm_backward_sums,
     .rope_forward = cpu_rope_forward,
     .rope_backward = cpu_rope_backward,
     .attention_forward = mt_cpu_attention_forward,
@@ -370,6 +381,8 @@ static const mt_backend_t mt_cpu_bf16_backend = {
     .name = "cpu_bf16",
     .rmsnorm_forward = cpu_rmsnorm_forward_bf16,
     .rmsnorm_backward = cpu_rmsnorm_backward_bf16,
+    .rmsnorm_forward_sums = cpu_rmsnorm_forward_sums_bf16,
+    .rmsnorm_backward_sums = cpu_rmsnorm_backward_sums_bf16,
     .rope_forward = cpu_rope_forward_bf16,
     .rope_backward = cpu_rope_backward_bf16,
     .attention_forward = cpu_attention_forward_bf16,

@@ -203,8 +203,8 @@ static void g_device_free(void *p)
 
 /* A new table entry must be listed in backend_entries.def: a NULL entry
  * would crash the guarded test instead of telling it what went wrong. */
-_Static_assert(offsetof(mt_backend_t, rounds_bf16) == 43 * sizeof(void *) &&
-                   sizeof(mt_backend_t) == 44 * sizeof(void *),
+_Static_assert(offsetof(mt_backend_t, rounds_bf16) == 46 * sizeof(void *) &&
+                   sizeof(mt_backend_t) == 47 * sizeof(void *),
                "mt_backend_t changed: list the new entry in backend_entries.def and count it");
 
 static const mt_backend_t guarded = {

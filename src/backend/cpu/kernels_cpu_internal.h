@@ -212,6 +212,17 @@ MT_CPU_HIDDEN void mt_cpu_rmsnorm_forward(float *out, float *rstd, const float *
 MT_CPU_HIDDEN void mt_cpu_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x,
                                            const float *w, const float *rstd, int64_t n,
                                            int64_t dim, bool accumulate, bool round);
+MT_CPU_HIDDEN void mt_cpu_rmsnorm_rowsums(double *sums, const float *a, const float *b,
+                                          const float *w, int64_t n, int64_t dim);
+MT_CPU_HIDDEN void mt_cpu_rmsnorm_forward_sums(float *out, float *rstd, const float *x,
+                                               const float *w, const double *sums, int64_t n,
+                                               int64_t dim, int64_t full_dim, float eps,
+                                               bool round);
+MT_CPU_HIDDEN void mt_cpu_rmsnorm_backward_sums(float *dx, float *dw, const float *dout,
+                                                const float *x, const float *w,
+                                                const float *rstd, const double *sums,
+                                                int64_t n, int64_t dim, int64_t full_dim,
+                                                bool accumulate, bool round);
 MT_CPU_HIDDEN void mt_cpu_rope_forward(float *x, const int32_t *pos, int64_t n_tokens,
                                        int64_t n_heads, int64_t head_dim,
                                        const double *inv_freq, double scale, bool round);

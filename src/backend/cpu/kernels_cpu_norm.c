@@ -75,17 +75,19 @@ static inline double dot3_f64(const float *restrict g, const float *restrict w,
     return ((a0[0] + a1[0]) + (a0[1] + a1[1])) + tail;
 }
 
-void mt_cpu_rmsnorm_forward(float *restrict out, float *restrict rstd, const float *restrict x,
-                            const float *restrict w, int64_t n, int64_t dim, float eps,
-                            bool round)
+/* sums == NULL: each row's sum of squares here, over dim.  Otherwise
+ * sums[i] is the row's sum over full_dim columns, of which this call holds
+ * dim (the row split across ranks; the caller added the parts). */
+static void norm_forward(float *restrict out, float *restrict rstd, const float *restrict x,
+                         const float *restrict w, const double *restrict sums, int64_t n,
+                         int64_t dim, int64_t full_dim, float eps, bool round)
 {
-    MT_CPU_REQUIRE(dim > 0, "rmsnorm_forward", "dim=%lld", (long long)dim);
 #pragma omp parallel for schedule(static) if (n * dim > MT_CPU_PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         const float *restrict xr = x + i * dim;
         float *restrict yr = out + i * dim;
-        const double ms = mt_cpu_dot_f64(xr, NULL, dim) / (double)dim;
-        const float r = (float)(1.0 / sqrt(ms + (double)eps));
+        const double ss = sums ? sums[i] : mt_cpu_dot_f64(xr, NULL, dim);
+        const float r = (float)(1.0 / sqrt(ss / (double)full_dim + (double)eps));
         rstd[i] = r;
         /* (x * rstd) * w: the order of Hugging Face's LlamaRMSNorm; the
          * loop twice, so the plain one carries no rounding work */
@@ -101,6 +103,36 @@ void mt_cpu_rmsnorm_forward(float *restrict out, float *restrict rstd, const flo
     }
 }
 
+void mt_cpu_rmsnorm_forward(float *restrict out, float *restrict rstd, const float *restrict x,
+                            const float *restrict w, int64_t n, int64_t dim, float eps,
+                            bool round)
+{
+    MT_CPU_REQUIRE(dim > 0, "rmsnorm_forward", "dim=%lld", (long long)dim);
+    norm_forward(out, rstd, x, w, NULL, n, dim, dim, eps, round);
+}
+
+void mt_cpu_rmsnorm_forward_sums(float *restrict out, float *restrict rstd,
+                                 const float *restrict x, const float *restrict w,
+                                 const double *restrict sums, int64_t n, int64_t dim,
+                                 int64_t full_dim, float eps, bool round)
+{
+    MT_CPU_REQUIRE(dim > 0 && full_dim >= dim && sums, "rmsnorm_forward_sums",
+                   "dim=%lld full_dim=%lld sums=%p", (long long)dim, (long long)full_dim,
+                   (const void *)sums);
+    norm_forward(out, rstd, x, w, sums, n, dim, full_dim, eps, round);
+}
+
+void mt_cpu_rmsnorm_rowsums(double *restrict sums, const float *restrict a,
+                            const float *restrict b, const float *restrict w, int64_t n,
+                            int64_t dim)
+{
+    MT_CPU_REQUIRE(dim > 0, "rmsnorm_rowsums", "dim=%lld", (long long)dim);
+#pragma omp parallel for schedule(static) if (n * dim > MT_CPU_PAR_MIN)
+    for (int64_t i = 0; i < n; i++)
+        sums[i] = w ? dot3_f64(a + i * dim, w, b + i * dim, dim)
+                    : mt_cpu_dot_f64(a + i * dim, b + i * dim, dim);
+}
+
 /* One row of dx: the gradient, added to what dr holds when ACC, rounded to
  * bf16 when RND (both constants: four loops, none carrying another's work) */
 #define DX_ROW(ACC, RND)                                                                \
@@ -110,26 +142,27 @@ void mt_cpu_rmsnorm_forward(float *restrict out, float *restrict rstd, const flo
         dr[j] = mt_cpu_bf16_if((ACC) ? dr[j] + v : v, (RND));                           \
     }
 
-void mt_cpu_rmsnorm_backward(float *restrict dx, float *restrict dw, const float *restrict dout,
-                             const float *restrict x, const float *restrict w,
-                             const float *restrict rstd, int64_t n, int64_t dim, bool accumulate,
-                             bool round)
+/* sums as in norm_forward: sums[i] = sum over the whole row of
+ * dout_k w_k x_k, or NULL to form it here over dim */
+static void norm_backward(float *restrict dx, float *restrict dw, const float *restrict dout,
+                          const float *restrict x, const float *restrict w,
+                          const float *restrict rstd, const double *restrict sums, int64_t n,
+                          int64_t dim, int64_t full_dim, bool accumulate, bool round)
 {
-    MT_CPU_REQUIRE(dim > 0, "rmsnorm_backward", "dim=%lld", (long long)dim);
     const int par = n * dim > MT_CPU_PAR_MIN;
     const int64_t nchunks = (dim + COL_CHUNK - 1) / COL_CHUNK;
 
 #pragma omp parallel if (par)
     {
-        /* dx_j = r (dout_j w_j) - r^3/dim (sum_k dout_k w_k x_k) x_j */
+        /* dx_j = r (dout_j w_j) - r^3/D (sum_k dout_k w_k x_k) x_j, D the full row */
 #pragma omp for schedule(static) nowait
         for (int64_t i = 0; i < n; i++) {
             const float *restrict xr = x + i * dim;
             const float *restrict gr = dout + i * dim;
             float *restrict dr = dx + i * dim;
             const double r = rstd[i];
-            const double gx = dot3_f64(gr, w, xr, dim);
-            const float coef = (float)(r * r * r * gx / (double)dim);
+            const double gx = sums ? sums[i] : dot3_f64(gr, w, xr, dim);
+            const float coef = (float)(r * r * r * gx / (double)full_dim);
             const float rf = (float)r;
             if (accumulate && round)
                 DX_ROW(1, 1)
@@ -161,4 +194,25 @@ void mt_cpu_rmsnorm_backward(float *restrict dx, float *restrict dw, const float
                 dw[c0 + c] += (float)acc[c];
         }
     }
+}
+
+void mt_cpu_rmsnorm_backward(float *restrict dx, float *restrict dw, const float *restrict dout,
+                             const float *restrict x, const float *restrict w,
+                             const float *restrict rstd, int64_t n, int64_t dim, bool accumulate,
+                             bool round)
+{
+    MT_CPU_REQUIRE(dim > 0, "rmsnorm_backward", "dim=%lld", (long long)dim);
+    norm_backward(dx, dw, dout, x, w, rstd, NULL, n, dim, dim, accumulate, round);
+}
+
+void mt_cpu_rmsnorm_backward_sums(float *restrict dx, float *restrict dw,
+                                  const float *restrict dout, const float *restrict x,
+                                  const float *restrict w, const float *restrict rstd,
+                                  const double *restrict sums, int64_t n, int64_t dim,
+                                  int64_t full_dim, bool accumulate, bool round)
+{
+    MT_CPU_REQUIRE(dim > 0 && full_dim >= dim && sums, "rmsnorm_backward_sums",
+                   "dim=%lld full_dim=%lld sums=%p", (long long)dim, (long long)full_dim,
+                   (const void *)sums);
+    norm_backward(dx, dw, dout, x, w, rstd, sums, n, dim, full_dim, accumulate, round);
 }

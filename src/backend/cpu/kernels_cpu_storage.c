@@ -122,6 +122,33 @@ static void s_rmsnorm_backward(float *dx, float *dw, const float *dout, const fl
     narrow(dx, fdx, n * dim);
 }
 
+static void s_rmsnorm_rowsums(double *sums, const float *a, const float *b, const float *w,
+                              int64_t n, int64_t dim)
+{
+    in->rmsnorm_rowsums(sums, widen(0, a, n * dim), widen(1, b, n * dim), w ? widen(2, w, dim) : NULL,
+                        n, dim);
+}
+
+static void s_rmsnorm_forward_sums(float *out, float *rstd, const float *x, const float *w,
+                                   const double *sums, int64_t n, int64_t dim, int64_t full_dim,
+                                   float eps)
+{
+    float *fo = scratch(2, n * dim);
+    in->rmsnorm_forward_sums(fo, rstd, widen(0, x, n * dim), widen(1, w, dim), sums, n, dim,
+                             full_dim, eps);
+    narrow(out, fo, n * dim);
+}
+
+static void s_rmsnorm_backward_sums(float *dx, float *dw, const float *dout, const float *x,
+                                    const float *w, const float *rstd, const double *sums,
+                                    int64_t n, int64_t dim, int64_t full_dim, bool accumulate)
+{
+    float *fdx = accumulate ? widen(3, dx, n * dim) : scratch(3, n * dim);
+    in->rmsnorm_backward_sums(fdx, dw, widen(0, dout, n * dim), widen(1, x, n * dim),
+                              widen(2, w, dim), rstd, sums, n, dim, full_dim, accumulate);
+    narrow(dx, fdx, n * dim);
+}
+
 static void s_rope_forward(float *x, const int32_t *pos, int64_t n, int64_t nh, int64_t hd,
                            const double *inv_freq, double scale)
 {
@@ -334,6 +361,9 @@ const mt_backend_t *mt_backend_cpu_bf16_storage(void)
         table.embedding_backward = s_embedding_backward;
         table.rmsnorm_forward = s_rmsnorm_forward;
         table.rmsnorm_backward = s_rmsnorm_backward;
+        table.rmsnorm_rowsums = s_rmsnorm_rowsums;
+        table.rmsnorm_forward_sums = s_rmsnorm_forward_sums;
+        table.rmsnorm_backward_sums = s_rmsnorm_backward_sums;
         table.rope_forward = s_rope_forward;
         table.rope_backward = s_rope_backward;
         table.attention_forward = s_attention_forward;

@@ -85,6 +85,17 @@ ROUNDING_ENTRY(rmsnorm_backward, mt_cuda_launch_rmsnorm_backward,
                (float *dx, float *dw, const float *dout, const float *x, const float *w,
                 const float *rstd, int64_t n, int64_t dim, bool acc),
                (dx, dw, dout, x, w, rstd, n, dim, acc))
+ROUNDING_ENTRY(rmsnorm_rowsums, mt_cuda_launch_rmsnorm_rowsums,
+               (double *sums, const float *a, const float *b, const float *w, int64_t n,
+                int64_t dim), (sums, a, b, w, n, dim))
+ROUNDING_ENTRY(rmsnorm_forward_sums, mt_cuda_launch_rmsnorm_forward_sums,
+               (float *out, float *rstd, const float *x, const float *w, const double *sums,
+                int64_t n, int64_t dim, int64_t full_dim, float eps),
+               (out, rstd, x, w, sums, n, dim, full_dim, eps))
+ROUNDING_ENTRY(rmsnorm_backward_sums, mt_cuda_launch_rmsnorm_backward_sums,
+               (float *dx, float *dw, const float *dout, const float *x, const float *w,
+                const float *rstd, const double *sums, int64_t n, int64_t dim, int64_t full_dim,
+                bool acc), (dx, dw, dout, x, w, rstd, sums, n, dim, full_dim, acc))
 ROUNDING_ENTRY(rope_forward, mt_cuda_launch_rope,
                (float *x, const int32_t *pos, int64_t n, int64_t nh, int64_t hd,
                 const double *inv_freq, double scale),
@@ -369,6 +380,9 @@ static mt_backend_t make_table(void)
     t.embedding_backward = t_embedding_backward;
     t.rmsnorm_forward = t_rmsnorm_forward;
     t.rmsnorm_backward = t_rmsnorm_backward;
+    t.rmsnorm_rowsums = t_rmsnorm_rowsums;
+    t.rmsnorm_forward_sums = t_rmsnorm_forward_sums;
+    t.rmsnorm_backward_sums = t_rmsnorm_backward_sums;
     t.rope_forward = t_rope_forward;
     t.rope_backward = t_rope_backward;
     t.attention_forward = t_attention_forward;
@@ -461,6 +475,9 @@ static mt_backend_t make_bf16_table(void)
     t.attention_backward = t_attention_tc_backward;
     t.rmsnorm_forward = t_rmsnorm_forward_bf16;
     t.rmsnorm_backward = t_rmsnorm_backward_bf16;
+    t.rmsnorm_rowsums = t_rmsnorm_rowsums_bf16;
+    t.rmsnorm_forward_sums = t_rmsnorm_forward_sums_bf16;
+    t.rmsnorm_backward_sums = t_rmsnorm_backward_sums_bf16;
     t.rope_forward = t_rope_forward_bf16;
     t.rope_backward = t_rope_backward_bf16;
     t.swiglu_forward = t_swiglu_forward_bf16;

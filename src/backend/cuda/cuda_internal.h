@@ -135,6 +135,29 @@ void mt_cuda_launch_rmsnorm_backward(cudaStream_t s, float *dx, float *dw, const
                                      const float *x, const float *w, const float *rstd,
                                      int64_t n, int64_t dim, bool accumulate, bool round);
 /* bf16 storage: x, w, out, dout and dx bf16 bits; rstd and dw float32 */
+void mt_cuda_launch_rmsnorm_rowsums(cudaStream_t s, double *sums, const float *a,
+                                    const float *b, const float *w, int64_t n, int64_t dim,
+                                    bool round);
+void mt_cuda_launch_rmsnorm_forward_sums(cudaStream_t s, float *out, float *rstd, const float *x,
+                                         const float *w, const double *sums, int64_t n,
+                                         int64_t dim, int64_t full_dim, float eps, bool round);
+void mt_cuda_launch_rmsnorm_backward_sums(cudaStream_t s, float *dx, float *dw,
+                                          const float *dout, const float *x, const float *w,
+                                          const float *rstd, const double *sums, int64_t n,
+                                          int64_t dim, int64_t full_dim, bool accumulate,
+                                          bool round);
+void mt_cuda_launch_rmsnorm_rowsums_bf16s(cudaStream_t s, double *sums, const uint16_t *a,
+                                          const uint16_t *b, const uint16_t *w, int64_t n,
+                                          int64_t dim);
+void mt_cuda_launch_rmsnorm_forward_sums_bf16s(cudaStream_t s, uint16_t *out, float *rstd,
+                                               const uint16_t *x, const uint16_t *w,
+                                               const double *sums, int64_t n, int64_t dim,
+                                               int64_t full_dim, float eps);
+void mt_cuda_launch_rmsnorm_backward_sums_bf16s(cudaStream_t s, uint16_t *dx, float *dw,
+                                                const uint16_t *dout, const uint16_t *x,
+                                                const uint16_t *w, const float *rstd,
+                                                const double *sums, int64_t n, int64_t dim,
+                                                int64_t full_dim, bool accumulate);
 void mt_cuda_launch_rmsnorm_forward_bf16s(cudaStream_t s, uint16_t *out, float *rstd,
                                           const uint16_t *x, const uint16_t *w, int64_t n,
                                           int64_t dim, float eps);

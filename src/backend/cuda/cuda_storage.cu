@@ -68,6 +68,28 @@ static void s_rmsnorm_backward(float *dx, float *dw, const float *dout, const fl
                                           dim, accumulate);
 }
 
+static void s_rmsnorm_rowsums(double *sums, const float *a, const float *b, const float *w,
+                              int64_t n, int64_t dim)
+{
+    mt_cuda_launch_rmsnorm_rowsums_bf16s(ST, sums, CU16(a), CU16(b), CU16(w), n, dim);
+}
+
+static void s_rmsnorm_forward_sums(float *out, float *rstd, const float *x, const float *w,
+                                   const double *sums, int64_t n, int64_t dim, int64_t full_dim,
+                                   float eps)
+{
+    mt_cuda_launch_rmsnorm_forward_sums_bf16s(ST, U16(out), rstd, CU16(x), CU16(w), sums, n, dim,
+                                              full_dim, eps);
+}
+
+static void s_rmsnorm_backward_sums(float *dx, float *dw, const float *dout, const float *x,
+                                    const float *w, const float *rstd, const double *sums,
+                                    int64_t n, int64_t dim, int64_t full_dim, bool accumulate)
+{
+    mt_cuda_launch_rmsnorm_backward_sums_bf16s(ST, U16(dx), dw, CU16(dout), CU16(x), CU16(w),
+                                               rstd, sums, n, dim, full_dim, accumulate);
+}
+
 static void s_rope_forward(float *x, const int32_t *pos, int64_t n, int64_t nh, int64_t hd,
                            const double *inv_freq, double scale)
 {
@@ -213,6 +235,9 @@ static mt_backend_t make_storage_table(void)
     t.embedding_backward = s_embedding_backward;
     t.rmsnorm_forward = s_rmsnorm_forward;
     t.rmsnorm_backward = s_rmsnorm_backward;
+    t.rmsnorm_rowsums = s_rmsnorm_rowsums;
+    t.rmsnorm_forward_sums = s_rmsnorm_forward_sums;
+    t.rmsnorm_backward_sums = s_rmsnorm_backward_sums;
     t.rope_forward = s_rope_forward;
     t.rope_backward = s_rope_backward;
     t.swiglu_forward = s_swiglu_forward;

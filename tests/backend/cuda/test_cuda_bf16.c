@@ -80,7 +80,10 @@ static void test_table(void)
               b->rope_backward != c->rope_backward && b->swiglu_forward != c->swiglu_forward &&
               b->swiglu_backward != c->swiglu_backward && b->cross_entropy != c->cross_entropy &&
               b->ce_shard_max != c->ce_shard_max && b->ce_shard_sum != c->ce_shard_sum &&
-              b->ce_shard_finish != c->ce_shard_finish,
+              b->ce_shard_finish != c->ce_shard_finish &&
+              b->rmsnorm_rowsums != c->rmsnorm_rowsums &&
+              b->rmsnorm_forward_sums != c->rmsnorm_forward_sums &&
+              b->rmsnorm_backward_sums != c->rmsnorm_backward_sums,
           "the rounding entries are replaced");
     mt_backend_t x = *c, y = *b;
     x.name = y.name = NULL;
@@ -91,6 +94,9 @@ static void test_table(void)
     x.attention_backward = y.attention_backward = NULL;
     x.rmsnorm_forward = y.rmsnorm_forward = NULL;
     x.rmsnorm_backward = y.rmsnorm_backward = NULL;
+    x.rmsnorm_rowsums = y.rmsnorm_rowsums = NULL;
+    x.rmsnorm_forward_sums = y.rmsnorm_forward_sums = NULL;
+    x.rmsnorm_backward_sums = y.rmsnorm_backward_sums = NULL;
     x.rope_forward = y.rope_forward = NULL;
     x.rope_backward = y.rope_backward = NULL;
     x.swiglu_forward = y.swiglu_forward = NULL;

@@ -236,6 +236,51 @@ static void test_rmsnorm(uint64_t *s)
     mt_cuda_arena_reset(&tc_arena);
 }
 
+/* The norm over rows split across ranks: the partial row sums (with and
+ * without w), the forward and the backward from sums, on a row part of 40
+ * of 96 columns, against the CPU's; bf16 storage is test_cuda_storage's
+ * pattern, covered by the OLMoE tp 2 runs of cuda_emulation.sh. */
+static void test_rmsnorm_split(uint64_t *s)
+{
+    const int64_t n = 21, d = 40, full = 96;
+    float *x = tc_rand(s, n * d, 2.0f), *w = tc_rand(s, d, 1.0f), *g = tc_rand(s, n * d, 1.0f);
+    double *ss = malloc((size_t)n * sizeof(double)), *gx = malloc((size_t)n * sizeof(double));
+    float *d_x = tc_up(x, F(n * d)), *d_w = tc_up(w, F(d)), *d_g = tc_up(g, F(n * d));
+    double *d_ss = tc_dev((size_t)n * sizeof(double)), *d_gx = tc_dev((size_t)n * sizeof(double));
+    tc_cpu->rmsnorm_rowsums(ss, x, x, NULL, n, d);
+    tc_gpu->rmsnorm_rowsums(d_ss, d_x, d_x, NULL, n, d);
+    tc_cpu->rmsnorm_rowsums(gx, g, x, w, n, d);
+    tc_gpu->rmsnorm_rowsums(d_gx, d_g, d_x, d_w, n, d);
+    double *g_ss = tc_down(d_ss, (size_t)n * sizeof(double));
+    double *g_gx = tc_down(d_gx, (size_t)n * sizeof(double));
+    double worst = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        worst = fmax(worst, fabs(g_ss[i] - ss[i]) / ss[i]);
+        worst = fmax(worst, fabs(g_gx[i] - gx[i]) / (fabs(gx[i]) + 1e-30));
+    }
+    CHECK(worst <= 1e-12, "rmsnorm_rowsums: relative difference %.3e > 1e-12", worst);
+    /* the other ranks' part of the sums: the same sums, scaled */
+    for (int64_t i = 0; i < n; i++)
+        ss[i] *= 2.3, gx[i] *= -1.7;
+    d_ss = tc_up(ss, (size_t)n * sizeof(double)), d_gx = tc_up(gx, (size_t)n * sizeof(double));
+    float *out = malloc(F(n * d)), *rstd = malloc(F(n)), *dx = malloc(F(n * d));
+    float *dw = tc_rand(s, d, 1.0f), *d_dw = tc_up(dw, F(d));
+    float *d_out = tc_dev(F(n * d)), *d_r = tc_dev(F(n)), *d_dx = tc_dev(F(n * d));
+    tc_cpu->rmsnorm_forward_sums(out, rstd, x, w, ss, n, d, full, 1e-5f);
+    tc_gpu->rmsnorm_forward_sums(d_out, d_r, d_x, d_w, d_ss, n, d, full, 1e-5f);
+    tc_cpu->rmsnorm_backward_sums(dx, dw, g, x, w, rstd, gx, n, d, full, false);
+    tc_gpu->rmsnorm_backward_sums(d_dx, d_dw, d_g, d_x, d_w, d_r, d_gx, n, d, full, false);
+    float *g_out = tc_down(d_out, F(n * d)), *g_r = tc_down(d_r, F(n));
+    float *g_dx = tc_down(d_dx, F(n * d)), *g_dw = tc_down(d_dw, F(d));
+    CHECK_CLOSE("rmsnorm_forward_sums out", g_out, out, n * d, 1e-5);
+    CHECK_CLOSE("rmsnorm_forward_sums rstd", g_r, rstd, n, 1e-5);
+    CHECK_CLOSE("rmsnorm_backward_sums dx", g_dx, dx, n * d, 1e-5);
+    CHECK_CLOSE("rmsnorm_backward_sums dw (accumulated)", g_dw, dw, d, 1e-5);
+    free(x), free(w), free(g), free(ss), free(gx), free(g_ss), free(g_gx), free(out), free(rstd);
+    free(dx), free(dw), free(g_out), free(g_r), free(g_dx), free(g_dw);
+    mt_cuda_arena_reset(&tc_arena);
+}
+
 /* RoPE at four shapes: few pairs per token (groups of 16 tokens, the
  * last one short); more pairs than the block's 256 threads (32 heads of
  * 128, groups of 4, the fifth token alone); head_dim/2 = 512 table
@@ -621,6 +666,7 @@ int main(void)
     test_lt_plans(&seed);
     test_embedding(&seed);
     test_rmsnorm(&seed);
+    test_rmsnorm_split(&seed);
     test_rope(&seed);
     test_elementwise(&seed);
     test_adamw(&seed);
