@@ -33,6 +33,7 @@ dist_doc_DATA += README.md NEWS LICENSE \
 	doc/rope-scaling.md \
 	doc/testing.md \
 	doc/sliding-window.md \
+	doc/tokenizer.md \
 	doc/training.md \
 	doc/user-guide.md \
 	doc/validation.md
