@@ -133,9 +133,6 @@ static void check_mesh(mt_config_t *cfg, mt_diag_t *d)
     if (ds->strategy == MT_STRATEGY_MEGATRON_FSDP)
         perr(cfg, d, "distributed.strategy", "peft: LoRA with megatron_fsdp %s (use fsdp2 or "
              "ddp)", nyi);
-    if (ds->tp_size > 1 && ds->sequence_parallel)
-        perr(cfg, d, "distributed.sequence_parallel", "peft: LoRA with sequence parallelism "
-             "%s", nyi);
     if (cfg->checkpoint.save_consolidated != MT_CONSOLIDATE_NEVER)
         perr(cfg, d, "checkpoint.save_consolidated", "peft: a consolidated Hugging Face "
              "directory of a LoRA run %s; export the adapter with meshtrain-ckpt export "

@@ -286,9 +286,20 @@ static void column_backward(mt_model_t *m, int nw, float *const *dy, mt_param_t 
     for (int i = 0; i < nw; i++)
         m->be->matmul_f32out(acc, dy[i], w[i]->data, m->N, w[i]->shape[1], w[i]->shape[0],
                              false, false, i ? 1.0f : 0.0f);
-    for (int i = 0; i < nw; i++) /* the adapters (no sequence parallelism: kept is whole) */
+    /* the adapters read the whole sequence: under sequence parallelism the
+     * gather is joined here, before the sum below is reduce-scattered */
+    bool adapted = false;
+    for (int i = 0; i < nw; i++)
+        adapted = adapted || w[i]->lora_a;
+    const float *lx = kept;
+    if (m->sp && adapted) {
+        tp_end(m, gathered);
+        gathered = NULL;
+        lx = defer ? regather(m, kept) : in;
+    }
+    for (int i = 0; i < nw; i++)
         if (w[i]->lora_a)
-            mt_lora_backward(m, acc, dy[i], kept, w[i]);
+            mt_lora_backward(m, acc, dy[i], lx, w[i]);
     if (m->bf16_storage)
         m->be->to_bf16((uint16_t *)m->dh, m->dh_acc, m->N * m->H);
     float *d;

@@ -370,12 +370,12 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
         m->lora_scale = (float)(cfg->peft.alpha / (double)cfg->peft.dim);
         m->lora_init = (int)cfg->peft.lora_A_init;
         m->frozen = calloc((size_t)maxp, sizeof *m->frozen);
-        bool nyi = mc->num_experts > 0 || m->bf16_storage || m->sp || m->split_bw;
+        bool nyi = mc->num_experts > 0 || m->bf16_storage || m->split_bw;
         if (!m->frozen || nyi) {
             mt_model_free(m);
             if (nyi)
                 MT_FAIL(MT_ERR_UNSUPPORTED, "peft: LoRA on MoE models, with bf16 storage "
-                        "(MESHTRAIN_BF16_STORAGE=0 keeps float32), sequence parallelism or a "
+                        "(MESHTRAIN_BF16_STORAGE=0 keeps float32) or a "
                         "split backward is not supported yet");
             MT_FAIL(MT_ERR_NOMEM, "the frozen base's table");
         }

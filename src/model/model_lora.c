@@ -63,8 +63,19 @@ void mt_lora_forward(const mt_model_t *m, float *y, const float *x, const mt_par
 void mt_lora_forward_residual(const mt_model_t *m, float *out, const float *x,
                               const mt_param_t *w)
 {
-    mt_lora_forward(m, out, x, w);
-    mt_model_round(m, out, m->N * m->H);
+    if (!m->sp) {
+        mt_lora_forward(m, out, x, w);
+        mt_model_round(m, out, m->N * m->H);
+        return;
+    }
+    /* sequence parallelism: out holds this rank's Ns tokens, the rows
+     * tp_rank * Ns... of the whole sequence that the reduce-scatter of the
+     * base's product left here; z is whole after its TP sum */
+    const mt_param_t *B = w->lora_b;
+    lora_z(m, x, w);
+    m->be->matmul(out, m->lora_z + m->tp_rank * m->Ns * m->lora_r, B->data, m->Ns, B->shape[0],
+                  m->lora_r, false, true, 1.0f);
+    mt_model_round(m, out, m->Ns * m->H);
 }
 
 void mt_lora_backward(const mt_model_t *m, float *dx, const float *dy, const float *x,

@@ -256,7 +256,6 @@ expect_in "$err" "LoRA with a split backward (zero_bubble, v_schedule) is not su
 expect_rc 1 np 2 "$bindir/meshtrain-dense" $base distributed.strategy=megatron_fsdp \
     distributed.tp_size=2 distributed.sequence_parallel=true
 expect_in "$err" "LoRA with megatron_fsdp is not supported yet" "megatron_fsdp refused"
-expect_in "$err" "LoRA with sequence parallelism is not supported yet" "sequence parallelism refused"
 expect_rc 2 "$ckpt" export "$w/llama3-1" --merge --adapter -o "$w/merged"
 expect_in "$err" "without --max-shard-size or --merge" "--merge with --adapter refused"
 # a full fine-tune's checkpoint has no adapter

@@ -23,3 +23,6 @@ EXTRA_DIST += tests/hf/hf_families.sh tests/hf/hf_reference.py tests/hf/make_mod
 # resumed, its PEFT export checked by a standard-library reader
 TESTS += tests/hf/hf_lora.sh
 EXTRA_DIST += tests/hf/hf_lora.sh tests/hf/lora_reference.py tests/hf/peft_check.py
+# hf_lora_more: LoRA under sequence parallelism against the 1-rank run
+TESTS += tests/hf/hf_lora_more.sh
+EXTRA_DIST += tests/hf/hf_lora_more.sh
