@@ -362,6 +362,9 @@ const mt_cfg_key_t mt_cfg_keys[] = {
           "Decoupled weight decay; not applied to norm weights. Must not be negative."),
     K_FLT("optimizer.max_grad_norm", optimizer.max_grad_norm, "1.0",
           "Clip the global gradient norm to this; 0 disables clipping."),
+    K_BOOL("optimizer.decay_every_parameter", optimizer.decay_every_parameter, "false",
+           "Weight decay on every parameter, norm weights and biases included (AutoModel's "
+           "and torch's choice; an AutoModel recipe's default is true)."),
 
     /* lr_scheduler */
     K_INT("lr_scheduler.lr_warmup_steps", lr_scheduler.lr_warmup_steps, "0", 0,
@@ -370,6 +373,11 @@ const mt_cfg_key_t mt_cfg_keys[] = {
            "Decay after warm-up: cosine, linear (to min_lr at max_steps) or constant."),
     K_FLT("lr_scheduler.min_lr", lr_scheduler.min_lr, "0.0",
           "Final learning rate. Must be in [0, optimizer.lr]."),
+    K_FLT("lr_scheduler.init_lr", lr_scheduler.init_lr, "0.0",
+          "Learning rate at the start of the warm-up. Must be in [0, optimizer.lr]."),
+    K_OPT("lr_scheduler.lr_decay_steps", lr_scheduler.lr_decay_steps, "none", 1,
+          "Steps over which the decay reaches min_lr (then it stays there); none means "
+          "max_steps. Must be above lr_warmup_steps."),
 
     /* checkpoint */
     K_BOOL("checkpoint.enabled", checkpoint.enabled, "false", "Write checkpoints."),

@@ -638,6 +638,17 @@ static void warnings(const mt_config_t *cfg, FILE *warn)
         return;
     char loc[MT_PATH_MAX + 300];
     int si;
+    const mt_automodel_t *am = &cfg->automodel;
+    if (am->ignored[0])
+        fprintf(warn, "%s: ignored (AutoModel keys that cannot change the numerics): %s\n",
+                cfg->source_file, am->ignored);
+    if (am->data_refusal[0])
+        fprintf(warn, "note: %s: the plan does not depend on the data, but training refuses "
+                "it: %s\n", cfg->source_file, am->data_refusal);
+    if (am->max_steps_null)
+        fprintf(warn, "note: %s: step_scheduler.max_steps is null: the trainer derives the "
+                "step count from num_epochs and the data; the plan uses max_steps %lld\n",
+                cfg->source_file, (long long)cfg->step_scheduler.max_steps);
     if (section_present(cfg, "distributed.moe") && cfg->distributed.ep_size == 1) {
         si = mt_cfg_section_index("distributed.moe");
         mt_diag_location(cfg, &cfg->section_origin[si], loc, sizeof loc);

@@ -188,12 +188,15 @@ typedef struct {
     double lr, eps, weight_decay, max_grad_norm;
     double betas[MT_MAX_LIST];
     int nbetas;
+    bool decay_every_parameter; /* false: norm weights and biases do not decay */
 } mt_optimizer_config_t;
 
 typedef struct {
     int64_t lr_warmup_steps;
     mt_lr_decay_t lr_decay_style;
     double min_lr;
+    double init_lr;                /* the warm-up starts here */
+    mt_opt_int_t lr_decay_steps;   /* none: max_steps */
 } mt_lr_config_t;
 
 typedef struct {
@@ -222,6 +225,21 @@ typedef struct {
     mt_nonfinite_t on_nonfinite;
     int64_t max_nonfinite_skips;
 } mt_training_config_t;
+
+/* What an AutoModel recipe said that meshtrain's keys do not hold
+ * (config_automodel.c, doc/automodel-recipes.md). */
+typedef enum { MT_AM_OPT_NONE, MT_AM_OPT_ADAMW, MT_AM_OPT_ADAM, MT_AM_OPT_FUSED_ADAM } mt_am_optimizer_t;
+
+typedef struct {
+    bool recipe;          /* a top-level `recipe:` key: AutoModel's defaults apply */
+    bool lr_schedule;     /* AutoModel's OptimizerParamScheduler (the lr_scheduler section) */
+    bool max_steps_null;  /* max_steps: null: the epochs decide */
+    bool adam_l2;         /* FusedAdam adam_w_mode false */
+    int optimizer;        /* mt_am_optimizer_t */
+    int64_t num_epochs;   /* 0: not given */
+    char data_refusal[512]; /* why the trainer cannot read the dataset; "" = it can */
+    char ignored[2048];   /* keys accepted that cannot change the numerics, noted once */
+} mt_automodel_t;
 
 /* Where a key's value came from, for error messages. */
 typedef enum { MT_ORIGIN_DEFAULT = 0, MT_ORIGIN_FILE, MT_ORIGIN_OVERRIDE } mt_origin_kind_t;
@@ -266,6 +284,7 @@ typedef struct mt_config {
     mt_logging_config_t logging;
     mt_rng_config_t rng;
     mt_training_config_t training;
+    mt_automodel_t automodel;
 
     mt_derived_t derived;
     bool validated;

@@ -95,9 +95,35 @@ static void resolve_data_path(const char *path, const char *config_file, char *o
 
 /* The training set (its documents packed into rows when asked) and the
  * validation set. */
+/* An AutoModel recipe's num_epochs: AutoModel stops at whichever of
+ * max_steps and num_epochs x its epoch length comes first (its
+ * StepScheduler; a distributed sampler pads the data to dp ranks). The
+ * step count is meshtrain's, so an epoch bound that binds is refused with
+ * the max_steps that would say it. */
+static mt_status_t check_epochs(const mt_train_run_t *r, const mt_config_t *cfg)
+{
+    const mt_automodel_t *am = &cfg->automodel;
+    if (am->num_epochs == 0)
+        return MT_OK;
+    int64_t n = r->packed ? r->pack.rows : mt_dataset_num_samples(&r->data, cfg->derived.seq_len);
+    int64_t dp = cfg->derived.dp_size, lb = cfg->step_scheduler.local_batch_size;
+    int64_t acc = cfg->derived.grad_accum_steps;
+    int64_t per_rank = (n + dp - 1) / dp, batches = (per_rank + lb - 1) / lb;
+    int64_t epoch = (batches + acc - 1) / acc, total = am->num_epochs * epoch;
+    if (am->max_steps_null || total < cfg->step_scheduler.max_steps)
+        MT_FAIL(MT_ERR_CONFIG, "step_scheduler.num_epochs %lld: %lld samples make %lld steps an "
+                "epoch, %lld in all%s; meshtrain counts steps: set step_scheduler.max_steps: "
+                "%lld", (long long)am->num_epochs, (long long)n, (long long)epoch,
+                (long long)total, am->max_steps_null ? " (max_steps is null)" : ", before max_steps",
+                (long long)total);
+    return MT_OK;
+}
+
 static mt_status_t open_data(mt_train_run_t *r, const mt_config_t *cfg)
 {
     int64_t T = cfg->derived.seq_len;
+    if (cfg->automodel.data_refusal[0])
+        MT_FAIL(MT_ERR_CONFIG, "%s: %s", cfg->source_file, cfg->automodel.data_refusal);
     if (!cfg->dataset.path[0])
         MT_FAIL(MT_ERR_CONFIG, "dataset.path is empty: set it to an llm.c .bin file or a Megatron "
                 "prefix (make one with meshtrain-data)");
@@ -117,6 +143,7 @@ static mt_status_t open_data(mt_train_run_t *r, const mt_config_t *cfg)
                                cfg->model.vocab_size));
         r->have_val = 1;
     }
+    MT_TRY(check_epochs(r, cfg));
     return MT_OK;
 }
 

@@ -1,0 +1,212 @@
+/* config_automodel_recipe.c: what an AutoModel recipe is as a whole: the
+ * one reason it cannot run, its datasets, and the defaults that depend on
+ * which sections it has.  The per-key table is config_automodel.c's. */
+#include "config_yaml_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define CONVERT_DATA                                                                    \
+    "convert the data with meshtrain-data (doc/data.md) and set dataset.path to the "  \
+    "token file"
+
+/* ---- datasets ---- */
+
+static void data_refusal(mt_parse_ctx_t *c, const yaml_node_t *n, const char *fmt, const char *what)
+{
+    mt_automodel_t *am = &c->cfg->automodel;
+    if (am->data_refusal[0])
+        return; /* the first one is the reason */
+    char loc[64] = "";
+    if (n && c->origin.kind == MT_ORIGIN_FILE)
+        snprintf(loc, sizeof loc, "line %d: ", (int)n->start_mark.line + 1);
+    char msg[400];
+    snprintf(msg, sizeof msg, fmt, what);
+    snprintf(am->data_refusal, sizeof am->data_refusal, "%s%s: %s", loc, msg, CONVERT_DATA);
+}
+
+void mt_am_fn_dataset(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *path,
+                       const char *arg)
+{
+    bool train = strcmp(arg, "dataset") == 0;
+    if (mt_cfg_null_node(vn))
+        return;
+    const yaml_node_t *t = mt_cfg_map_get(c, vn, "_target_");
+    if (!t) { /* meshtrain's own dataset keys */
+        if (train) {
+            mt_cfg_perr(c, vn, "internal: dataset without _target_ reached the AutoModel table");
+            return;
+        }
+        mt_am_note_ignored(c->cfg, path);
+        return;
+    }
+    const char *leaf = mt_am_class_leaf(mt_cfg_scalar(t));
+    /* the sequence length sizes the plan even when the data cannot be read */
+    static const char *lens[] = {"seq_length", "seq_len", "max_length", "packed_sequence_size"};
+    for (int i = 0; i < 4 && train; i++) {
+        const yaml_node_t *l = mt_cfg_map_get(c, vn, lens[i]);
+        if (l && !mt_cfg_null_node(l) && l->type == YAML_SCALAR_NODE) {
+            mt_cfg_set_node(c, mt_cfg_key_index("dataset.seq_length"), l);
+            break;
+        }
+    }
+    const yaml_node_t *file = NULL;
+    const char *fmt = NULL;
+    if (strcmp(leaf, "NanogptDataset") == 0)
+        file = mt_cfg_map_get(c, vn, "file_pattern"), fmt = "llmc";
+    else if (strcmp(leaf, "MegatronPretraining") == 0 && !mt_cfg_map_get(c, vn, "split"))
+        file = mt_cfg_map_get(c, vn, "paths"), fmt = "megatron";
+    const char *f = mt_cfg_scalar(file);
+    if (fmt && f[0] && !strpbrk(f, "*?[")) { /* one local token file */
+        mt_cfg_set_node(c, mt_cfg_key_index(train ? "dataset.path" : "dataset.validation_path"),
+                        file);
+        if (train)
+            mt_am_set_key(c, "dataset.format", fmt, file);
+        return;
+    }
+    char what[300];
+    snprintf(what, sizeof what, "%s._target_ %s", path, leaf);
+    if (train)
+        data_refusal(c, t, "%s is built by Python code", what);
+    else
+        mt_am_note_ignored(c->cfg, "validation_dataset (Python-built: not evaluated)");
+}
+
+/* ---- the one reason a recipe cannot run ---- */
+
+typedef struct {
+    const char *needle;
+    const char *why;
+} am_kind_why_t;
+
+/* recipe classes and model classes, by a part of their name */
+static const am_kind_why_t am_unsupported[] = {
+    {"VLM", "vision-language models are not supported"},
+    {"ImageTextToText", "vision-language models are not supported"},
+    {"Multimodal", "multimodal models are not supported"},
+    {"Diffusion", "diffusion models are not supported"},
+    {"KnowledgeDistillation", "knowledge distillation is not supported"},
+    {"Distill", "knowledge distillation is not supported"},
+    {"Eagle", "speculative-decoding draft training is not supported"},
+    {"DFlash", "speculative-decoding draft training is not supported"},
+    {"DSpark", "speculative-decoding draft training is not supported"},
+    {"Domino", "speculative-decoding draft training is not supported"},
+    {"JetSpec", "speculative-decoding draft training is not supported"},
+    {"Vispec", "speculative-decoding draft training is not supported"},
+    {"Drafter", "speculative-decoding draft training is not supported"},
+    {"BiEncoder", "retrieval (embedding) models are not supported"},
+    {"CrossEncoder", "retrieval (embedding) models are not supported"},
+    {"Retriever", "retrieval (embedding) models are not supported"},
+    {"SequenceClassification", "sequence classification is not supported (meshtrain trains "
+                               "next-token prediction)"},
+    {"Seq2Seq", "encoder-decoder models are not supported"},
+    {"gpt2", "the GPT-2 builder is not supported; name a Hugging Face causal LM"},
+    {"transformers.AutoModel.", "a model without a language-model head is not supported"},
+};
+
+static const char *why_unsupported(const char *cls)
+{
+    for (size_t i = 0; i < sizeof am_unsupported / sizeof am_unsupported[0]; i++)
+        if (strstr(cls, am_unsupported[i].needle))
+            return am_unsupported[i].why;
+    return NULL;
+}
+
+/* top-level sections that only a recipe meshtrain cannot run has */
+static const am_kind_why_t am_sections[] = {
+    {"flow_matching", "diffusion models are not supported"},
+    {"vae", "diffusion models are not supported"},
+    {"dllm", "diffusion language models are not supported"},
+    {"teacher_model", "knowledge distillation is not supported"},
+    {"recipe_args", "speculative-decoding draft training is not supported"},
+    {"processor", "vision-language models are not supported"},
+};
+
+bool mt_am_first_reason(mt_parse_ctx_t *c, const yaml_node_t *root)
+{
+    const yaml_node_t *r = mt_cfg_map_get(c, root, "recipe");
+    if (r && r->type == YAML_MAPPING_NODE)
+        r = mt_cfg_map_get(c, r, "_target_");
+    if (r) {
+        const char *cls = mt_cfg_scalar(r), *leaf = mt_am_class_leaf(cls);
+        if (strcmp(leaf, "TrainFinetuneRecipeForNextTokenPrediction") != 0 &&
+            strcmp(leaf, "BenchmarkingRecipeForNextTokenPrediction") != 0) {
+            const char *why = why_unsupported(leaf);
+            mt_cfg_perr(c, r, "recipe %s: %s", leaf,
+                        why ? why : "is not a recipe meshtrain runs (it runs "
+                                    "TrainFinetuneRecipeForNextTokenPrediction)");
+            return true;
+        }
+    }
+    const yaml_node_t *model = mt_cfg_map_get(c, root, "model");
+    const yaml_node_t *mt = mt_cfg_map_get(c, model, "_target_");
+    if (mt) {
+        const char *cls = mt_cfg_scalar(mt);
+        const char *why = why_unsupported(cls);
+        if (!why && !strstr(cls, "ForCausalLM"))
+            why = "is not a causal language model class (NeMoAutoModelForCausalLM)";
+        if (why) {
+            mt_cfg_perr(c, mt, "model %s: %s", mt_am_class_leaf(cls) == cls ? cls : cls, why);
+            return true;
+        }
+    }
+    for (size_t i = 0; i < sizeof am_sections / sizeof am_sections[0]; i++) {
+        const yaml_node_t *s = mt_cfg_map_get(c, root, am_sections[i].needle);
+        if (s) {
+            mt_cfg_perr(c, s, "%s: %s", am_sections[i].needle, am_sections[i].why);
+            return true;
+        }
+    }
+    static const char *features[] = {"peft", "fp8", "quantization", "qat", "freeze_config",
+                                     "kd_loss_fn"};
+    for (size_t i = 0; i < sizeof features / sizeof features[0]; i++) {
+        const yaml_node_t *s = mt_cfg_map_get(c, root, features[i]);
+        if (s && !mt_cfg_null_node(s) &&
+            !(strcmp(features[i], "fp8") == 0 && !mt_am_truthy(mt_cfg_map_get(c, s, "enabled")))) {
+            mt_am_apply_path(c, s, features[i]);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* ---- after the walk ---- */
+
+void mt_am_finish(mt_parse_ctx_t *c, const yaml_node_t *root)
+{
+    mt_config_t *cfg = c->cfg;
+    mt_automodel_t *am = &cfg->automodel;
+    const yaml_node_t *opt = mt_cfg_map_get(c, root, "optimizer");
+    /* torch.optim.Adam and TE FusedAdam default to no weight decay */
+    if ((am->optimizer == MT_AM_OPT_ADAM || am->optimizer == MT_AM_OPT_FUSED_ADAM) &&
+        !mt_am_key_given(cfg, "optimizer.weight_decay"))
+        cfg->optimizer.weight_decay = 0;
+    bool l2 = am->optimizer == MT_AM_OPT_ADAM ||
+              (am->optimizer == MT_AM_OPT_FUSED_ADAM && am->adam_l2);
+    if (l2 && cfg->optimizer.weight_decay > 0)
+        mt_cfg_perr(c, mt_cfg_map_get(c, opt, "weight_decay"),
+                    "optimizer.weight_decay: %g with Adam is L2 regularisation (added to the "
+                    "gradient), which meshtrain does not implement; use torch.optim.AdamW "
+                    "(decoupled decay) or weight_decay 0", cfg->optimizer.weight_decay);
+    if (!am->recipe)
+        return;
+    /* no lr_scheduler section: AutoModel keeps the learning rate constant */
+    if (!mt_cfg_map_get(c, root, "lr_scheduler")) {
+        cfg->lr_scheduler.lr_decay_style = MT_LR_CONSTANT;
+        cfg->lr_scheduler.lr_warmup_steps = 0;
+    } else {
+        am->lr_schedule = true; /* AutoModel's OptimizerParamScheduler (mt_lr_at) */
+        if (!mt_am_key_given(cfg, "lr_scheduler.min_lr"))
+            cfg->lr_scheduler.min_lr = 0.01 * cfg->optimizer.lr;
+        if (!mt_am_key_given(cfg, "lr_scheduler.init_lr"))
+            cfg->lr_scheduler.init_lr = 0.1 * cfg->optimizer.lr;
+        if (!mt_am_key_given(cfg, "lr_scheduler.lr_warmup_steps") && !am->max_steps_null) {
+            int64_t t = cfg->step_scheduler.max_steps / 10;
+            cfg->lr_scheduler.lr_warmup_steps = t < 1000 ? t : 1000;
+        }
+    }
+    /* num_epochs: the step count comes from the data (the trainer); with
+     * max_steps too, the run stops at whichever is first */
+    if (am->max_steps_null && am->num_epochs == 0)
+        am->num_epochs = 10; /* AutoModel's default when both are null */
+}
