@@ -208,10 +208,13 @@ static void fn_strategy_target(mt_parse_ctx_t *c, const yaml_node_t *vn, const c
 {
     (void)arg;
     const char *leaf = mt_am_class_leaf(mt_cfg_scalar(vn));
-    const char *s = strcmp(leaf, "FSDP2Config") == 0          ? "fsdp2"
-                    : strcmp(leaf, "MegatronFSDPConfig") == 0 ? "megatron_fsdp"
-                    : strcmp(leaf, "DDPConfig") == 0          ? "ddp"
-                                                              : NULL;
+    const char *s = NULL;
+    if (strcmp(leaf, "FSDP2Config") == 0 || strcmp(leaf, "FSDP2Manager") == 0)
+        s = "fsdp2";
+    else if (strcmp(leaf, "MegatronFSDPConfig") == 0 || strcmp(leaf, "MegatronFSDPManager") == 0)
+        s = "megatron_fsdp";
+    else if (strcmp(leaf, "DDPConfig") == 0 || strcmp(leaf, "DDPManager") == 0)
+        s = "ddp";
     if (!s)
         mt_cfg_perr(c, vn, "%s: %s: expected FSDP2Config, MegatronFSDPConfig or DDPConfig", path,
                     mt_cfg_scalar(vn));
@@ -228,18 +231,6 @@ static void fn_schedule(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *pa
                     "zero_bubble (ZB-H1) and v_schedule (ZBVZeroBubble)", path, s);
     else
         mt_cfg_set_node(c, mt_cfg_key_index(path), vn);
-}
-
-static void fn_round_stages(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *path,
-                            const char *arg)
-{
-    (void)arg;
-    /* true only matters when the stage count is not a pp multiple, which
-     * meshtrain's layers_per_stage rule refuses anyway */
-    if (!mt_cfg_null_node(vn) && !mt_am_truthy(vn) && strcasecmp(mt_cfg_scalar(vn), "false") != 0)
-        mt_cfg_perr(c, vn, "%s: expected true or false", path);
-    else
-        mt_am_note_ignored(c->cfg, path);
 }
 
 static void fn_torch_dtype(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *path,
@@ -414,7 +405,8 @@ static const am_rule_t am_rules[] = {
     REN("seed", "rng.seed"),
     IGN("ci"), IGN("wandb"), IGN("mlflow"), IGN("comet"), IGN("tensorboard"), IGN("compile"),
     IGN("benchmark"), IGN("nvtx"), IGN("moe_metrics"), IGN("skypilot"), IGN("slurm"),
-    IGN("performance"), IGN("prewarm"),
+    IGN("performance"), IGN("prewarm"), IGN("tool_call_eval"),
+    REF("neftune", "NEFTune (noise on the embeddings) is not supported"),
     FN("loss_fn", fn_loss, NULL),
     FN("dataloader", fn_dataloader, NULL), FN("validation_dataloader", fn_dataloader, NULL),
     SEC("dist_env"), IGN("dist_env.backend"), IGN("dist_env.init_method"),
@@ -456,6 +448,7 @@ static const am_rule_t am_rules[] = {
                             "Hugging Face model in pretrained_model_name_or_path"),
     REF("model.transformer_engine_fp8", "FP8 training is not supported"),
     REF("model.mtp_loss_scaling_factor", "multi-token prediction is not supported"),
+    REF("model.num_nextn_predict_layers", "multi-token prediction is not supported"),
     REF("model.freeze_router", "freezing parts of the model is not supported"),
     /* distributed */
     FN("distributed._target_", fn_strategy_target, NULL),
@@ -475,7 +468,6 @@ static const am_rule_t am_rules[] = {
     IGN("distributed.mp_policy._target_"), IGN("distributed.mp_policy.cast_forward_inputs"),
     FN("distributed.pipeline.pp_schedule", fn_schedule, NULL),
     IGN("distributed.pipeline.patch_causal_lm_model"), IGN("distributed.pipeline.patch_inner_model"),
-    FN("distributed.pipeline.round_virtual_stages_to_pp_multiple", fn_round_stages, NULL),
     IGN("distributed.pipeline.dtype"), IGN("distributed.pipeline.pp_seq_len"),
     IGN("distributed.pipeline._target_"),
     FN("distributed.pipeline.layers_per_stage", fn_lr_opt, "distributed.pipeline.layers_per_stage"),
@@ -517,6 +509,7 @@ static const am_rule_t am_rules[] = {
     /* packed_sequence: the packing itself is meshtrain-data's */
     IGN("packed_sequence.split_across_pack"), IGN("packed_sequence.max_packs"),
     IGN("packed_sequence.drop_long_samples"), IGN("packed_sequence.packing_ratio"),
+    IGN("packed_sequence.packing_strategy"),
 };
 static const int am_nrules = (int)(sizeof am_rules / sizeof am_rules[0]);
 
@@ -636,6 +629,7 @@ void mt_am_recipe_defaults(mt_config_t *cfg)
     cfg->optimizer.weight_decay = 0.01;
     cfg->optimizer.lr = 1e-3;
     cfg->rng.seed = 42;
+    cfg->distributed.pipeline.balanced_split = true;
 }
 
 

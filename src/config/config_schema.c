@@ -17,6 +17,8 @@ static const mt_cfg_enum_t strategy_enum[] = {
     {"fsdp2", MT_STRATEGY_FSDP2, false},
     {"megatron_fsdp", MT_STRATEGY_MEGATRON_FSDP, false},
     {"ddp", MT_STRATEGY_DDP, false},
+    {"megatron-fsdp", MT_STRATEGY_MEGATRON_FSDP, true}, /* AutoModel's aliases */
+    {"mfsdp", MT_STRATEGY_MEGATRON_FSDP, true},
     {NULL, 0, false}};
 
 static const mt_cfg_enum_t schedule_enum[] = {
@@ -28,6 +30,8 @@ static const mt_cfg_enum_t schedule_enum[] = {
     {"dfs", MT_PP_DFS, false},
     {"v_schedule", MT_PP_V_SCHEDULE, false},
     {"zero_bubble", MT_PP_ZERO_BUBBLE, false},
+    {"loopedbfs", MT_PP_LOOPED_BFS, true}, /* torch's class names, case-insensitive */
+    {"zbvzerobubble", MT_PP_V_SCHEDULE, true},
     {NULL, 0, false}};
 
 static const mt_cfg_enum_t format_enum[] = {
@@ -100,6 +104,12 @@ static const mt_cfg_enum_t nonfinite_enum[] = {
     {"stop", MT_NONFINITE_STOP, false},
     {"skip", MT_NONFINITE_SKIP, false},
     {"ignore", MT_NONFINITE_IGNORE, false},
+    {NULL, 0, false}};
+
+static const mt_cfg_enum_t round_stages_enum[] = {
+    {"none", 0, false},
+    {"up", 1, false},
+    {"down", 2, false},
     {NULL, 0, false}};
 
 const mt_cfg_section_t mt_cfg_sections[] = {
@@ -338,6 +348,14 @@ const mt_cfg_key_t mt_cfg_keys[] = {
     K_BOOL("distributed.pipeline.scale_grads_in_schedule",
            distributed.pipeline.scale_grads_in_schedule, "false",
            "Scale gradients by 1/microbatches inside the schedule instead of after it."),
+    K_ENUM("distributed.pipeline.round_virtual_stages_to_pp_multiple",
+           distributed.pipeline.round_virtual_stages, round_stages_enum, "none",
+           "When layers_per_stage makes a stage count that is not a multiple of pp_size: none "
+           "refuses it, up or down rounds the count to one (AutoModel's)."),
+    K_BOOL("distributed.pipeline.balanced_split", distributed.pipeline.balanced_split, "false",
+           "Split the layers over the stages as AutoModel does: L / stages each, the first "
+           "L % stages stages one more (an AutoModel recipe's default is true). false: "
+           "layers_per_stage each, the last stage the remainder."),
     K_BOOL("distributed.moe.reshard_after_forward", distributed.moe.reshard_after_forward,
            "false", "Free gathered expert weights after forward."),
     K_BOOL("distributed.moe.ignore_router_for_ac", distributed.moe.ignore_router_for_ac, "false",

@@ -157,6 +157,8 @@ typedef struct {
     int64_t pp_microbatch_size;
     mt_opt_int_t layers_per_stage;
     bool scale_grads_in_schedule;
+    int round_virtual_stages;   /* 0 none, 1 up, 2 down: a stage count not a pp multiple */
+    bool balanced_split;        /* AutoModel's: the first L % S stages take one layer more */
 } mt_pipeline_config_t;
 
 typedef struct {

@@ -17,3 +17,8 @@ TESTS += tests/config/test_config_emit
 # sizes whose products overflow int64 are refused by name
 TESTS += tests/config/config_overflow.sh
 EXTRA_DIST += tests/config/config_overflow.sh
+# AutoModel recipes: mapped, ignored or refused with the one reason, table-driven
+check_PROGRAMS += tests/config/test_config_automodel
+tests_config_test_config_automodel_SOURCES = tests/config/test_config_automodel.c \
+	tests/harness/mt_test.h
+TESTS += tests/config/test_config_automodel
