@@ -470,6 +470,8 @@ static const am_rule_t am_rules[] = {
     IGN("distributed.pipeline.patch_causal_lm_model"), IGN("distributed.pipeline.patch_inner_model"),
     IGN("distributed.pipeline.dtype"), IGN("distributed.pipeline.pp_seq_len"),
     IGN("distributed.pipeline._target_"),
+    FN("distributed.pipeline.round_virtual_stages_to_pp_multiple", fn_lr_opt,
+       "distributed.pipeline.round_virtual_stages_to_pp_multiple"),
     FN("distributed.pipeline.layers_per_stage", fn_lr_opt, "distributed.pipeline.layers_per_stage"),
     /* checkpoint */
     FN("checkpoint.restore_from", fn_restore, NULL),
@@ -590,6 +592,8 @@ bool mt_am_handle(mt_parse_ctx_t *c, const yaml_node_t *kn, const yaml_node_t *v
                   const char *path)
 {
     const am_rule_t *r = rule_of(path);
+    if (strcmp(path, "dataset") == 0 && !mt_cfg_map_get(c, vn, "_target_"))
+        return false; /* meshtrain's own dataset section */
     if (!r) {
         /* AutoModel writes null for "the default" of any size */
         int ki = mt_cfg_key_index(path);

@@ -107,7 +107,7 @@ static const mt_cfg_enum_t nonfinite_enum[] = {
     {NULL, 0, false}};
 
 static const mt_cfg_enum_t round_stages_enum[] = {
-    {"none", 0, false},
+    {"off", 0, false}, /* AutoModel's null */
     {"up", 1, false},
     {"down", 2, false},
     {NULL, 0, false}};
@@ -349,9 +349,9 @@ const mt_cfg_key_t mt_cfg_keys[] = {
            distributed.pipeline.scale_grads_in_schedule, "false",
            "Scale gradients by 1/microbatches inside the schedule instead of after it."),
     K_ENUM("distributed.pipeline.round_virtual_stages_to_pp_multiple",
-           distributed.pipeline.round_virtual_stages, round_stages_enum, "none",
-           "When layers_per_stage makes a stage count that is not a multiple of pp_size: none "
-           "refuses it, up or down rounds the count to one (AutoModel's)."),
+           distributed.pipeline.round_virtual_stages, round_stages_enum, "off",
+           "When layers_per_stage makes a stage count that is not a multiple of pp_size: off "
+           "(AutoModel's null) refuses it, up or down rounds the count to one (AutoModel's)."),
     K_BOOL("distributed.pipeline.balanced_split", distributed.pipeline.balanced_split, "false",
            "Split the layers over the stages as AutoModel does: L / stages each, the first "
            "L % stages stages one more (an AutoModel recipe's default is true). false: "

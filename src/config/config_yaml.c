@@ -687,7 +687,7 @@ mt_status_t mt_config_override(mt_config_t *cfg, const char *assignment)
     path[pl] = '\0';
 
     int ki = mt_cfg_key_index(path);
-    if (am_override(&c, path, eq + 1))
+    if (ki < 0 && am_override(&c, path, eq + 1))
         return mt_diag_finish(&diag, __FILE__, __LINE__);
     if (ki < 0) {
         if (mt_cfg_section_index(path) >= 0)
@@ -720,6 +720,8 @@ mt_status_t mt_config_override(mt_config_t *cfg, const char *assignment)
             mark_origin(&c, &cfg->section_origin[si], NULL);
     }
 
+    if (am_override(&c, path, eq + 1)) /* AutoModel's meaning of a meshtrain key */
+        return mt_diag_finish(&diag, __FILE__, __LINE__);
     yaml_parser_t parser;
     bool ok = true;
     if (!yaml_parser_initialize(&parser))
