@@ -143,7 +143,7 @@ static void fn_timeout(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *pat
         return;
     }
     char text[32];
-    snprintf(text, sizeof text, "%lld", (long long)ceil(v * 60));
+    snprintf(text, sizeof text, "%lld", (long long)llround(v * 60));
     mt_am_set_key(c, "distributed.timeout_s", text, vn);
 }
 
@@ -307,7 +307,8 @@ static void fn_fp32_only(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *p
 {
     (void)arg;
     const char *s = mt_cfg_scalar(vn);
-    if (mt_cfg_null_node(vn) || strstr(s, "float32") || strcmp(s, "fp32") == 0)
+    if (mt_cfg_null_node(vn) || strstr(s, "float32") || strcmp(s, "fp32") == 0 ||
+        strcmp(s, "32") == 0)
         mt_am_note_ignored(c->cfg, path);
     else
         mt_cfg_perr(c, vn, "%s: %s optimizer state is not supported: meshtrain keeps AdamW's "
@@ -371,6 +372,53 @@ static void fn_dataloader(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *
     mt_am_note_ignored(c->cfg, strcmp(path, "dataloader") == 0 ? "dataloader (but shuffle)" : path);
 }
 
+/* `meshtrain:`: the keys AutoModel does not have, by their full path, as
+ * the resolved config writes them (config_emit.c) */
+static void fn_meshtrain(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *path,
+                         const char *arg)
+{
+    (void)arg;
+    if (mt_cfg_null_node(vn))
+        return;
+    if (vn->type != YAML_MAPPING_NODE) {
+        mt_cfg_perr(c, vn, "%s: expected a mapping of meshtrain keys by full path", path);
+        return;
+    }
+    for (yaml_node_pair_t *p = vn->data.mapping.pairs.start; p < vn->data.mapping.pairs.top; p++) {
+        yaml_node_t *kn = yaml_document_get_node(c->doc, p->key);
+        const char *key = mt_cfg_scalar(kn);
+        int ki = mt_cfg_key_index(key);
+        if (ki >= 0) {
+            mt_cfg_set_node(c, ki, yaml_document_get_node(c->doc, p->value));
+            continue;
+        }
+        const char *names[MT_CFG_MAX_KEYS];
+        for (int i = 0; i < mt_cfg_nkeys; i++)
+            names[i] = mt_cfg_keys[i].path;
+        const char *best = mt_closest_name(key, names, mt_cfg_nkeys);
+        if (best)
+            mt_cfg_perr(c, kn, "%s.%s: unknown meshtrain key; did you mean %s?", path, key, best);
+        else
+            mt_cfg_perr(c, kn, "%s.%s: unknown meshtrain key", path, key);
+    }
+}
+
+/* top-level autocast (a bf16 forward): meshtrain's mp_policy param_dtype */
+static void fn_autocast(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *path,
+                        const char *arg)
+{
+    (void)arg;
+    const yaml_node_t *en = mt_cfg_map_get(c, vn, "enabled"), *dt = mt_cfg_map_get(c, vn, "dtype");
+    if (mt_cfg_null_node(vn) || !mt_am_truthy(en)) {
+        mt_am_note_ignored(c->cfg, path);
+        return;
+    }
+    if (!dt || mt_cfg_null_node(dt) || strstr(mt_cfg_scalar(dt), "bfloat16"))
+        mt_am_set_key(c, "distributed.mp_policy.param_dtype", "bfloat16", vn);
+    else
+        mt_cfg_perr(c, dt, "%s.dtype: %s is not supported (bfloat16)", path, mt_cfg_scalar(dt));
+}
+
 static void fn_moe_lm_head(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *path,
                            const char *arg)
 {
@@ -406,6 +454,7 @@ static const am_rule_t am_rules[] = {
     IGN("ci"), IGN("wandb"), IGN("mlflow"), IGN("comet"), IGN("tensorboard"), IGN("compile"),
     IGN("benchmark"), IGN("nvtx"), IGN("moe_metrics"), IGN("skypilot"), IGN("slurm"),
     IGN("performance"), IGN("prewarm"), IGN("tool_call_eval"),
+    FN("autocast", fn_autocast, NULL), FN("meshtrain", fn_meshtrain, NULL),
     REF("neftune", "NEFTune (noise on the embeddings) is not supported"),
     FN("loss_fn", fn_loss, NULL),
     FN("dataloader", fn_dataloader, NULL), FN("validation_dataloader", fn_dataloader, NULL),
@@ -489,8 +538,8 @@ static const am_rule_t am_rules[] = {
     FN("optimizer.exp_avg_dtype", fn_fp32_only, NULL),
     FN("optimizer.exp_avg_sq_dtype", fn_fp32_only, NULL),
     FN("optimizer.master_weight_dtype", fn_fp32_only, NULL),
-    FN("optimizer.store_param_remainders", fn_must_be_false,
-       "bf16 parameters with stored remainders; meshtrain keeps float32 master weights"),
+    /* bf16 weights plus their 16 low bits are exactly the float32 master copy */
+    IGN("optimizer.store_param_remainders"),
     FN("optimizer.master_weight_bits", fn_fp32_only, NULL),
     REF("optimizer.min_lr_ratio", "a schedule inside the optimizer; write it as lr_scheduler:"),
     REF("optimizer.warmup_ratio", "a schedule inside the optimizer; write it as lr_scheduler:"),

@@ -188,6 +188,18 @@ void mt_am_finish(mt_parse_ctx_t *c, const yaml_node_t *root)
                     "optimizer.weight_decay: %g with Adam is L2 regularisation (added to the "
                     "gradient), which meshtrain does not implement; use torch.optim.AdamW "
                     "(decoupled decay) or weight_decay 0", cfg->optimizer.weight_decay);
+    /* the format of meshtrain's own checkpoint is always HDF5; AutoModel's
+     * torch_save only names the format of its sharded checkpoint then */
+    if (cfg->checkpoint.model_save_format == MT_SAVE_TORCH_SAVE &&
+        (cfg->checkpoint.save_consolidated == MT_CONSOLIDATE_NEVER || !cfg->checkpoint.enabled)) {
+        cfg->checkpoint.model_save_format = MT_SAVE_HDF5;
+        mt_am_note_ignored(cfg, "checkpoint.model_save_format: torch_save (checkpoints are HDF5)");
+    }
+    /* no checkpoints, no consolidated copies: AutoModel does not object */
+    if (!cfg->checkpoint.enabled && cfg->checkpoint.save_consolidated != MT_CONSOLIDATE_NEVER) {
+        cfg->checkpoint.save_consolidated = MT_CONSOLIDATE_NEVER;
+        mt_am_note_ignored(cfg, "checkpoint.save_consolidated (checkpoint.enabled is false)");
+    }
     if (!am->recipe)
         return;
     /* no lr_scheduler section: AutoModel keeps the learning rate constant */

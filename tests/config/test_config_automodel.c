@@ -3,6 +3,7 @@
  * maps and their values, the keys it ignores (the one "ignored" line), or
  * the one reason it refuses the recipe.  Rows cover every class of the
  * table in config_automodel.c (doc/automodel-recipes.md).  No MPI. */
+#define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -270,8 +271,53 @@ static void hints_and_overrides(void)
           mt_error_message());
 }
 
+/* The resolved config: AutoModel's spellings, meshtrain's own keys under
+ * meshtrain:, and it reads back into the same values. */
+static void resolved_reads_back(void)
+{
+    static mt_config_t a, b;
+    const char *y = HEAD "step_scheduler:\n  local_batch_size: 2\n  global_batch_size: 4\n  max_steps: 7\n"
+                    "  num_epochs: 3\ndist_env:\n  timeout_minutes: 2\nclip_grad_norm:\n  max_norm: 0.25\n"
+                    "distributed:\n  pp_size: 2\n  pipeline:\n    pp_schedule: interleaved_1f1b\n"
+                    "optimizer:\n  _target_: torch.optim.Adam\n  lr: 1.0e-4\n"
+                    "lr_scheduler:\n  lr_warmup_steps: 2\n";
+    mt_config_init(&a);
+    CHECK(mt_config_load_string(&a, y, "a.yaml") == MT_OK, "%s", mt_error_message());
+    CHECK(mt_config_validate(&a, MT_APP_ANY, 2, NULL, NULL) == MT_OK, "%s", mt_error_message());
+    char text[16384];
+    mt_config_to_yaml(&a, text, sizeof text);
+    const char *mt = strstr(text, "\nmeshtrain:\n");
+    CHECK(mt != NULL, "a meshtrain: section in:\n%s", text);
+    CHECK_CONTAINS(text, "recipe: TrainFinetuneRecipeForNextTokenPrediction\n");
+    CHECK_CONTAINS(text, "    pp_schedule: Interleaved1F1B\n");
+    CHECK_CONTAINS(text, "dist_env:\n  timeout_minutes: 2.0\n");
+    CHECK_CONTAINS(text, "clip_grad_norm:\n  max_norm: 0.25\n");
+    CHECK_CONTAINS(text, "  _target_: torch.optim.Adam\n");
+    CHECK_CONTAINS(text, "  num_epochs: 3\n");
+    CHECK(!strstr(text, "interleaved_1f1b") && !strstr(text, "timeout_s"), "meshtrain spellings in:\n%s", text);
+    if (mt) { /* distributed: holds only AutoModel's keys */
+        const char *d = strstr(text, "\ndistributed:\n");
+        CHECK(d && d < mt && !memmem(d, (size_t)(mt - d), "device:", 7) &&
+              !memmem(d, (size_t)(mt - d), "collectives:", 12), "device/collectives outside meshtrain:\n%s", text);
+        CHECK_CONTAINS(mt, "  distributed.device: cpu\n");
+    }
+    mt_config_init(&b);
+    CHECK(mt_config_load_string(&b, text, "resolved") == MT_OK, "reads back: %s", mt_error_message());
+    CHECK(mt_config_validate(&b, MT_APP_ANY, 2, NULL, NULL) == MT_OK, "%s", mt_error_message());
+    char text2[16384];
+    mt_config_to_yaml(&b, text2, sizeof text2);
+    CHECK(strcmp(text, text2) == 0, "written again it differs:\n%s\n----\n%s", text, text2);
+    CHECK(memcmp(&a.distributed, &b.distributed, sizeof a.distributed) == 0 &&
+          memcmp(&a.optimizer, &b.optimizer, sizeof a.optimizer) == 0 &&
+          memcmp(&a.lr_scheduler, &b.lr_scheduler, sizeof a.lr_scheduler) == 0 &&
+          memcmp(&a.step_scheduler, &b.step_scheduler, sizeof a.step_scheduler) == 0 &&
+          a.automodel.optimizer == b.automodel.optimizer && a.automodel.num_epochs == b.automodel.num_epochs,
+          "values differ after the round trip");
+}
+
 int main(void)
 {
+    resolved_reads_back();
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
         run_row(&rows[i]);
     hints_and_overrides();
