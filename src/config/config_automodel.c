@@ -283,15 +283,6 @@ static void fn_must_be_true(mt_parse_ctx_t *c, const yaml_node_t *vn, const char
         mt_cfg_perr(c, vn, "%s: false is not supported: %s", path, arg);
 }
 
-static void fn_must_be_false(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *path,
-                             const char *arg)
-{
-    if (mt_cfg_null_node(vn) || !mt_am_truthy(vn))
-        mt_am_note_ignored(c->cfg, path);
-    else
-        mt_cfg_perr(c, vn, "%s: true is not supported: %s", path, arg);
-}
-
 static void fn_must_be_null(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *path,
                             const char *arg)
 {
@@ -524,8 +515,8 @@ static const am_rule_t am_rules[] = {
     FN("distributed.pipeline.layers_per_stage", fn_lr_opt, "distributed.pipeline.layers_per_stage"),
     /* checkpoint */
     FN("checkpoint.restore_from", fn_restore, NULL),
-    FN("checkpoint.dequantize_base_checkpoint", fn_must_be_false,
-       "meshtrain loads bf16/fp32 Hugging Face weights only"),
+    /* a no-op on bf16/fp32 weights; the loader refuses quantized ones by name */
+    IGN("checkpoint.dequantize_base_checkpoint"),
     REF("checkpoint.diffusers_compatible", "diffusion models are not supported"),
     IGN("checkpoint.v4_compatible"), IGN("checkpoint.skip_task_head_prefixes_for_base_model"),
     /* optimizer */
@@ -683,6 +674,7 @@ void mt_am_recipe_defaults(mt_config_t *cfg)
     cfg->optimizer.lr = 1e-3;
     cfg->rng.seed = 42;
     cfg->distributed.pipeline.balanced_split = true;
+    cfg->distributed.device = MT_DEVICE_AUTO; /* AutoModel recipes run on GPUs */
 }
 
 

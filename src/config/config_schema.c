@@ -60,6 +60,7 @@ static const mt_cfg_enum_t device_enum[] = {
     {"cuda", MT_DEVICE_CUDA, false},
     {"gpu", MT_DEVICE_CUDA, true},
     {"cpu_guarded", MT_DEVICE_CPU_GUARDED, false},
+    {"auto", MT_DEVICE_AUTO, false},
     {NULL, 0, false}};
 
 static const mt_cfg_enum_t collectives_enum[] = {
@@ -327,7 +328,9 @@ const mt_cfg_key_t mt_cfg_keys[] = {
            "Where the model computes: cpu, cuda (the GPU of the node-local rank modulo the "
            "GPU count; on several ranks every parallelism, its transfers staged through host "
            "memory, doc/gpu.md) or cpu_guarded (the CPU kernels on memory that host code may "
-           "not touch: a test that the trainer is ready for a device)."),
+           "not touch: a test that the trainer is ready for a device) or auto (cuda where rank 0 "
+           "sees a GPU and meshtrain is built with CUDA, else cpu, said in one line at start; "
+           "an AutoModel recipe's default)."),
     K_ENUM("distributed.collectives", distributed.collectives, collectives_enum, "auto",
            "How collectives on GPU memory travel: nccl (the tensor- and data-parallel ones "
            "on NCCL communicators, one per mesh group; needs one GPU per rank), mpi (MPI on "

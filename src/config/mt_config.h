@@ -34,7 +34,10 @@ typedef enum { MT_LR_COSINE, MT_LR_LINEAR, MT_LR_CONSTANT } mt_lr_decay_t;
 typedef enum { MT_DTYPE_FLOAT32, MT_DTYPE_BFLOAT16 } mt_dtype_t;
 /* Where the model computes: the CPU backend, the CUDA backend, or the CPU
  * kernels on guarded memory that host code may not touch (tests). */
-typedef enum { MT_DEVICE_CPU, MT_DEVICE_CUDA, MT_DEVICE_CPU_GUARDED } mt_device_t;
+/* AUTO (an AutoModel recipe's default) is resolved before validation by
+ * the apps (mt_config_resolve_device): cuda where the rank sees a GPU and
+ * the build has CUDA, else cpu. */
+typedef enum { MT_DEVICE_CPU, MT_DEVICE_CUDA, MT_DEVICE_CPU_GUARDED, MT_DEVICE_AUTO } mt_device_t;
 /* distributed.collectives: how collectives on device memory travel */
 typedef enum { MT_COLL_AUTO, MT_COLL_NCCL, MT_COLL_MPI } mt_collectives_t;
 typedef enum { MT_SAVE_HDF5, MT_SAVE_SAFETENSORS, MT_SAVE_TORCH_SAVE } mt_save_format_t;

@@ -22,3 +22,6 @@ check_PROGRAMS += tests/config/test_config_automodel
 tests_config_test_config_automodel_SOURCES = tests/config/test_config_automodel.c \
 	tests/harness/mt_test.h
 TESTS += tests/config/test_config_automodel
+# an AutoModel recipe trains on 2 ranks with AutoModel's meaning; refusals by the trainer
+TESTS += tests/config/recipe_train.sh
+EXTRA_DIST += tests/config/recipe_train.sh

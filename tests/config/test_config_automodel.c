@@ -63,7 +63,7 @@ static const row_t rows[] = {
      "checkpoint.enabled=true;distributed.mp_policy.param_dtype=bfloat16;distributed.mp_policy.reduce_dtype=float32;"
      "distributed.mp_policy.output_dtype=bfloat16;distributed.moe.ignore_router_for_ac=true;"
      "optimizer.decay_every_parameter=true;lr_scheduler.lr_decay_style=constant;optimizer.weight_decay=0.01;"
-     "optimizer.betas=0.9,0.999;rng.seed=42;distributed.pipeline.balanced_split=true", NULL, NULL},
+     "optimizer.betas=0.9,0.999;rng.seed=42;distributed.pipeline.balanced_split=true;distributed.device=auto", NULL, NULL},
     {"meshtrain defaults without recipe:", NOREC, 1, NULL,
      "checkpoint.enabled=false;distributed.mp_policy.param_dtype=float32;lr_scheduler.lr_decay_style=cosine;"
      "optimizer.decay_every_parameter=false", NULL, NULL},
@@ -299,7 +299,7 @@ static void resolved_reads_back(void)
         const char *d = strstr(text, "\ndistributed:\n");
         CHECK(d && d < mt && !memmem(d, (size_t)(mt - d), "device:", 7) &&
               !memmem(d, (size_t)(mt - d), "collectives:", 12), "device/collectives outside meshtrain:\n%s", text);
-        CHECK_CONTAINS(mt, "  distributed.device: cpu\n");
+        CHECK_CONTAINS(mt, "  distributed.device: auto\n");
     }
     mt_config_init(&b);
     CHECK(mt_config_load_string(&b, text, "resolved") == MT_OK, "reads back: %s", mt_error_message());

@@ -1,0 +1,92 @@
+#!/bin/sh
+# recipe_train.sh: an AutoModel recipe, scaled down, trains on 2 CPU ranks
+# with AutoModel's meaning (doc/automodel-recipes.md): device auto is said
+# in one line, the ignored keys in another, no lr_scheduler section keeps
+# the LR constant, checkpoints are on by default.  A Python-built dataset
+# and an epoch bound that comes before max_steps are refused by the trainer
+# with one message each, exit 1, on every rank.
+. "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
+[ -r "$data" ] || { echo "no $data: build it with make"; exit 99; }
+w=$workdir
+cat > "$w/recipe.yaml" <<EOT
+recipe: TrainFinetuneRecipeForNextTokenPrediction
+step_scheduler:
+  global_batch_size: 8
+  local_batch_size: 2
+  max_steps: 2
+  num_epochs: 1
+  ckpt_every_steps: 1000
+  gc_every_steps: 100
+dist_env:
+  backend: nccl
+  timeout_minutes: 1
+rng:
+  _target_: nemo_automodel.components.training.rng.StatefulRNG
+  seed: 1111
+  ranked: true
+model:
+  _target_: nemo_automodel.NeMoAutoModelForCausalLM.from_config
+  vocab_size: 258
+  hidden_size: 64
+  intermediate_size: 160
+  num_hidden_layers: 2
+  num_attention_heads: 4
+  num_key_value_heads: 2
+  torch_dtype: bfloat16
+distributed:
+  _target_: nemo_automodel.components.distributed.fsdp2.FSDP2Manager
+  dp_size: none
+  dp_replicate_size: 1
+  tp_size: 1
+  cp_size: null
+  sequence_parallel: false
+loss_fn:
+  _target_: nemo_automodel.components.loss.masked_ce.MaskedCrossEntropy
+dataset:
+  _target_: nemo_automodel.components.datasets.llm.nanogpt_dataset.NanogptDataset
+  file_pattern: $data
+  seq_len: 64
+dataloader:
+  _target_: torchdata.stateful_dataloader.StatefulDataLoader
+  shuffle: false
+optimizer:
+  _target_: torch.optim.AdamW
+  betas: [0.9, 0.999]
+  lr: 1.0e-3
+  weight_decay: 0.1
+checkpoint:
+  enabled: true
+  checkpoint_dir: $w/ckpt
+ci:
+  recipe_owner: nobody
+EOT
+expect_rc 0 np 2 "$bindir/meshtrain-dense" --config "$w/recipe.yaml" logging.metrics_file="$w/m.jsonl"
+all="$out
+$err"
+expect_in "$all" "distributed.device: auto is cpu" "the device, said once"
+expect_in "$all" "ignored (AutoModel keys that cannot change the numerics): " "the ignored line"
+expect_in "$all" "dist_env.backend" "dist_env.backend ignored"
+[ -d "$w/ckpt/step_00000002" ] || fail "checkpoint.enabled: the step-2 checkpoint is missing"
+n=$(grep -c '"step"' "$w/m.jsonl" 2>/dev/null)
+[ "$n" = 2 ] || fail "expected 2 steps in the metrics, got $n"
+# no lr_scheduler section: the LR stays optimizer.lr at every step
+lrs=$(python3 -c 'import json,sys; print(sorted({json.loads(l)["lr"] for l in open(sys.argv[1])}))' "$w/m.jsonl")
+[ "$lrs" = "[0.001]" ] || fail "constant LR without lr_scheduler: expected [0.001], got $lrs"
+
+# the trainer refuses a dataset built by Python code, in one message, exit 1
+sed 's#^  _target_: nemo_automodel.components.datasets.llm.nanogpt_dataset.NanogptDataset#  _target_: nemo_automodel.components.datasets.llm.squad.make_squad_dataset#' \
+    "$w/recipe.yaml" > "$w/squad.yaml"
+expect_rc 1 np 2 "$bindir/meshtrain-dense" --config "$w/squad.yaml" checkpoint.checkpoint_dir="$w/ck2"
+expect_in "$err" "dataset._target_ make_squad_dataset is built by Python code: convert the data with meshtrain-data" "Python dataset refused"
+[ -d "$w/ck2" ] && fail "a refused run wrote $w/ck2"
+# meshtrain-plan plans it (the plan does not depend on the data) and says so
+expect_rc 0 "$bindir/meshtrain-plan" --config "$w/squad.yaml" --world-size 2
+expect_in "$err" "training refuses it" "plan notes the data"
+
+# an epoch bound before max_steps: refused with the max_steps that says it
+expect_rc 1 np 2 "$bindir/meshtrain-dense" --config "$w/recipe.yaml" step_scheduler.max_steps=100000 \
+    checkpoint.checkpoint_dir="$w/ck3"
+expect_in "$err" "step_scheduler.num_epochs 1:" "epochs bind"
+expect_in "$err" "set step_scheduler.max_steps:" "the max_steps to write"
+echo "recipe_train.sh: $checks checks, $failures failed"
+[ "$failures" -eq 0 ]
