@@ -73,6 +73,33 @@ n=$(grep -c '"step"' "$w/m.jsonl" 2>/dev/null)
 lrs=$(python3 -c 'import json,sys; print(sorted({json.loads(l)["lr"] for l in open(sys.argv[1])}))' "$w/m.jsonl")
 [ "$lrs" = "[0.001]" ] || fail "constant LR without lr_scheduler: expected [0.001], got $lrs"
 
+# an lr_scheduler section: AutoModel's OptimizerParamScheduler, its
+# defaults (init_lr 0.1 lr, min_lr 0.01 lr), step s at its num_steps s - 1
+printf 'lr_scheduler:\n  lr_warmup_steps: 2\n  lr_decay_style: cosine\n' > "$w/lr.yaml"
+cat "$w/recipe.yaml" "$w/lr.yaml" > "$w/recipe-lr.yaml"
+expect_rc 0 np 2 "$bindir/meshtrain-dense" --config "$w/recipe-lr.yaml" step_scheduler.max_steps=6 \
+    checkpoint.enabled=false logging.metrics_file="$w/lr.jsonl"
+cat > "$w/lr.py" <<'EOT'
+import json, math, sys
+def automodel_lr(n, lr=1e-3, warm=2, decay=6):
+    init, lo = 0.1 * lr, 0.01 * lr
+    if warm > 0 and n <= warm:
+        return init + (lr - init) * n / warm
+    if n > decay:
+        return lo
+    r = (n - warm) / (decay - warm)
+    return lo + 0.5 * (math.cos(math.pi * r) + 1.0) * (lr - lo)
+got = {}
+for line in open(sys.argv[1]):
+    d = json.loads(line)
+    got[d["step"]] = d["lr"]
+bad = [(s, v, automodel_lr(s - 1)) for s, v in sorted(got.items())
+       if abs(v - automodel_lr(s - 1)) > 1e-9 * 1e-3]
+print("%d steps, %d differ %s" % (len(got), len(bad), bad))
+sys.exit(1 if bad or len(got) != 6 else 0)
+EOT
+expect_rc 0 python3 "$w/lr.py" "$w/lr.jsonl"
+
 # the trainer refuses a dataset built by Python code, in one message, exit 1
 sed 's#^  _target_: nemo_automodel.components.datasets.llm.nanogpt_dataset.NanogptDataset#  _target_: nemo_automodel.components.datasets.llm.squad.make_squad_dataset#' \
     "$w/recipe.yaml" > "$w/squad.yaml"
