@@ -40,75 +40,6 @@ typedef struct {
     "convert the data with meshtrain-data (doc/data.md) and set dataset.path to the "  \
     "token file"
 
-/* ---- helpers ---- */
-
-const yaml_node_t *mt_cfg_map_get(mt_parse_ctx_t *c, const yaml_node_t *map, const char *key)
-{
-    if (!map || map->type != YAML_MAPPING_NODE)
-        return NULL;
-    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
-         p++) {
-        yaml_node_t *k = yaml_document_get_node(c->doc, p->key);
-        if (k && k->type == YAML_SCALAR_NODE && strcmp((const char *)k->data.scalar.value, key) == 0)
-            return yaml_document_get_node(c->doc, p->value);
-    }
-    return NULL;
-}
-
-const char *mt_cfg_scalar(const yaml_node_t *n)
-{
-    return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : "";
-}
-
-/* The last dotted (or ':'-separated) component of a class path. */
-const char *mt_am_class_leaf(const char *s)
-{
-    const char *d = strrchr(s, '.'), *colon = strrchr(s, ':');
-    if (colon && (!d || colon > d))
-        d = colon;
-    return d ? d + 1 : s;
-}
-
-void mt_am_note_ignored(mt_config_t *cfg, const char *path)
-{
-    char *buf = cfg->automodel.ignored;
-    size_t n = strlen(buf), cap = sizeof cfg->automodel.ignored;
-    /* each path once */
-    for (const char *p = strstr(buf, path); p; p = strstr(p + 1, path)) {
-        size_t l = strlen(path);
-        if ((p == buf || p[-1] == ' ') && (p[l] == ',' || p[l] == '\0'))
-            return;
-    }
-    if (n + strlen(path) + 8 >= cap) {
-        if (n + 5 < cap && !strstr(buf, "..."))
-            strcat(buf, ", ...");
-        return;
-    }
-    snprintf(buf + n, cap - n, "%s%s", n ? ", " : "", path);
-}
-
-void mt_am_set_key(mt_parse_ctx_t *c, const char *mpath, const char *text, const yaml_node_t *n)
-{
-    int ki = mt_cfg_key_index(mpath);
-    if (ki < 0) {
-        mt_cfg_perr(c, n, "internal: no meshtrain key %s", mpath);
-        return;
-    }
-    mt_cfg_set_text(c, ki, text, n);
-}
-
-bool mt_am_key_given(const mt_config_t *cfg, const char *mpath)
-{
-    int ki = mt_cfg_key_index(mpath);
-    return ki >= 0 && cfg->key_origin[ki].kind != MT_ORIGIN_DEFAULT;
-}
-
-bool mt_am_truthy(const yaml_node_t *n)
-{
-    const char *s = mt_cfg_scalar(n);
-    return strcasecmp(s, "true") == 0 || strcasecmp(s, "yes") == 0 || strcasecmp(s, "on") == 0;
-}
-
 /* ---- conversions ---- */
 
 static void fn_dp_size(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *path, const char *arg)
@@ -678,10 +609,101 @@ void mt_am_recipe_defaults(mt_config_t *cfg)
 }
 
 
-/* Apply the rule for `path` (a refusal, for mt_am_first_reason). */
-void mt_am_apply_path(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *path)
+/* ---- the one reason a recipe cannot run ---- */
+
+typedef struct {
+    const char *needle;
+    const char *why;
+} am_kind_why_t;
+
+/* recipe classes and model classes, by a part of their name */
+static const am_kind_why_t am_unsupported[] = {
+    {"VLM", "vision-language models are not supported"},
+    {"ImageTextToText", "vision-language models are not supported"},
+    {"Multimodal", "multimodal models are not supported"},
+    {"Diffusion", "diffusion models are not supported"},
+    {"KnowledgeDistillation", "knowledge distillation is not supported"},
+    {"Distill", "knowledge distillation is not supported"},
+    {"Eagle", "speculative-decoding draft training is not supported"},
+    {"DFlash", "speculative-decoding draft training is not supported"},
+    {"DSpark", "speculative-decoding draft training is not supported"},
+    {"Domino", "speculative-decoding draft training is not supported"},
+    {"JetSpec", "speculative-decoding draft training is not supported"},
+    {"Vispec", "speculative-decoding draft training is not supported"},
+    {"Drafter", "speculative-decoding draft training is not supported"},
+    {"BiEncoder", "retrieval (embedding) models are not supported"},
+    {"CrossEncoder", "retrieval (embedding) models are not supported"},
+    {"Retriever", "retrieval (embedding) models are not supported"},
+    {"SequenceClassification", "sequence classification is not supported (meshtrain trains "
+                               "next-token prediction)"},
+    {"Seq2Seq", "encoder-decoder models are not supported"},
+    {"gpt2", "the GPT-2 builder is not supported; name a Hugging Face causal LM"},
+    {"transformers.AutoModel.", "a model without a language-model head is not supported"},
+};
+
+static const char *why_unsupported(const char *cls)
 {
-    const am_rule_t *r = rule_of(path);
-    if (r)
-        apply(c, r, vn, path);
+    for (size_t i = 0; i < sizeof am_unsupported / sizeof am_unsupported[0]; i++)
+        if (strstr(cls, am_unsupported[i].needle))
+            return am_unsupported[i].why;
+    return NULL;
 }
+
+/* top-level sections that only a recipe meshtrain cannot run has */
+static const am_kind_why_t am_sections[] = {
+    {"flow_matching", "diffusion models are not supported"},
+    {"vae", "diffusion models are not supported"},
+    {"dllm", "diffusion language models are not supported"},
+    {"teacher_model", "knowledge distillation is not supported"},
+    {"recipe_args", "speculative-decoding draft training is not supported"},
+    {"processor", "vision-language models are not supported"},
+};
+
+bool mt_am_first_reason(mt_parse_ctx_t *c, const yaml_node_t *root)
+{
+    const yaml_node_t *r = mt_cfg_map_get(c, root, "recipe");
+    if (r && r->type == YAML_MAPPING_NODE)
+        r = mt_cfg_map_get(c, r, "_target_");
+    if (r) {
+        const char *cls = mt_cfg_scalar(r), *leaf = mt_am_class_leaf(cls);
+        if (strcmp(leaf, "TrainFinetuneRecipeForNextTokenPrediction") != 0 &&
+            strcmp(leaf, "BenchmarkingRecipeForNextTokenPrediction") != 0) {
+            const char *why = why_unsupported(leaf);
+            mt_cfg_perr(c, r, "recipe %s: %s", leaf,
+                        why ? why : "is not a recipe meshtrain runs (it runs "
+                                    "TrainFinetuneRecipeForNextTokenPrediction)");
+            return true;
+        }
+    }
+    const yaml_node_t *model = mt_cfg_map_get(c, root, "model");
+    const yaml_node_t *mt = mt_cfg_map_get(c, model, "_target_");
+    if (mt) {
+        const char *cls = mt_cfg_scalar(mt);
+        const char *why = why_unsupported(cls);
+        if (!why && !strstr(cls, "ForCausalLM"))
+            why = "is not a causal language model class (NeMoAutoModelForCausalLM)";
+        if (why) {
+            mt_cfg_perr(c, mt, "model %s: %s", mt_am_class_leaf(cls) == cls ? cls : cls, why);
+            return true;
+        }
+    }
+    for (size_t i = 0; i < sizeof am_sections / sizeof am_sections[0]; i++) {
+        const yaml_node_t *s = mt_cfg_map_get(c, root, am_sections[i].needle);
+        if (s) {
+            mt_cfg_perr(c, s, "%s: %s", am_sections[i].needle, am_sections[i].why);
+            return true;
+        }
+    }
+    static const char *features[] = {"peft", "fp8", "quantization", "qat", "freeze_config",
+                                     "kd_loss_fn"};
+    for (size_t i = 0; i < sizeof features / sizeof features[0]; i++) {
+        const yaml_node_t *s = mt_cfg_map_get(c, root, features[i]);
+        if (s && !mt_cfg_null_node(s) &&
+            !(strcmp(features[i], "fp8") == 0 && !mt_am_truthy(mt_cfg_map_get(c, s, "enabled")))) {
+            apply(c, rule_of(features[i]), s, features[i]);
+            return true;
+        }
+    }
+    return false;
+}
+

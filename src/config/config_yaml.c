@@ -511,7 +511,9 @@ static void walk_mapping(parse_ctx_t *c, const yaml_node_t *map, const char *pre
     }
 }
 
-void mt_cfg_perr(mt_parse_ctx_t *c, const yaml_node_t *n, const char *fmt, ...)
+static void yaml_perr(mt_parse_ctx_t *c, const yaml_node_t *n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void yaml_perr(mt_parse_ctx_t *c, const yaml_node_t *n, const char *fmt, ...)
 {
     char loc[MT_PATH_MAX + 64], msg[1024];
     va_list ap;
@@ -521,8 +523,9 @@ void mt_cfg_perr(mt_parse_ctx_t *c, const yaml_node_t *n, const char *fmt, ...)
     loc_of(c, n, loc, sizeof loc);
     mt_diag_add(c->diag, "%s%s", loc, msg);
 }
-void mt_cfg_set_node(mt_parse_ctx_t *c, int ki, const yaml_node_t *n) { set_value(c, ki, n); }
-bool mt_cfg_null_node(const yaml_node_t *n) { return is_null_scalar(n); }
+static void yaml_set_node(mt_parse_ctx_t *c, int ki, const yaml_node_t *n) { set_value(c, ki, n); }
+static void yaml_set_text(mt_parse_ctx_t *c, int ki, const char *text, const yaml_node_t *n);
+static const mt_parse_ops_t yaml_ops = {yaml_perr, yaml_set_node, yaml_set_text};
 
 /* ------------------------------------------------------------------ */
 /* entry points                                                         */
@@ -548,7 +551,7 @@ static mt_status_t load_yaml(mt_config_t *cfg, const unsigned char *text, size_t
         return s;
     }
     yaml_node_t *root = yaml_document_get_root_node(&doc);
-    parse_ctx_t c = {cfg, &doc, &diag, {MT_ORIGIN_FILE, 0, 0, 0}};
+    parse_ctx_t c = {cfg, &doc, &diag, {MT_ORIGIN_FILE, 0, 0, 0}, &yaml_ops};
     if (root == NULL || is_null_scalar(root)) {
         /* An empty file is all defaults. */
     } else if (root->type != YAML_MAPPING_NODE) {
@@ -630,13 +633,13 @@ static void set_from_text(parse_ctx_t *c, int ki, const char *value, yaml_parser
     yaml_document_delete(&doc);
 }
 
-void mt_cfg_set_text(mt_parse_ctx_t *c, int ki, const char *text, const yaml_node_t *n)
+static void yaml_set_text(mt_parse_ctx_t *c, int ki, const char *text, const yaml_node_t *n)
 {
     yaml_parser_t parser;
     yaml_document_t *saved = c->doc;
     bool ok = true;
     if (!yaml_parser_initialize(&parser)) {
-        mt_cfg_perr(c, n, "cannot initialise the YAML parser");
+        yaml_perr(c, n, "cannot initialise the YAML parser");
         return;
     }
     set_from_text(c, ki, text, &parser, &ok);
@@ -672,7 +675,7 @@ mt_status_t mt_config_override(mt_config_t *cfg, const char *assignment)
         snprintf(cfg->overrides[idx], sizeof cfg->overrides[idx], "%s", assignment);
         cfg->noverrides++;
     }
-    parse_ctx_t c = {cfg, NULL, &diag, {MT_ORIGIN_OVERRIDE, 0, 0, idx}};
+    parse_ctx_t c = {cfg, NULL, &diag, {MT_ORIGIN_OVERRIDE, 0, 0, idx}, &yaml_ops};
 
     const char *eq = strchr(assignment, '=');
     if (!eq || eq == assignment)
@@ -734,7 +737,7 @@ mt_status_t mt_config_override(mt_config_t *cfg, const char *assignment)
 mt_status_t mt_cfg_set_default(mt_config_t *cfg, const mt_cfg_key_t *k)
 {
     mt_diag_t diag = {{0}, 0};
-    parse_ctx_t c = {cfg, NULL, &diag, {MT_ORIGIN_DEFAULT, 0, 0, 0}};
+    parse_ctx_t c = {cfg, NULL, &diag, {MT_ORIGIN_DEFAULT, 0, 0, 0}, &yaml_ops};
     yaml_parser_t parser;
     bool ok = true;
     if (!yaml_parser_initialize(&parser))

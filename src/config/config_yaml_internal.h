@@ -8,21 +8,34 @@
 
 #include <yaml.h>
 
+struct mt_parse_ctx;
+
+/* What the parser (config_yaml.c) lends the AutoModel code through the
+ * context, so that neither calls the other's functions both ways. */
 typedef struct {
+    /* one diagnostic at node n ("FILE:LINE:COL: ...") */
+    void (*perr)(struct mt_parse_ctx *c, const yaml_node_t *n, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+    /* store node n into schema key ki, typed strictly, recording its origin */
+    void (*set_node)(struct mt_parse_ctx *c, int ki, const yaml_node_t *n);
+    /* store YAML text (as in an override) into key ki, the origin that of node n */
+    void (*set_text)(struct mt_parse_ctx *c, int ki, const char *text, const yaml_node_t *n);
+} mt_parse_ops_t;
+
+typedef struct mt_parse_ctx {
     mt_config_t *cfg;
     yaml_document_t *doc;
     mt_diag_t *diag;
     mt_origin_t origin; /* template: kind and override index */
+    const mt_parse_ops_t *ops;
 } mt_parse_ctx_t;
 
-/* One diagnostic at node n ("FILE:LINE:COL: ..."). */
-void mt_cfg_perr(mt_parse_ctx_t *c, const yaml_node_t *n, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-/* Store node n into schema key ki, typed strictly, recording its origin. */
-void mt_cfg_set_node(mt_parse_ctx_t *c, int ki, const yaml_node_t *n);
-/* Store YAML text (as in an override) into key ki, the origin that of node n. */
-void mt_cfg_set_text(mt_parse_ctx_t *c, int ki, const char *text, const yaml_node_t *n);
-bool mt_cfg_null_node(const yaml_node_t *n);
+#define mt_cfg_perr(c, ...) ((c)->ops->perr((c), __VA_ARGS__))
+#define mt_cfg_set_node(c, ki, n) ((c)->ops->set_node((c), (ki), (n)))
+#define mt_cfg_set_text(c, ki, t, n) ((c)->ops->set_text((c), (ki), (t), (n)))
+#define mt_cfg_null_node(n) (mt_cfg_null_scalar(n))
+/* null, ~, none or empty, plain (config_automodel_util.c) */
+bool mt_cfg_null_scalar(const yaml_node_t *n);
 /* The value of key `key` in mapping `map`, or NULL. */
 const yaml_node_t *mt_cfg_map_get(mt_parse_ctx_t *c, const yaml_node_t *map, const char *key);
 /* A scalar's text, or "" for anything else. */
@@ -46,13 +59,12 @@ void mt_am_finish(mt_parse_ctx_t *c, const yaml_node_t *root);
 /* AutoModel names directly under `prefix`, for "did you mean". */
 int mt_am_child_names(const char *prefix, const char **names, int cap);
 
-/* shared by config_automodel.c and config_automodel_recipe.c */
+/* config_automodel_util.c, shared by config_automodel*.c */
 const char *mt_am_class_leaf(const char *s);
 void mt_am_note_ignored(mt_config_t *cfg, const char *path);
 void mt_am_set_key(mt_parse_ctx_t *c, const char *mpath, const char *text, const yaml_node_t *n);
 bool mt_am_key_given(const mt_config_t *cfg, const char *mpath);
 bool mt_am_truthy(const yaml_node_t *n);
-void mt_am_apply_path(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *path);
 void mt_am_fn_dataset(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *path, const char *arg);
 
 #endif
