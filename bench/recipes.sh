@@ -55,7 +55,10 @@ while IFS= read -r f; do
         [ -n "$msg" ] && out=plans-data-refused
     else
         out=refused
-        msg=$(grep -v '^note:\|ignored (AutoModel\|^warning:\|is not valid for' "$tmp/err" | head -1)
+        grep -v '^note:\|ignored (AutoModel\|^warning:\|is not valid for\|^distributed.device: auto is' \
+            "$tmp/err" > "$tmp/why"
+        msg=$(head -1 "$tmp/why")
+        [ "$(grep -c . "$tmp/why")" -gt 3 ] && out=refused-over-3-lines
     fi
     # the message without file and line, for counting by reason
     reason=$(printf '%s' "$msg" | sed -E 's#^[^ ]*\.yaml:[0-9]+:[0-9]+: ##; s#^line [0-9]+: ##; s#(_target_ |model |recipe )[^ :]*#\1X#; s#[0-9]+#N#g' | cut -c1-110)

@@ -100,6 +100,50 @@ sys.exit(1 if bad or len(got) != 6 else 0)
 EOT
 expect_rc 0 python3 "$w/lr.py" "$w/lr.jsonl"
 
+# AutoModel decays every parameter: after one step with weight_decay 0.1
+# at lr 1e-3, the norm weights (ones at start) differ from a run that
+# exempts them by exactly lr x wd; every other tensor is the same (fp32
+# compute: the consolidated copy is in the compute dtype, and bf16 cannot
+# show 1e-4 next to 1)
+for d in true false; do
+    expect_rc 0 np 2 "$bindir/meshtrain-dense" --config "$w/recipe.yaml" step_scheduler.max_steps=1 \
+        distributed.mp_policy.param_dtype=float32 distributed.mp_policy.output_dtype=float32 \
+        checkpoint.checkpoint_dir="$w/wd-$d" checkpoint.save_consolidated=true \
+        optimizer.decay_every_parameter=$d logging.metrics_file="$w/wd-$d.jsonl"
+done
+cat > "$w/wd.py" <<'EOT'
+import glob, json, struct, sys
+def tensors(d):
+    out = {}
+    for f in glob.glob(d + "/step_00000001/model/consolidated/*.safetensors"):
+        raw = open(f, "rb").read()
+        n = struct.unpack("<Q", raw[:8])[0]
+        head = json.loads(raw[8:8 + n])
+        for k, v in head.items():
+            if k == "__metadata__":
+                continue
+            a, b = v["data_offsets"]
+            buf = raw[8 + n + a:8 + n + b]
+            if v["dtype"] == "F32":
+                out[k] = struct.unpack("<%df" % (len(buf) // 4), buf)
+            elif v["dtype"] == "BF16":
+                out[k] = [struct.unpack("<f", b"\0\0" + buf[i:i + 2])[0] for i in range(0, len(buf), 2)]
+    return out
+a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
+bad, norms = [], 0
+for k in sorted(a):
+    want = -1e-3 * 0.1 if k.endswith("norm.weight") else 0.0
+    norms += k.endswith("norm.weight")
+    worst = max(abs((x - y) - want) for x, y in zip(a[k], b[k])) if want else \
+        max(abs(x - y) for x, y in zip(a[k], b[k]))
+    if worst > 2e-6:
+        bad.append((k, worst))
+print("%d tensors, %d norm weights, differing: %s" % (len(a), norms, bad))
+sys.exit(1 if bad or not norms or set(a) != set(b) else 0)
+EOT
+expect_rc 0 python3 "$w/wd.py" "$w/wd-true" "$w/wd-false"
+echo "$out"
+
 # the trainer refuses a dataset built by Python code, in one message, exit 1
 sed 's#^  _target_: nemo_automodel.components.datasets.llm.nanogpt_dataset.NanogptDataset#  _target_: nemo_automodel.components.datasets.llm.squad.make_squad_dataset#' \
     "$w/recipe.yaml" > "$w/squad.yaml"
