@@ -482,7 +482,7 @@ static const am_rule_t am_rules[] = {
     /* packed_sequence: the packing itself is meshtrain-data's */
     IGN("packed_sequence.split_across_pack"), IGN("packed_sequence.max_packs"),
     IGN("packed_sequence.drop_long_samples"), IGN("packed_sequence.packing_ratio"),
-    IGN("packed_sequence.packing_strategy"),
+    IGN("packed_sequence.packing_strategy"), IGN("packed_sequence.num_proc"),
 };
 static const int am_nrules = (int)(sizeof am_rules / sizeof am_rules[0]);
 
@@ -704,6 +704,18 @@ bool mt_am_first_reason(mt_parse_ctx_t *c, const yaml_node_t *root)
             return true;
         }
     }
+    /* an optimizer meshtrain does not have, or multi-token prediction:
+     * their other keys would only repeat the reason */
+    int n0 = c->diag->count;
+    const yaml_node_t *ot = mt_cfg_map_get(c, mt_cfg_map_get(c, root, "optimizer"), "_target_");
+    if (ot)
+        fn_optimizer(c, ot, "optimizer._target_", NULL);
+    const yaml_node_t *mtp = mt_cfg_map_get(c, model, "num_nextn_predict_layers");
+    if (c->diag->count == n0 && mtp && !mt_cfg_null_node(mtp) && strcmp(mt_cfg_scalar(mtp), "0"))
+        apply(c, rule_of("model.num_nextn_predict_layers"), mtp, "model.num_nextn_predict_layers");
+    if (c->diag->count > n0)
+        return true;
+    c->cfg->automodel.optimizer = MT_AM_OPT_NONE; /* set again by the walk */
     return false;
 }
 
