@@ -144,6 +144,19 @@ EOT
 expect_rc 0 python3 "$w/wd.py" "$w/wd-true" "$w/wd-false"
 echo "$out"
 
+# an uneven pipeline split as AutoModel makes it (3 layers on 2 stages:
+# 2 and 1) trains as the 1-rank run does
+sed 's/^  num_hidden_layers: 2$/  num_hidden_layers: 3/' "$w/recipe.yaml" > "$w/pp.yaml"
+printf '  pp_size: 2\n  pipeline:\n    pp_schedule: 1F1B\n    pp_microbatch_size: 1\n' > "$w/pp.txt"
+sed '/^  sequence_parallel: false$/r '"$w/pp.txt" "$w/pp.yaml" > "$w/pp2.yaml"
+for n in 1 2; do
+    expect_rc 0 np $n "$bindir/meshtrain-dense" --config "$w/pp2.yaml" step_scheduler.max_steps=2 \
+        checkpoint.enabled=false logging.metrics_file="$w/pp$n.jsonl" \
+        distributed.mp_policy.param_dtype=float32 distributed.mp_policy.output_dtype=float32 \
+        $( [ $n = 1 ] && echo distributed.pp_size=1 )
+done
+compare_losses "$w/pp1.jsonl" "$w/pp2.jsonl" "uneven pp split against 1 rank"
+
 # the trainer refuses a dataset built by Python code, in one message, exit 1
 sed 's#^  _target_: nemo_automodel.components.datasets.llm.nanogpt_dataset.NanogptDataset#  _target_: nemo_automodel.components.datasets.llm.squad.make_squad_dataset#' \
     "$w/recipe.yaml" > "$w/squad.yaml"
