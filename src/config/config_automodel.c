@@ -415,6 +415,9 @@ static const am_rule_t am_rules[] = {
     IGN("model.force_hf"), IGN("model.cache_dir"), IGN("model.output_hidden_states"),
     IGN("model.text_config"), IGN("model.fuse_qkv_projections"),
     FN("model.backend", fn_model_backend, NULL),
+    FN("model.load_base_model", fn_must_be_true,
+       "for random weights of a named architecture write model.config: "
+       "{pretrained_model_name_or_path: NAME} (AutoModel's from_config)"),
     REF("model.checkpoint", "loading weights from a checkpoint file is not supported; name a "
                             "Hugging Face model in pretrained_model_name_or_path"),
     REF("model.transformer_engine_fp8", "FP8 training is not supported"),

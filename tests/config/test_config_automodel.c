@@ -129,6 +129,21 @@ static const row_t rows[] = {
      "checkpoint.save_consolidated=final", NULL, NULL},
     {"torch_save refused", HEAD "checkpoint:\n  save_consolidated: true\n  model_save_format: torch_save\n", 1,
      "torch_save", NULL, NULL, NULL},
+    {"load_base_model false refused", HEAD "  load_base_model: false\n", 1, "model.load_base_model: false is not supported: for random weights", NULL, NULL, NULL},
+    {"load_base_model true", HEAD "  load_base_model: true\n", 1, NULL, NULL, "model.load_base_model", NULL},
+    {"autocast bf16", NOREC "autocast:\n  enabled: true\n  dtype: bfloat16\n", 1, NULL,
+     "distributed.mp_policy.param_dtype=bfloat16", NULL, NULL},
+    {"FusedAdam remainders and fp32 state", HEAD "optimizer:\n  _target_: transformer_engine.pytorch.optimizers.FusedAdam\n"
+     "  master_weights: true\n  store_param_remainders: true\n  exp_avg_dtype: torch.float32\n", 1, NULL,
+     "@optimizer=3;optimizer.weight_decay=0", "optimizer.master_weights, optimizer.store_param_remainders, optimizer.exp_avg_dtype", NULL},
+    {"lm_head_precision float32", HEAD "distributed:\n  moe:\n    lm_head_precision: float32\n", 1, NULL,
+     "distributed.mp_policy.output_dtype=float32", NULL, NULL},
+    {"torch_save without consolidated copies", HEAD "checkpoint:\n  save_consolidated: false\n  model_save_format: torch_save\n", 1,
+     NULL, "checkpoint.model_save_format=hdf5", "torch_save (checkpoints are HDF5)", NULL},
+    {"meshtrain: section", HEAD "meshtrain:\n  distributed.device: cpu_guarded\n  logging.log_every_steps: 5\n", 1, NULL,
+     "distributed.device=cpu_guarded;logging.log_every_steps=5", NULL, NULL},
+    {"meshtrain: section typo", HEAD "meshtrain:\n  logging.log_every_step: 5\n", 1,
+     "meshtrain.logging.log_every_step: unknown meshtrain key; did you mean logging.log_every_steps?", NULL, NULL, NULL},
     /* ---- datasets ---- */
     {"python dataset: plan ok, training refuses", HEAD "dataset:\n  _target_: nemo_automodel.components.datasets.llm.squad.make_squad_dataset\n"
      "  dataset_name: rajpurkar/squad\n  seq_length: 512\ndataloader:\n  _target_: x.StatefulDataLoader\n  shuffle: true\n", 1, NULL,
