@@ -13,6 +13,12 @@
 #                sharding, and the ring's hidden transfers, at 2 and 4 ranks
 #   bench-load   a 1B bf16 model loaded by name (the trainer's loader) on 1
 #                and 2 ranks against cat of its files, warm page cache
+#   bench-data   meshtrain-data's MB/s on a generated JSON Lines corpus, plain
+#                and zstd, at 1 and 2 ranks
+#   bench-lora   LoRA against full fine-tuning of one model: memory per rank
+#                (measured and planned), peak RSS, step time
+#   bench-tokenizer  Hugging Face tokenizer encode MB/s on one core against
+#                tokenizers.js under node (Llama 3, Llama 2)
 #   bench-cuda-gemm, bench-cuda-attention (bench-gpu: both): the bf16
 #                cuBLASLt GEMM rate at Llama-1B shapes, and the attention
 #                kernels at the 1B shape (with CUDA; tests/gpu/run.sh)
@@ -30,7 +36,8 @@ bench_pmpi_count_la_LIBADD =
 CLEANFILES += bench/sgemm_rate$(EXEEXT) bench/comm_replay$(EXEEXT) bench/pmpi_count.la \
 	bench/bench_cp$(EXEEXT) bench/bench_load$(EXEEXT)
 EXTRA_DIST += bench/bench_dense.sh bench/torch_llama.py bench/dense.yaml bench/bench_comm.sh \
-	bench/bench_moe.sh bench/bench_pp.sh bench/bench_load.sh bench/bench_cuda_gemm.c bench/bench_cuda_attention.c
+	bench/bench_moe.sh bench/bench_pp.sh bench/bench_load.sh bench/bench_data.sh bench/bench_lora.sh \
+	bench/bench_tokenizer.sh bench/bench_cuda_gemm.c bench/bench_cuda_attention.c
 MT_BENCH_ENV = srcdir=$(srcdir) MPIEXEC='$(MPIEXEC)' MPIEXEC_NP='$(MPIEXEC_NP)'
 
 bench: bench-dense
@@ -48,10 +55,17 @@ bench-cp: bench/bench_cp$(EXEEXT)
 	$(MPIEXEC) $(MPIEXEC_NP) 4 bench/bench_cp$(EXEEXT) 4096
 bench-load: bench/bench_load$(EXEEXT)
 	$(MT_BENCH_ENV) $(SHELL) $(srcdir)/bench/bench_load.sh
+bench-data: apps/meshtrain-data$(EXEEXT)
+	$(MT_BENCH_ENV) $(SHELL) $(srcdir)/bench/bench_data.sh
+bench-lora: apps/meshtrain-dense$(EXEEXT) apps/meshtrain-ckpt$(EXEEXT) share/data/tiny-corpus.bin
+	$(MT_BENCH_ENV) $(SHELL) $(srcdir)/bench/bench_lora.sh
+bench-tokenizer: tests/tokenizer/tok_encode$(EXEEXT)
+	$(MT_BENCH_ENV) $(SHELL) $(srcdir)/bench/bench_tokenizer.sh
 clean-local: clean-bench
 clean-bench:
-	-rm -rf comm-bench moe-bench bench-load-cache
-.PHONY: bench bench-dense bench-comm bench-moe bench-pp bench-cp bench-load clean-bench
+	-rm -rf comm-bench moe-bench bench-load-cache bench-data lora-bench
+.PHONY: bench bench-dense bench-comm bench-moe bench-pp bench-cp bench-load bench-data bench-lora \
+	bench-tokenizer clean-bench
 
 if HAVE_CUDA
 EXTRA_PROGRAMS += bench/bench_cuda_gemm bench/bench_cuda_attention

@@ -7,6 +7,7 @@ dist_man1_MANS = \
 	doc/man/meshtrain-plan.1 \
 	doc/man/meshtrain-data.1 \
 	doc/man/meshtrain-ckpt.1 \
+	doc/man/meshtrain-generate.1 \
 	doc/man/meshtrain-plot.1
 dist_doc_DATA += README.md NEWS LICENSE \
 	doc/architecture.md \
@@ -15,11 +16,13 @@ dist_doc_DATA += README.md NEWS LICENSE \
 	doc/config-reference.md \
 	doc/context-parallel.md \
 	doc/data.md \
+	doc/generate.md \
 	doc/errors.md \
 	doc/gpu.md \
 	doc/hf-interchange.md \
 	doc/hf-models.md \
 	doc/hf-reference.md \
+	doc/lora.md \
 	doc/jobscripts.md \
 	doc/kernels.md \
 	doc/mesh.md \
@@ -31,6 +34,7 @@ dist_doc_DATA += README.md NEWS LICENSE \
 	doc/rope-scaling.md \
 	doc/testing.md \
 	doc/sliding-window.md \
+	doc/tokenizer.md \
 	doc/training.md \
 	doc/user-guide.md \
 	doc/validation.md

@@ -60,6 +60,12 @@ int mt_app_main(mt_app_kind_t app, int argc, char **argv);
 /* meshtrain-plan, with its streams, so tests can drive it. */
 int mt_plan_main(int argc, char **argv, FILE *out, FILE *err);
 
+/* meshtrain-generate (generate_cli.c): on comm, which must be one rank
+ * (several are refused); mt_generate_tool_main is the program, between
+ * MPI_Init and MPI_Finalize.  Exit codes: 0 ok, 1 error, 2 usage. */
+int mt_generate_main(MPI_Comm comm, int argc, char **argv, FILE *out, FILE *err);
+int mt_generate_tool_main(int argc, char **argv);
+
 #ifdef __cplusplus
 }
 #endif

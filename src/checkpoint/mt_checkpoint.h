@@ -75,6 +75,24 @@ mt_status_t mt_ckpt_save(MPI_Comm comm, const char *checkpoint_dir, const mt_ckp
  * what is missing or which hash differs.  Not collective. */
 mt_status_t mt_ckpt_verify(const char *step_dir);
 
+/* One run owns a checkpoint directory (checkpoint_lock.c): rank 0 holds
+ * checkpoint_dir/.lock (created if need be), whose mtime is the heartbeat;
+ * a live lock of another run is an error naming it, a stale one (a dead
+ * pid on this host, an earlier run of this job, or no heartbeat for
+ * stale_s) is taken over with a warning on `warn`.  Acquire is collective
+ * and agreed; beat and release are rank 0's (no-ops elsewhere). */
+typedef struct {
+    char path[MT_PATH_MAX + 8];
+    char token[40];
+    double stale_s, last_beat;
+    bool held;
+} mt_ckpt_lock_t;
+mt_status_t mt_ckpt_lock_acquire(MPI_Comm comm, const char *dir, double stale_s, FILE *warn,
+                                 mt_ckpt_lock_t *l);
+/* Touch the heartbeat, at most every stale_s / 10 seconds. */
+void mt_ckpt_lock_beat(mt_ckpt_lock_t *l);
+void mt_ckpt_lock_release(mt_ckpt_lock_t *l);
+
 /* Newest complete, verified step directory under checkpoint_dir into
  * out (cap bytes); *found = 0 if there is none.  Corrupt or partial ones
  * are skipped with a warning on `warn` (if not NULL).  Not collective. */
@@ -86,6 +104,10 @@ mt_status_t mt_ckpt_find_latest(const char *checkpoint_dir, char *out, size_t ca
  * hyperslab into t[i].data.  state may be NULL. */
 mt_status_t mt_ckpt_load(MPI_Comm comm, const char *step_dir, const mt_ckpt_tensor_t *t, int n,
                          mt_train_state_t *state);
+/* The same for a step directory that rank 0's mt_ckpt_find_latest has
+ * just verified: the files are hashed once, not twice. */
+mt_status_t mt_ckpt_load_found(MPI_Comm comm, const char *step_dir, const mt_ckpt_tensor_t *t,
+                               int n, mt_train_state_t *state);
 
 /* Read the stored config text (malloc'd into *yaml). Not collective. */
 mt_status_t mt_ckpt_read_config(const char *step_dir, char **yaml);

@@ -383,7 +383,6 @@ static const am_rule_t am_rules[] = {
     SEC("dist_env"), IGN("dist_env.backend"), IGN("dist_env.init_method"),
     FN("dist_env.timeout_minutes", fn_timeout, NULL),
     SEC("clip_grad_norm"), REN("clip_grad_norm.max_norm", "optimizer.max_grad_norm"),
-    REF("peft", "LoRA is not supported yet (deleting peft: would train every parameter)"),
     REF("fp8", "FP8 training is not supported"),
     REF("quantization", "quantized training is not supported"),
     REF("qat", "quantization-aware training is not supported"),
@@ -697,7 +696,7 @@ bool mt_am_first_reason(mt_parse_ctx_t *c, const yaml_node_t *root)
             return true;
         }
     }
-    static const char *features[] = {"peft", "fp8", "quantization", "qat", "freeze_config",
+    static const char *features[] = {"fp8", "quantization", "qat", "freeze_config",
                                      "kd_loss_fn"};
     for (size_t i = 0; i < sizeof features / sizeof features[0]; i++) {
         const yaml_node_t *s = mt_cfg_map_get(c, root, features[i]);

@@ -90,6 +90,17 @@ static void write_value(FILE *out, const mt_config_t *cfg, const mt_cfg_key_t *k
         fputc(']', out);
         break;
     }
+    case MT_T_STRING_LIST: {
+        const char (*v)[MT_PATH_MAX] = (const char (*)[MT_PATH_MAX])(base + k->offset);
+        int n = *(const int *)(base + k->count_offset);
+        fputc('[', out);
+        for (int i = 0; i < n; i++) {
+            fputs(i ? ", " : "", out);
+            write_string(out, v[i]);
+        }
+        fputc(']', out);
+        break;
+    }
     }
 }
 
@@ -205,8 +216,9 @@ void mt_config_write_yaml(const mt_config_t *cfg, FILE *out)
 {
     if (cfg->automodel.recipe) /* AutoModel's defaults on reading back, as on reading */
         fputs("recipe: TrainFinetuneRecipeForNextTokenPrediction\n", out);
-    for (int i = 0; i < mt_cfg_nsections; i++)
-        if (!strchr(mt_cfg_sections[i].path, '.') && !section_empty(cfg, mt_cfg_sections[i].path))
+    for (int i = 0; i < mt_cfg_nsections; i++) /* peft: only where it is on (present means on) */
+        if (!strchr(mt_cfg_sections[i].path, '.') && !section_empty(cfg, mt_cfg_sections[i].path) &&
+            (strcmp(mt_cfg_sections[i].path, "peft") != 0 || cfg->peft.enabled))
             write_section(out, cfg, mt_cfg_sections[i].path, 0);
     char buf[64];
     fmt_double((double)cfg->distributed.timeout_s / 60.0, buf, sizeof buf);

@@ -12,7 +12,8 @@ typedef enum {
     MT_T_BOOL,      /* bool */
     MT_T_STRING,    /* char[MT_PATH_MAX] */
     MT_T_ENUM,      /* int-sized enum */
-    MT_T_FLOAT_LIST /* double[MT_MAX_LIST] with an int count after it */
+    MT_T_FLOAT_LIST, /* double[MT_MAX_LIST] with an int count after it */
+    MT_T_STRING_LIST /* char[list_len][MT_PATH_MAX] with an int count after it */
 } mt_cfg_type_t;
 
 typedef struct {
@@ -25,8 +26,10 @@ typedef struct {
     const char *path;   /* full dotted path: "distributed.pipeline.pp_schedule" */
     mt_cfg_type_t type;
     size_t offset;      /* into mt_config_t */
-    size_t count_offset;/* MT_T_FLOAT_LIST: offset of the int count */
-    int list_len;       /* MT_T_FLOAT_LIST: required length */
+    size_t count_offset;/* MT_T_*_LIST: offset of the int count */
+    int list_len;       /* MT_T_FLOAT_LIST: required length; MT_T_STRING_LIST: the most;
+                         * MT_T_STRING: 1 when a list of strings is accepted too
+                         * (joined with commas) */
     const mt_cfg_enum_t *enums;
     const char *def;    /* default, as YAML text */
     int64_t min;        /* smallest allowed value for integers */
@@ -75,6 +78,9 @@ typedef struct {
 void mt_jout_put(mt_jout_t *o, const char *s, size_t n);
 void mt_jout_puts(mt_jout_t *o, const char *s);
 void mt_jout_string(mt_jout_t *o, const char *s); /* quoted and escaped */
+
+/* The peft: section's rules (config_peft.c); sets cfg->peft.enabled. */
+void mt_peft_validate(mt_config_t *cfg, mt_diag_t *d);
 
 /* Closest known name among `names` (n of them) to `word`, or NULL. */
 const char *mt_closest_name(const char *word, const char *const *names, int n);

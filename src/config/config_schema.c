@@ -40,6 +40,12 @@ static const mt_cfg_enum_t format_enum[] = {
     {"megatron", MT_DATA_MEGATRON, false},
     {NULL, 0, false}};
 
+static const mt_cfg_enum_t loss_mask_enum[] = {
+    {"auto", MT_LOSS_MASK_AUTO, false},
+    {"required", MT_LOSS_MASK_REQUIRED, false},
+    {"off", MT_LOSS_MASK_OFF, false},
+    {NULL, 0, false}};
+
 static const mt_cfg_enum_t decay_enum[] = {
     {"cosine", MT_LR_COSINE, false},
     {"linear", MT_LR_LINEAR, false},
@@ -113,6 +119,17 @@ static const mt_cfg_enum_t round_stages_enum[] = {
     {"down", 2, false},
     {NULL, 0, false}};
 
+static const mt_cfg_enum_t lora_dropout_enum[] = {
+    {"post", MT_LORA_DROPOUT_POST, false},
+    {"pre", MT_LORA_DROPOUT_PRE, false},
+    {NULL, 0, false}};
+
+static const mt_cfg_enum_t lora_init_enum[] = {
+    {"xavier", MT_LORA_INIT_XAVIER, false},
+    {"uniform", MT_LORA_INIT_UNIFORM, false},
+    {"kaiming", MT_LORA_INIT_UNIFORM, true},
+    {NULL, 0, false}};
+
 const mt_cfg_section_t mt_cfg_sections[] = {
     {"model", "The model, with Hugging Face config.json field names."},
     {"model.rope_scaling", "RoPE scaling, config.json's rope_scaling, with the meaning of "
@@ -132,6 +149,9 @@ const mt_cfg_section_t mt_cfg_sections[] = {
     {"logging", "Step log and metrics."},
     {"rng", "Random number generation."},
     {"training", "What the step loop does with a diverged step."},
+    {"peft", "LoRA fine-tuning, AutoModel's PeftConfig (doc/lora.md): present, it freezes "
+             "the base model and trains adapters on the matched linears. Needs "
+             "model.pretrained_model_name_or_path."},
 };
 const int mt_cfg_nsections = (int)(sizeof mt_cfg_sections / sizeof mt_cfg_sections[0]);
 
@@ -141,6 +161,8 @@ const int mt_cfg_nsections = (int)(sizeof mt_cfg_sections / sizeof mt_cfg_sectio
 #define K_FLT(p, m, d, doc) {p, MT_T_FLOAT, OFF(m), 0, 0, NULL, d, 0, 0, doc}
 #define K_BOOL(p, m, d, doc) {p, MT_T_BOOL, OFF(m), 0, 0, NULL, d, 0, 0, doc}
 #define K_STR(p, m, d, doc) {p, MT_T_STRING, OFF(m), 0, 0, NULL, d, 0, 0, doc}
+/* a string that a YAML list of strings also sets, joined with commas */
+#define K_STRL(p, m, d, doc) {p, MT_T_STRING, OFF(m), 0, 1, NULL, d, 0, 0, doc}
 #define K_ENUM(p, m, e, d, doc) {p, MT_T_ENUM, OFF(m), 0, 0, e, d, 0, 0, doc}
 
 const mt_cfg_key_t mt_cfg_keys[] = {
@@ -261,6 +283,19 @@ const mt_cfg_key_t mt_cfg_keys[] = {
     K_INT("dataset.seed", dataset.seed, "1234", 0, "Seed of the sample permutation."),
     K_STR("dataset.validation_path", dataset.validation_path, "\"\"",
           "Validation tokens, evaluated every step_scheduler.val_every_steps."),
+    {"dataset.paths", MT_T_STRING_LIST, OFF(dataset.paths), OFF(dataset.npaths),
+     MT_DATA_MAX_PATHS, NULL, "[]", 0, 0,
+     "Instead of path: token files concatenated in this order (documents never span files), "
+     "or a blend in AutoModel's zipped form [W1, P1, W2, P2, ...]: an item that reads as a "
+     "number is a weight (> 0), followed by one or more paths, the shards of that entry "
+     "(doc/data.md, Blends). At most 32 items."},
+    {"dataset.validation_paths", MT_T_STRING_LIST, OFF(dataset.validation_paths),
+     OFF(dataset.nvalidation_paths), MT_DATA_MAX_PATHS, NULL, "[]", 0, 0,
+     "Instead of validation_path: a list or blend as for paths, drawn in order."},
+    K_ENUM("dataset.loss_mask", dataset.loss_mask, loss_mask_enum, "auto",
+           "Per-token loss masks, PATH.lossmask beside each token file: auto uses them where "
+           "present (logged), required refuses a shard without one, off ignores them. A "
+           "target whose mask is 0 is left out of the loss (doc/data.md, Loss masks)."),
 
     /* packed_sequence */
     K_INT("packed_sequence.packed_sequence_size", packed_sequence.packed_sequence_size, "0", 0,
@@ -424,11 +459,27 @@ const mt_cfg_key_t mt_cfg_keys[] = {
            "format) is refused: meshtrain writes no pickles. hdf5 is accepted only with "
            "save_consolidated false: the checkpoint itself is always HDF5."),
 
+    K_FLT("checkpoint.lock_stale_s", checkpoint.lock_stale_s, "600.0",
+          "The run that writes checkpoint_dir holds checkpoint_dir/.lock and touches it as it "
+          "trains; another run's lock untouched this many seconds is stale and taken over "
+          "with a warning (a dead pid on the same host, or an earlier run of the same job, "
+          "is taken over at once). Make it longer than the longest step or save."),
+
     /* logging */
     K_STR("logging.metrics_file", logging.metrics_file, "metrics.jsonl",
           "One JSON object per step is appended here; empty disables it."),
     K_INT("logging.log_every_steps", logging.log_every_steps, "1", 1,
           "Print a step line every this many steps."),
+    K_INT("logging.sample_every_steps", logging.sample_every_steps, "0", 0,
+          "Print a greedy sample of the model on rank 0 after every this many steps (0: "
+          "never), as meshtrain-generate would write it. Needs the whole model on rank 0 (no "
+          "tp, pp, ep or FSDP sharding) on the CPU, and a tokenizer: the named "
+          "model's tokenizer.json, else the byte tokenizer for a vocabulary of at least 258."),
+    K_STR("logging.sample_prompt", logging.sample_prompt, "",
+          "The samples' prompt; empty: the tokenizer's BOS token, else its EOS (a document "
+          "start)."),
+    K_INT("logging.sample_tokens", logging.sample_tokens, "32", 1,
+          "Tokens each sample generates."),
 
     /* rng */
     K_INT("rng.seed", rng.seed, "42", 0,
@@ -443,6 +494,34 @@ const mt_cfg_key_t mt_cfg_keys[] = {
     K_INT("training.max_nonfinite_skips", training.max_nonfinite_skips, "3", 1,
           "With on_nonfinite: skip, the run ends with an error after this many consecutive "
           "skipped steps."),
+
+    /* peft */
+    K_STRL("peft.target_modules", peft.target_modules, "\"\"",
+          "Linears that get an adapter: a list (or comma-separated string) of patterns, each "
+          "a module's name (q_proj) or its full name, where * matches any characters "
+          "(*_proj, *.layers.0.*.q_proj). Every pattern must match some linear. Empty, with "
+          "exclude_modules empty and match_all_linear false: *_proj."),
+    K_STRL("peft.exclude_modules", peft.exclude_modules, "\"\"",
+          "Instead of target_modules (not with it): every linear but these patterns. "
+          "lm_head must be among them: LoRA on lm_head is not supported."),
+    K_BOOL("peft.match_all_linear", peft.match_all_linear, "false",
+           "Every linear, lm_head included: refused, LoRA on lm_head is not supported (use "
+           "target_modules: '*_proj')."),
+    K_INT("peft.dim", peft.dim, "8", 0, "The adapters' rank r; at least 1."),
+    K_FLT("peft.alpha", peft.alpha, "32.0", "The adapter output is scaled by alpha / dim."),
+    K_FLT("peft.dropout", peft.dropout, "0.0",
+          "Dropout probability in the adapter branch; only 0 is supported so far."),
+    K_ENUM("peft.dropout_position", peft.dropout_position, lora_dropout_enum, "post",
+           "Where the dropout goes: post (on the adapter's output) or pre (on its input)."),
+    K_ENUM("peft.lora_A_init", peft.lora_A_init, lora_init_enum, "xavier",
+           "lora_A's initial values, as AutoModel draws them: xavier is uniform on [0, 1) "
+           "(AutoModel's init_lora_weights), uniform (alias kaiming) is kaiming_uniform with "
+           "a = sqrt(5), uniform on +-1/sqrt(in_features). lora_B starts at zero."),
+    K_BOOL("peft.use_dora", peft.use_dora, "false", "DoRA: refused, not implemented."),
+    K_BOOL("peft.use_triton", peft.use_triton, "false",
+           "AutoModel's Triton kernels: accepted and ignored (the backend's GEMMs run)."),
+    K_STR("peft.lora_dtype", peft.lora_dtype, "\"\"",
+          "The adapters' dtype: empty or float32 (they train in float32)."),
 };
 const int mt_cfg_nkeys = (int)(sizeof mt_cfg_keys / sizeof mt_cfg_keys[0]);
 
@@ -485,6 +564,7 @@ const char *mt_cfg_type_name(const mt_cfg_key_t *k)
     case MT_T_STRING: return "string";
     case MT_T_ENUM: return "enum";
     case MT_T_FLOAT_LIST: return "list of numbers";
+    case MT_T_STRING_LIST: return "list of strings";
     }
     return "?";
 }

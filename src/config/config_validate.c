@@ -155,6 +155,9 @@ static void check_ranges(vctx_t *v)
     if (cfg->lr_scheduler.min_lr < 0 || cfg->lr_scheduler.min_lr > o->lr)
         verr(v, "lr_scheduler.min_lr", "must be in [0, optimizer.lr = %g], got %g", o->lr,
              cfg->lr_scheduler.min_lr);
+    if (!(cfg->checkpoint.lock_stale_s > 0 && cfg->checkpoint.lock_stale_s <= 1e9))
+        verr(v, "checkpoint.lock_stale_s", "must be a number of seconds in (0, 1e9], got %g",
+             cfg->checkpoint.lock_stale_s);
     if (cfg->checkpoint.keep_last_n == 1)
         verr(v, "checkpoint.keep_last_n",
              "must be 0 (keep all) or at least 2, got 1: the newest checkpoint may be "
@@ -572,6 +575,32 @@ static void check_sequence(vctx_t *v)
     }
 }
 
+/* ---- datasets: one spelling each, and well-formed blends ---- */
+static void check_paths(vctx_t *v, const char *key, const char (*items)[MT_PATH_MAX], int n,
+                        const char *single_key, const char *single)
+{
+    if (n == 0) /* an empty list is no list: a resolved config prints one */
+        return;
+    if (single[0])
+        verr(v, key, "is set together with %s: give one of them", single_key);
+    mt_blend_spec_t spec;
+    char why[MT_PATH_MAX + 200];
+    int bad = mt_blend_spec_parse(items, n, &spec, why, sizeof why);
+    if (bad >= n)
+        verr(v, key, "%s", why);
+    else if (bad >= 0)
+        verr(v, key, "item %d: %s", bad, why);
+}
+
+static void check_dataset(vctx_t *v)
+{
+    const mt_dataset_config_t *d = &v->cfg->dataset;
+    check_paths(v, "dataset.paths", (const char (*)[MT_PATH_MAX])d->paths, d->npaths,
+                "dataset.path", d->path);
+    check_paths(v, "dataset.validation_paths", (const char (*)[MT_PATH_MAX])d->validation_paths,
+                d->nvalidation_paths, "dataset.validation_path", d->validation_path);
+}
+
 /* ---- tensor parallel and batch ---- */
 static void check_tp_batch(vctx_t *v)
 {
@@ -645,6 +674,40 @@ static void check_topology(vctx_t *v, const int *node_of_rank)
             }
 }
 
+/* Training samples decode on rank 0 with its copy of the model
+ * (mt_decode.h): it must be whole there, every expert too, on the CPU,
+ * and the run must have a tokenizer.  Gathering a sharded model for them is not
+ * done: refused here, before training. */
+static void check_samples(vctx_t *v)
+{
+    const mt_config_t *c = v->cfg;
+    const char *k = "logging.sample_every_steps";
+    if (c->logging.sample_every_steps <= 0)
+        return;
+    /* the parameters FSDP shards (mt_fsdp_options_from_config): fsdp2 over
+     * dp_shard x cp, megatron_fsdp under zero 3 over dp x cp */
+    const mt_distributed_config_t *d = &c->distributed;
+    const bool fsdp = (d->strategy == MT_STRATEGY_FSDP2 && c->derived.dp_shard * d->cp_size > 1) ||
+                      (d->strategy == MT_STRATEGY_MEGATRON_FSDP && d->zero_dp_strategy >= 3 &&
+                       c->derived.dp_size * d->cp_size > 1);
+    if (c->distributed.tp_size > 1 || c->distributed.pp_size > 1 || fsdp)
+        verr(v, k, "samples need the whole model on rank 0; with tp_size %lld, pp_size %lld, "
+             "dp_shard %lld, cp_size %lld and strategy %s it is sharded (use strategy: ddp, "
+             "megatron_fsdp below zero 3, or meshtrain-generate on a checkpoint)", (long long)c->distributed.tp_size,
+             (long long)c->distributed.pp_size, (long long)c->derived.dp_shard,
+             (long long)c->distributed.cp_size, mt_strategy_name(c->distributed.strategy));
+    if (c->distributed.ep_size > 1)
+        verr(v, k, "samples need every expert on rank 0; ep_size %lld shards them",
+             (long long)c->distributed.ep_size);
+    if (c->distributed.device != MT_DEVICE_CPU)
+        verr(v, k, "samples run on the CPU backend only (distributed.device is %s)",
+             mt_device_name(c->distributed.device));
+    if (!c->model.pretrained_model_name_or_path[0] && c->model.vocab_size < 258)
+        verr(v, k, "no tokenizer for the samples: model.vocab_size %lld is below the byte "
+             "tokenizer's 258 and no model.pretrained_model_name_or_path names a "
+             "tokenizer.json", (long long)c->model.vocab_size);
+}
+
 static void warnings(const mt_config_t *cfg, FILE *warn)
 {
     if (!warn)
@@ -693,8 +756,11 @@ mt_status_t mt_config_validate(mt_config_t *cfg, mt_app_kind_t app, int64_t worl
     check_sizes(&v, world_size);
     check_pipeline(&v);
     check_sequence(&v);
+    check_dataset(&v);
     check_tp_batch(&v);
     check_topology(&v, node_of_rank);
+    check_samples(&v);
+    mt_peft_validate(cfg, &v.diag);
     if (v.diag.count)
         return mt_diag_finish(&v.diag, __FILE__, __LINE__);
     warnings(cfg, warn);

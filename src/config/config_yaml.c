@@ -143,6 +143,29 @@ static void enum_choices(const mt_cfg_enum_t *e, char *buf, size_t cap)
     }
 }
 
+/* A list of strings into dst, joined with commas (peft's module lists);
+ * an item with a comma would be ambiguous, so it is refused. */
+static void set_joined(parse_ctx_t *c, const mt_cfg_key_t *k, const yaml_node_t *n, char *dst)
+{
+    size_t len = 0;
+    dst[0] = '\0';
+    for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top;
+         it++) {
+        yaml_node_t *e = yaml_document_get_node(c->doc, *it);
+        const char *v = e && e->type == YAML_SCALAR_NODE && !is_null_scalar(e)
+                            ? (const char *)e->data.scalar.value : "";
+        char eg[300];
+        describe(e, eg, sizeof eg);
+        if (!v[0] || strchr(v, ',') || len + strlen(v) + 2 >= MT_PATH_MAX) {
+            PERR(c, e, "%s[%d]: expected a module name or pattern (no commas, %d characters in "
+                 "all), got %s", k->path, (int)(it - n->data.sequence.items.start),
+                 MT_PATH_MAX - 1, eg);
+            return;
+        }
+        len += (size_t)snprintf(dst + len, MT_PATH_MAX - len, "%s%s", len ? "," : "", v);
+    }
+}
+
 /* Store node into key k; report type errors. */
 static void set_value(parse_ctx_t *c, int ki, const yaml_node_t *n)
 {
@@ -196,6 +219,10 @@ static void set_value(parse_ctx_t *c, int ki, const yaml_node_t *n)
         char *dst = base + k->offset;
         if (!n || (is_null_scalar(n) && plain_scalar(n))) {
             dst[0] = '\0';
+            break;
+        }
+        if (n->type == YAML_SEQUENCE_NODE && k->list_len == 1) {
+            set_joined(c, k, n, dst);
             break;
         }
         if (!n || n->type != YAML_SCALAR_NODE) {
@@ -262,6 +289,30 @@ static void set_value(parse_ctx_t *c, int ki, const yaml_node_t *n)
             return;
         }
         memcpy(base + k->offset, vals, sizeof(double) * (size_t)cnt);
+        *(int *)(base + k->count_offset) = cnt;
+        break;
+    }
+    case MT_T_STRING_LIST: { /* kept as text: a blend's parser reads its weights */
+        char (*dst)[MT_PATH_MAX] = (char (*)[MT_PATH_MAX])(base + k->offset);
+        int cnt = 0;
+        if (!n || (n->type != YAML_SEQUENCE_NODE && !(is_null_scalar(n) && plain_scalar(n)))) {
+            PERR(c, n, "%s: expected a list of strings, got %s", k->path, got);
+            return;
+        }
+        yaml_node_item_t *it = n->type == YAML_SEQUENCE_NODE ? n->data.sequence.items.start : NULL;
+        for (; it && it < n->data.sequence.items.top; it++, cnt++) {
+            yaml_node_t *e = yaml_document_get_node(c->doc, *it);
+            char eg[300];
+            describe(e, eg, sizeof eg);
+            if (!e || e->type != YAML_SCALAR_NODE || (plain_scalar(e) && is_null_scalar(e)) ||
+                cnt >= k->list_len || strlen((const char *)e->data.scalar.value) >= MT_PATH_MAX) {
+                PERR(c, e, "%s[%d]: expected a string or a number of at most %d characters, "
+                     "as one of at most %d items, got %s", k->path, cnt, MT_PATH_MAX - 1,
+                     k->list_len, eg);
+                return;
+            }
+            strcpy(dst[cnt], (const char *)e->data.scalar.value);
+        }
         *(int *)(base + k->count_offset) = cnt;
         break;
     }
@@ -479,6 +530,8 @@ static void handle_pair(parse_ctx_t *c, const yaml_node_t *kn, const yaml_node_t
             return;
         }
         mark_origin(c, &c->cfg->section_origin[si], kn);
+        if (strcmp(path, "peft") == 0) /* present means on (config_peft.c) */
+            c->cfg->peft.enabled = true;
         walk_mapping(c, vn, path);
         return;
     }

@@ -137,14 +137,44 @@ static inline bool mt_model_qk_norm_whole(const mt_model_config_t *m)
     return m->qk_norm && m->architecture == MT_ARCH_OLMOE;
 }
 
+/* dataset.paths, dataset.validation_paths: at most this many items. */
+#define MT_DATA_MAX_PATHS 32
+/* dataset.loss_mask: PATH.lossmask files (doc/data.md "Loss masks") are
+ * used where present (auto), required of every shard, or ignored (off). */
+typedef enum { MT_LOSS_MASK_AUTO, MT_LOSS_MASK_REQUIRED, MT_LOSS_MASK_OFF } mt_loss_mask_t;
+
 typedef struct {
     char path[MT_PATH_MAX];
     char validation_path[MT_PATH_MAX];
+    /* token files concatenated, or a blend "W1, P1[, P1b...], W2, P2..."
+     * (items that read as numbers are weights: mt_blend_spec_parse) */
+    char paths[MT_DATA_MAX_PATHS][MT_PATH_MAX];
+    int npaths;
+    char validation_paths[MT_DATA_MAX_PATHS][MT_PATH_MAX];
+    int nvalidation_paths;
+    mt_loss_mask_t loss_mask;
     mt_data_format_t format;
     int64_t seq_length;
     bool shuffle;
     int64_t seed;
 } mt_dataset_config_t;
+
+/* A parsed dataset.paths list.  Without any number it is one entry of
+ * every path, concatenated (weight 1).  With numbers it is a Megatron /
+ * AutoModel zipped blend: each weight (finite, > 0) is followed by one or
+ * more paths, the shards of that entry, concatenated. */
+typedef struct {
+    int n;                              /* entries */
+    bool weighted;                      /* the list had weights */
+    double weight[MT_DATA_MAX_PATHS];   /* as written, not normalised */
+    int first[MT_DATA_MAX_PATHS + 1];   /* entry e: shard[first[e] .. first[e+1]-1] */
+    int shard[MT_DATA_MAX_PATHS];       /* item index of each shard */
+} mt_blend_spec_t;
+
+/* Parse items[0, n).  Returns -1, or the index of the item at fault (n
+ * for the list as a whole) with the reason in why. */
+int mt_blend_spec_parse(const char (*items)[MT_PATH_MAX], int n, mt_blend_spec_t *out, char *why,
+                        size_t cap);
 
 typedef struct {
     int64_t packed_sequence_size;
@@ -211,11 +241,16 @@ typedef struct {
     char resume[MT_PATH_MAX]; /* "auto", "none" or a path */
     int64_t keep_last_n;
     mt_save_format_t model_save_format;
+    double lock_stale_s; /* another run's lock without a heartbeat this long is stale */
 } mt_checkpoint_config_t;
 
 typedef struct {
     char metrics_file[MT_PATH_MAX];
     int64_t log_every_steps;
+    /* a greedy sample from sample_prompt every sample_every_steps (0: off)
+     * on rank 0, sample_tokens long (doc/generate.md) */
+    int64_t sample_every_steps, sample_tokens;
+    char sample_prompt[MT_PATH_MAX];
 } mt_logging_config_t;
 
 typedef struct {
@@ -245,6 +280,23 @@ typedef struct {
     char data_refusal[512]; /* why the trainer cannot read the dataset; "" = it can */
     char ignored[2048];   /* keys accepted that cannot change the numerics, noted once */
 } mt_automodel_t;
+
+/* peft: LoRA adapters on a frozen base (AutoModel's PeftConfig,
+ * doc/lora.md).  Module lists are comma-separated (a YAML list is joined). */
+typedef enum { MT_LORA_DROPOUT_POST, MT_LORA_DROPOUT_PRE } mt_lora_dropout_pos_t;
+typedef enum { MT_LORA_INIT_XAVIER, MT_LORA_INIT_UNIFORM } mt_lora_init_t;
+
+typedef struct {
+    bool enabled;             /* a peft: section (or a peft.* override) is present */
+    char target_modules[MT_PATH_MAX];
+    char exclude_modules[MT_PATH_MAX];
+    bool match_all_linear, use_dora, use_triton;
+    int64_t dim;
+    double alpha, dropout;
+    mt_lora_dropout_pos_t dropout_position;
+    mt_lora_init_t lora_A_init;
+    char lora_dtype[MT_PATH_MAX];
+} mt_peft_config_t;
 
 /* Where a key's value came from, for error messages. */
 typedef enum { MT_ORIGIN_DEFAULT = 0, MT_ORIGIN_FILE, MT_ORIGIN_OVERRIDE } mt_origin_kind_t;
@@ -290,6 +342,7 @@ typedef struct mt_config {
     mt_rng_config_t rng;
     mt_training_config_t training;
     mt_automodel_t automodel;
+    mt_peft_config_t peft;
 
     mt_derived_t derived;
     bool validated;
@@ -301,6 +354,10 @@ typedef struct mt_config {
     char overrides[8][256]; /* first overrides, for messages */
     int noverrides;
 } mt_config_t;
+
+/* Where key `path` was set: "FILE:LINE:COL", "override '...'" or
+ * "FILE (default)", for errors found after validation. */
+void mt_config_key_where(const mt_config_t *cfg, const char *path, char *buf, size_t cap);
 
 /* ---- lifecycle ---- */
 
@@ -345,6 +402,11 @@ size_t mt_dtype_size(mt_dtype_t d);
 const char *mt_app_kind_name(mt_app_kind_t k);
 const char *mt_arch_name(mt_arch_t a);          /* "LlamaForCausalLM", ... */
 const char *mt_rope_type_name(mt_rope_type_t t); /* "default", "llama3", ... */
+
+/* peft: whether LoRA goes on the linear named full_name (a Hugging Face
+ * module name, "model.layers.0.self_attn.q_proj"), by AutoModel's
+ * ModuleMatcher rules (doc/lora.md).  Needs no validated config. */
+bool mt_peft_matches(const mt_peft_config_t *p, const char *full_name);
 
 /* Levenshtein distance, used for "did you mean" suggestions. */
 int mt_edit_distance(const char *a, const char *b);

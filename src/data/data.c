@@ -395,6 +395,12 @@ void mt_dataset_close(mt_dataset_t *ds)
     for (int i = 0; i < 2; i++)
         if (ds->map[i])
             munmap(ds->map[i], ds->map_len[i]);
+    if (ds->mask_map)
+        munmap(ds->mask_map, ds->mask_len);
+    for (int i = 0; i < ds->n_parts; i++)
+        mt_dataset_close(&ds->parts[i]);
+    free(ds->parts);
+    free(ds->part_start);
     free(ds->doc_start);
     memset(ds, 0, sizeof *ds);
 }
@@ -402,6 +408,19 @@ void mt_dataset_close(mt_dataset_t *ds)
 void mt_dataset_read(const mt_dataset_t *ds, int64_t start, int64_t n, int32_t *out)
 {
     assert(start >= 0 && n >= 0 && start + n <= ds->n_tokens);
+    if (ds->n_parts > 0) { /* a concatenation: part by part */
+        int p = 0;
+        while (p + 1 < ds->n_parts && ds->part_start[p + 1] <= start)
+            p++;
+        while (n > 0) {
+            int64_t at = start - ds->part_start[p], k = ds->part_start[p + 1] - start;
+            if (k > n)
+                k = n;
+            mt_dataset_read(&ds->parts[p], at, k, out);
+            out += k, start += k, n -= k, p++;
+        }
+        return;
+    }
     if (ds->token_bytes == 2) {
         const unsigned char *p = (const unsigned char *)ds->tokens + 2 * start;
         for (int64_t i = 0; i < n; i++)
@@ -486,10 +505,25 @@ void mt_data_fill_batch(const mt_dataset_t *ds, const mt_sampler_t *s, int64_t s
     int64_t S = s->seq_len;
     assert(S > 0);
     int64_t first = mt_batch_first(step, global, dp_rank, dp_size, micro, local);
-    for (int64_t j = 0; j < local; j++) {
-        int64_t i = mt_sampler_index(s, first + j);
-        assert((i + 1) * S + 1 <= ds->n_tokens);
-        mt_dataset_read(ds, i * S, S, inputs + j * S);
-        mt_dataset_read(ds, i * S + 1, S, targets + j * S);
+    for (int64_t j = 0; j < local; j++)
+        mt_data_fill_sample(ds, mt_sampler_index(s, first + j), S, inputs + j * S,
+                            targets + j * S);
+}
+
+void mt_data_fill_sample(const mt_dataset_t *ds, int64_t i, int64_t S, int32_t *inputs,
+                         int32_t *targets)
+{
+    assert(i >= 0 && (i + 1) * S + 1 <= ds->n_tokens);
+    mt_dataset_read(ds, i * S, S, inputs);
+    mt_dataset_read(ds, i * S + 1, S, targets);
+    if (!ds->mask && ds->n_parts == 0)
+        return;
+    unsigned char m[512]; /* the targets' masks, a block at a time */
+    for (int64_t a = 0; a < S; a += (int64_t)sizeof m) {
+        int64_t k = S - a < (int64_t)sizeof m ? S - a : (int64_t)sizeof m;
+        mt_dataset_read_mask(ds, i * S + 1 + a, k, m);
+        for (int64_t t = 0; t < k; t++)
+            if (!m[t])
+                targets[a + t] = MT_IGNORE_INDEX;
     }
 }

@@ -1,18 +1,16 @@
-/* data_write.c: the byte-level tokenizer, the token-file writers and the
- * meshtrain-data tool (make token files from text, inspect token files).
+/* data_write.c: the byte-level tokenizer, the serial token-file writers
+ * (tests, small tools) and meshtrain-data --inspect.
  *
  * Files are written to PATH.tmp and renamed into place, so a failed or
  * interrupted run never leaves a partial file under the final name (make
  * would take it as up to date).  Fields are written as little-endian bytes
- * whatever the host.  Not here: reading and validation (data.c), and any
- * tokenizer other than bytes -- tokens from a BPE tokenizer come from other
- * tools in either format. */
+ * whatever the host.  Not here: reading and validation (data.c), and the
+ * parallel tokenize-and-write pipeline of meshtrain-data (data_par.c). */
 #include <config.h>
 
 #include "mt_data.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -175,161 +173,7 @@ mt_status_t mt_write_megatron(const char *prefix, const int32_t *tokens, int64_t
     return MT_OK;
 }
 
-/* ------------------------------------------------------------------ the tool */
-
-typedef enum { DOCS_PARAGRAPHS, DOCS_LINES, DOCS_FILE } doc_mode_t;
-
-/* Growing token and document-start arrays. */
-typedef struct {
-    int32_t *tok;
-    int64_t n, cap;
-    int64_t *start;
-    int64_t n_docs, cap_docs;
-} corpus_t;
-
-static int grow(void **p, int64_t *cap, int64_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 1;
-    int64_t c = *cap ? *cap : 1024;
-    while (c < need)
-        c *= 2;
-    void *q = realloc(*p, (size_t)c * elem);
-    if (!q)
-        return 0;
-    *p = q;
-    *cap = c;
-    return 1;
-}
-
-/* One document: its bytes, then EOD.  Empty documents are dropped. */
-static int add_doc(corpus_t *c, const unsigned char *p, size_t len)
-{
-    if (len == 0)
-        return 1;
-    if (!grow((void **)&c->tok, &c->cap, c->n + (int64_t)len + 1, sizeof *c->tok) ||
-        !grow((void **)&c->start, &c->cap_docs, c->n_docs + 2, sizeof *c->start))
-        return 0;
-    if (c->n_docs == 0)
-        c->start[0] = 0;
-    c->n += mt_tokenize_bytes(p, (int64_t)len, c->tok + c->n);
-    c->tok[c->n++] = MT_TOKEN_EOD;
-    c->start[++c->n_docs] = c->n;
-    return 1;
-}
-
-static int is_blank(const unsigned char *p, size_t len)
-{
-    for (size_t i = 0; i < len; i++)
-        if (p[i] != ' ' && p[i] != '\t' && p[i] != '\r' && p[i] != '\f' && p[i] != '\v')
-            return 0;
-    return 1;
-}
-
-/* Split text into documents.  lines: each non-blank line, without its
- * line break.  paragraphs: each run of non-blank lines, inner line breaks
- * kept, the last one dropped.  file: the bytes as they are. */
-static int add_text(corpus_t *c, const unsigned char *t, size_t len, doc_mode_t mode)
-{
-    if (mode == DOCS_FILE)
-        return add_doc(c, t, len);
-    size_t par = 0, par_end = 0; /* current paragraph [par, par_end) */
-    int in_par = 0;
-    for (size_t pos = 0; pos < len;) {
-        const unsigned char *nl = memchr(t + pos, '\n', len - pos);
-        size_t end = nl ? (size_t)(nl - t) : len; /* line [pos, end) */
-        size_t trim = end;
-        if (trim > pos && t[trim - 1] == '\r')
-            trim--;
-        int blank = is_blank(t + pos, end - pos);
-        if (mode == DOCS_LINES) {
-            if (!blank && !add_doc(c, t + pos, trim - pos))
-                return 0;
-        } else if (blank) {
-            if (in_par && !add_doc(c, t + par, par_end - par))
-                return 0;
-            in_par = 0;
-        } else {
-            if (!in_par)
-                par = pos;
-            in_par = 1;
-            par_end = trim;
-        }
-        pos = end + 1;
-    }
-    return !in_par || add_doc(c, t + par, par_end - par);
-}
-
-static unsigned char *read_all(const char *path, size_t *len, FILE *err)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(err, "meshtrain-data: %s: cannot open: %s\n", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0, got;
-    unsigned char *buf = malloc(cap);
-    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            unsigned char *b = realloc(buf, cap *= 2);
-            if (!b) {
-                free(buf);
-                buf = NULL;
-            }
-            buf = b;
-        }
-    }
-    int bad = !buf || ferror(f);
-    if (bad)
-        fprintf(err, "meshtrain-data: %s: %s\n", path, buf ? "read error" : "out of memory");
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
-
-/* PATH with ".val" before its extension: out.bin -> out.val.bin,
- * dir.d/out -> dir.d/out.val. */
-static void val_path(const char *path, char *out, size_t cap)
-{
-    const char *base = strrchr(path, '/');
-    base = base ? base + 1 : path;
-    const char *dot = strrchr(base, '.');
-    if (!dot || dot == base)
-        snprintf(out, cap, "%s.val", path);
-    else
-        snprintf(out, cap, "%.*s.val%s", (int)(dot - path), path, dot);
-}
-
-static int write_part(const char *path, int megatron, const corpus_t *c, int64_t d0, int64_t d1,
-                      FILE *out, FILE *err)
-{
-    int64_t t0 = c->start[d0], n = c->start[d1] - t0, nd = d1 - d0;
-    int64_t *starts = malloc(sizeof *starts * (size_t)(nd + 1));
-    if (!starts) {
-        fprintf(err, "meshtrain-data: out of memory\n");
-        return 1;
-    }
-    for (int64_t k = 0; k <= nd; k++)
-        starts[k] = c->start[d0 + k] - t0;
-    mt_status_t s = megatron ? mt_write_megatron(path, c->tok + t0, n, starts, nd)
-                             : mt_write_llmc(path, c->tok + t0, n);
-    free(starts);
-    if (s != MT_OK) {
-        fprintf(err, "meshtrain-data: %s\n", mt_error_message());
-        return 1;
-    }
-    if (megatron)
-        fprintf(out, "wrote %s.bin + %s.idx: Megatron-LM indexed dataset, ", path, path);
-    else
-        fprintf(out, "wrote %s: llm.c token file, ", path);
-    fprintf(out, "%lld tokens in %lld documents\n", (long long)n, (long long)nd);
-    return 0;
-}
+/* ------------------------------------------------------------------ inspect */
 
 static void put_token(FILE *out, int32_t t)
 {
@@ -351,7 +195,7 @@ static void put_token(FILE *out, int32_t t)
         fputc(t, out); /* UTF-8 bytes pass through and recombine */
 }
 
-static int inspect(const char *path, int64_t vocab, FILE *out, FILE *err)
+int mt_data_inspect(const char *path, int64_t vocab, FILE *out, FILE *err)
 {
     mt_dataset_t ds;
     mt_status_t s = mt_dataset_open(&ds, path, MT_DATA_AUTO, vocab);
@@ -394,170 +238,4 @@ static int inspect(const char *path, int64_t vocab, FILE *out, FILE *err)
     fprintf(out, "\"\n");
     mt_dataset_close(&ds);
     return 0;
-}
-
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: meshtrain-data --output PATH [--format llmc|megatron]\n"
-            "                      [--documents paragraphs|lines|file]\n"
-            "                      [--split-validation FRACTION] INPUT.txt...\n"
-            "       meshtrain-data --inspect PATH [--vocab-size N]\n"
-            "Tokenizes text with the byte-level tokenizer (ids 0..255 are bytes, %d ends each\n"
-            "document) into an llm.c token file PATH or a Megatron-LM dataset PATH.bin +\n"
-            "PATH.idx. Documents are paragraphs (split at blank lines, the default), lines,\n"
-            "or whole files. --split-validation writes the last FRACTION of the documents to\n"
-            "PATH with .val before its extension (out.bin -> out.val.bin). --inspect prints\n"
-            "a token file's format, counts, token range and first 64 tokens, checking every\n"
-            "token against N if given. Exit status: 0 ok, 1 error, 2 usage. See doc/data.md.\n",
-            MT_TOKEN_EOD);
-}
-
-static int usage_error(FILE *err, const char *what, const char *arg)
-{
-    fprintf(err, "meshtrain-data: %s%s%s%s\n", what, arg ? " '" : "", arg ? arg : "",
-            arg ? "'" : "");
-    usage(err);
-    return 2;
-}
-
-int mt_data_main(int argc, char **argv, FILE *out, FILE *err)
-{
-    const char *output = NULL, *inspect_path = NULL;
-    int megatron = 0, ninputs = 0;
-    doc_mode_t mode = DOCS_PARAGRAPHS;
-    double val_fraction = 0;
-    long long vocab = INT64_MAX;
-    char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
-    if (!inputs)
-        return 1;
-    int code = 2;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        char *end;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(out);
-            code = 0;
-            goto done;
-        } else if (!strcmp(a, "--version")) {
-            fprintf(out, "meshtrain-data (%s) %s\n", PACKAGE_NAME, PACKAGE_VERSION);
-            code = 0;
-            goto done;
-        } else if (!strcmp(a, "--output") && v) {
-            output = argv[++i];
-        } else if (!strcmp(a, "--inspect") && v) {
-            inspect_path = argv[++i];
-        } else if (!strcmp(a, "--format") && v) {
-            if (strcmp(v, "llmc") && strcmp(v, "megatron")) {
-                code = usage_error(err, "--format must be llmc or megatron, got", v);
-                goto done;
-            }
-            megatron = !strcmp(argv[++i], "megatron");
-        } else if (!strcmp(a, "--documents") && v) {
-            if (!strcmp(v, "paragraphs"))
-                mode = DOCS_PARAGRAPHS;
-            else if (!strcmp(v, "lines"))
-                mode = DOCS_LINES;
-            else if (!strcmp(v, "file"))
-                mode = DOCS_FILE;
-            else {
-                code = usage_error(err, "--documents must be paragraphs, lines or file, got", v);
-                goto done;
-            }
-            i++;
-        } else if (!strcmp(a, "--split-validation") && v) {
-            errno = 0;
-            val_fraction = strtod(argv[++i], &end);
-            if (errno || end == v || *end || !(val_fraction > 0 && val_fraction < 1)) {
-                code = usage_error(err, "--split-validation needs a fraction in (0, 1), got", v);
-                goto done;
-            }
-        } else if (!strcmp(a, "--vocab-size") && v) {
-            errno = 0;
-            vocab = strtoll(argv[++i], &end, 10);
-            if (errno || end == v || *end || vocab < 1) {
-                code = usage_error(err, "--vocab-size needs a positive integer, got", v);
-                goto done;
-            }
-        } else if (a[0] == '-' && a[1]) {
-            static const char *valued[] = {"--output", "--inspect", "--format", "--documents",
-                                           "--split-validation", "--vocab-size"};
-            const char *what = "unknown option";
-            for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
-                if (!strcmp(a, valued[k]))
-                    what = "missing value after";
-            code = usage_error(err, what, a);
-            goto done;
-        } else {
-            inputs[ninputs++] = argv[i];
-        }
-    }
-    if (inspect_path) {
-        if (output || ninputs) {
-            code = usage_error(err, "--inspect takes one token file and no --output or inputs",
-                               NULL);
-            goto done;
-        }
-        code = inspect(inspect_path, vocab, out, err);
-        goto done;
-    }
-    if (!output || !ninputs) {
-        code = usage_error(err, !output ? "--output PATH is required" : "no input files", NULL);
-        goto done;
-    }
-
-    code = 1;
-    corpus_t c = {0};
-    for (int k = 0; k < ninputs; k++) {
-        size_t len = 0;
-        unsigned char *text = read_all(inputs[k], &len, err);
-        if (!text)
-            goto free_corpus;
-        int ok = add_text(&c, text, len, mode);
-        free(text);
-        if (!ok) {
-            fprintf(err, "meshtrain-data: out of memory after %lld tokens\n", (long long)c.n);
-            goto free_corpus;
-        }
-    }
-    if (c.n_docs == 0) {
-        fprintf(err, "meshtrain-data: no documents: the input is empty or blank\n");
-        goto free_corpus;
-    }
-    /* Megatron output takes a prefix; accept PREFIX.bin or PREFIX.idx too. */
-    char target[MT_PATH_MAX], val[MT_PATH_MAX + 8];
-    size_t olen = strlen(output);
-    if (olen >= MT_PATH_MAX - 16) {
-        fprintf(err, "meshtrain-data: %s: path too long\n", output);
-        goto free_corpus;
-    }
-    if (megatron && olen > 4 &&
-        (!strcmp(output + olen - 4, ".bin") || !strcmp(output + olen - 4, ".idx")))
-        olen -= 4;
-    snprintf(target, sizeof target, "%.*s", (int)olen, output);
-
-    int64_t n_train = c.n_docs;
-    if (val_fraction > 0) {
-        if (c.n_docs < 2) {
-            fprintf(err, "meshtrain-data: --split-validation needs at least 2 documents, the "
-                    "input has %lld\n", (long long)c.n_docs);
-            goto free_corpus;
-        }
-        int64_t n_val = llround(val_fraction * (double)c.n_docs);
-        n_val = n_val < 1 ? 1 : n_val > c.n_docs - 1 ? c.n_docs - 1 : n_val;
-        n_train = c.n_docs - n_val;
-        if (megatron)
-            snprintf(val, sizeof val, "%s.val", target);
-        else
-            val_path(target, val, sizeof val);
-    }
-    if (write_part(target, megatron, &c, 0, n_train, out, err) == 0 &&
-        (n_train == c.n_docs || write_part(val, megatron, &c, n_train, c.n_docs, out, err) == 0))
-        code = 0;
-free_corpus:
-    free(c.tok);
-    free(c.start);
-done:
-    free(inputs);
-    return code;
 }

@@ -39,7 +39,7 @@ extern "C" {
 #define MT_TOKENIZER_VOCAB 258
 #define MT_IGNORE_INDEX (-100)
 
-typedef struct {
+typedef struct mt_dataset {
     char path[MT_PATH_MAX];   /* as given (llm.c file or Megatron prefix) */
     mt_data_format_t format;  /* resolved: MT_DATA_LLMC or MT_DATA_MEGATRON */
     int64_t n_tokens;
@@ -53,6 +53,16 @@ typedef struct {
     /* mappings (owned) */
     void *map[2];
     size_t map_len[2];
+    /* ---- loss masks and concatenations (data_mask.c) ---- */
+    const unsigned char *mask; /* n_tokens bytes, 0 or 1, into mask_map; NULL: none */
+    void *mask_map;
+    size_t mask_len;
+    char mask_path[MT_PATH_MAX + 16];
+    /* a concatenation (mt_dataset_concat): the parts, owned, in order;
+     * tokens and mask are then NULL and reads go to the parts */
+    int n_parts;
+    struct mt_dataset *parts;
+    int64_t *part_start;      /* [n_parts + 1]: first token of each part */
 } mt_dataset_t;
 
 /* Open, map and validate.  fmt MT_DATA_AUTO detects by magic: a file with
@@ -92,6 +102,37 @@ void mt_data_fill_batch(const mt_dataset_t *ds, const mt_sampler_t *s, int64_t s
                         int64_t global, int64_t dp_rank, int64_t dp_size, int64_t micro,
                         int64_t local, int32_t *inputs, int32_t *targets);
 
+/* Sample i of length S: inputs tokens[i*S, i*S+S), targets one token on,
+ * MT_IGNORE_INDEX where the loss mask is 0. */
+void mt_data_fill_sample(const mt_dataset_t *ds, int64_t i, int64_t S, int32_t *inputs,
+                         int32_t *targets);
+
+/* ---- loss masks and concatenations (data_mask.c) ----
+ *
+ * The loss mask of the token file at PATH is PATH.lossmask (a Megatron
+ * prefix P: P.lossmask): the magic "MTLMASK1", a little-endian uint64
+ * token count equal to the dataset's, then one byte per token, 0 or 1; the
+ * file is exactly 16 + n_tokens bytes.  mask[j] 0 leaves token j out of
+ * the loss where it is a target (the target becomes MT_IGNORE_INDEX). */
+
+/* The mask path of a dataset opened from path (into out, cap bytes). */
+void mt_dataset_mask_path(const mt_dataset_t *ds, char *out, size_t cap);
+
+/* Open and validate ds's mask by mode: AUTO when the file exists (*found
+ * tells), REQUIRED always (a missing file is an error), OFF never. */
+mt_status_t mt_dataset_open_mask(mt_dataset_t *ds, mt_loss_mask_t mode, bool *found);
+
+/* Masks of tokens [start, start+n): 1 where there is no mask. */
+void mt_dataset_read_mask(const mt_dataset_t *ds, int64_t start, int64_t n, unsigned char *out);
+
+/* ds: the n parts (opened; moved into ds, which owns and frees them)
+ * concatenated in order.  A part boundary is a document boundary.  Every
+ * part must have the same token width (mixing them mixes tokenizers). */
+mt_status_t mt_dataset_concat(mt_dataset_t *ds, mt_dataset_t *parts, int n);
+
+/* Parts holding a mask, of n_parts (1 for a plain dataset). */
+int mt_dataset_masked_parts(const mt_dataset_t *ds);
+
 /* ---- writing (meshtrain-data, tests) ---- */
 
 /* Byte-level tokenization: bytes are ids 0..255. Returns tokens written. */
@@ -103,8 +144,10 @@ mt_status_t mt_write_llmc(const char *path, const int32_t *tokens, int64_t n);
 mt_status_t mt_write_megatron(const char *prefix, const int32_t *tokens, int64_t n,
                               const int64_t *doc_start, int64_t n_docs);
 
-/* The whole meshtrain-data tool, with its streams, so tests can drive it. */
-int mt_data_main(int argc, char **argv, FILE *out, FILE *err);
+/* meshtrain-data --inspect: a token file's format, counts, token range
+ * and first 64 tokens, every token checked against vocab.  Returns the
+ * exit code (0 ok, 1 error, printed to err). */
+int mt_data_inspect(const char *path, int64_t vocab, FILE *out, FILE *err);
 
 #ifdef __cplusplus
 }

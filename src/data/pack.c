@@ -131,6 +131,16 @@ void mt_pack_fill_row(const mt_packing_t *pk, const mt_dataset_t *ds, int64_t r,
             pos[t + i] = (int32_t)i;
             doc_start[t + i] = (int32_t)t;
         }
+        /* the loss mask moves with its document: token i's target is token
+         * i + 1 of the same piece */
+        for (int64_t a = 1; a < n && (ds->mask || ds->n_parts > 0); a += 512) {
+            unsigned char m[512];
+            int64_t len = n - a < 512 ? n - a : 512;
+            mt_dataset_read_mask(ds, pk->seg_start[k] + a, len, m);
+            for (int64_t i = 0; i < len; i++)
+                if (!m[i])
+                    targets[t + a - 1 + i] = MT_IGNORE_INDEX;
+        }
         t += n;
     }
     /* padding: its own document, nothing to predict */

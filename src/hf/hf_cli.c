@@ -20,6 +20,12 @@ void mt_ckpt_hf_usage(FILE *o)
             "                 the /model tensors as a Hugging Face model: config.json and\n"
             "                 model.safetensors (shards and model.safetensors.index.json\n"
             "                 above SIZE, default 5GB); bfloat16 rounds to nearest even\n"
+            "       " PROG " export PATH --adapter -o DIR [--dtype float32|bfloat16]\n"
+            "                 a LoRA run's adapters (peft:) as a Hugging Face PEFT directory:\n"
+            "                 adapter_config.json and adapter_model.safetensors\n"
+            "       " PROG " export PATH --merge -o HF_DIR [--max-shard-size SIZE] [--dtype ...]\n"
+            "                 a LoRA run merged into its base (read again by name):\n"
+            "                 each adapted linear W + alpha/r B A\n"
             "       " PROG " import HF_DIR -o CHECKPOINT_DIR [--config CONFIG.yaml]\n"
             "                 a Hugging Face Llama or Qwen3 directory (config.json and\n"
             "                 safetensors in F32, BF16 or F16), or a hub id ORG/NAME in the\n"
@@ -46,6 +52,7 @@ int mt_ckpt_hf_main(MPI_Comm comm, int argc, char **argv, FILE *out, FILE *err)
     MPI_Comm_rank(comm, &rank);
     const char *cmd = NULL, *src = NULL, *dst = NULL, *config = NULL, *shard = NULL;
     const char *dtype = NULL;
+    int adapter = 0, merge = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has_value = i + 1 < argc;
@@ -66,6 +73,10 @@ int mt_ckpt_hf_main(MPI_Comm comm, int argc, char **argv, FILE *out, FILE *err)
             const char **slot = strcmp(a, "--config") == 0 ? &config
                                 : strcmp(a, "--dtype") == 0 ? &dtype : &shard;
             *slot = argv[++i];
+        } else if (strcmp(a, "--adapter") == 0) {
+            adapter = 1;
+        } else if (strcmp(a, "--merge") == 0) {
+            merge = 1;
         } else if (a[0] == '-' && a[1]) {
             return usage_error(rank, err, "unknown option '%s'", a);
         } else if (!cmd) {
@@ -85,6 +96,11 @@ int mt_ckpt_hf_main(MPI_Comm comm, int argc, char **argv, FILE *out, FILE *err)
         return usage_error(rank, err, "%s needs -o DIR", cmd);
     if (export && config)
         return usage_error(rank, err, "%s", "--config applies to import only");
+    if (adapter && (!export || shard || merge))
+        return usage_error(rank, err, "%s", "--adapter applies to export, without "
+                           "--max-shard-size or --merge");
+    if (merge && !export)
+        return usage_error(rank, err, "%s", "--merge applies to export");
     if (!export && (shard || dtype))
         return usage_error(rank, err, "%s", "--max-shard-size and --dtype apply to export only");
 
@@ -103,7 +119,12 @@ int mt_ckpt_hf_main(MPI_Comm comm, int argc, char **argv, FILE *out, FILE *err)
         if (rc != 0)
             return rc;
         MPI_Bcast(step, sizeof step, MPI_CHAR, 0, comm);
-        s = mt_hf_export(comm, step, dst, &o, rank == 0 ? out : NULL);
+        if (adapter)
+            s = mt_hf_export_adapter(comm, step, dst, o.bf16, rank == 0 ? out : NULL);
+        else if (merge)
+            s = mt_hf_export_merged(comm, step, dst, &o, rank == 0 ? out : NULL);
+        else
+            s = mt_hf_export(comm, step, dst, &o, rank == 0 ? out : NULL);
     } else {
         s = mt_hf_import(comm, src, dst, config, rank == 0 ? out : NULL);
     }

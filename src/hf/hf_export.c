@@ -428,12 +428,6 @@ mt_status_t mt_hf_write_weights(MPI_Comm comm, const char *dir, const mt_hf_plan
 
 /* ------------------------------------------------------------ export: rows from model.h5 */
 
-typedef struct {
-    mt_hf_rows_t base; /* first: the callback's argument is this */
-    mt_ckpt_h5_reader_t *rd;
-    float *buf;
-    size_t cap; /* floats */
-} h5_rows_t;
 
 /* This rank's rows [*lo, *lo + *count) of R rows over P ranks. */
 static void my_rows(int64_t R, int P, int r, int64_t *lo, int64_t *count)
@@ -442,10 +436,10 @@ static void my_rows(int64_t R, int P, int r, int64_t *lo, int64_t *count)
     *count = R * (r + 1) / P - *lo;
 }
 
-static mt_status_t h5_get(mt_hf_rows_t *base, MPI_Comm comm, const mt_hf_plan_t *p, int i,
-                          int64_t b[4], const float **v)
+mt_status_t mt_hf_h5_get(mt_hf_rows_t *base, MPI_Comm comm, const mt_hf_plan_t *p, int i,
+                         int64_t b[4], const float **v)
 {
-    h5_rows_t *r = (h5_rows_t *)base;
+    mt_hf_h5_rows_t *r = (mt_hf_h5_rows_t *)base;
     int rank, size;
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
@@ -514,7 +508,7 @@ mt_status_t mt_hf_export(MPI_Comm comm, const char *step_dir, const char *hf_dir
         s = prepare_dir(hf_dir);
     s = mt_agree(comm, s);
 
-    h5_rows_t src = {{h5_get}, NULL, NULL, 0};
+    mt_hf_h5_rows_t src = {{mt_hf_h5_get}, NULL, NULL, 0};
     if (s == MT_OK)
         s = mt_ckpt_h5_open(comm, file, &src.rd);
     if (s == MT_OK)

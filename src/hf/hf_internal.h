@@ -221,6 +221,19 @@ struct mt_hf_rows {
 mt_status_t mt_hf_write_weights(MPI_Comm comm, const char *dir, const mt_hf_plan_t *p,
                                 mt_hf_rows_t *src, FILE *out);
 
+/* A checkpoint's /model tensors as such a source (hf_export.c): tensor i
+ * of the plan is /model/<t[i].name> of the open model.h5, each rank
+ * reading an even share of its rows.  mt_hf_h5_get is its get. */
+typedef struct mt_ckpt_h5_reader mt_ckpt_h5_reader_t;
+typedef struct {
+    mt_hf_rows_t base; /* first: the callback's argument is this */
+    mt_ckpt_h5_reader_t *rd;
+    float *buf;
+    size_t cap; /* floats */
+} mt_hf_h5_rows_t;
+mt_status_t mt_hf_h5_get(mt_hf_rows_t *base, MPI_Comm comm, const mt_hf_plan_t *p, int i,
+                         int64_t b[4], const float **v);
+
 /* float32 to IEEE half, rounded to nearest even: overflow to infinity,
  * underflow through the subnormals to zero, NaN kept NaN (quiet) with
  * the top of its payload.  The writer's F16 encoding. */

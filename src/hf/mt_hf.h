@@ -41,6 +41,18 @@ typedef struct {
 mt_status_t mt_hf_export(MPI_Comm comm, const char *step_dir, const char *hf_dir,
                          const mt_hf_export_opts_t *opts, FILE *out);
 
+/* Collective.  The LoRA adapters of a peft: run's checkpoint step_dir as
+ * a Hugging Face PEFT directory (adapter_config.json and
+ * adapter_model.safetensors, float32 or with bf16 bfloat16; hf_peft.c). */
+mt_status_t mt_hf_export_adapter(MPI_Comm comm, const char *step_dir, const char *dir, bool bf16,
+                                 FILE *out);
+
+/* Collective.  The same checkpoint merged into its base (the model its
+ * config names, read again): a Hugging Face model directory as
+ * mt_hf_export writes, each adapted linear W + (alpha / r) B A. */
+mt_status_t mt_hf_export_merged(MPI_Comm comm, const char *step_dir, const char *dir,
+                                const mt_hf_export_opts_t *opts, FILE *out);
+
 /* Collective.  hf_dir: a directory or a hub id (mt_hf_resolve_name, at
  * main).  Reads its config.json and model.safetensors (or the shards of
  * model.safetensors.index.json) and writes

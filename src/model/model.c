@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "model_lora.h"
 #include "model_moe.h"
 #include "model_qknorm.h"
 #include "model_rope.h"
@@ -97,13 +98,17 @@ double mt_model_flops_per_token(const mt_model_t *m)
     for (int i = 0; i < m->nparams; i++)
         if (m->params[i].ndim == 2 && &m->params[i] != m->embed)
             mm += (double)m->params[i].numel;
-    if (m->tied && m->has_head)
-        mm += (double)(m->V * m->H); /* lm_head is a matmul even when tied */
+    double mf = 0; /* frozen (LoRA): forward and input gradient, no weight gradient */
+    for (int i = 0; i < m->nfrozen; i++)
+        if (m->frozen[i].ndim == 2 && &m->frozen[i] != m->embed)
+            mf += (double)m->frozen[i].numel;
+    if (m->tied && m->has_head) /* lm_head is a matmul even when tied */
+        *(m->lora ? &mf : &mm) += (double)(m->V * m->H);
     if (m->moe) /* the experts a token visits */
         mm += mt_moe_flops_per_token(m) / 6.0;
     /* attention's QK^T and PV over this rank's heads, nh * hd wide (the
      * biases are no matmuls: 1-D, left out above) */
-    return 6.0 * mm + 6.0 * (double)m->L * (double)m->T * (double)(m->nh * m->hd);
+    return 6.0 * mm + 4.0 * mf + 6.0 * (double)m->L * (double)m->T * (double)(m->nh * m->hd);
 }
 
 
@@ -281,14 +286,18 @@ static void column_backward(mt_model_t *m, int nw, float *const *dy, mt_param_t 
     for (int i = 0; i < nw; i++)
         m->be->matmul_f32out(acc, dy[i], w[i]->data, m->N, w[i]->shape[1], w[i]->shape[0],
                              false, false, i ? 1.0f : 0.0f);
+    for (int i = 0; i < nw; i++) /* the adapters (no sequence parallelism: kept is whole) */
+        if (w[i]->lora_a)
+            mt_lora_backward(m, acc, dy[i], kept, w[i]);
     if (m->bf16_storage)
         m->be->to_bf16((uint16_t *)m->dh, m->dh_acc, m->N * m->H);
     float *d;
     void *reduced = dnorm_start(m, m->dh, &d);
     tp_end(m, gathered);
     for (int i = 0; !defer && i < nw; i++) {
-        m->be->matmul_f32out(w[i]->grad, dy[i], in, w[i]->shape[0], w[i]->shape[1], m->N, true,
-                             false, 1.0f);
+        if (w[i]->grad)
+            m->be->matmul_f32out(w[i]->grad, dy[i], in, w[i]->shape[0], w[i]->shape[1], m->N,
+                                 true, false, 1.0f);
         bias_grad(m, b[i], dy[i]);
     }
     dnorm_finish(m, reduced, d, m->dres, true, norm->grad, x, norm->data, rstd);
@@ -352,15 +361,20 @@ static void linear(const mt_model_t *m, float *y, const float *x, const mt_param
     if (b)
         bias_rows(m, y, b, m->N, 0.0f);
     m->be->matmul(y, x, w->data, m->N, w->shape[0], w->shape[1], false, true, b ? 1.0f : 0.0f);
+    if (w->lora_a)
+        mt_lora_forward(m, y, x, w);
 }
 
 /* dx[N,in] (= or +=) dy[N,out] W; dW += dy^T x */
 static void linear_backward(const mt_model_t *m, float *dx, float beta_dx, const float *dy,
                             const float *x, const mt_param_t *w)
 {
-    m->be->matmul_f32out(w->grad, dy, x, w->shape[0], w->shape[1], m->N, true, false, 1.0f);
+    if (w->grad) /* NULL: frozen (LoRA), only the input gradient */
+        m->be->matmul_f32out(w->grad, dy, x, w->shape[0], w->shape[1], m->N, true, false, 1.0f);
     if (dx)
         m->be->matmul(dx, dy, w->data, m->N, w->shape[1], w->shape[0], false, false, beta_dx);
+    if (w->lora_a)
+        mt_lora_backward(m, dx, dy, x, w);
 }
 
 /* A MoE layer under TP: each TP rank routes its own N / tp tokens (rows
@@ -455,6 +469,8 @@ static void layer_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, 
         mt_model_round_out(m, a->att, N * m->nh * m->hd);
     }
     row_parallel_residual(m, a->x_mid, a->x, a->att, p->wo, p->bo); /* x_mid = x + o_proj(att) */
+    if (p->wo->lora_a)
+        mt_lora_forward_residual(m, a->x_mid, a->att, p->wo);
 
     if (p->router) { /* a MoE layer (model_moe.c): no gather, see moe_forward */
         be->rmsnorm_forward(a->h2, a->rstd2, a->x_mid, p->mlp_norm->data, m->Ns, m->H, m->eps);
@@ -470,6 +486,8 @@ static void layer_forward(const mt_model_t *m, int l, const mt_layer_acts_t *a, 
     be->swiglu_forward(a->a, a->g, a->u, N * m->I);
     mt_model_round_out(m, a->a, N * m->I);
     row_parallel_residual(m, x_out, a->x_mid, a->a, p->wdown, p->bdown);
+    if (p->wdown->lora_a)
+        mt_lora_forward_residual(m, x_out, a->a, p->wdown);
 }
 
 /* dst = src, n floats in the backend's memory */
@@ -665,8 +683,9 @@ static double head_pass(mt_model_t *m, const int32_t *host_targets, bool backwar
         if (!backward)
             continue;
         mt_model_round_out(m, m->logits, n * V); /* dlogits: written rounded by a rounding table */
-        /* dW += dl^T x */
-        be->matmul_f32out(m->lm_head->grad, m->logits, x, V, H, n, true, false, 1.0f);
+        /* dW += dl^T x (none for a frozen lm_head) */
+        if (m->lm_head->grad)
+            be->matmul_f32out(m->lm_head->grad, m->logits, x, V, H, n, true, false, 1.0f);
         be->matmul(mt_act_at(m, m->dh, c0 * H), m->logits, m->lm_head->data, n, H, V, false,
                    false, 0.0f);
     }
@@ -750,7 +769,8 @@ void mt_model_backward_chunk(mt_model_t *m, int c, const int32_t *tokens, bool d
     if (c == 0 && m->has_embed) {
         const int32_t *tok = shard_tokens(m, tokens);
         hook(m, 0, MT_UNIT_PRE_BACKWARD);
-        be->embedding_backward(m->embed->grad, whole_grad(m, m->dh), tok, m->N, m->H);
+        if (m->embed->grad) /* NULL: frozen */
+            be->embedding_backward(m->embed->grad, whole_grad(m, m->dh), tok, m->N, m->H);
         hook(m, 0, MT_UNIT_POST_BACKWARD);
     }
 }

@@ -8,6 +8,7 @@
  * are host memory. */
 #include "mt_model.h"
 
+#include "model_lora.h"
 #include "model_moe.h"
 #include "model_rope.h"
 #include "mt_bf16.h"
@@ -19,6 +20,10 @@
 typedef struct {
     mt_model_t *m;
     int64_t offset; /* running element offset into param/grad arenas */
+    /* LoRA: the base goes to m->frozen at its own running offset; only
+     * the adapters (add_lora) are parameters */
+    bool frozen;
+    int64_t foff;
 } builder_t;
 
 /* A parameter of logical shape [rows, cols] (cols 0: 1-D); this rank
@@ -27,7 +32,7 @@ static mt_param_t *add_param(builder_t *b, const char *name, int64_t rows, int64
                              bool norm, int tp_dim)
 {
     const mt_model_t *m = b->m;
-    mt_param_t *p = &b->m->params[b->m->nparams++];
+    mt_param_t *p = b->frozen ? &b->m->frozen[b->m->nfrozen++] : &b->m->params[b->m->nparams++];
     snprintf(p->name, sizeof p->name, "%s", name);
     p->full_shape[0] = rows;
     p->full_shape[1] = cols > 0 ? cols : 1;
@@ -44,9 +49,34 @@ static mt_param_t *add_param(builder_t *b, const char *name, int64_t rows, int64
     p->shape[1] = cols > 0 ? cols : 1;
     p->numel = rows * (cols > 0 ? cols : 1);
     p->is_norm = p->no_decay = norm;
-    p->offset = b->offset;
-    b->offset += p->numel;
+    int64_t *at = b->frozen ? &b->foff : &b->offset;
+    p->offset = *at;
+    *at += p->numel;
     return p;
+}
+
+/* LoRA on the frozen linear w when peft's target rules match it: lora_A
+ * [r, in] and lora_B [out, r], trainable, split under TP as Megatron
+ * splits them: a column-parallel w's A whole (each rank's gradient a
+ * partial sum, its part of the output rows) and B by rows; a
+ * row-parallel w's A by columns and B whole.  Decayed like any matrix
+ * (AutoModel hands the optimizer every trainable tensor). */
+static void add_lora(builder_t *b, const mt_config_t *cfg, mt_param_t *w)
+{
+    char name[MT_PARAM_NAME_MAX], mod[MT_PARAM_NAME_MAX];
+    size_t n = strlen(w->name) - strlen(".weight");
+    snprintf(mod, sizeof mod, "%.*s", (int)n, w->name);
+    if (!b->m->lora || !mt_peft_matches(&cfg->peft, mod))
+        return;
+    int64_t r = b->m->lora_r;
+    bool col = w->tp_dim == 0;
+    b->frozen = false;
+    snprintf(name, sizeof name, "%s.lora_A.weight", mod);
+    w->lora_a = add_param(b, name, r, w->full_shape[1], false, w->tp_dim == 1 ? 1 : -1);
+    w->lora_a->tp_partial_grad = b->m->tp > 1 && col;
+    snprintf(name, sizeof name, "%s.lora_B.weight", mod);
+    w->lora_b = add_param(b, name, w->full_shape[0], r, false, w->tp_dim == 0 ? 0 : -1);
+    b->frozen = true;
 }
 
 /* The bias of the linear just added (w), named as Hugging Face names it
@@ -334,6 +364,22 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
      * and the 7 biases */
     int maxp = 3 + 19 * (int)m->L;
     m->params = calloc((size_t)maxp, sizeof *m->params);
+    m->lora = cfg->peft.enabled;
+    if (m->lora) {
+        m->lora_r = cfg->peft.dim;
+        m->lora_scale = (float)(cfg->peft.alpha / (double)cfg->peft.dim);
+        m->lora_init = (int)cfg->peft.lora_A_init;
+        m->frozen = calloc((size_t)maxp, sizeof *m->frozen);
+        bool nyi = mc->num_experts > 0 || m->bf16_storage || m->sp || m->split_bw;
+        if (!m->frozen || nyi) {
+            mt_model_free(m);
+            if (nyi)
+                MT_FAIL(MT_ERR_UNSUPPORTED, "peft: LoRA on MoE models, with bf16 storage "
+                        "(MESHTRAIN_BF16_STORAGE=0 keeps float32), sequence parallelism or a "
+                        "split backward is not supported yet");
+            MT_FAIL(MT_ERR_NOMEM, "the frozen base's table");
+        }
+    }
     m->layers = calloc((size_t)(m->L > 0 ? m->L : 1), sizeof *m->layers);
     m->acts = calloc((size_t)(m->L > 0 ? m->L : 1), sizeof *m->acts);
     size_t tok_bytes = sizeof(int32_t) * (size_t)m->N;
@@ -364,7 +410,7 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
         return st;
     }
 
-    builder_t b = {m, 0};
+    builder_t b = {m, 0, m->lora, 0};
     bool qkv_bias = mt_model_qkv_bias(mc), o_bias = mt_model_o_bias(mc);
     int64_t H = m->H, Q = mc->num_attention_heads * m->hd;
     int64_t KV = mc->num_key_value_heads.value * m->hd, I = mc->intermediate_size;
@@ -373,10 +419,13 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
         m->embed = add_param(&b, "model.embed_tokens.weight", Vp, H, false, 0);
     for (int l = 0; l < m->L; l++) {
         mt_layer_params_t *p = &m->layers[l];
+        m->unit_lo[l + 1] = b.offset; /* the layer's unit starts here */
 #define LP(field, suffix, rows, cols, norm, tp_dim)                                   \
     do {                                                                                \
         snprintf(name, sizeof name, "model.layers.%d.%s", m->layer_id[l], suffix);     \
         p->field = add_param(&b, name, rows, cols, norm, tp_dim);                       \
+        if ((cols) > 0 && !(norm))                                                      \
+            add_lora(&b, cfg, p->field);                                                \
     } while (0)
 #define LB(field, weight, on)                                                         \
     do {                                                                                \
@@ -442,9 +491,8 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
     /* unit 0 the embedding, l + 1 layer l, L + 1 the head: empty where the
      * rank does not hold them */
     m->unit_lo[0] = 0;
-    for (int l = 0; l < m->L; l++)
-        m->unit_lo[l + 1] = m->layers[l].attn_norm->offset;
     m->unit_lo[m->L + 1] = head_lo;
+    m->frozen_numel = b.foff;
     m->unit_lo[m->L + 2] = m->numel;
 
     if (!(flags & MT_MODEL_NO_PARAM_ARENA)) /* bf16 storage: bf16 bits */
@@ -472,6 +520,13 @@ static mt_status_t model_init(mt_model_t *m, const mt_config_t *cfg, const mt_ba
         int64_t off = m->params[i].offset;
         m->params[i].data = m->param_mem ? mt_act_at(m, m->param_mem, off) : NULL;
         m->params[i].grad = m->grad_mem ? m->grad_mem + off : NULL;
+    }
+    if (m->lora && !(flags & MT_MODEL_NO_ACT_ARENA)) {
+        mt_status_t ls = mt_lora_alloc(m);
+        if (ls != MT_OK) {
+            mt_model_free(m);
+            return ls;
+        }
     }
     if (qkv_bias || o_bias || mc->mlp_bias) {
         m->ones = be->device_alloc(mt_act_bytes(m, m->N));
@@ -525,6 +580,7 @@ void mt_model_free(mt_model_t *m)
     free(m->chunk_lo);
     mt_moe_free(m);
     free(m->params);
+    free(m->frozen);
     free(m->layers);
     free(m->acts);
     free(m->unit_lo);
@@ -533,7 +589,7 @@ void mt_model_free(mt_model_t *m)
     if (m->be) { /* NULL: nothing of the backend's was allocated */
         void *dev[] = {m->pos,   m->tok_local, m->targets_dev, m->doc_mem,  m->ce_mx,
                        m->ce_z,  m->ce_ly,     m->param_mem,   m->grad_mem, m->act_mem,
-                       m->ones};
+                       m->ones,  m->frozen_mem,   m->lora_sink,   m->lora_z,   m->lora_u};
         for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
             m->be->device_free(dev[i]);
     }

@@ -7,6 +7,7 @@
  * ranges) and touches no activation. */
 #include "mt_model.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +36,27 @@ static void init_slice(const mt_model_t *m, const mt_param_t *p, uint64_t seed, 
     }
 }
 
+/* LoRA's lora_A, as AutoModel's init_lora_weights draws it: xavier is
+ * uniform on [0, 1) (torch.nn.init.uniform_), uniform is kaiming_uniform
+ * with a = sqrt(5), uniform on +-1/sqrt(in); element (r, c) of the
+ * logical tensor from uniform(seed, name, r * in + c) */
+static void init_lora_a(const mt_model_t *m, const mt_param_t *p, uint64_t seed, int64_t a,
+                        int64_t b, float *out)
+{
+    uint32_t stream = mt_rng_stream(p->name);
+    int64_t cols = p->shape[1], fcols = p->full_shape[1], off = p->tp_dim == 1 ? p->tp_off : 0;
+    double bound = 1.0 / sqrt((double)fcols);
+    for (int64_t e = a; e < b; e++) {
+        double u = mt_rng_uniform(seed, stream, (uint64_t)((e / cols) * fcols + off + e % cols));
+        out[e - a] = (float)(m->lora_init == MT_LORA_INIT_XAVIER ? u : bound * (2.0 * u - 1.0));
+    }
+}
+
+static bool name_has(const mt_param_t *p, const char *what)
+{
+    return strstr(p->name, what) != NULL;
+}
+
 void mt_model_init_range(const mt_model_t *m, uint64_t seed, int64_t lo, int64_t hi, float *dst)
 {
     for (int i = 0; i < m->nparams; i++) {
@@ -43,9 +65,13 @@ void mt_model_init_range(const mt_model_t *m, uint64_t seed, int64_t lo, int64_t
         if (n == 0)
             continue;
         float *out = dst + (a - lo);
-        if (p->is_norm || p->is_bias) {
-            for (int64_t j = 0; j < b - a; j++)
+        if (p->is_norm || p->is_bias || (m->lora && name_has(p, ".lora_B."))) {
+            for (int64_t j = 0; j < b - a; j++) /* lora_B zero: step 0 is the base */
                 out[j] = p->is_norm ? 1.0f : 0.0f;
+            continue;
+        }
+        if (m->lora && name_has(p, ".lora_A.")) {
+            init_lora_a(m, p, seed, a - p->offset, b - p->offset, out);
             continue;
         }
         init_slice(m, p, seed, a - p->offset, b - p->offset, out);
@@ -105,6 +131,12 @@ void mt_model_init_weights(mt_model_t *m, uint64_t seed)
 {
     if (m->param_mem) /* bf16 storage: the arena holds bf16 bits */
         init_to_device(m, seed, 0, m->numel, m->param_mem, m->bf16_storage);
+    if (m->frozen_mem) { /* LoRA's base, by the same rule (a run loads it over this) */
+        mt_model_t v = *m;
+        v.params = m->frozen, v.nparams = m->nfrozen, v.numel = m->frozen_numel;
+        v.lora = false;
+        init_to_device(&v, seed, 0, v.numel, m->frozen_mem, false);
+    }
     if (m->moe)
         mt_moe_init_weights(m, seed);
 }

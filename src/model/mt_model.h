@@ -23,7 +23,7 @@ extern "C" {
 
 #define MT_PARAM_NAME_MAX 96
 
-typedef struct {
+typedef struct mt_param {
     char name[MT_PARAM_NAME_MAX]; /* Hugging Face name */
     int ndim;
     int64_t shape[2];             /* PyTorch shape: [out, in] for linears */
@@ -44,6 +44,9 @@ typedef struct {
     bool tp_partial_grad;         /* whole on every TP rank, but each rank's
                                    * gradient covers only its heads (q_norm,
                                    * k_norm): to be summed over TP */
+    /* LoRA (peft:, model_lora.c): a frozen linear's adapters, lora_A [r,
+     * in] and lora_B [out, r] (trainable parameters), or NULL */
+    struct mt_param *lora_a, *lora_b;
 } mt_param_t;
 
 /* The model's tensor-parallel collectives (mt_model_t.tp_allreduce). */
@@ -303,6 +306,21 @@ typedef struct {
     void (*pos_max)(void *ctx, int32_t *max);
     void *pos_ctx;
     bool recomputing;    /* inside the activation-checkpointing recompute */
+    /* LoRA (peft:, model_lora.c, doc/lora.md): params are the adapters
+     * alone, in the units of the layers they adapt (the embedding and
+     * head units are empty), and the base is `frozen`: nfrozen
+     * parameters in frozen_mem (frozen_numel elements, no gradient), its
+     * matrices' grad NULL (their weight-gradient GEMMs are skipped), its
+     * 1-D tensors' grad the shared lora_sink that nothing reads (the norm
+     * kernels write one).  lora_z, lora_u [N, lora_r]: scratch. */
+    bool lora;
+    int64_t lora_r;
+    float lora_scale;    /* alpha / r */
+    int lora_init;       /* mt_lora_init_t */
+    mt_param_t *frozen;
+    int nfrozen;
+    int64_t frozen_numel;
+    float *frozen_mem, *lora_sink, *lora_z, *lora_u;
     /* Device wiring (doc/gpu.md): every buffer above that a kernel reads
      * or writes (arenas, pos, doc_start, rope's table, tok_local, ce_*,
      * and these) is backend memory (be->device_alloc) that host code reaches only

@@ -504,6 +504,31 @@ static void backward_buffers(const mt_config_t *cfg, const plan_ctx_t *c, double
     }
 }
 
+/* LoRA (peft:): the adapters' elements on a TP rank, per layer on average:
+ * a column-parallel linear's lora_A whole and lora_B split, a
+ * row-parallel one's the other way round (model_arena.c) */
+static double lora_per_layer(const mt_config_t *cfg)
+{
+    const mt_model_config_t *m = &cfg->model;
+    double tp = (double)cfg->distributed.tp_size, r = (double)cfg->peft.dim, n = 0;
+    double H = (double)m->hidden_size, I = (double)m->intermediate_size;
+    double Q = (double)(m->num_attention_heads * cfg->derived.head_dim);
+    double KV = (double)(m->num_key_value_heads.value * cfg->derived.head_dim);
+    static const char *const proj[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                       "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
+                                       "mlp.down_proj"};
+    const double out[7] = {Q, KV, KV, H, I, I, H}, in[7] = {H, H, H, Q, H, H, I};
+    const bool row[7] = {false, false, false, true, false, false, true};
+    char name[128];
+    for (int64_t l = 0; l < m->num_hidden_layers; l++)
+        for (int j = 0; j < 7; j++) {
+            snprintf(name, sizeof name, "model.layers.%lld.%s", (long long)l, proj[j]);
+            if (mt_peft_matches(&cfg->peft, name))
+                n += row[j] ? r * in[j] / tp + r * out[j] : r * in[j] + r * out[j] / tp;
+        }
+    return m->num_hidden_layers > 0 ? n / (double)m->num_hidden_layers : 0;
+}
+
 /* Pipeline rank r's estimate into *b. */
 static mt_status_t rank_bytes(const mt_config_t *cfg, const mt_plan_t *plan, const plan_ctx_t *c,
                               int64_t r, rank_bytes_t *b)
@@ -523,6 +548,15 @@ static mt_status_t rank_bytes(const mt_config_t *cfg, const mt_plan_t *plan, con
     /* experts keep a master copy unless fsdp shards them (train_moe.c) */
     double obytes_exp = 8 + (c->bf16 && !c->exp_sharded ? 4 : 0);
     b->optim = p_rank / c->fo * c->obytes + expert / c->e_shard * obytes_exp;
+    if (cfg->peft.enabled) { /* the frozen base whole on each data-parallel rank, no
+                              * gradient or optimizer state; the adapters train */
+        double unit = lora_per_layer(cfg), ad = unit * b->layers;
+        /* fsdp shards the adapters, with two layers' units gathered at a time */
+        double work = c->fsdp ? unit * (b->layers < 2 ? b->layers : 2) : 0;
+        b->params = p_rank * c->pbytes + (ad / c->fp + work) * 4.0;
+        b->grads = (ad / c->fg + work) * 4.0;
+        b->optim = ad / c->fo * 8.0;
+    }
     double tokens = micro_tokens(cfg);
     b->acts = layer_activations(cfg, c, r, b->layers, tokens, &b->nflight);
     ring_and_logits(cfg, c, r, tokens, &b->acts);

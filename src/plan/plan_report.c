@@ -79,6 +79,10 @@ void mt_plan_write_text(const mt_config_t *cfg, const mt_plan_t *plan, FILE *out
     human_count(plan->params_head, e, sizeof e);
     fprintf(out, "\nmodel\n  parameters           %s (embedding %s, %lld layers of %s, head %s)\n", a,
             b, (long long)cfg->model.num_hidden_layers, c, e);
+    if (cfg->peft.enabled)
+        fprintf(out, "  LoRA                 rank %lld, alpha %g: the base frozen (no gradients "
+                "or optimizer state), the adapters train (doc/lora.md)\n",
+                (long long)cfg->peft.dim, cfg->peft.alpha);
     if (dv->padded_vocab != cfg->model.vocab_size)
         fprintf(out, "  vocabulary           %lld padded to %lld for tp %lld\n",
                 (long long)cfg->model.vocab_size, (long long)dv->padded_vocab, (long long)d->tp_size);

@@ -1,60 +1,16 @@
-/* tokenizer.c: the tokenizer handle, the byte-level tokenizer, and the
- * growable buffers encode and decode fill. */
+/* tokenizer.c: the tokenizer handle: the byte-level tokenizer, and the
+ * Hugging Face one (tokenizer_hf_*.c) behind the same calls. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer_internal.h"
+#include "tokenizer_hf.h"
+
+mt_status_t hf_attach(const char *spec, mt_tokenizer_t *t); /* tokenizer_hf_config.c */
 
 /* The byte-level tokenizer's ids: bytes, then end-of-document and pad.
  * They match mt_data.h's MT_TOKEN_EOD and MT_TOKEN_PAD, which the token
  * files written before tokenizers existed use. */
 enum { BYTE_EOD = 256, BYTE_PAD = 257, BYTE_VOCAB = 258 };
-
-void mt_ids_free(mt_ids_t *ids)
-{
-    free(ids->v);
-    memset(ids, 0, sizeof *ids);
-}
-
-void mt_text_free(mt_text_t *t)
-{
-    free(t->s);
-    memset(t, 0, sizeof *t);
-}
-
-static mt_status_t grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return MT_OK;
-    size_t c = *cap ? *cap : 64;
-    while (c < need) {
-        if (c > SIZE_MAX / 2 / elem)
-            MT_FAIL(MT_ERR_NOMEM, "tokenizer: buffer of %zu elements is too large", need);
-        c *= 2;
-    }
-    void *q = realloc(*p, c * elem);
-    if (!q)
-        MT_FAIL(MT_ERR_NOMEM, "tokenizer: out of memory for %zu elements", c);
-    *p = q;
-    *cap = c;
-    return MT_OK;
-}
-
-mt_status_t mt_ids_push(mt_ids_t *ids, int32_t id)
-{
-    MT_TRY(grow((void **)&ids->v, &ids->cap, ids->n + 1, sizeof *ids->v));
-    ids->v[ids->n++] = id;
-    return MT_OK;
-}
-
-mt_status_t mt_text_append(mt_text_t *t, const char *s, size_t n)
-{
-    MT_TRY(grow((void **)&t->s, &t->cap, t->n + n + 1, 1));
-    memcpy(t->s + t->n, s, n);
-    t->n += n;
-    t->s[t->n] = '\0';
-    return MT_OK;
-}
 
 mt_status_t mt_tokenizer_load(const char *spec, mt_tokenizer_t **out)
 {
@@ -77,15 +33,20 @@ mt_status_t mt_tokenizer_load(const char *spec, mt_tokenizer_t **out)
         *out = t;
         return MT_OK;
     }
-    free(t);
-    MT_FAIL(MT_ERR_UNSUPPORTED,
-                   "%s: Hugging Face tokenizer.json files are not supported by this build", spec);
+    mt_status_t st = hf_attach(spec, t);
+    if (st != MT_OK) {
+        mt_tokenizer_free(t);
+        return st;
+    }
+    *out = t;
+    return MT_OK;
 }
 
 void mt_tokenizer_free(mt_tokenizer_t *t)
 {
     if (!t)
         return;
+    hf_free(t->hf);
     free(t->path);
     free(t->chat_template);
     free(t);
@@ -94,10 +55,11 @@ void mt_tokenizer_free(mt_tokenizer_t *t)
 mt_status_t mt_tokenizer_encode(const mt_tokenizer_t *t, const char *text, size_t len,
                                 bool add_special, mt_ids_t *ids)
 {
-    (void)add_special; /* the byte tokenizer has no template */
+    if (t->kind == MT_TOK_HF)
+        return hf_encode(t->hf, text, len, add_special, ids);
     if (t->kind != MT_TOK_BYTE)
         MT_FAIL(MT_ERR_INTERNAL, "tokenizer: unknown kind %d", (int)t->kind);
-    MT_TRY(grow((void **)&ids->v, &ids->cap, ids->n + len, sizeof *ids->v));
+    MT_TRY(mt_tok_grow((void **)&ids->v, &ids->cap, ids->n + len, sizeof *ids->v));
     for (size_t i = 0; i < len; i++)
         ids->v[ids->n++] = (unsigned char)text[i];
     return MT_OK;
@@ -106,9 +68,11 @@ mt_status_t mt_tokenizer_encode(const mt_tokenizer_t *t, const char *text, size_
 mt_status_t mt_tokenizer_decode(const mt_tokenizer_t *t, const int32_t *ids, size_t n,
                                 bool skip_special, mt_text_t *out)
 {
+    if (t->kind == MT_TOK_HF)
+        return hf_decode(t->hf, ids, n, skip_special, out);
     if (t->kind != MT_TOK_BYTE)
         MT_FAIL(MT_ERR_INTERNAL, "tokenizer: unknown kind %d", (int)t->kind);
-    MT_TRY(grow((void **)&out->s, &out->cap, out->n + n + 1, 1));
+    MT_TRY(mt_tok_grow((void **)&out->s, &out->cap, out->n + n + 1, 1));
     for (size_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= BYTE_VOCAB)
             MT_FAIL(MT_ERR_RANGE, "tokenizer: id %d at position %zu is outside the byte "
@@ -118,7 +82,7 @@ mt_status_t mt_tokenizer_decode(const mt_tokenizer_t *t, const int32_t *ids, siz
         else if (!skip_special) {
             const char *s = ids[i] == BYTE_EOD ? "<|eod|>" : "<|pad|>";
             MT_TRY(mt_text_append(out, s, strlen(s)));
-            MT_TRY(grow((void **)&out->s, &out->cap, out->n + (n - i) + 1, 1));
+            MT_TRY(mt_tok_grow((void **)&out->s, &out->cap, out->n + (n - i) + 1, 1));
         }
     }
     out->s[out->n] = '\0';
@@ -132,6 +96,8 @@ int64_t mt_tokenizer_vocab_size(const mt_tokenizer_t *t)
 
 int32_t mt_tokenizer_token_to_id(const mt_tokenizer_t *t, const char *token)
 {
+    if (t->kind == MT_TOK_HF)
+        return hf_token_to_id(t->hf, token);
     if (t->kind == MT_TOK_BYTE) {
         if (strcmp(token, "<|eod|>") == 0)
             return BYTE_EOD;
@@ -157,6 +123,8 @@ const char *mt_tokenizer_id_to_token(const mt_tokenizer_t *t, int32_t id)
 #undef B4
 #undef B1
     };
+    if (t->kind == MT_TOK_HF)
+        return id >= 0 && id < t->hf->ntok ? t->hf->tok[id] : NULL;
     if (t->kind != MT_TOK_BYTE || id < 0 || id >= BYTE_VOCAB)
         return NULL;
     if (id == BYTE_EOD)

@@ -18,4 +18,7 @@ struct mt_tokenizer {
     struct mt_hftok *hf;   /* MT_TOK_HF only */
 };
 
+/* Grow *p (of *cap elements of elem bytes) to hold need (tokenizer_buf.c). */
+mt_status_t mt_tok_grow(void **p, size_t *cap, size_t need, size_t elem);
+
 #endif

@@ -20,6 +20,8 @@
 #include "mt_comm.h"
 #include "mt_hf.h"
 #include "mt_plan.h"
+#include "train_sample.h"
+#include "train_lora.h"
 #include "train_setup.h"
 
 static volatile sig_atomic_t stop_signal;
@@ -57,17 +59,16 @@ static void fmt_hms(double s, char *buf, size_t cap)
 /* Mean loss over up to 64 batches of `rows` samples of the validation set,
  * in order (through the pipeline's stages, a microbatch at a time, when
  * there is one); tok and tgt hold rows samples. */
-static mt_status_t validation_loss(mt_model_t *m, mt_pp_exec_t *pipe, const mt_dataset_t *val,
+static mt_status_t validation_loss(mt_model_t *m, mt_pp_exec_t *pipe, const mt_blend_t *val,
                                    int64_t rows, int32_t *tok, int32_t *tgt, double *mean)
 {
-    mt_sampler_t vs = {mt_dataset_num_samples(val, m->T), m->T, false, 0};
-    int64_t batches = vs.num_samples / rows;
+    int64_t batches = mt_blend_num_samples(val) / rows;
     if (batches > 64)
         batches = 64;
     double sum = 0;
     int64_t count = 0;
     for (int64_t i = 0; i < batches; i++) {
-        mt_data_fill_batch(val, &vs, i, rows, 0, 1, 0, rows, tok, tgt);
+        mt_blend_fill_batch(val, i, rows, 0, 1, 0, rows, tok, tgt, NULL, NULL);
         for (int64_t j = 0; j < rows / m->B; j++) {
             int64_t c = 0;
             double l;
@@ -122,7 +123,6 @@ typedef struct {
     int64_t N;                /* tokens of a rank's micro-step, its part of each row
                                * under CP (the pipeline cuts it into microbatches) */
     int64_t accum, G, T;      /* micro-steps per step, global batch, full row length */
-    mt_sampler_t sampler;
     int64_t start, max_steps; /* the step resumed after, the last step */
     double peak, flops_tok;   /* MFU: peak GFLOP/s, FLOPs per token of the whole model */
     double t_run;             /* when the first step began */
@@ -146,9 +146,6 @@ static void loop_init(loop_t *lp, const mt_train_run_t *r, MPI_Comm comm, const 
     lp->dp_rank = mesh->group_rank[MT_GROUP_DP], lp->dp_size = mesh->group_size[MT_GROUP_DP];
     lp->N = r->rows * r->model.T, lp->accum = cfg->derived.grad_accum_steps;
     lp->G = cfg->step_scheduler.global_batch_size, lp->T = cfg->derived.seq_len;
-    lp->sampler = (mt_sampler_t){r->packed ? r->pack.rows
-                                           : mt_dataset_num_samples(&r->data, lp->T),
-                                 lp->T, cfg->dataset.shuffle, (uint64_t)cfg->dataset.seed};
     lp->max_steps = cfg->step_scheduler.max_steps;
 }
 
@@ -172,8 +169,13 @@ static mt_status_t build_run(mt_train_run_t *r, MPI_Comm comm, const mt_config_t
 static mt_status_t resume_run(mt_train_run_t *r, loop_t *lp, const mt_config_t *cfg)
 {
     MT_TRY(mt_train_resume(lp->comm, cfg, &r->ckpt, &lp->start, lp->out));
-    /* a model by name starts from its weights, unless a checkpoint was resumed */
-    if (!r->ckpt.resumed && cfg->model.pretrained_model_name_or_path[0])
+    /* a model by name starts from its weights, unless a checkpoint was
+     * resumed; LoRA's frozen base always does (the checkpoint holds the
+     * adapters) */
+    if (cfg->peft.enabled)
+        MT_TRY(mt_train_lora_load_base(lp->comm, cfg, &r->model,
+                                       r->staged ? r->device.be : NULL, lp->out));
+    else if (!r->ckpt.resumed && cfg->model.pretrained_model_name_or_path[0])
         MT_TRY(mt_hf_load_weights(lp->comm, &cfg->model, r->ckpt.t, r->ckpt.n, lp->out));
     if (r->mp.master) { /* loaded master weights: their bf16 copy */
         mt_train_mp_refresh(&r->mp);
@@ -261,6 +263,10 @@ static void install_signal_handlers(void)
 static mt_status_t begin_run(mt_train_run_t *r, loop_t *lp, const mt_config_t *cfg,
                              mt_train_result_t *res)
 {
+    if (cfg->checkpoint.enabled) /* before resume reads it: this run owns it */
+        MT_TRY(mt_ckpt_lock_acquire(lp->comm, cfg->checkpoint.checkpoint_dir,
+                                    cfg->checkpoint.lock_stale_s, lp->rank == 0 ? stderr : NULL,
+                                    &r->ckpt.lock));
     MT_TRY(resume_run(r, lp, cfg));
     res->resumed_from_step = lp->start > 0 || r->ckpt.resumed ? (int)lp->start : -1;
     res->last_step = lp->start;
@@ -281,16 +287,14 @@ static int64_t fill_batches(mt_train_run_t *r, const loop_t *lp, int64_t step)
     int64_t N = lp->N, G = lp->G, local_count = 0;
     for (int64_t u = 0; u < lp->accum; u++) {
         if (r->cp.size > 1)
-            mt_train_cp_fill(&r->cp, &r->data, r->packed ? &r->pack : NULL, &lp->sampler,
-                             step - 1, G, lp->dp_rank, lp->dp_size, u, r->tokens + u * N,
-                             r->targets + u * N, r->pos + u * N, r->docs + u * N);
-        else if (r->packed)
-            mt_pack_fill_batch(&r->pack, &r->data, &lp->sampler, step - 1, G, lp->dp_rank,
-                               lp->dp_size, u, r->rows, r->tokens + u * N, r->targets + u * N,
-                               r->pos + u * N, r->docs + u * N);
+            mt_train_cp_fill(&r->cp, &r->data, step - 1, G, lp->dp_rank, lp->dp_size, u,
+                             r->tokens + u * N, r->targets + u * N, r->pos + u * N,
+                             r->docs + u * N);
         else
-            mt_data_fill_batch(&r->data, &lp->sampler, step - 1, G, lp->dp_rank, lp->dp_size, u,
-                               r->rows, r->tokens + u * N, r->targets + u * N);
+            mt_blend_fill_batch(&r->data, step - 1, G, lp->dp_rank, lp->dp_size, u, r->rows,
+                                r->tokens + u * N, r->targets + u * N,
+                                r->packed ? r->pos + u * N : NULL,
+                                r->packed ? r->docs + u * N : NULL);
         for (int64_t i = 0; i < N; i++)
             local_count += r->targets[u * N + i] != MT_IGNORE_INDEX;
     }
@@ -549,6 +553,15 @@ static mt_status_t train_step(mt_train_run_t *r, loop_t *lp, const mt_config_t *
     MT_TRY(grad_norm(r, cfg, &f->gnorm));
     bool apply = true;
     MT_TRY(check_finite(r, lp, cfg, step, sum, f->gnorm, &apply));
+    if (count == 0 && apply) { /* every target masked: no mean to take, nothing to learn */
+        apply = false;
+        if (lp->rank == 0 && lp->out) {
+            fprintf(lp->out, "warning: step %lld: every target of the global batch is masked "
+                    "out (loss masks): no token to average over; update skipped\n",
+                    (long long)step);
+            fflush(lp->out);
+        }
+    }
     MT_TRY(update(r, cfg, step, f->gnorm, apply, &f->lr));
     MT_TRY(mt_train_moe_step_stats(&r->moe, &r->model));
     /* the objective: token-mean cross-entropy + coef x mean aux loss */
@@ -616,6 +629,7 @@ static void log_step(const mt_train_run_t *r, const loop_t *lp, const mt_config_
 static mt_status_t checkpoint_or_stop(mt_train_run_t *r, const loop_t *lp, const mt_config_t *cfg,
                                       int64_t step, bool *stop)
 {
+    mt_ckpt_lock_beat(&r->ckpt.lock);
     int mine = stop_signal != 0, any_stop = 0;
     MPI_Allreduce(&mine, &any_stop, 1, MPI_INT, MPI_MAX, lp->comm);
     *stop = any_stop != 0;
@@ -652,6 +666,8 @@ static mt_status_t run_steps(mt_train_run_t *r, loop_t *lp, const mt_config_t *c
         MT_TRY(train_step(r, lp, cfg, step, &f));
         MT_TRY(validate(r, cfg, step, &f.val));
         log_step(r, lp, cfg, step, &f);
+        if (lp->rank == 0) /* logging.sample_every_steps */
+            mt_train_sample(cfg, &r->model, step, lp->out);
         res->steps_done++, res->last_step = step, res->last_loss = f.loss;
         mt_train_device_profile_step(&r->device, res->steps_done);
         MT_TRY(checkpoint_or_stop(r, lp, cfg, step, &stop));

@@ -140,6 +140,7 @@ void mt_train_ckpt_stage(mt_train_ckpt_t *c, const mt_backend_t *be)
 
 void mt_train_ckpt_free(mt_train_ckpt_t *c)
 {
+    mt_ckpt_lock_release(&c->lock);
     mt_model_free(&c->whole);
     free(c->t);
     free(c->t_save);
@@ -173,6 +174,7 @@ mt_status_t mt_train_resume(MPI_Comm comm, const mt_config_t *cfg, mt_train_ckpt
     *start = 0;
     const char *mode = cfg->checkpoint.resume;
     char dir[MT_PATH_MAX + 64] = "";
+    bool found_here = false; /* found and verified by find_latest */
     if (mode[0] == '\0' || strcmp(mode, "none") == 0)
         return MT_OK;
     if (strcmp(mode, "auto") == 0) {
@@ -194,11 +196,13 @@ mt_status_t mt_train_resume(MPI_Comm comm, const mt_config_t *cfg, mt_train_ckpt
         if (!st[1])
             return MT_OK;
         MT_MPI_TRY(MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, comm));
+        found_here = true;
     } else {
         snprintf(dir, sizeof dir, "%s", mode);
     }
     mt_train_state_t state;
-    MT_TRY(mt_ckpt_load(comm, dir, c->t, c->n, &state));
+    MT_TRY(found_here ? mt_ckpt_load_found(comm, dir, c->t, c->n, &state)
+                      : mt_ckpt_load(comm, dir, c->t, c->n, &state));
     c->opt->step = state.step;
     c->resumed = 1;
     *start = state.step;

@@ -103,19 +103,15 @@ static void row_positions(mt_train_cp_t *cp)
         cp->pos[i] = (int32_t)(i % cp->T);
 }
 
-void mt_train_cp_fill(mt_train_cp_t *cp, const mt_dataset_t *ds, const mt_packing_t *pk,
-                      const mt_sampler_t *s, int64_t step, int64_t global, int64_t dp_rank,
-                      int64_t dp_size, int64_t micro, int32_t *tokens, int32_t *targets,
-                      int32_t *pos, int32_t *docs)
+void mt_train_cp_fill(mt_train_cp_t *cp, const mt_blend_t *data, int64_t step, int64_t global,
+                      int64_t dp_rank, int64_t dp_size, int64_t micro, int32_t *tokens,
+                      int32_t *targets, int32_t *pos, int32_t *docs)
 {
-    if (pk)
-        mt_pack_fill_batch(pk, ds, s, step, global, dp_rank, dp_size, micro, cp->B, cp->tokens,
-                           cp->targets, cp->pos, cp->docs);
-    else {
-        mt_data_fill_batch(ds, s, step, global, dp_rank, dp_size, micro, cp->B, cp->tokens,
-                           cp->targets);
+    bool pk = data->o.packed;
+    mt_blend_fill_batch(data, step, global, dp_rank, dp_size, micro, cp->B, cp->tokens,
+                        cp->targets, cp->pos, cp->docs);
+    if (!pk)
         row_positions(cp);
-    }
     keep_chunks(cp, cp->tokens, tokens);
     keep_chunks(cp, cp->targets, targets);
     keep_chunks(cp, cp->pos, pos);
@@ -124,18 +120,17 @@ void mt_train_cp_fill(mt_train_cp_t *cp, const mt_dataset_t *ds, const mt_packin
 }
 
 mt_status_t mt_train_cp_validation_loss(mt_train_cp_t *cp, mt_model_t *m, mt_pp_exec_t *pipe,
-                                        const mt_dataset_t *val, int32_t *tok, int32_t *tgt,
+                                        const mt_blend_t *val, int32_t *tok, int32_t *tgt,
                                         int32_t *pos, double *mean)
 {
-    mt_sampler_t vs = {mt_dataset_num_samples(val, cp->T), cp->T, false, 0};
-    int64_t batches = vs.num_samples / cp->B;
+    int64_t batches = mt_blend_num_samples(val) / cp->B;
     if (batches > 64)
         batches = 64;
     double sum[2] = {0, 0}, tot[2] = {0, 0}; /* loss sum, token count */
     row_positions(cp);
     keep_chunks(cp, cp->pos, pos);
     for (int64_t i = 0; i < batches; i++) {
-        mt_data_fill_batch(val, &vs, i, cp->B, 0, 1, 0, cp->B, cp->tokens, cp->targets);
+        mt_blend_fill_batch(val, i, cp->B, 0, 1, 0, cp->B, cp->tokens, cp->targets, NULL, NULL);
         keep_chunks(cp, cp->tokens, tok);
         keep_chunks(cp, cp->targets, tgt);
         /* the model's micro-batches: all cp->B rows, or a pipeline's

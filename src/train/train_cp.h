@@ -8,6 +8,7 @@
 #include <mpi.h>
 #include <stdint.h>
 
+#include "mt_blend.h"
 #include "mt_data.h"
 #include "mt_mesh.h"
 #include "mt_model.h"
@@ -33,21 +34,20 @@ mt_status_t mt_train_cp_init(mt_train_cp_t *cp, const mt_mesh_t *mesh, mt_model_
 void mt_train_cp_free(mt_train_cp_t *cp);
 
 /* One micro-batch for this rank under CP: the full rows of its dp rank
- * (packed when pk is not NULL), then this CP rank's chunks of tokens,
+ * (packed when the data is), then this CP rank's chunks of tokens,
  * targets and positions (global ones: restarting per document when
  * packed, 0..T-1 along the row otherwise) and, packed, doc_start (global
  * row indices).  Outputs are [B * T / cp]; docs is untouched unpacked. */
-void mt_train_cp_fill(mt_train_cp_t *cp, const mt_dataset_t *ds, const mt_packing_t *pk,
-                      const mt_sampler_t *s, int64_t step, int64_t global, int64_t dp_rank,
-                      int64_t dp_size, int64_t micro, int32_t *tokens, int32_t *targets,
-                      int32_t *pos, int32_t *docs);
+void mt_train_cp_fill(mt_train_cp_t *cp, const mt_blend_t *data, int64_t step, int64_t global,
+                      int64_t dp_rank, int64_t dp_size, int64_t micro, int32_t *tokens,
+                      int32_t *targets, int32_t *pos, int32_t *docs);
 
 /* The validation loss (plain rows, up to 64 batches of B rows, as the
  * single-rank path) with each row split over the CP group, through the
  * pipeline's stages when pipe is not NULL.  Collective over the CP group
  * (and the pipeline); tok, tgt, pos are [B * T / cp] scratch. */
 mt_status_t mt_train_cp_validation_loss(mt_train_cp_t *cp, mt_model_t *m, mt_pp_exec_t *pipe,
-                                        const mt_dataset_t *val, int32_t *tok, int32_t *tgt,
+                                        const mt_blend_t *val, int32_t *tok, int32_t *tgt,
                                         int32_t *pos, double *mean);
 
 #endif

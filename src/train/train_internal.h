@@ -26,6 +26,7 @@ typedef struct {
     int resumed;
     char *config_yaml;   /* the resolved config, stored in every checkpoint */
     char mesh[256];      /* the mesh it was saved on */
+    mt_ckpt_lock_t lock; /* checkpoint_dir's ownership, while checkpointing */
 } mt_train_ckpt_t;
 
 /* The tensor list: /model/<name>, /optim/<name>/exp_avg, .../exp_avg_sq,

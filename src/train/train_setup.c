@@ -21,16 +21,14 @@
 
 void mt_train_run_free(mt_train_run_t *r)
 {
-    mt_dataset_close(&r->data);
-    if (r->have_val)
-        mt_dataset_close(&r->val);
+    mt_blend_close(&r->data);
+    mt_blend_close(&r->val);
     mt_model_free(&r->model);
     mt_adamw_free(&r->opt);
     free(r->tokens);
     free(r->targets);
     free(r->pos);
     free(r->docs);
-    mt_pack_free(&r->pack);
     mt_train_ckpt_free(&r->ckpt);
     mt_ddp_free(&r->ddp);
     mt_fsdp_free(&r->fsdp);
@@ -93,8 +91,37 @@ static void resolve_data_path(const char *path, const char *config_file, char *o
         snprintf(out, cap, "%s", alt);
 }
 
-/* The training set (its documents packed into rows when asked) and the
- * validation set. */
+/* One data set: `single` (key path) or the list `items` (key list, n
+ * items, validated), each path resolved, opened as a blend. */
+static mt_status_t open_blend(mt_blend_t *b, const mt_config_t *cfg, const char *key,
+                              const char *single, const char *list,
+                              const char (*items)[MT_PATH_MAX], int n, mt_blend_options_t *o)
+{
+    mt_blend_spec_t spec;
+    char why[MT_PATH_MAX + 200];
+    if (n == 0) { /* the single path: one entry of one file */
+        items = (const char (*)[MT_PATH_MAX])single;
+        n = 1;
+    } else {
+        key = list;
+    }
+    if (mt_blend_spec_parse(items, n, &spec, why, sizeof why) >= 0)
+        MT_FAIL(MT_ERR_CONFIG, "%s: %s", key, why);
+    char (*paths)[MT_PATH_MAX] = calloc((size_t)n, sizeof *paths);
+    if (!paths)
+        MT_FAIL(MT_ERR_NOMEM, "%s: %d paths", key, n);
+    for (int i = 0; i < n; i++)
+        resolve_data_path(items[i], cfg->source_file, paths[i], MT_PATH_MAX);
+    mt_status_t s = mt_blend_open(b, &spec, (const char (*)[MT_PATH_MAX])paths, o);
+    free(paths);
+    if (s != MT_OK) { /* which key (and line) named the file */
+        char where[MT_PATH_MAX + 300];
+        mt_config_key_where(cfg, key, where, sizeof where);
+        mt_error_append(" (%s, %s)", key, where);
+    }
+    return s;
+}
+
 /* An AutoModel recipe's num_epochs: AutoModel stops at whichever of
  * max_steps and num_epochs x its epoch length comes first (its
  * StepScheduler; a distributed sampler pads the data to dp ranks). The
@@ -105,7 +132,7 @@ static mt_status_t check_epochs(const mt_train_run_t *r, const mt_config_t *cfg)
     const mt_automodel_t *am = &cfg->automodel;
     if (am->num_epochs == 0)
         return MT_OK;
-    int64_t n = r->packed ? r->pack.rows : mt_dataset_num_samples(&r->data, cfg->derived.seq_len);
+    int64_t n = mt_blend_num_samples(&r->data);
     int64_t dp = cfg->derived.dp_size, lb = cfg->step_scheduler.local_batch_size;
     int64_t acc = cfg->derived.grad_accum_steps;
     int64_t per_rank = (n + dp - 1) / dp, batches = (per_rank + lb - 1) / lb;
@@ -119,28 +146,27 @@ static mt_status_t check_epochs(const mt_train_run_t *r, const mt_config_t *cfg)
     return MT_OK;
 }
 
+/* The training set (each entry's documents packed into rows when asked)
+ * and the validation set (plain rows, in order). */
 static mt_status_t open_data(mt_train_run_t *r, const mt_config_t *cfg)
 {
-    int64_t T = cfg->derived.seq_len;
+    const mt_dataset_config_t *d = &cfg->dataset;
     if (cfg->automodel.data_refusal[0])
         MT_FAIL(MT_ERR_CONFIG, "%s: %s", cfg->source_file, cfg->automodel.data_refusal);
-    if (!cfg->dataset.path[0])
+    if (!d->path[0] && d->npaths == 0)
         MT_FAIL(MT_ERR_CONFIG, "dataset.path is empty: set it to an llm.c .bin file or a Megatron "
-                "prefix (make one with meshtrain-data)");
-    char path[MT_PATH_MAX];
-    resolve_data_path(cfg->dataset.path, cfg->source_file, path, sizeof path);
-    MT_TRY(mt_dataset_open(&r->data, path, cfg->dataset.format, cfg->model.vocab_size));
+                "prefix (make one with meshtrain-data), or list files in dataset.paths");
     r->packed = cfg->packed_sequence.packed_sequence_size > 0;
-    if (r->packed)
-        MT_TRY(mt_pack_init(&r->pack, &r->data, T, cfg->dataset.shuffle,
-                            (uint64_t)cfg->dataset.seed));
-    else if (mt_dataset_num_samples(&r->data, T) < 1)
-        MT_FAIL(MT_ERR_CONFIG, "%s: %lld tokens are fewer than one sample of seq_len %lld + 1",
-                cfg->dataset.path, (long long)r->data.n_tokens, (long long)T);
-    if (cfg->dataset.validation_path[0]) {
-        resolve_data_path(cfg->dataset.validation_path, cfg->source_file, path, sizeof path);
-        MT_TRY(mt_dataset_open(&r->val, path, cfg->dataset.format,
-                               cfg->model.vocab_size));
+    mt_blend_options_t o = {d->format, cfg->model.vocab_size, cfg->derived.seq_len, r->packed,
+                            d->shuffle, (uint64_t)d->seed, d->loss_mask};
+    MT_TRY(open_blend(&r->data, cfg, "dataset.path", d->path, "dataset.paths",
+                      (const char (*)[MT_PATH_MAX])d->paths, d->npaths, &o));
+    if (d->validation_path[0] || d->nvalidation_paths > 0) {
+        o.packed = false, o.shuffle = false;
+        MT_TRY(open_blend(&r->val, cfg, "dataset.validation_path", d->validation_path,
+                          "dataset.validation_paths",
+                          (const char (*)[MT_PATH_MAX])d->validation_paths,
+                          d->nvalidation_paths, &o));
         r->have_val = 1;
     }
     MT_TRY(check_epochs(r, cfg));
@@ -311,6 +337,7 @@ static void print_memory(const mt_train_run_t *r, const mt_config_t *cfg, FILE *
     if (r->sharded)
         mt_fsdp_bytes(&r->fsdp, &ps, &pw, &gs, &gw);
     mt_train_moe_bytes(&r->moe, m, &ps, &pw, &gs, &gw, &act);
+    ps += 4.0 * (double)m->frozen_numel; /* LoRA's frozen base */
     if (r->cp.size > 1) /* the ring's shards */
         act += mt_ring_attention_bytes(&r->cp.ring);
     if (mt_plan_compute_ex(cfg, m->bf16_storage ? MT_PLAN_BF16_STORAGE : 0, &plan) != MT_OK)
@@ -343,11 +370,14 @@ static void print_memory(const mt_train_run_t *r, const mt_config_t *cfg, FILE *
 static void print_packing(const mt_train_run_t *r, const mt_config_t *cfg, FILE *out)
 {
     int64_t T = cfg->derived.seq_len;
-    fprintf(out, "packed %lld documents (%lld pieces, %lld tokens) into %lld rows of "
-                 "%lld tokens: %.1f%% padding\n",
-            (long long)r->data.n_docs, (long long)r->pack.pieces,
-            (long long)r->pack.tokens, (long long)r->pack.rows, (long long)T,
-            100.0 * (1.0 - (double)r->pack.tokens / (double)(r->pack.rows * T)));
+    for (int e = 0; e < r->data.n; e++) {
+        const mt_packing_t *pk = &r->data.pk[e];
+        fprintf(out, "packed %lld documents (%lld pieces, %lld tokens) into %lld rows of "
+                     "%lld tokens: %.1f%% padding\n",
+                (long long)r->data.ds[e].n_docs, (long long)pk->pieces, (long long)pk->tokens,
+                (long long)pk->rows, (long long)T,
+                100.0 * (1.0 - (double)pk->tokens / (double)(pk->rows * T)));
+    }
 }
 
 static void print_size(const mt_train_run_t *r, const mt_config_t *cfg, FILE *out, int64_t start,
@@ -361,6 +391,15 @@ static void print_size(const mt_train_run_t *r, const mt_config_t *cfg, FILE *ou
             (long long)cfg->derived.grad_accum_steps, (long long)r->rows, (long long)T, threads,
             cfg->distributed.device == MT_DEVICE_CUDA ? "device (MT_PEAK_TFLOPS)" : "sgemm",
             peak);
+    const mt_model_t *w = &r->ckpt.whole;
+    if (w->lora) { /* the parameters above are the adapters */
+        int64_t frozen = 0;
+        for (int i = 0; i < w->nfrozen; i++)
+            frozen += w->frozen[i].full_shape[0] * w->frozen[i].full_shape[1];
+        fprintf(out, "LoRA: the parameters above are the adapters (rank %lld, alpha %g, %d "
+                "tensors); the base's %lld are frozen\n", (long long)cfg->peft.dim,
+                cfg->peft.alpha, w->nparams, (long long)frozen);
+    }
 }
 
 static void print_mixed_precision(const mt_train_run_t *r, const mt_config_t *cfg, FILE *out)
@@ -391,6 +430,11 @@ void mt_train_run_report(const mt_train_run_t *r, const mt_config_t *cfg, FILE *
                          int64_t start, int threads, double peak)
 {
     print_memory(r, cfg, out);
+    /* the data, its masks and the blend's realised proportions */
+    int64_t draws = cfg->step_scheduler.max_steps * cfg->step_scheduler.global_batch_size;
+    mt_blend_report(&r->data, "data", draws, out);
+    if (r->have_val)
+        mt_blend_report(&r->val, "validation data", 0, out);
     if (r->packed)
         print_packing(r, cfg, out);
     print_size(r, cfg, out, start, threads, peak);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "mt_config.h"
+#include "mt_blend.h"
 #include "mt_data.h"
 #include "mt_ddp.h"
 #include "mt_fsdp.h"
@@ -28,13 +29,12 @@
 #include "train_mp.h"
 
 typedef struct {
-    mt_dataset_t data, val;
+    mt_blend_t data, val;        /* dataset.path(s), validation_path(s) */
     int have_val;
     mt_model_t model;
     mt_adamw_t opt;
     int32_t *tokens, *targets;   /* [accum][B*T] */
     bool packed;                 /* packed_sequence_size > 0 */
-    mt_packing_t pack;
     int32_t *pos, *docs;         /* packed rows: [accum][B*T] */
     mt_train_ckpt_t ckpt;
     mt_ddp_t ddp;                /* replicated strategies */

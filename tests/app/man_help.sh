@@ -3,7 +3,7 @@
 # warnings (groff -ww, when groff is here) and names the program, and
 # `--help` on every program exits 0 and prints its usage.
 . "${abs_top_srcdir:-$(dirname "$0")/../..}/tests/harness/lib.sh"
-progs="meshtrain-dense meshtrain-moe meshtrain-cp meshtrain-plan meshtrain-data meshtrain-ckpt meshtrain-plot"
+progs="meshtrain-dense meshtrain-moe meshtrain-cp meshtrain-plan meshtrain-data meshtrain-ckpt meshtrain-generate meshtrain-plot"
 for p in $progs; do
     case $p in
         meshtrain-plot) exe="$abs_top_srcdir/apps/$p" ;;

@@ -13,6 +13,6 @@ tests_checkpoint_ckpt_craft_LDADD = $(HDF5_LIBS)
 MT_CHECKPOINT_TESTS = tests/checkpoint/checkpoint-np1.mpi tests/checkpoint/checkpoint-np4.mpi \
 	tests/checkpoint/checkpoint_h5dump.sh tests/checkpoint/ckpt_tool.sh \
 	tests/checkpoint/latest_fail.sh \
-	tests/checkpoint/ckpt_hostile.sh
+	tests/checkpoint/ckpt_hostile.sh tests/checkpoint/ckpt_lock.sh
 TESTS += $(MT_CHECKPOINT_TESTS)
 EXTRA_DIST += $(MT_CHECKPOINT_TESTS)

@@ -400,6 +400,19 @@ static const rule_case_t rule_cases[] = {
     OK(1, "model.num_experts_per_tok=8"), /* dense: not used */
     BAD(1, "model.num_experts=4;model.num_experts_per_tok=8", "model.num_experts_per_tok: ",
         "8 exceeds num_experts (4)"),
+    /* dataset.paths: one spelling, well-formed blends */
+    OK(1, "dataset.paths=[a.bin, b.bin]"),
+    OK(1, "dataset.paths=[30, a, 70, b0, b1];dataset.validation_paths=[1, v]"),
+    BAD(1, "dataset.path=x.bin;dataset.paths=[a.bin]", "dataset.paths: ",
+        "is set together with dataset.path: give one of them"),
+    BAD(1, "dataset.validation_path=x.bin;dataset.validation_paths=[a.bin]",
+        "dataset.validation_paths: ", "is set together with dataset.validation_path"),
+    BAD(1, "dataset.paths=[1, a, -2, b]", "dataset.paths: ",
+        "item 2: weight -2: a blend weight must be a positive number"),
+    BAD(1, "dataset.paths=[0, a]", "dataset.paths: ", "item 0: weight 0: a blend weight"),
+    BAD(1, "dataset.paths=[a, 1, b]", "dataset.paths: ", "item 0: \"a\": a blend starts with"),
+    BAD(1, "dataset.validation_paths=[1, a, 2]", "dataset.validation_paths: ",
+        "item 2: weight 2 is not followed by a path"),
 };
 
 static void test_rule_table(void)

@@ -46,6 +46,7 @@ How it trains, as meshtrain does (doc/training.md, src/model/optim.c):
   sample c of the step-t batch is tokens [i S, i S + S] with
   i = (t G + c) mod floor((n - 1) / S) (dataset.shuffle false);
   loss = sum of cross-entropy over the global batch / its token count
+       (with --mask, targets whose loss-mask byte is 0 are left out of both)
        + router_aux_loss_coef * mean over micro-batches of aux
   (meshtrain adds the aux loss whenever the coefficient is nonzero;
   transformers only with output_router_logits);
@@ -78,6 +79,7 @@ BUGS = {
     "router_no_renorm": "top-k weights never renormalised",
     "router_renorm": "top-k weights always renormalised",
     "qk_norm_per_head": "OLMoE's q/k norm applied per head",
+    "mask_count_all": "the loss mask's excluded targets still counted in the mean",
     "no_qk_norm": "the q/k norm left out",
     "scale_hidden_heads": "attention scale 1/sqrt(hidden/heads), not 1/sqrt(head_dim)",
     "no_aux": "the load-balancing loss left out",
@@ -376,11 +378,21 @@ def read_tokens(path):
     return torch.tensor(struct.unpack("<%dH" % n, raw[1024:]), dtype=torch.int64)
 
 
+def read_mask(path, n):
+    """A loss mask (doc/data.md): "MTLMASK1", uint64 count, one byte 0/1 per token."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    if raw[:8] != b"MTLMASK1" or struct.unpack("<Q", raw[8:16])[0] != n or len(raw) != 16 + n:
+        raise SystemExit("%s is not a loss mask of %d tokens" % (path, n))
+    return torch.tensor(list(raw[16:]), dtype=torch.int64)
+
+
 def train(model_dir, out, bugs, a):
     with open(os.path.join(model_dir, "config.json")) as f:
         c = json.load(f)
     m = Model(c, read_model_dir(model_dir), bugs)
     toks = read_tokens(a.tokens or os.path.join(model_dir, "tokens.bin"))
+    mask = read_mask(a.mask, toks.numel()) if a.mask else None
     S, G, Lb = a.seq, a.global_batch, a.local_batch
     nsamp = (toks.numel() - 1) // S
     micro = G // Lb
@@ -392,13 +404,22 @@ def train(model_dir, out, bugs, a):
         for t in m.p.values():
             t.grad = None
         ce_total, aux_total = 0.0, 0.0
-        count = G * S  # every target counts: the token files hold no -100
+        count = G * S  # every target counts, unless a loss mask excludes it
+        def rows_of(mi):
+            return [((step - 1) * G + mi * Lb + j) % nsamp for j in range(Lb)]
+        if mask is not None and "mask_count_all" not in bugs:
+            count = sum(int(mask[i * S + 1: i * S + S + 1].sum())
+                        for mi in range(micro) for i in rows_of(mi))
         for mi in range(micro):
-            rows = [((step - 1) * G + mi * Lb + j) % nsamp for j in range(Lb)]
+            rows = rows_of(mi)
             sample = torch.stack([toks[i * S: i * S + S + 1] for i in rows])
+            target = sample[:, 1:].clone()
+            if mask is not None:  # a masked target is ignored (-100)
+                keep = torch.stack([mask[i * S + 1: i * S + S + 1] for i in rows])
+                target[keep == 0] = -100
             logits, routers = m.forward(sample[:, :-1])
             ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                                   sample[:, 1:].reshape(-1), reduction="sum")
+                                                   target.reshape(-1), reduction="sum")
             aux = m.aux_loss(routers)
             obj = ce / count
             if m.coef and "no_aux" not in bugs:
@@ -444,6 +465,7 @@ def main():
                     help="MODEL_DIR:OUT.jsonl[:BUG,BUG...]")
     ap.add_argument("--bugs", action="store_true", help="list the planted bugs")
     ap.add_argument("--tokens", help="token file (default MODEL_DIR/tokens.bin)")
+    ap.add_argument("--mask", help="the token file's loss mask (doc/data.md, Loss masks)")
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--global-batch", type=int, default=2)
     ap.add_argument("--local-batch", type=int, default=1)

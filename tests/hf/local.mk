@@ -19,3 +19,7 @@ EXTRA_DIST += tests/hf/hf_interchange.sh tests/hf/hf_check.py tests/hf/hf_consol
 # reference (hf_reference.py, models from make_model.py)
 TESTS += tests/hf/hf_families.sh
 EXTRA_DIST += tests/hf/hf_families.sh tests/hf/hf_reference.py tests/hf/make_model.py
+# hf_lora: LoRA fine-tuning against a float64 PyTorch reference, on 2 ranks,
+# resumed, its PEFT export checked by a standard-library reader
+TESTS += tests/hf/hf_lora.sh
+EXTRA_DIST += tests/hf/hf_lora.sh tests/hf/lora_reference.py tests/hf/peft_check.py

@@ -300,5 +300,11 @@ int main(void)
     compare("biases, head_dim 6, pipeline chunks, split backward",
             "model.head_dim=6;model.attention_bias=true;model.mlp_bias=true", false, true);
     compare("moe, pipeline chunks, split backward", moe, false, true);
+    const char *lora = "model.pretrained_model_name_or_path=base;peft.dim=2;peft.alpha=4";
+    compare("lora, biases, qk_norm, AC, packed", "model.pretrained_model_name_or_path=base;"
+            "peft.dim=2;model.attention_bias=true;model.mlp_bias=true;model.qk_norm=true;"
+            "distributed.activation_checkpointing=true", true, false);
+    snprintf(buf, sizeof buf, "%s;model.tie_word_embeddings=true", lora);
+    compare("lora, tied", buf, false, false);
     return mt_test_exit("test_device_discipline");
 }
