@@ -4,7 +4,7 @@
  * numerics, or refused with one message that says what it would need.
  *
  * A recipe that cannot run at all (a vision-language model, a diffusion
- * recipe, LoRA, ...) is refused with that one reason before any key is
+ * recipe, FP8, ...) is refused with that one reason before any key is
  * looked at.  Keys that are neither AutoModel's nor meshtrain's still fail
  * with "did you mean".  The rules are doc/automodel-recipes.md.  Datasets
  * built by Python code are not converted here: the trainer refuses them
