@@ -48,7 +48,8 @@ const char *mt_cfg_scalar(const yaml_node_t *n);
 bool mt_am_is_recipe(mt_parse_ctx_t *c, const yaml_node_t *root);
 void mt_am_recipe_defaults(mt_config_t *cfg);
 /* The one reason a recipe cannot run (recipe class, model class, FP8,
- * Python dataset builders, ...), reported alone; true when there is one. */
+ * an optimizer meshtrain lacks, ...), reported alone; true when there is
+ * one.  Python-built datasets are the trainer's refusal, not this. */
 bool mt_am_first_reason(mt_parse_ctx_t *c, const yaml_node_t *root);
 /* An AutoModel key at `path`: mapped, ignored (noted) or refused.  True
  * when handled; false leaves it to meshtrain's schema. */
