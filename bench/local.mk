@@ -79,3 +79,8 @@ bench-cuda-attention: bench/bench_cuda_attention$(EXEEXT)
 bench-gpu: bench-cuda-gemm bench-cuda-attention
 endif
 .PHONY: bench-cuda-gemm bench-cuda-attention bench-gpu
+# AutoModel's recipes as shipped, through meshtrain-plan: make bench-recipes AUTOMODEL=DIR
+EXTRA_DIST += bench/recipes.sh bench/recipes_cache.py
+bench-recipes: apps/meshtrain-plan$(EXEEXT)
+	@test -n "$(AUTOMODEL)" || { echo "set AUTOMODEL=DIR (a checkout of NVIDIA-NeMo/Automodel)"; exit 1; }
+	$(SHELL) $(srcdir)/bench/recipes.sh "$(AUTOMODEL)" "$(abs_builddir)/apps/meshtrain-plan"

@@ -11,6 +11,7 @@ dist_man1_MANS = \
 	doc/man/meshtrain-plot.1
 dist_doc_DATA += README.md NEWS LICENSE \
 	doc/architecture.md \
+	doc/automodel-recipes.md \
 	doc/checkpoints.md \
 	doc/config-reference.md \
 	doc/context-parallel.md \

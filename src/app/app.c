@@ -12,6 +12,9 @@
 #include "mt_comm.h"
 #include "mt_hf.h"
 #include "mt_train.h"
+#ifdef MT_HAVE_CUDA
+#include "mt_cuda.h"
+#endif
 
 #include <stdlib.h>
 #include <string.h>
@@ -62,11 +65,31 @@ mt_status_t mt_config_load_model(mt_config_t *cfg, const char *path, const char 
     return MT_OK;
 }
 
+void mt_config_resolve_device(mt_config_t *cfg, FILE *warn)
+{
+    if (cfg->distributed.device != MT_DEVICE_AUTO)
+        return;
+    int n = 0;
+#ifdef MT_HAVE_CUDA
+    n = mt_cuda_device_count();
+#endif
+    cfg->distributed.device = n > 0 ? MT_DEVICE_CUDA : MT_DEVICE_CPU;
+    if (warn)
+        fprintf(warn, "distributed.device: auto is %s (%s)\n", n > 0 ? "cuda" : "cpu",
+#ifdef MT_HAVE_CUDA
+                n > 0 ? "rank 0 sees a GPU" : "built with CUDA, but rank 0 sees no GPU"
+#else
+                "meshtrain is built without CUDA"
+#endif
+        );
+}
+
 /* Rank 0's part: file, overrides, the named model, validation. */
 static mt_status_t load_local(mt_config_t *cfg, const mt_app_args_t *a, mt_app_kind_t app,
                               int world, const int *nodes, FILE *warn)
 {
     MT_TRY(mt_config_load_model(cfg, a->config_path, a->overrides, a->noverrides, warn));
+    mt_config_resolve_device(cfg, warn);
     MT_TRY(mt_config_validate(cfg, app, world, nodes, warn));
     return MT_OK;
 }

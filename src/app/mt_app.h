@@ -35,6 +35,9 @@ mt_status_t mt_app_parse_args(int argc, char **argv, mt_app_args_t *args);
  * then the model it names (mt_hf_apply_named_model: config.json and
  * model.config under the explicit model.* keys, warnings to `warn`).  Not
  * collective: the apps run it on rank 0, meshtrain-plan in its process. */
+/* distributed.device auto: cuda when rank 0 sees a GPU and the build has
+ * CUDA, else cpu; one line to warn says which.  Before validation. */
+void mt_config_resolve_device(mt_config_t *cfg, FILE *warn);
 mt_status_t mt_config_load_model(mt_config_t *cfg, const char *path, const char *const *overrides,
                                  int noverrides, FILE *warn);
 

@@ -120,6 +120,12 @@ int mt_plan_main(int argc, char **argv, FILE *out, FILE *err)
     /* a model by name: its config.json sizes the plan (no weights are read) */
     mt_status_t s = mt_config_load_model(cfg, config, overrides, nover, err);
     mt_app_kind_t app = MT_APP_ANY;
+    if (s == MT_OK && cfg->distributed.device == MT_DEVICE_AUTO && gpu_gib > 0) {
+        cfg->distributed.device = MT_DEVICE_CUDA; /* --gpu-memory plans for a GPU */
+        fprintf(err, "distributed.device: auto is cuda (--gpu-memory)\n");
+    }
+    if (s == MT_OK)
+        mt_config_resolve_device(cfg, err);
     if (s == MT_OK) {
         if (strcmp(app_name, "dense") == 0)
             app = MT_APP_DENSE;

@@ -104,19 +104,96 @@ static void write_value(FILE *out, const mt_config_t *cfg, const mt_cfg_key_t *k
     }
 }
 
+/* Keys that AutoModel does not have (or spells elsewhere, or takes only
+ * under another strategy) go to the `meshtrain:` section, by their full
+ * path, so that AutoModel reads the file back and so does meshtrain. */
+static bool meshtrain_only(const mt_config_t *cfg, const char *p)
+{
+    static const char *const own[] = {
+        "dataset.", "logging.", "training.", "checkpoint.resume", "checkpoint.keep_last_n",
+        "checkpoint.save_initial", "distributed.timeout_s", "distributed.device",
+        "distributed.collectives", "distributed.pipeline.balanced_split",
+        "optimizer.decay_every_parameter", "optimizer.max_grad_norm", "model.architecture"};
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+        if (strncmp(p, own[i], strlen(own[i])) == 0)
+            return true;
+    mt_strategy_t st = cfg->distributed.strategy;
+    if (strcmp(p, "distributed.ddp_bucket_cap_mb") == 0)
+        return true; /* AutoModel's bucket_cap_mb, written for ddp below */
+    if (st != MT_STRATEGY_MEGATRON_FSDP &&
+        (strcmp(p, "distributed.zero_dp_strategy") == 0 ||
+         strcmp(p, "distributed.overlap_grad_reduce") == 0 ||
+         strcmp(p, "distributed.overlap_param_gather") == 0))
+        return true;
+    if (st != MT_STRATEGY_FSDP2 && (strcmp(p, "distributed.defer_fsdp_grad_sync") == 0 ||
+                                    strcmp(p, "distributed.reshard_after_forward") == 0))
+        return true;
+    return false;
+}
+
+/* torch's schedule class names, which AutoModel passes to torch */
+static const char *torch_schedule(mt_pp_schedule_t s)
+{
+    switch (s) {
+    case MT_PP_1F1B: return "1F1B";
+    case MT_PP_GPIPE: return "GPipe";
+    case MT_PP_INTERLEAVED_1F1B: return "Interleaved1F1B";
+    case MT_PP_LOOPED_BFS: return "LoopedBFS";
+    case MT_PP_V_SCHEDULE: return "ZBVZeroBubble";
+    default: return NULL; /* dfs, zero_bubble: meshtrain's names */
+    }
+}
+
+static void write_key(FILE *out, const mt_config_t *cfg, const mt_cfg_key_t *k, const char *name,
+                      int indent)
+{
+    fprintf(out, "%*s%s: ", indent, "", name);
+    const char *ts = strcmp(k->path, "distributed.pipeline.pp_schedule") == 0
+                         ? torch_schedule(cfg->distributed.pipeline.pp_schedule)
+                         : NULL;
+    if (ts)
+        fputs(ts, out);
+    else if (strcmp(k->path, "step_scheduler.max_steps") == 0 && cfg->automodel.max_steps_null)
+        fputs("null", out);
+    else if (strcmp(k->path, "distributed.pipeline.round_virtual_stages_to_pp_multiple") == 0 &&
+             cfg->distributed.pipeline.round_virtual_stages == 0)
+        fputs("null", out);
+    else
+        write_value(out, cfg, k);
+    fputc('\n', out);
+}
+
+static const char *optimizer_target(const mt_config_t *cfg)
+{
+    switch (cfg->automodel.optimizer) {
+    case MT_AM_OPT_ADAM: return "torch.optim.Adam";
+    case MT_AM_OPT_FUSED_ADAM: return "transformer_engine.pytorch.optimizers.fused_adam.FusedAdam";
+    default: return "torch.optim.AdamW";
+    }
+}
+
 /* Keys directly in section `sec`, then its subsections, indented. */
 static void write_section(FILE *out, const mt_config_t *cfg, const char *sec, int indent)
 {
     size_t sl = strlen(sec);
     const char *leaf = strrchr(sec, '.');
     fprintf(out, "%*s%s:\n", indent, "", leaf ? leaf + 1 : sec);
+    if (strcmp(sec, "optimizer") == 0)
+        fprintf(out, "%*s_target_: %s\n", indent + 2, "", optimizer_target(cfg));
+    if (strcmp(sec, "step_scheduler") == 0 && cfg->automodel.num_epochs > 0)
+        fprintf(out, "%*snum_epochs: %lld\n", indent + 2, "",
+                (long long)cfg->automodel.num_epochs);
+    if (strcmp(sec, "distributed") == 0 && cfg->distributed.strategy == MT_STRATEGY_DDP) {
+        char buf[64];
+        fmt_double(cfg->distributed.ddp_bucket_cap_mb, buf, sizeof buf);
+        fprintf(out, "%*sbucket_cap_mb: %s\n", indent + 2, "", buf);
+    }
     for (int i = 0; i < mt_cfg_nkeys; i++) {
         const char *p = mt_cfg_keys[i].path;
-        if (strncmp(p, sec, sl) != 0 || p[sl] != '.' || strchr(p + sl + 1, '.'))
+        if (strncmp(p, sec, sl) != 0 || p[sl] != '.' || strchr(p + sl + 1, '.') ||
+            meshtrain_only(cfg, p))
             continue;
-        fprintf(out, "%*s%s: ", indent + 2, "", p + sl + 1);
-        write_value(out, cfg, &mt_cfg_keys[i]);
-        fputc('\n', out);
+        write_key(out, cfg, &mt_cfg_keys[i], p + sl + 1, indent + 2);
     }
     for (int i = 0; i < mt_cfg_nsections; i++) {
         const char *p = mt_cfg_sections[i].path;
@@ -125,12 +202,40 @@ static void write_section(FILE *out, const mt_config_t *cfg, const char *sec, in
     }
 }
 
+static bool section_empty(const mt_config_t *cfg, const char *sec)
+{
+    size_t sl = strlen(sec);
+    for (int i = 0; i < mt_cfg_nkeys; i++)
+        if (strncmp(mt_cfg_keys[i].path, sec, sl) == 0 && mt_cfg_keys[i].path[sl] == '.' &&
+            !meshtrain_only(cfg, mt_cfg_keys[i].path))
+            return false;
+    return true;
+}
+
 void mt_config_write_yaml(const mt_config_t *cfg, FILE *out)
 {
+    if (cfg->automodel.recipe) /* AutoModel's defaults on reading back, as on reading */
+        fputs("recipe: TrainFinetuneRecipeForNextTokenPrediction\n", out);
     for (int i = 0; i < mt_cfg_nsections; i++) /* peft: only where it is on (present means on) */
-        if (!strchr(mt_cfg_sections[i].path, '.') &&
+        if (!strchr(mt_cfg_sections[i].path, '.') && !section_empty(cfg, mt_cfg_sections[i].path) &&
             (strcmp(mt_cfg_sections[i].path, "peft") != 0 || cfg->peft.enabled))
             write_section(out, cfg, mt_cfg_sections[i].path, 0);
+    char buf[64];
+    fmt_double((double)cfg->distributed.timeout_s / 60.0, buf, sizeof buf);
+    fprintf(out, "dist_env:\n  timeout_minutes: %s\n", buf);
+    fmt_double(cfg->optimizer.max_grad_norm, buf, sizeof buf);
+    fprintf(out, "clip_grad_norm:\n  max_norm: %s\n", buf);
+    fputs("meshtrain:\n", out);
+    for (int i = 0; i < mt_cfg_nkeys; i++) {
+        const char *p = mt_cfg_keys[i].path;
+        /* written above in AutoModel's spelling */
+        if (strcmp(p, "distributed.timeout_s") == 0 || strcmp(p, "optimizer.max_grad_norm") == 0 ||
+            (strcmp(p, "distributed.ddp_bucket_cap_mb") == 0 &&
+             cfg->distributed.strategy == MT_STRATEGY_DDP))
+            continue;
+        if (meshtrain_only(cfg, p))
+            write_key(out, cfg, &mt_cfg_keys[i], p, 2);
+    }
     if (cfg->validated) {
         const mt_derived_t *d = &cfg->derived;
         fprintf(out,

@@ -17,6 +17,8 @@ static const mt_cfg_enum_t strategy_enum[] = {
     {"fsdp2", MT_STRATEGY_FSDP2, false},
     {"megatron_fsdp", MT_STRATEGY_MEGATRON_FSDP, false},
     {"ddp", MT_STRATEGY_DDP, false},
+    {"megatron-fsdp", MT_STRATEGY_MEGATRON_FSDP, true}, /* AutoModel's aliases */
+    {"mfsdp", MT_STRATEGY_MEGATRON_FSDP, true},
     {NULL, 0, false}};
 
 static const mt_cfg_enum_t schedule_enum[] = {
@@ -28,6 +30,8 @@ static const mt_cfg_enum_t schedule_enum[] = {
     {"dfs", MT_PP_DFS, false},
     {"v_schedule", MT_PP_V_SCHEDULE, false},
     {"zero_bubble", MT_PP_ZERO_BUBBLE, false},
+    {"loopedbfs", MT_PP_LOOPED_BFS, true}, /* torch's class names, case-insensitive */
+    {"zbvzerobubble", MT_PP_V_SCHEDULE, true},
     {NULL, 0, false}};
 
 static const mt_cfg_enum_t format_enum[] = {
@@ -62,6 +66,7 @@ static const mt_cfg_enum_t device_enum[] = {
     {"cuda", MT_DEVICE_CUDA, false},
     {"gpu", MT_DEVICE_CUDA, true},
     {"cpu_guarded", MT_DEVICE_CPU_GUARDED, false},
+    {"auto", MT_DEVICE_AUTO, false},
     {NULL, 0, false}};
 
 static const mt_cfg_enum_t collectives_enum[] = {
@@ -106,6 +111,12 @@ static const mt_cfg_enum_t nonfinite_enum[] = {
     {"stop", MT_NONFINITE_STOP, false},
     {"skip", MT_NONFINITE_SKIP, false},
     {"ignore", MT_NONFINITE_IGNORE, false},
+    {NULL, 0, false}};
+
+static const mt_cfg_enum_t round_stages_enum[] = {
+    {"off", 0, false}, /* AutoModel's null */
+    {"up", 1, false},
+    {"down", 2, false},
     {NULL, 0, false}};
 
 static const mt_cfg_enum_t lora_dropout_enum[] = {
@@ -352,7 +363,9 @@ const mt_cfg_key_t mt_cfg_keys[] = {
            "Where the model computes: cpu, cuda (the GPU of the node-local rank modulo the "
            "GPU count; on several ranks every parallelism, its transfers staged through host "
            "memory, doc/gpu.md) or cpu_guarded (the CPU kernels on memory that host code may "
-           "not touch: a test that the trainer is ready for a device)."),
+           "not touch: a test that the trainer is ready for a device) or auto (cuda where rank 0 "
+           "sees a GPU and meshtrain is built with CUDA, else cpu, said in one line at start; "
+           "an AutoModel recipe's default)."),
     K_ENUM("distributed.collectives", distributed.collectives, collectives_enum, "auto",
            "How collectives on GPU memory travel: nccl (the tensor- and data-parallel ones "
            "on NCCL communicators, one per mesh group; needs one GPU per rank), mpi (MPI on "
@@ -373,6 +386,14 @@ const mt_cfg_key_t mt_cfg_keys[] = {
     K_BOOL("distributed.pipeline.scale_grads_in_schedule",
            distributed.pipeline.scale_grads_in_schedule, "false",
            "Scale gradients by 1/microbatches inside the schedule instead of after it."),
+    K_ENUM("distributed.pipeline.round_virtual_stages_to_pp_multiple",
+           distributed.pipeline.round_virtual_stages, round_stages_enum, "off",
+           "When layers_per_stage makes a stage count that is not a multiple of pp_size: off "
+           "(AutoModel's null) refuses it, up or down rounds the count to one (AutoModel's)."),
+    K_BOOL("distributed.pipeline.balanced_split", distributed.pipeline.balanced_split, "false",
+           "Split the layers over the stages as AutoModel does: L / stages each, the first "
+           "L % stages stages one more (an AutoModel recipe's default is true). false: "
+           "layers_per_stage each, the last stage the remainder."),
     K_BOOL("distributed.moe.reshard_after_forward", distributed.moe.reshard_after_forward,
            "false", "Free gathered expert weights after forward."),
     K_BOOL("distributed.moe.ignore_router_for_ac", distributed.moe.ignore_router_for_ac, "false",
@@ -397,6 +418,9 @@ const mt_cfg_key_t mt_cfg_keys[] = {
           "Decoupled weight decay; not applied to norm weights. Must not be negative."),
     K_FLT("optimizer.max_grad_norm", optimizer.max_grad_norm, "1.0",
           "Clip the global gradient norm to this; 0 disables clipping."),
+    K_BOOL("optimizer.decay_every_parameter", optimizer.decay_every_parameter, "false",
+           "Weight decay on every parameter, norm weights and biases included (AutoModel's "
+           "and torch's choice; an AutoModel recipe's default is true)."),
 
     /* lr_scheduler */
     K_INT("lr_scheduler.lr_warmup_steps", lr_scheduler.lr_warmup_steps, "0", 0,
@@ -405,6 +429,11 @@ const mt_cfg_key_t mt_cfg_keys[] = {
            "Decay after warm-up: cosine, linear (to min_lr at max_steps) or constant."),
     K_FLT("lr_scheduler.min_lr", lr_scheduler.min_lr, "0.0",
           "Final learning rate. Must be in [0, optimizer.lr]."),
+    K_FLT("lr_scheduler.init_lr", lr_scheduler.init_lr, "0.0",
+          "Learning rate at the start of the warm-up. Must be in [0, optimizer.lr]."),
+    K_OPT("lr_scheduler.lr_decay_steps", lr_scheduler.lr_decay_steps, "none", 1,
+          "Steps over which the decay reaches min_lr (then it stays there); none means "
+          "max_steps. Must be above lr_warmup_steps."),
 
     /* checkpoint */
     K_BOOL("checkpoint.enabled", checkpoint.enabled, "false", "Write checkpoints."),

@@ -419,6 +419,15 @@ static void check_sizes(vctx_t *v, int64_t world)
         int64_t dpcp = dv->dp_size * d->cp_size;
         if (dpcp == 0)
             ; /* the world-size rule already failed */
+        else if (dpcp % d->ep_size && (dpcp * d->tp_size) % d->ep_size == 0)
+            /* AutoModel folds tp into the expert axis; meshtrain's experts
+             * are tp-split inside each expert-parallel rank instead */
+            verr(v, "distributed.ep_size", "dp_size x cp_size = %lld x %lld = %lld is not "
+                 "divisible by ep_size %lld (AutoModel's rule, dp x cp x tp, folds the %lld "
+                 "tp ranks into the expert axis; meshtrain splits experts over dp x cp and "
+                 "each expert over tp): lower ep_size to a divisor of %lld", (long long)dv->dp_size,
+                 (long long)d->cp_size, (long long)dpcp, (long long)d->ep_size,
+                 (long long)d->tp_size, (long long)dpcp);
         else if (dpcp % d->ep_size)
             verr(v, "distributed.ep_size", "dp_size x cp_size = %lld x %lld = %lld is not "
                  "divisible by ep_size %lld", (long long)dv->dp_size, (long long)d->cp_size,
@@ -456,6 +465,10 @@ static void check_pipeline(vctx_t *v)
     if (p->layers_per_stage.set) {
         int64_t k = p->layers_per_stage.value;
         stages = (L + k - 1) / k;
+        if (stages % pp && p->round_virtual_stages == 1)
+            stages += pp - stages % pp;
+        else if (stages % pp && p->round_virtual_stages == 2 && stages > pp)
+            stages -= stages % pp;
         if (stages % pp) {
             verr(v, "distributed.pipeline.layers_per_stage",
                  "%lld layers at %lld per stage make %lld stages, not a multiple of pp_size %lld",
@@ -464,7 +477,7 @@ static void check_pipeline(vctx_t *v)
         }
     } else {
         stages = pp * (multi ? 2 : 1);
-        if (L % stages) {
+        if (L % stages && !p->balanced_split) {
             verr(v, "model.num_hidden_layers", "%lld layers do not split evenly over %lld stages "
                  "(pp_size %lld x %d per rank for %s); set pipeline.layers_per_stage",
                  (long long)L, (long long)stages, (long long)pp, multi ? 2 : 1,
@@ -701,6 +714,17 @@ static void warnings(const mt_config_t *cfg, FILE *warn)
         return;
     char loc[MT_PATH_MAX + 300];
     int si;
+    const mt_automodel_t *am = &cfg->automodel;
+    if (am->ignored[0])
+        fprintf(warn, "%s: ignored (AutoModel keys that cannot change the numerics): %s\n",
+                cfg->source_file, am->ignored);
+    if (am->data_refusal[0])
+        fprintf(warn, "note: %s: the plan does not depend on the data, but training refuses "
+                "it: %s\n", cfg->source_file, am->data_refusal);
+    if (am->max_steps_null)
+        fprintf(warn, "note: %s: step_scheduler.max_steps is null: the trainer derives the "
+                "step count from num_epochs and the data; the plan uses max_steps %lld\n",
+                cfg->source_file, (long long)cfg->step_scheduler.max_steps);
     if (section_present(cfg, "distributed.moe") && cfg->distributed.ep_size == 1) {
         si = mt_cfg_section_index("distributed.moe");
         mt_diag_location(cfg, &cfg->section_origin[si], loc, sizeof loc);

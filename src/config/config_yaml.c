@@ -8,7 +8,7 @@
  * full key path.  Cross-key rules are config_validate.c's.  The one block
  * that is not schema keys, model.config (a Hugging Face config inline),
  * becomes JSON text for the hf layer to read. */
-#include "config_internal.h"
+#include "config_yaml_internal.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -21,97 +21,9 @@
 #include <yaml.h>
 
 /* ------------------------------------------------------------------ */
-/* diagnostics and suggestions                                         */
-
-void mt_diag_add(mt_diag_t *d, const char *fmt, ...)
-{
-    size_t n = strlen(d->text);
-    va_list ap;
-    d->count++;
-    if (n + 2 >= sizeof d->text)
-        return;
-    if (n > 0)
-        d->text[n++] = '\n', d->text[n] = '\0';
-    va_start(ap, fmt);
-    vsnprintf(d->text + n, sizeof d->text - n, fmt, ap);
-    va_end(ap);
-}
-
-void mt_diag_location(const mt_config_t *cfg, const mt_origin_t *o, char *buf, size_t cap)
-{
-    const char *file = cfg->source_file[0] ? cfg->source_file : "(no config file)";
-    switch (o->kind) {
-    case MT_ORIGIN_FILE:
-        snprintf(buf, cap, "%s:%d:%d: ", file, o->line, o->column);
-        break;
-    case MT_ORIGIN_OVERRIDE:
-        if (o->index >= 0 && o->index < cfg->noverrides)
-            snprintf(buf, cap, "override '%s': ", cfg->overrides[o->index]);
-        else
-            snprintf(buf, cap, "override #%d: ", o->index + 1);
-        break;
-    default:
-        snprintf(buf, cap, "%s: (default) ", file);
-    }
-}
-
-mt_status_t mt_diag_finish(const mt_diag_t *d, const char *file, int line)
-{
-    if (d->count == 0)
-        return MT_OK;
-    return mt_error_set(MT_ERR_CONFIG, file, line, "%s", d->text);
-}
-
-int mt_edit_distance(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    int row[128];
-    if (lb >= sizeof row / sizeof row[0])
-        return 1 << 20;
-    for (size_t j = 0; j <= lb; j++)
-        row[j] = (int)j;
-    for (size_t i = 1; i <= la; i++) {
-        int diag = row[0];
-        row[0] = (int)i;
-        for (size_t j = 1; j <= lb; j++) {
-            int up = row[j];
-            int cost = tolower((unsigned char)a[i - 1]) == tolower((unsigned char)b[j - 1]) ? 0 : 1;
-            int best = diag + cost;
-            if (row[j - 1] + 1 < best)
-                best = row[j - 1] + 1;
-            if (up + 1 < best)
-                best = up + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[lb];
-}
-
-const char *mt_closest_name(const char *word, const char *const *names, int n)
-{
-    const char *best = NULL;
-    int best_d = 1 << 20;
-    for (int i = 0; i < n; i++) {
-        int d = mt_edit_distance(word, names[i]);
-        if (d < best_d)
-            best_d = d, best = names[i];
-    }
-    /* A suggestion must be plausibly a typo, not any name at all. */
-    int len = (int)strlen(word);
-    int limit = len <= 4 ? 1 : len <= 8 ? 2 : 3;
-    return best_d <= limit ? best : NULL;
-}
-
-/* ------------------------------------------------------------------ */
 /* parse context                                                        */
 
-typedef struct {
-    mt_config_t *cfg;
-    yaml_document_t *doc;
-    mt_diag_t *diag;
-    mt_origin_t origin; /* template: kind and override index */
-} parse_ctx_t;
+typedef mt_parse_ctx_t parse_ctx_t;
 
 static void loc_of(const parse_ctx_t *c, const yaml_node_t *n, char *buf, size_t cap)
 {
@@ -447,8 +359,9 @@ static const char *path_with_leaf(const char *leaf)
 static void unknown_key(parse_ctx_t *c, const yaml_node_t *kn, const char *prefix,
                         const char *key)
 {
-    const char *names[128];
+    const char *names[256];
     int n = child_names(prefix, names, 128);
+    n += mt_am_child_names(prefix, names + n, 256 - n);
     const char *best = mt_closest_name(key, names, n);
     const char *elsewhere = path_with_leaf(key);
     char full[MT_PATH_MAX];
@@ -597,6 +510,8 @@ static void handle_pair(parse_ctx_t *c, const yaml_node_t *kn, const yaml_node_t
     char path[MT_PATH_MAX];
     snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "", key);
 
+    if (mt_am_handle(c, kn, vn, path))
+        return; /* AutoModel's: mapped, ignored or refused */
     if (strcmp(key, "_target_") == 0)
         return; /* AutoModel's Hydra-style class selector: meaningless here */
     if (strcmp(path, "model.config") == 0) { /* from_config's Hugging Face config */
@@ -649,6 +564,22 @@ static void walk_mapping(parse_ctx_t *c, const yaml_node_t *map, const char *pre
     }
 }
 
+static void yaml_perr(mt_parse_ctx_t *c, const yaml_node_t *n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void yaml_perr(mt_parse_ctx_t *c, const yaml_node_t *n, const char *fmt, ...)
+{
+    char loc[MT_PATH_MAX + 64], msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    loc_of(c, n, loc, sizeof loc);
+    mt_diag_add(c->diag, "%s%s", loc, msg);
+}
+static void yaml_set_node(mt_parse_ctx_t *c, int ki, const yaml_node_t *n) { set_value(c, ki, n); }
+static void yaml_set_text(mt_parse_ctx_t *c, int ki, const char *text, const yaml_node_t *n);
+static const mt_parse_ops_t yaml_ops = {yaml_perr, yaml_set_node, yaml_set_text};
+
 /* ------------------------------------------------------------------ */
 /* entry points                                                         */
 
@@ -673,14 +604,21 @@ static mt_status_t load_yaml(mt_config_t *cfg, const unsigned char *text, size_t
         return s;
     }
     yaml_node_t *root = yaml_document_get_root_node(&doc);
-    parse_ctx_t c = {cfg, &doc, &diag, {MT_ORIGIN_FILE, 0, 0, 0}};
+    parse_ctx_t c = {cfg, &doc, &diag, {MT_ORIGIN_FILE, 0, 0, 0}, &yaml_ops};
     if (root == NULL || is_null_scalar(root)) {
         /* An empty file is all defaults. */
     } else if (root->type != YAML_MAPPING_NODE) {
         PERR(&c, root, "the top level must be a mapping of sections (model:, distributed:, ...), "
                        "got %s", node_kind(root));
     } else {
-        walk_mapping(&c, root, "");
+        bool recipe = mt_am_is_recipe(&c, root);
+        if (recipe)
+            mt_am_recipe_defaults(cfg);
+        /* a recipe that cannot run says why in one line, not in a list of keys */
+        if (!mt_am_first_reason(&c, root)) {
+            walk_mapping(&c, root, "");
+            mt_am_finish(&c, root);
+        }
     }
     /* A second document is almost certainly a mistake ("---" in the middle). */
     yaml_document_t extra;
@@ -748,6 +686,40 @@ static void set_from_text(parse_ctx_t *c, int ki, const char *value, yaml_parser
     yaml_document_delete(&doc);
 }
 
+static void yaml_set_text(mt_parse_ctx_t *c, int ki, const char *text, const yaml_node_t *n)
+{
+    yaml_parser_t parser;
+    yaml_document_t *saved = c->doc;
+    bool ok = true;
+    if (!yaml_parser_initialize(&parser)) {
+        yaml_perr(c, n, "cannot initialise the YAML parser");
+        return;
+    }
+    set_from_text(c, ki, text, &parser, &ok);
+    yaml_parser_delete(&parser);
+    c->doc = saved;
+    mark_origin(c, &c->cfg->key_origin[ki], n);
+}
+
+/* An override of an AutoModel key (seed=7, dist_env.timeout_minutes=5). */
+static bool am_override(parse_ctx_t *c, const char *path, const char *value)
+{
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    bool handled = false;
+    if (!yaml_parser_initialize(&parser))
+        return false;
+    yaml_parser_set_input_string(&parser, (const unsigned char *)value, strlen(value));
+    if (yaml_parser_load(&parser, &doc)) {
+        c->doc = &doc;
+        handled = mt_am_handle(c, NULL, yaml_document_get_root_node(&doc), path);
+        c->doc = NULL;
+        yaml_document_delete(&doc);
+    }
+    yaml_parser_delete(&parser);
+    return handled;
+}
+
 mt_status_t mt_config_override(mt_config_t *cfg, const char *assignment)
 {
     mt_diag_t diag = {{0}, 0};
@@ -756,7 +728,7 @@ mt_status_t mt_config_override(mt_config_t *cfg, const char *assignment)
         snprintf(cfg->overrides[idx], sizeof cfg->overrides[idx], "%s", assignment);
         cfg->noverrides++;
     }
-    parse_ctx_t c = {cfg, NULL, &diag, {MT_ORIGIN_OVERRIDE, 0, 0, idx}};
+    parse_ctx_t c = {cfg, NULL, &diag, {MT_ORIGIN_OVERRIDE, 0, 0, idx}, &yaml_ops};
 
     const char *eq = strchr(assignment, '=');
     if (!eq || eq == assignment)
@@ -771,6 +743,8 @@ mt_status_t mt_config_override(mt_config_t *cfg, const char *assignment)
     path[pl] = '\0';
 
     int ki = mt_cfg_key_index(path);
+    if (ki < 0 && am_override(&c, path, eq + 1))
+        return mt_diag_finish(&diag, __FILE__, __LINE__);
     if (ki < 0) {
         if (mt_cfg_section_index(path) >= 0)
             MT_FAIL(MT_ERR_CONFIG, "override '%s': %s is a section; set one of its keys (%s.KEY=VALUE)",
@@ -802,6 +776,8 @@ mt_status_t mt_config_override(mt_config_t *cfg, const char *assignment)
             mark_origin(&c, &cfg->section_origin[si], NULL);
     }
 
+    if (am_override(&c, path, eq + 1)) /* AutoModel's meaning of a meshtrain key */
+        return mt_diag_finish(&diag, __FILE__, __LINE__);
     yaml_parser_t parser;
     bool ok = true;
     if (!yaml_parser_initialize(&parser))
@@ -814,7 +790,7 @@ mt_status_t mt_config_override(mt_config_t *cfg, const char *assignment)
 mt_status_t mt_cfg_set_default(mt_config_t *cfg, const mt_cfg_key_t *k)
 {
     mt_diag_t diag = {{0}, 0};
-    parse_ctx_t c = {cfg, NULL, &diag, {MT_ORIGIN_DEFAULT, 0, 0, 0}};
+    parse_ctx_t c = {cfg, NULL, &diag, {MT_ORIGIN_DEFAULT, 0, 0, 0}, &yaml_ops};
     yaml_parser_t parser;
     bool ok = true;
     if (!yaml_parser_initialize(&parser))

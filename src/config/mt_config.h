@@ -34,7 +34,10 @@ typedef enum { MT_LR_COSINE, MT_LR_LINEAR, MT_LR_CONSTANT } mt_lr_decay_t;
 typedef enum { MT_DTYPE_FLOAT32, MT_DTYPE_BFLOAT16 } mt_dtype_t;
 /* Where the model computes: the CPU backend, the CUDA backend, or the CPU
  * kernels on guarded memory that host code may not touch (tests). */
-typedef enum { MT_DEVICE_CPU, MT_DEVICE_CUDA, MT_DEVICE_CPU_GUARDED } mt_device_t;
+/* AUTO (an AutoModel recipe's default) is resolved before validation by
+ * the apps (mt_config_resolve_device): cuda where the rank sees a GPU and
+ * the build has CUDA, else cpu. */
+typedef enum { MT_DEVICE_CPU, MT_DEVICE_CUDA, MT_DEVICE_CPU_GUARDED, MT_DEVICE_AUTO } mt_device_t;
 /* distributed.collectives: how collectives on device memory travel */
 typedef enum { MT_COLL_AUTO, MT_COLL_NCCL, MT_COLL_MPI } mt_collectives_t;
 typedef enum { MT_SAVE_HDF5, MT_SAVE_SAFETENSORS, MT_SAVE_TORCH_SAVE } mt_save_format_t;
@@ -187,6 +190,8 @@ typedef struct {
     int64_t pp_microbatch_size;
     mt_opt_int_t layers_per_stage;
     bool scale_grads_in_schedule;
+    int round_virtual_stages;   /* 0 none, 1 up, 2 down: a stage count not a pp multiple */
+    bool balanced_split;        /* AutoModel's: the first L % S stages take one layer more */
 } mt_pipeline_config_t;
 
 typedef struct {
@@ -218,12 +223,15 @@ typedef struct {
     double lr, eps, weight_decay, max_grad_norm;
     double betas[MT_MAX_LIST];
     int nbetas;
+    bool decay_every_parameter; /* false: norm weights and biases do not decay */
 } mt_optimizer_config_t;
 
 typedef struct {
     int64_t lr_warmup_steps;
     mt_lr_decay_t lr_decay_style;
     double min_lr;
+    double init_lr;                /* the warm-up starts here */
+    mt_opt_int_t lr_decay_steps;   /* none: max_steps */
 } mt_lr_config_t;
 
 typedef struct {
@@ -257,6 +265,21 @@ typedef struct {
     mt_nonfinite_t on_nonfinite;
     int64_t max_nonfinite_skips;
 } mt_training_config_t;
+
+/* What an AutoModel recipe said that meshtrain's keys do not hold
+ * (config_automodel.c, doc/automodel-recipes.md). */
+typedef enum { MT_AM_OPT_NONE, MT_AM_OPT_ADAMW, MT_AM_OPT_ADAM, MT_AM_OPT_FUSED_ADAM } mt_am_optimizer_t;
+
+typedef struct {
+    bool recipe;          /* a top-level `recipe:` key: AutoModel's defaults apply */
+    bool lr_schedule;     /* AutoModel's OptimizerParamScheduler (the lr_scheduler section) */
+    bool max_steps_null;  /* max_steps: null: the epochs decide */
+    bool adam_l2;         /* FusedAdam adam_w_mode false */
+    int optimizer;        /* mt_am_optimizer_t */
+    int64_t num_epochs;   /* 0: not given */
+    char data_refusal[512]; /* why the trainer cannot read the dataset; "" = it can */
+    char ignored[2048];   /* keys accepted that cannot change the numerics, noted once */
+} mt_automodel_t;
 
 /* peft: LoRA adapters on a frozen base (AutoModel's PeftConfig,
  * doc/lora.md).  Module lists are comma-separated (a YAML list is joined). */
@@ -318,6 +341,7 @@ typedef struct mt_config {
     mt_logging_config_t logging;
     mt_rng_config_t rng;
     mt_training_config_t training;
+    mt_automodel_t automodel;
     mt_peft_config_t peft;
 
     mt_derived_t derived;

@@ -51,7 +51,7 @@ void mt_adamw_step(mt_adamw_t *opt, const mt_model_t *m, const mt_segment_t *seg
             int64_t j = a - s->offset;
             float *pm = s->param + j, *gm = s->grad + j, *m1 = opt->exp_avg + s->state + j;
             float *m2 = opt->exp_avg_sq + s->state + j;
-            const float wd = p->no_decay ? 0.0f : (float)oc->weight_decay;
+            const float wd = p->no_decay && !oc->decay_every_parameter ? 0.0f : (float)oc->weight_decay;
             /* the compute copy's element j: bf16 bits under bf16 storage */
             float *wk = s->work ? mt_act_at(m, s->work, j) : NULL;
             if (wk) /* the master weights and their bf16 compute copy, one pass */
@@ -65,12 +65,36 @@ void mt_adamw_step(mt_adamw_t *opt, const mt_model_t *m, const mt_segment_t *seg
     }
 }
 
+/* AutoModel's OptimizerParamScheduler: step s (1-based) uses the value at
+ * its num_steps = s - 1, warming up from init_lr and holding min_lr after
+ * lr_decay_steps. */
+static double automodel_lr(const mt_config_t *cfg, int64_t step)
+{
+    const mt_lr_config_t *l = &cfg->lr_scheduler;
+    double peak = cfg->optimizer.lr, lo = l->min_lr;
+    int64_t n = step - 1, warm = l->lr_warmup_steps;
+    int64_t decay = l->lr_decay_steps.set ? l->lr_decay_steps.value : cfg->step_scheduler.max_steps;
+    if (warm > 0 && n <= warm)
+        return l->init_lr + (peak - l->init_lr) * (double)n / (double)warm;
+    if (l->lr_decay_style == MT_LR_CONSTANT)
+        return peak;
+    if (n > decay || decay <= warm)
+        return lo;
+    double ratio = (double)(n - warm) / (double)(decay - warm);
+    double coeff = l->lr_decay_style == MT_LR_LINEAR ? 1.0 - ratio : 0.5 * (cos(M_PI * ratio) + 1.0);
+    return lo + coeff * (peak - lo);
+}
+
 double mt_lr_at(const mt_config_t *cfg, int64_t step)
 {
-    double peak = cfg->optimizer.lr, lo = cfg->lr_scheduler.min_lr;
+    if (cfg->automodel.lr_schedule)
+        return automodel_lr(cfg, step);
+    double peak = cfg->optimizer.lr, lo = cfg->lr_scheduler.min_lr, init = cfg->lr_scheduler.init_lr;
     int64_t warm = cfg->lr_scheduler.lr_warmup_steps, total = cfg->step_scheduler.max_steps;
+    if (cfg->lr_scheduler.lr_decay_steps.set)
+        total = cfg->lr_scheduler.lr_decay_steps.value;
     if (warm > 0 && step <= warm)
-        return peak * (double)step / (double)warm;
+        return init + (peak - init) * (double)step / (double)warm;
     if (cfg->lr_scheduler.lr_decay_style == MT_LR_CONSTANT || total <= warm)
         return peak;
     double progress = (double)(step - warm) / (double)(total - warm);

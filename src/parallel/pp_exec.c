@@ -37,6 +37,10 @@ void mt_pp_stage_layers(const mt_config_t *cfg, int s, int *lo, int *hi)
     const mt_opt_int_t *k = &cfg->distributed.pipeline.layers_per_stage;
     if (S <= 1) {
         *lo = 0, *hi = (int)L;
+    } else if (cfg->distributed.pipeline.balanced_split) {
+        int64_t base = L / S, extra = L % S;
+        *lo = (int)(s * base + (s < extra ? s : extra));
+        *hi = *lo + (int)base + (s < extra ? 1 : 0);
     } else if (k->set) {
         *lo = (int)(s * k->value);
         *hi = s == S - 1 ? (int)L : (int)((s + 1) * k->value);

@@ -122,11 +122,37 @@ static mt_status_t open_blend(mt_blend_t *b, const mt_config_t *cfg, const char 
     return s;
 }
 
+/* An AutoModel recipe's num_epochs: AutoModel stops at whichever of
+ * max_steps and num_epochs x its epoch length comes first (its
+ * StepScheduler; a distributed sampler pads the data to dp ranks). The
+ * step count is meshtrain's, so an epoch bound that binds is refused with
+ * the max_steps that would say it. */
+static mt_status_t check_epochs(const mt_train_run_t *r, const mt_config_t *cfg)
+{
+    const mt_automodel_t *am = &cfg->automodel;
+    if (am->num_epochs == 0)
+        return MT_OK;
+    int64_t n = mt_blend_num_samples(&r->data);
+    int64_t dp = cfg->derived.dp_size, lb = cfg->step_scheduler.local_batch_size;
+    int64_t acc = cfg->derived.grad_accum_steps;
+    int64_t per_rank = (n + dp - 1) / dp, batches = (per_rank + lb - 1) / lb;
+    int64_t epoch = (batches + acc - 1) / acc, total = am->num_epochs * epoch;
+    if (am->max_steps_null || total < cfg->step_scheduler.max_steps)
+        MT_FAIL(MT_ERR_CONFIG, "step_scheduler.num_epochs %lld: %lld samples make %lld steps an "
+                "epoch, %lld in all%s; meshtrain counts steps: set step_scheduler.max_steps: "
+                "%lld", (long long)am->num_epochs, (long long)n, (long long)epoch,
+                (long long)total, am->max_steps_null ? " (max_steps is null)" : ", before max_steps",
+                (long long)total);
+    return MT_OK;
+}
+
 /* The training set (each entry's documents packed into rows when asked)
  * and the validation set (plain rows, in order). */
 static mt_status_t open_data(mt_train_run_t *r, const mt_config_t *cfg)
 {
     const mt_dataset_config_t *d = &cfg->dataset;
+    if (cfg->automodel.data_refusal[0])
+        MT_FAIL(MT_ERR_CONFIG, "%s: %s", cfg->source_file, cfg->automodel.data_refusal);
     if (!d->path[0] && d->npaths == 0)
         MT_FAIL(MT_ERR_CONFIG, "dataset.path is empty: set it to an llm.c .bin file or a Megatron "
                 "prefix (make one with meshtrain-data), or list files in dataset.paths");
@@ -143,6 +169,7 @@ static mt_status_t open_data(mt_train_run_t *r, const mt_config_t *cfg)
                           d->nvalidation_paths, &o));
         r->have_val = 1;
     }
+    MT_TRY(check_epochs(r, cfg));
     return MT_OK;
 }
 

@@ -17,3 +17,11 @@ TESTS += tests/config/test_config_emit
 # sizes whose products overflow int64 are refused by name
 TESTS += tests/config/config_overflow.sh
 EXTRA_DIST += tests/config/config_overflow.sh
+# AutoModel recipes: mapped, ignored or refused with the one reason, table-driven
+check_PROGRAMS += tests/config/test_config_automodel
+tests_config_test_config_automodel_SOURCES = tests/config/test_config_automodel.c \
+	tests/harness/mt_test.h
+TESTS += tests/config/test_config_automodel
+# an AutoModel recipe trains on 2 ranks with AutoModel's meaning; refusals by the trainer
+TESTS += tests/config/recipe_train.sh
+EXTRA_DIST += tests/config/recipe_train.sh
