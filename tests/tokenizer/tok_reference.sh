@@ -43,6 +43,8 @@ if [ $need = 1 ]; then
         >"$workdir/npm.log" 2>&1 ||
         { tail -5 "$workdir/npm.log"; echo "tok_reference.sh: npm install failed; skipping"; exit 77; }
 fi
+# other tests read the cache only once it is whole (they may run alongside)
+touch "$cache/.meshtrain-complete"
 
 files=$(ls "$corpus"/* | sort)
 texts=$(ls "$corpus"/*.txt | sort)
