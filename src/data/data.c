@@ -405,20 +405,16 @@ void mt_dataset_close(mt_dataset_t *ds)
     memset(ds, 0, sizeof *ds);
 }
 
+static void read_part(const mt_dataset_t *part, int64_t at, int64_t k, void *out)
+{
+    mt_dataset_read(part, at, k, out);
+}
+
 void mt_dataset_read(const mt_dataset_t *ds, int64_t start, int64_t n, int32_t *out)
 {
     assert(start >= 0 && n >= 0 && start + n <= ds->n_tokens);
     if (ds->n_parts > 0) { /* a concatenation: part by part */
-        int p = 0;
-        while (p + 1 < ds->n_parts && ds->part_start[p + 1] <= start)
-            p++;
-        while (n > 0) {
-            int64_t at = start - ds->part_start[p], k = ds->part_start[p + 1] - start;
-            if (k > n)
-                k = n;
-            mt_dataset_read(&ds->parts[p], at, k, out);
-            out += k, start += k, n -= k, p++;
-        }
+        mt_dataset_each_part(ds, start, n, out, sizeof *out, read_part);
         return;
     }
     if (ds->token_bytes == 2) {

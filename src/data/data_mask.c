@@ -114,20 +114,16 @@ mt_status_t mt_dataset_open_mask(mt_dataset_t *ds, mt_loss_mask_t mode, bool *fo
     return MT_OK;
 }
 
+static void read_part(const mt_dataset_t *part, int64_t at, int64_t k, void *out)
+{
+    mt_dataset_read_mask(part, at, k, out);
+}
+
 void mt_dataset_read_mask(const mt_dataset_t *ds, int64_t start, int64_t n, unsigned char *out)
 {
     assert(start >= 0 && n >= 0 && start + n <= ds->n_tokens);
     if (ds->n_parts > 0) {
-        int p = 0;
-        while (p + 1 < ds->n_parts && ds->part_start[p + 1] <= start)
-            p++;
-        while (n > 0) {
-            int64_t at = start - ds->part_start[p], k = ds->part_start[p + 1] - start;
-            if (k > n)
-                k = n;
-            mt_dataset_read_mask(&ds->parts[p], at, k, out);
-            out += k, start += k, n -= k, p++;
-        }
+        mt_dataset_each_part(ds, start, n, out, 1, read_part);
         return;
     }
     if (ds->mask)

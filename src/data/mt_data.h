@@ -124,6 +124,11 @@ mt_status_t mt_dataset_open_mask(mt_dataset_t *ds, mt_loss_mask_t mode, bool *fo
 
 /* Masks of tokens [start, start+n): 1 where there is no mask. */
 void mt_dataset_read_mask(const mt_dataset_t *ds, int64_t start, int64_t n, unsigned char *out);
+/* For readers of a concatenation: read(part, at, k, out) for each part
+ * covering tokens [start, start+n), out advanced by elem bytes a token. */
+void mt_dataset_each_part(const mt_dataset_t *ds, int64_t start, int64_t n, void *out,
+                          size_t elem,
+                          void (*read)(const mt_dataset_t *, int64_t, int64_t, void *));
 
 /* ds: the n parts (opened; moved into ds, which owns and frees them)
  * concatenated in order.  A part boundary is a document boundary.  Every
