@@ -10,6 +10,10 @@
 bindir="${MESHTRAIN_TEST_BINDIR:-$abs_top_builddir/apps}"
 configs="$abs_top_srcdir/share/configs"
 testconfigs="$abs_top_srcdir/tests/configs"
+# the float64 references' arguments for the settings of
+# $testconfigs/hf-reference.yaml
+hf_ref_args="--seq 64 --global-batch 2 --local-batch 1 --steps 3 --lr 2e-3 --betas 0.9,0.95
+ --eps 1e-8 --weight-decay 0.1 --max-grad-norm 1.0 --warmup 2 --decay cosine --min-lr 2e-4"
 # the corpus make builds, and the small model most training tests use
 data="$abs_top_builddir/share/data/tiny-corpus.bin"
 small_cfg="$testconfigs/train-small.yaml"

@@ -87,29 +87,8 @@ for f in $PENDING; do
 done
 
 # The training settings, the same for meshtrain and the reference.
-cat > "$w/base.yaml" <<'EOF'
-dataset:
-  seq_length: 64
-  shuffle: false
-step_scheduler:
-  global_batch_size: 2
-  local_batch_size: 1
-  max_steps: 3
-optimizer:
-  lr: 2.0e-3
-  betas: [0.9, 0.95]
-  eps: 1.0e-8
-  weight_decay: 0.1
-  max_grad_norm: 1.0
-lr_scheduler:
-  lr_warmup_steps: 2
-  lr_decay_style: cosine
-  min_lr: 2.0e-4
-logging:
-  log_every_steps: 1
-EOF
-ref_args="--seq 64 --global-batch 2 --local-batch 1 --steps 3 --lr 2e-3 --betas 0.9,0.95
- --eps 1e-8 --weight-decay 0.1 --max-grad-norm 1.0 --warmup 2 --decay cosine --min-lr 2e-4"
+cp "$testconfigs/hf-reference.yaml" "$w/base.yaml"
+ref_args=$hf_ref_args
 
 is_moe() { grep -q '"num_experts"\|"num_local_experts"' "$1/config.json"; }
 

@@ -44,29 +44,10 @@ ckpt="$bindir/meshtrain-ckpt"
 w=$workdir
 FAMILIES="llama3 qwen25"
 
-cat > "$w/lora.yaml" <<'EOF'
-dataset:
-  seq_length: 64
-  shuffle: false
-step_scheduler:
-  global_batch_size: 2
-  local_batch_size: 1
-  max_steps: 3
-optimizer:
-  lr: 2.0e-3
-  betas: [0.9, 0.95]
-  eps: 1.0e-8
-  weight_decay: 0.1
-  max_grad_norm: 1.0
-lr_scheduler:
-  lr_warmup_steps: 2
-  lr_decay_style: cosine
-  min_lr: 2.0e-4
+{ cat "$testconfigs/hf-reference.yaml"; cat <<'EOF'; } > "$w/lora.yaml"
 checkpoint:
   enabled: true
   save_initial: true
-logging:
-  log_every_steps: 1
 peft:
   _target_: nemo_automodel.components._peft.lora.PeftConfig
   target_modules: ["*_proj"]
@@ -74,8 +55,7 @@ peft:
   alpha: 8
   lora_A_init: uniform
 EOF
-ref_args="--seq 64 --global-batch 2 --local-batch 1 --steps 3 --lr 2e-3 --betas 0.9,0.95
- --eps 1e-8 --weight-decay 0.1 --max-grad-norm 1.0 --warmup 2 --decay cosine --min-lr 2e-4"
+ref_args=$hf_ref_args
 
 made=
 for f in $FAMILIES; do made="$made $f $w/$f/hf"; done

@@ -32,32 +32,13 @@ done
 if [ -n "$torch_py" ]; then
     expect_rc 0 python3 "$hf/make_model.py" llama3 "$w/m"
     expect_rc 0 python3 "$helper" mask "$w/m/tokens.bin" stripes
-    cat > "$w/base.yaml" <<'YAML'
-dataset:
-  seq_length: 64
-  shuffle: false
-step_scheduler:
-  global_batch_size: 2
-  local_batch_size: 1
-  max_steps: 3
-optimizer:
-  lr: 2.0e-3
-  betas: [0.9, 0.95]
-  eps: 1.0e-8
-  weight_decay: 0.1
-  max_grad_norm: 1.0
-lr_scheduler:
-  lr_warmup_steps: 2
-  lr_decay_style: cosine
-  min_lr: 2.0e-4
-YAML
+    cp "$testconfigs/hf-reference.yaml" "$w/base.yaml"
     expect_rc 0 "$bindir/meshtrain-dense" --config "$w/base.yaml" \
         model.pretrained_model_name_or_path="$w/m" dataset.path="$w/m/tokens.bin" \
         checkpoint.enabled=false logging.metrics_file="$w/mt.jsonl"
     expect_in "$out" "loss mask: yes" "the mask is logged"
-    expect_rc 0 timeout 300 "$torch_py" "$hf/hf_reference.py" --seq 64 --global-batch 2 \
-        --local-batch 1 --steps 3 --lr 2e-3 --betas 0.9,0.95 --eps 1e-8 --weight-decay 0.1 \
-        --max-grad-norm 1.0 --warmup 2 --decay cosine --min-lr 2e-4 \
+    # shellcheck disable=SC2086
+    expect_rc 0 timeout 300 "$torch_py" "$hf/hf_reference.py" $hf_ref_args \
         --mask "$w/m/tokens.bin.lossmask" --job "$w/m:$w/ref.jsonl" \
         --job "$w/m:$w/bug.jsonl:mask_count_all"
     compare_losses "$w/ref.jsonl" "$w/mt.jsonl" "masked loss: meshtrain = float64 reference"
