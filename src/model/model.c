@@ -76,42 +76,6 @@ void mt_model_set_packing(mt_model_t *m, const int32_t *pos, const int32_t *doc_
     mt_rope_update(m, pos);
 }
 
-void mt_model_zero_grad(mt_model_t *m)
-{
-    if (m->grad_mem)
-        m->be->zero(m->grad_mem, sizeof(float) * (size_t)m->numel);
-    if (m->moe)
-        mt_moe_zero_grad(m);
-}
-
-int64_t mt_model_logical_numel(const mt_model_t *m)
-{
-    int64_t n = 0;
-    for (int i = 0; i < m->nparams; i++)
-        n += m->params[i].full_shape[0] * m->params[i].full_shape[1];
-    return n + (m->moe ? mt_moe_logical_numel(m) : 0);
-}
-
-double mt_model_flops_per_token(const mt_model_t *m)
-{
-    double mm = 0;
-    for (int i = 0; i < m->nparams; i++)
-        if (m->params[i].ndim == 2 && &m->params[i] != m->embed)
-            mm += (double)m->params[i].numel;
-    double mf = 0; /* frozen (LoRA): forward and input gradient, no weight gradient */
-    for (int i = 0; i < m->nfrozen; i++)
-        if (m->frozen[i].ndim == 2 && &m->frozen[i] != m->embed)
-            mf += (double)m->frozen[i].numel;
-    if (m->tied && m->has_head) /* lm_head is a matmul even when tied */
-        *(m->lora ? &mf : &mm) += (double)(m->V * m->H);
-    if (m->moe) /* the experts a token visits */
-        mm += mt_moe_flops_per_token(m) / 6.0;
-    /* attention's QK^T and PV over this rank's heads, nh * hd wide (the
-     * biases are no matmuls: 1-D, left out above) */
-    return 6.0 * mm + 4.0 * mf + 6.0 * (double)m->L * (double)m->T * (double)(m->nh * m->hd);
-}
-
-
 /* Start a TP collective, asynchronously where the parallelize layer
  * offers it (mt_model_t.tp_start); tp_end joins it. */
 static void *tp_begin(const mt_model_t *m, const void *in, void *out, int64_t n, mt_tp_op_t op)
