@@ -45,7 +45,7 @@ typedef struct {
 static void fn_dp_size(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *path, const char *arg)
 {
     (void)arg; /* 0 and null both mean "the rest of the world" */
-    if (mt_cfg_null_node(vn) || strcmp(mt_cfg_scalar(vn), "0") == 0)
+    if (mt_cfg_null_scalar(vn) || strcmp(mt_cfg_scalar(vn), "0") == 0)
         mt_am_set_key(c, path, "none", vn);
     else
         mt_cfg_set_node(c, mt_cfg_key_index(path), vn);
@@ -55,7 +55,7 @@ static void fn_dp_replicate(mt_parse_ctx_t *c, const yaml_node_t *vn, const char
                             const char *arg)
 {
     (void)arg; /* 1: no HSDP, with any strategy */
-    if (mt_cfg_null_node(vn) || strcmp(mt_cfg_scalar(vn), "1") == 0)
+    if (mt_cfg_null_scalar(vn) || strcmp(mt_cfg_scalar(vn), "1") == 0)
         mt_am_set_key(c, path, "none", vn);
     else
         mt_cfg_set_node(c, mt_cfg_key_index(path), vn);
@@ -67,7 +67,7 @@ static void fn_timeout(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *pat
     char *end;
     const char *s = mt_cfg_scalar(vn);
     double v = strtod(s, &end);
-    if (mt_cfg_null_node(vn))
+    if (mt_cfg_null_scalar(vn))
         return;
     if (!s[0] || *end || !(v > 0) || v > 1e7) {
         mt_cfg_perr(c, vn, "%s: expected a positive number of minutes, got '%s'", path, s);
@@ -81,7 +81,7 @@ static void fn_timeout(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *pat
 static void fn_max_steps(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *path, const char *arg)
 {
     (void)arg;
-    if (mt_cfg_null_node(vn))
+    if (mt_cfg_null_scalar(vn))
         c->cfg->automodel.max_steps_null = true;
     else
         mt_cfg_set_node(c, mt_cfg_key_index(path), vn);
@@ -92,7 +92,7 @@ static void fn_num_epochs(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *
 {
     (void)arg;
     int64_t v = strtoll(mt_cfg_scalar(vn), NULL, 10);
-    if (mt_cfg_null_node(vn))
+    if (mt_cfg_null_scalar(vn))
         return;
     if (v < 1) {
         mt_cfg_perr(c, vn, "%s: expected a positive integer, got '%s'", path, mt_cfg_scalar(vn));
@@ -104,7 +104,7 @@ static void fn_num_epochs(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *
 static void fn_restore(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *path, const char *arg)
 {
     (void)path, (void)arg;
-    if (!mt_cfg_null_node(vn))
+    if (!mt_cfg_null_scalar(vn))
         mt_cfg_set_node(c, mt_cfg_key_index("checkpoint.resume"), vn);
 }
 
@@ -113,7 +113,7 @@ static void fn_reshard(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *pat
     (void)arg;
     /* null: AutoModel reshards every layer but the last, which only saves
      * one all-gather; the numerics are those of true */
-    if (mt_cfg_null_node(vn))
+    if (mt_cfg_null_scalar(vn))
         mt_am_note_ignored(c->cfg, "distributed.reshard_after_forward: null (as true)");
     else
         mt_cfg_set_node(c, mt_cfg_key_index(path), vn);
@@ -123,7 +123,7 @@ static void fn_ac(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *path, co
 {
     (void)arg;
     const char *s = mt_cfg_scalar(vn);
-    if (mt_cfg_null_node(vn))
+    if (mt_cfg_null_scalar(vn))
         return;
     if (strcasecmp(s, "full") == 0)
         mt_am_set_key(c, "distributed.activation_checkpointing", "true", vn);
@@ -169,7 +169,7 @@ static void fn_torch_dtype(mt_parse_ctx_t *c, const yaml_node_t *vn, const char 
 {
     (void)arg;
     const char *s = mt_cfg_scalar(vn);
-    if (mt_cfg_null_node(vn) || strcasecmp(s, "auto") == 0)
+    if (mt_cfg_null_scalar(vn) || strcasecmp(s, "auto") == 0)
         return;
     /* the dtype weights are loaded in; FSDP2's mp_policy decides the
      * compute dtype and meshtrain keeps fp32 master weights either way */
@@ -202,13 +202,13 @@ static void fn_adam_w_mode(mt_parse_ctx_t *c, const yaml_node_t *vn, const char 
                            const char *arg)
 {
     (void)path, (void)arg;
-    c->cfg->automodel.adam_l2 = !mt_cfg_null_node(vn) && !mt_am_truthy(vn);
+    c->cfg->automodel.adam_l2 = !mt_cfg_null_scalar(vn) && !mt_am_truthy(vn);
 }
 
 static void fn_must_be_true(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *path,
                             const char *arg)
 {
-    if (mt_cfg_null_node(vn) || mt_am_truthy(vn))
+    if (mt_cfg_null_scalar(vn) || mt_am_truthy(vn))
         mt_am_note_ignored(c->cfg, path);
     else
         mt_cfg_perr(c, vn, "%s: false is not supported: %s", path, arg);
@@ -217,7 +217,7 @@ static void fn_must_be_true(mt_parse_ctx_t *c, const yaml_node_t *vn, const char
 static void fn_must_be_null(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *path,
                             const char *arg)
 {
-    if (mt_cfg_null_node(vn))
+    if (mt_cfg_null_scalar(vn))
         mt_am_note_ignored(c->cfg, path);
     else
         mt_cfg_perr(c, vn, "%s: is not supported: %s", path, arg);
@@ -229,7 +229,7 @@ static void fn_fp32_only(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *p
 {
     (void)arg;
     const char *s = mt_cfg_scalar(vn);
-    if (mt_cfg_null_node(vn) || strstr(s, "float32") || strcmp(s, "fp32") == 0 ||
+    if (mt_cfg_null_scalar(vn) || strstr(s, "float32") || strcmp(s, "fp32") == 0 ||
         strcmp(s, "32") == 0)
         mt_am_note_ignored(c->cfg, path);
     else
@@ -251,7 +251,7 @@ static void fn_decay_style(mt_parse_ctx_t *c, const yaml_node_t *vn, const char 
 static void fn_lr_opt(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *path, const char *arg)
 {
     (void)path; /* a value or null (AutoModel's derived default) */
-    if (!mt_cfg_null_node(vn))
+    if (!mt_cfg_null_scalar(vn))
         mt_cfg_set_node(c, mt_cfg_key_index(arg), vn);
 }
 
@@ -262,7 +262,7 @@ static void fn_model_backend(mt_parse_ctx_t *c, const yaml_node_t *vn, const cha
     if (mt_am_truthy(mt_cfg_map_get(c, vn, "fake_balanced_gate")))
         mt_cfg_perr(c, vn, "%s.fake_balanced_gate: true (uniform routing for benchmarks) is "
                     "not supported", path);
-    else if (mt_cfg_map_get(c, vn, "te_fp8") && !mt_cfg_null_node(mt_cfg_map_get(c, vn, "te_fp8")))
+    else if (mt_cfg_map_get(c, vn, "te_fp8") && !mt_cfg_null_scalar(mt_cfg_map_get(c, vn, "te_fp8")))
         mt_cfg_perr(c, vn, "%s.te_fp8: FP8 training is not supported", path);
     else
         mt_am_note_ignored(c->cfg, "model.backend");
@@ -274,7 +274,7 @@ static void fn_loss(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *path, 
     const yaml_node_t *t = vn && vn->type == YAML_MAPPING_NODE ? mt_cfg_map_get(c, vn, "_target_")
                                                                : vn;
     const char *leaf = mt_am_class_leaf(mt_cfg_scalar(t));
-    if (mt_cfg_null_node(vn) || strcmp(leaf, "MaskedCrossEntropy") == 0 ||
+    if (mt_cfg_null_scalar(vn) || strcmp(leaf, "MaskedCrossEntropy") == 0 ||
         strcmp(leaf, "FusedLinearCrossEntropy") == 0 || strcmp(leaf, "TEParallelCrossEntropy") == 0 ||
         strcmp(leaf, "ChunkedCrossEntropy") == 0)
         mt_am_note_ignored(c->cfg, "loss_fn (meshtrain's cross-entropy is the same mean over tokens)");
@@ -289,7 +289,7 @@ static void fn_dataloader(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *
 {
     (void)arg;
     const yaml_node_t *sh = mt_cfg_map_get(c, vn, "shuffle");
-    if (sh && strcmp(path, "dataloader") == 0 && !mt_cfg_null_node(sh))
+    if (sh && strcmp(path, "dataloader") == 0 && !mt_cfg_null_scalar(sh))
         mt_cfg_set_node(c, mt_cfg_key_index("dataset.shuffle"), sh);
     mt_am_note_ignored(c->cfg, strcmp(path, "dataloader") == 0 ? "dataloader (but shuffle)" : path);
 }
@@ -300,7 +300,7 @@ static void fn_meshtrain(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *p
                          const char *arg)
 {
     (void)arg;
-    if (mt_cfg_null_node(vn))
+    if (mt_cfg_null_scalar(vn))
         return;
     if (vn->type != YAML_MAPPING_NODE) {
         mt_cfg_perr(c, vn, "%s: expected a mapping of meshtrain keys by full path", path);
@@ -331,11 +331,11 @@ static void fn_autocast(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *pa
 {
     (void)arg;
     const yaml_node_t *en = mt_cfg_map_get(c, vn, "enabled"), *dt = mt_cfg_map_get(c, vn, "dtype");
-    if (mt_cfg_null_node(vn) || !mt_am_truthy(en)) {
+    if (mt_cfg_null_scalar(vn) || !mt_am_truthy(en)) {
         mt_am_note_ignored(c->cfg, path);
         return;
     }
-    if (!dt || mt_cfg_null_node(dt) || strstr(mt_cfg_scalar(dt), "bfloat16"))
+    if (!dt || mt_cfg_null_scalar(dt) || strstr(mt_cfg_scalar(dt), "bfloat16"))
         mt_am_set_key(c, "distributed.mp_policy.param_dtype", "bfloat16", vn);
     else
         mt_cfg_perr(c, dt, "%s.dtype: %s is not supported (bfloat16)", path, mt_cfg_scalar(dt));
@@ -345,7 +345,7 @@ static void fn_moe_lm_head(mt_parse_ctx_t *c, const yaml_node_t *vn, const char 
                            const char *arg)
 {
     (void)arg;
-    if (mt_cfg_null_node(vn))
+    if (mt_cfg_null_scalar(vn))
         return;
     const char *s = mt_cfg_scalar(vn);
     if (strstr(s, "float32") || strcmp(s, "fp32") == 0)
@@ -522,7 +522,7 @@ static void apply(mt_parse_ctx_t *c, const am_rule_t *r, const yaml_node_t *vn, 
 {
     switch (r->kind) {
     case AM_SECTION:
-        if (mt_cfg_null_node(vn))
+        if (mt_cfg_null_scalar(vn))
             return;
         if (vn->type != YAML_MAPPING_NODE) {
             mt_cfg_perr(c, vn, "%s: expected a mapping (a section)", path);
@@ -534,7 +534,7 @@ static void apply(mt_parse_ctx_t *c, const am_rule_t *r, const yaml_node_t *vn, 
     case AM_USED: return;
     case AM_REFUSE: mt_cfg_perr(c, vn, "%s: %s", path, r->arg); return;
     case AM_RENAME:
-        if (!mt_cfg_null_node(vn))
+        if (!mt_cfg_null_scalar(vn))
             mt_cfg_set_node(c, mt_cfg_key_index(r->arg), vn);
         return;
     case AM_FN: r->fn(c, vn, path, r->arg); return;
@@ -570,7 +570,7 @@ bool mt_am_handle(mt_parse_ctx_t *c, const yaml_node_t *kn, const yaml_node_t *v
     if (!r) {
         /* AutoModel writes null for "the default" of any size */
         int ki = mt_cfg_key_index(path);
-        if (ki >= 0 && strncmp(path, "distributed.", 12) == 0 && mt_cfg_null_node(vn) &&
+        if (ki >= 0 && strncmp(path, "distributed.", 12) == 0 && mt_cfg_null_scalar(vn) &&
             mt_cfg_keys[ki].type != MT_T_OPT_INT) {
             mt_am_note_ignored(c->cfg, path);
             return true;
@@ -700,7 +700,7 @@ bool mt_am_first_reason(mt_parse_ctx_t *c, const yaml_node_t *root)
                                      "kd_loss_fn"};
     for (size_t i = 0; i < sizeof features / sizeof features[0]; i++) {
         const yaml_node_t *s = mt_cfg_map_get(c, root, features[i]);
-        if (s && !mt_cfg_null_node(s) &&
+        if (s && !mt_cfg_null_scalar(s) &&
             !(strcmp(features[i], "fp8") == 0 && !mt_am_truthy(mt_cfg_map_get(c, s, "enabled")))) {
             apply(c, rule_of(features[i]), s, features[i]);
             return true;
@@ -713,7 +713,7 @@ bool mt_am_first_reason(mt_parse_ctx_t *c, const yaml_node_t *root)
     if (ot)
         fn_optimizer(c, ot, "optimizer._target_", NULL);
     const yaml_node_t *mtp = mt_cfg_map_get(c, model, "num_nextn_predict_layers");
-    if (c->diag->count == n0 && mtp && !mt_cfg_null_node(mtp) && strcmp(mt_cfg_scalar(mtp), "0"))
+    if (c->diag->count == n0 && mtp && !mt_cfg_null_scalar(mtp) && strcmp(mt_cfg_scalar(mtp), "0"))
         apply(c, rule_of("model.num_nextn_predict_layers"), mtp, "model.num_nextn_predict_layers");
     if (c->diag->count > n0)
         return true;

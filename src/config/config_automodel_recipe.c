@@ -29,7 +29,7 @@ void mt_am_fn_dataset(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *path
                        const char *arg)
 {
     bool train = strcmp(arg, "dataset") == 0;
-    if (mt_cfg_null_node(vn))
+    if (mt_cfg_null_scalar(vn))
         return;
     const yaml_node_t *t = mt_cfg_map_get(c, vn, "_target_");
     if (!t) { /* meshtrain's own dataset keys */
@@ -45,7 +45,7 @@ void mt_am_fn_dataset(mt_parse_ctx_t *c, const yaml_node_t *vn, const char *path
     static const char *lens[] = {"seq_length", "seq_len", "max_length", "packed_sequence_size"};
     for (int i = 0; i < 4 && train; i++) {
         const yaml_node_t *l = mt_cfg_map_get(c, vn, lens[i]);
-        if (l && !mt_cfg_null_node(l) && l->type == YAML_SCALAR_NODE) {
+        if (l && !mt_cfg_null_scalar(l) && l->type == YAML_SCALAR_NODE) {
             mt_cfg_set_node(c, mt_cfg_key_index("dataset.seq_length"), l);
             break;
         }

@@ -56,17 +56,6 @@ static void mark_origin(parse_ctx_t *c, mt_origin_t *dst, const yaml_node_t *n)
 /* ------------------------------------------------------------------ */
 /* scalars                                                              */
 
-static bool is_null_scalar(const yaml_node_t *n)
-{
-    if (!n)
-        return true;
-    if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
-        return false;
-    const char *s = (const char *)n->data.scalar.value;
-    return s[0] == '\0' || strcmp(s, "~") == 0 || strcasecmp(s, "null") == 0 ||
-           strcasecmp(s, "none") == 0;
-}
-
 static const char *node_kind(const yaml_node_t *n)
 {
     if (!n)
@@ -81,7 +70,7 @@ static const char *node_kind(const yaml_node_t *n)
 /* Describe what was found, for "expected X, got Y". */
 static void describe(const yaml_node_t *n, char *buf, size_t cap)
 {
-    if (is_null_scalar(n))
+    if (mt_cfg_null_scalar(n))
         snprintf(buf, cap, "null");
     else if (n->type != YAML_SCALAR_NODE)
         snprintf(buf, cap, "%s", node_kind(n));
@@ -152,7 +141,7 @@ static void set_joined(parse_ctx_t *c, const mt_cfg_key_t *k, const yaml_node_t 
     for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top;
          it++) {
         yaml_node_t *e = yaml_document_get_node(c->doc, *it);
-        const char *v = e && e->type == YAML_SCALAR_NODE && !is_null_scalar(e)
+        const char *v = e && e->type == YAML_SCALAR_NODE && !mt_cfg_null_scalar(e)
                             ? (const char *)e->data.scalar.value : "";
         char eg[300];
         describe(e, eg, sizeof eg);
@@ -179,12 +168,12 @@ static void set_value(parse_ctx_t *c, int ki, const yaml_node_t *n)
     case MT_T_INT:
     case MT_T_OPT_INT: {
         int64_t v;
-        if (k->type == MT_T_OPT_INT && is_null_scalar(n)) {
+        if (k->type == MT_T_OPT_INT && mt_cfg_null_scalar(n)) {
             mt_opt_int_t *o = (mt_opt_int_t *)(base + k->offset);
             o->set = false, o->value = 0;
             break;
         }
-        if (!plain_scalar(n) || is_null_scalar(n) || !parse_int(s, &v)) {
+        if (!plain_scalar(n) || mt_cfg_null_scalar(n) || !parse_int(s, &v)) {
             PERR(c, n, "%s: expected an integer%s, got %s", k->path,
                  k->type == MT_T_OPT_INT ? " or none" : "", got);
             return;
@@ -199,7 +188,7 @@ static void set_value(parse_ctx_t *c, int ki, const yaml_node_t *n)
     }
     case MT_T_FLOAT: {
         double v;
-        if (!plain_scalar(n) || is_null_scalar(n) || !parse_float(s, &v)) {
+        if (!plain_scalar(n) || mt_cfg_null_scalar(n) || !parse_float(s, &v)) {
             PERR(c, n, "%s: expected a number, got %s", k->path, got);
             return;
         }
@@ -217,7 +206,7 @@ static void set_value(parse_ctx_t *c, int ki, const yaml_node_t *n)
     }
     case MT_T_STRING: {
         char *dst = base + k->offset;
-        if (!n || (is_null_scalar(n) && plain_scalar(n))) {
+        if (!n || (mt_cfg_null_scalar(n) && plain_scalar(n))) {
             dst[0] = '\0';
             break;
         }
@@ -239,7 +228,7 @@ static void set_value(parse_ctx_t *c, int ki, const yaml_node_t *n)
     case MT_T_ENUM: {
         char choices[512];
         enum_choices(k->enums, choices, sizeof choices);
-        if (!n || n->type != YAML_SCALAR_NODE || is_null_scalar(n)) {
+        if (!n || n->type != YAML_SCALAR_NODE || mt_cfg_null_scalar(n)) {
             PERR(c, n, "%s: expected one of %s, got %s", k->path, choices, got);
             return;
         }
@@ -295,7 +284,7 @@ static void set_value(parse_ctx_t *c, int ki, const yaml_node_t *n)
     case MT_T_STRING_LIST: { /* kept as text: a blend's parser reads its weights */
         char (*dst)[MT_PATH_MAX] = (char (*)[MT_PATH_MAX])(base + k->offset);
         int cnt = 0;
-        if (!n || (n->type != YAML_SEQUENCE_NODE && !(is_null_scalar(n) && plain_scalar(n)))) {
+        if (!n || (n->type != YAML_SEQUENCE_NODE && !(mt_cfg_null_scalar(n) && plain_scalar(n)))) {
             PERR(c, n, "%s: expected a list of strings, got %s", k->path, got);
             return;
         }
@@ -304,7 +293,7 @@ static void set_value(parse_ctx_t *c, int ki, const yaml_node_t *n)
             yaml_node_t *e = yaml_document_get_node(c->doc, *it);
             char eg[300];
             describe(e, eg, sizeof eg);
-            if (!e || e->type != YAML_SCALAR_NODE || (plain_scalar(e) && is_null_scalar(e)) ||
+            if (!e || e->type != YAML_SCALAR_NODE || (plain_scalar(e) && mt_cfg_null_scalar(e)) ||
                 cnt >= k->list_len || strlen((const char *)e->data.scalar.value) >= MT_PATH_MAX) {
                 PERR(c, e, "%s[%d]: expected a string or a number of at most %d characters, "
                      "as one of at most %d items, got %s", k->path, cnt, MT_PATH_MAX - 1,
@@ -405,7 +394,7 @@ static bool node_json(parse_ctx_t *c, const yaml_node_t *n, const char *path, mt
         PERR(c, n, "%s: nested too deeply", path);
         return false;
     }
-    if (!n || is_null_scalar(n)) {
+    if (!n || mt_cfg_null_scalar(n)) {
         mt_jout_puts(o, "null");
         return true;
     }
@@ -481,7 +470,7 @@ static void set_model_config(parse_ctx_t *c, const yaml_node_t *vn)
 {
     char *dst = c->cfg->model.hf_config;
     dst[0] = '\0';
-    if (is_null_scalar(vn))
+    if (mt_cfg_null_scalar(vn))
         return;
     if (vn->type != YAML_MAPPING_NODE) {
         char got[300];
@@ -521,7 +510,7 @@ static void handle_pair(parse_ctx_t *c, const yaml_node_t *kn, const yaml_node_t
 
     int si = mt_cfg_section_index(path);
     if (si >= 0) {
-        if (is_null_scalar(vn))
+        if (mt_cfg_null_scalar(vn))
             return; /* `pipeline: null` is an absent block */
         if (vn->type != YAML_MAPPING_NODE) {
             char got[300];
@@ -605,7 +594,7 @@ static mt_status_t load_yaml(mt_config_t *cfg, const unsigned char *text, size_t
     }
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     parse_ctx_t c = {cfg, &doc, &diag, {MT_ORIGIN_FILE, 0, 0, 0}, &yaml_ops};
-    if (root == NULL || is_null_scalar(root)) {
+    if (root == NULL || mt_cfg_null_scalar(root)) {
         /* An empty file is all defaults. */
     } else if (root->type != YAML_MAPPING_NODE) {
         PERR(&c, root, "the top level must be a mapping of sections (model:, distributed:, ...), "

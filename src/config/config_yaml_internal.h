@@ -33,7 +33,6 @@ typedef struct mt_parse_ctx {
 #define mt_cfg_perr(c, ...) ((c)->ops->perr((c), __VA_ARGS__))
 #define mt_cfg_set_node(c, ki, n) ((c)->ops->set_node((c), (ki), (n)))
 #define mt_cfg_set_text(c, ki, t, n) ((c)->ops->set_text((c), (ki), (t), (n)))
-#define mt_cfg_null_node(n) (mt_cfg_null_scalar(n))
 /* null, ~, none or empty, plain (config_automodel_util.c) */
 bool mt_cfg_null_scalar(const yaml_node_t *n);
 /* The value of key `key` in mapping `map`, or NULL. */
