@@ -10,43 +10,13 @@
 
 #include "mt_blend.h"
 #include "mt_test.h"
+#include "mt_test_dir.h"
 
 #include <dirent.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static char dir[512];
-
-static const char *tmp(const char *name)
-{
-    static char buf[4][1024];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
-}
-
-static void remove_dir(void)
-{
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    while (d && (e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-            unlink(tmp(e->d_name));
-    if (d)
-        closedir(d);
-    rmdir(dir);
-}
-
-static void write_bytes(const char *path, const void *p, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    CHECK(f && fwrite(p, 1, n, f) == n, "cannot write %s", path);
-    if (f)
-        fclose(f);
-}
 
 /* A mask file of n tokens: magic, count (count_delta off), bytes m. */
 static void write_mask(const char *path, const unsigned char *m, int64_t n, int64_t count_delta,
@@ -405,18 +375,14 @@ static void test_blend(void)
 
 int main(void)
 {
-    snprintf(dir, sizeof dir, "%s/meshtrain-test-blend.XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
+    if (mt_test_dir_make("blend") != 0)
         return 99;
-    }
     make_data();
     test_mask_format();
     test_pack_mask();
     test_concat();
     test_spec();
     test_blend();
-    remove_dir();
+    mt_test_dir_remove();
     return mt_test_exit("test_blend");
 }

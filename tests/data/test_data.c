@@ -7,43 +7,13 @@
 
 #include "mt_data.h"
 #include "mt_test.h"
+#include "mt_test_dir.h"
 
 #include <dirent.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static char dir[512];
-
-static const char *tmp(const char *name)
-{
-    static char buf[4][1024];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
-}
-
-static void remove_dir(void)
-{
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    while (d && (e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-            unlink(tmp(e->d_name));
-    if (d)
-        closedir(d);
-    rmdir(dir);
-}
-
-static void write_bytes(const char *path, const void *p, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    CHECK(f && fwrite(p, 1, n, f) == n, "cannot write %s", path);
-    if (f)
-        fclose(f);
-}
 
 static unsigned char *slurp(const char *path, size_t *n)
 {
@@ -280,7 +250,7 @@ static void test_llmc_errors(void)
     EXPECT_OPEN_ERROR(tmp("none.bin"), MT_DATA_AUTO, 512, want);
     CHECK_CONTAINS(mt_error_hint_text(), "meshtrain-data");
     EXPECT_OPEN_ERROR(tmp("none.bin"), MT_DATA_LLMC, 512, "none.bin: cannot open llm.c token file: No such file");
-    EXPECT_OPEN_ERROR(dir, MT_DATA_AUTO, 512, "not a regular file");
+    EXPECT_OPEN_ERROR(mt_test_dir, MT_DATA_AUTO, 512, "not a regular file");
     EXPECT_OPEN_ERROR(tmp("empty"), MT_DATA_AUTO, 512, "no Megatron-LM index");
     write_bytes(tmp("tiny"), "ab", 2);
     EXPECT_OPEN_ERROR(tmp("tiny"), MT_DATA_AUTO, 512, "tiny: not an llm.c token file (2 bytes");
@@ -534,12 +504,8 @@ static void test_sampling_shuffled(void)
 
 int main(void)
 {
-    snprintf(dir, sizeof dir, "%s/meshtrain-test-data.XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
+    if (mt_test_dir_make("data") != 0)
         return 99;
-    }
     make_corpus();
     test_tokenizer();
     test_llmc_roundtrip();
@@ -548,6 +514,6 @@ int main(void)
     test_megatron_errors();
     test_sampling_in_order();
     test_sampling_shuffled();
-    remove_dir();
+    mt_test_dir_remove();
     return mt_test_exit("test_data");
 }
