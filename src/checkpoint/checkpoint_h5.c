@@ -153,6 +153,7 @@ mt_status_t mt_ckpt_h5_attr_int(const char *fname, hid_t file, const char *obj, 
 typedef struct {
     hid_t file;
     char bad[512];
+    int damaged; /* an object that does not open: the file is corrupt, not crafted */
 } plain_ctx_t;
 
 static herr_t visit_plain(hid_t group, const char *name, const H5L_info_t *info, void *data)
@@ -168,6 +169,7 @@ static herr_t visit_plain(hid_t group, const char *name, const H5L_info_t *info,
     hid_t o = H5Oopen(group, name, H5P_DEFAULT);
     if (o < 0) {
         snprintf(x->bad, sizeof x->bad, "/%s cannot be opened", name);
+        x->damaged = 1;
         return 1;
     }
     if (H5Iget_type(o) == H5I_DATASET) {
@@ -190,8 +192,11 @@ static herr_t visit_plain(hid_t group, const char *name, const H5L_info_t *info,
 
 static mt_status_t check_plain(const char *fname, hid_t file)
 {
-    plain_ctx_t x = {file, ""};
+    plain_ctx_t x = {file, "", 0};
     herr_t rc = H5Lvisit(file, H5_INDEX_NAME, H5_ITER_INC, visit_plain, &x);
+    if (x.damaged)
+        MT_FAIL(MT_ERR_IO, "%s: %s: the file is damaged (check it with meshtrain-ckpt verify)",
+                fname, x.bad);
     if (x.bad[0])
         MT_FAIL(MT_ERR_IO, "%s: %s: a checkpoint holds only its own datasets, behind hard links",
                 fname, x.bad);

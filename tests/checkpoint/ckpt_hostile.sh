@@ -104,6 +104,14 @@ outside "/model/model.norm.weight is a soft link" "soft link"
 fresh extstore; craft extstore /model/model.norm.weight "$workdir/raw.bin"
 outside "/model/model.norm.weight keeps its data in external files" "external storage"
 
+# object headers overwritten (bit rot, with a manifest to match): said to be
+# damaged, not blamed on links
+fresh damaged
+head -c 4000 /dev/zero | tr '\0' 'Z' | dd of="$d/model.h5" bs=1 seek=1000 conv=notrunc 2>/dev/null
+(cd "$d" && sha256sum model.h5 > manifest.sha256)
+checks=$((checks + 1))
+outside "cannot be opened: the file is damaged" "damaged headers"
+
 # the untouched checkpoint still resumes
 expect_rc 0 "$bindir/meshtrain-dense" --config "$cfg" dataset.path="$data" \
     checkpoint.checkpoint_dir="$workdir/resume" checkpoint.resume="$ck/step_00000005" \
