@@ -65,8 +65,11 @@ static int is_regular_file(const char *path)
 
 /* Map a whole file read-only.  An empty file gives addr NULL, len 0 (mmap
  * refuses a zero length). */
-static mt_status_t map_file(const char *path, const char *what, void **addr, size_t *len)
+static mt_status_t map_file(const char *path, const char *what, void **addr, size_t *len,
+                            int *keep_fd)
 {
+    if (keep_fd)
+        *keep_fd = -1;
     *addr = NULL;
     *len = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -93,6 +96,10 @@ static mt_status_t map_file(const char *path, const char *what, void **addr, siz
         }
         *addr = p;
         *len = (size_t)st.st_size;
+        if (keep_fd) { /* the per-batch fstat of mt_dataset_check */
+            *keep_fd = fd;
+            return MT_OK;
+        }
     }
     close(fd);
     return MT_OK;
@@ -124,7 +131,8 @@ static mt_status_t check_tokens(const mt_dataset_t *ds, const char *file, int64_
 
 static mt_status_t open_llmc(mt_dataset_t *ds, const char *path, int64_t vocab_size)
 {
-    MT_TRY(map_file(path, "llm.c token file", &ds->map[0], &ds->map_len[0]));
+    MT_TRY(map_file(path, "llm.c token file", &ds->map[0], &ds->map_len[0], &ds->tok_fd));
+    ds->tok_len = ds->map_len[0]; /* from here close() owns tok_fd */
     const unsigned char *b = ds->map[0];
     size_t len = ds->map_len[0];
     if (len < 4 || le32(b) != LLMC_MAGIC) {
@@ -159,6 +167,8 @@ static mt_status_t open_llmc(mt_dataset_t *ds, const char *path, int64_t vocab_s
     ds->token_bytes = 2;
     ds->n_tokens = count;
     ds->tokens = b + LLMC_HEADER_BYTES;
+    ds->tok_off = LLMC_HEADER_BYTES;
+    snprintf(ds->tok_file, sizeof ds->tok_file, "%s", path);
     MT_TRY(check_tokens(ds, path, vocab_size));
 
     /* Documents end with their EOD token; text after the last EOD is a
@@ -195,7 +205,7 @@ static mt_status_t open_megatron(mt_dataset_t *ds, const char *prefix, int64_t v
     char idx[MT_PATH_MAX + 8], bin[MT_PATH_MAX + 8];
     snprintf(idx, sizeof idx, "%s.idx", prefix);
     snprintf(bin, sizeof bin, "%s.bin", prefix);
-    MT_TRY(map_file(idx, "Megatron index", &ds->map[0], &ds->map_len[0]));
+    MT_TRY(map_file(idx, "Megatron index", &ds->map[0], &ds->map_len[0], NULL));
     const unsigned char *b = ds->map[0];
     size_t len = ds->map_len[0];
 
@@ -274,7 +284,8 @@ static mt_status_t open_megatron(mt_dataset_t *ds, const char *prefix, int64_t v
         MT_FAIL(MT_ERR_IO, "%s: the document index ends at sequence %llu, expected the sequence "
                 "count %llu", idx, (unsigned long long)prev, (unsigned long long)nseq);
 
-    MT_TRY(map_file(bin, "Megatron data file", &ds->map[1], &ds->map_len[1]));
+    MT_TRY(map_file(bin, "Megatron data file", &ds->map[1], &ds->map_len[1], &ds->tok_fd));
+    ds->tok_len = ds->map_len[1]; /* from here close() owns tok_fd */
     if (ds->map_len[1] != end)
         MT_FAIL(MT_ERR_IO, "%s: %s: %s describes %llu tokens (%llu bytes) but the file has %zu "
                 "bytes", bin, ds->map_len[1] < end ? "truncated" : "size mismatch", idx,
@@ -285,6 +296,8 @@ static mt_status_t open_megatron(mt_dataset_t *ds, const char *prefix, int64_t v
     ds->token_bytes = tb;
     ds->n_tokens = (int64_t)(end / (uint64_t)tb);
     ds->tokens = ds->map[1];
+    ds->tok_off = 0;
+    snprintf(ds->tok_file, sizeof ds->tok_file, "%s", bin);
     MT_TRY(check_tokens(ds, bin, vocab_size));
 
     ds->n_docs = (int64_t)ndoc - 1;
@@ -370,6 +383,7 @@ mt_status_t mt_dataset_open(mt_dataset_t *ds, const char *path, mt_data_format_t
     if (vocab_size < 1)
         MT_FAIL(MT_ERR_RANGE, "%s: vocab_size %lld must be positive", path, (long long)vocab_size);
     snprintf(ds->path, sizeof ds->path, "%s", path);
+    ds->vocab_size = vocab_size;
 
     mt_status_t s = MT_OK;
     if (fmt == MT_DATA_AUTO)
@@ -392,6 +406,8 @@ mt_status_t mt_dataset_open(mt_dataset_t *ds, const char *path, mt_data_format_t
 
 void mt_dataset_close(mt_dataset_t *ds)
 {
+    if (ds->tok_len > 0 && ds->tok_fd >= 0)
+        close(ds->tok_fd);
     for (int i = 0; i < 2; i++)
         if (ds->map[i])
             munmap(ds->map[i], ds->map_len[i]);
@@ -403,6 +419,79 @@ void mt_dataset_close(mt_dataset_t *ds)
     free(ds->part_start);
     free(ds->doc_start);
     memset(ds, 0, sizeof *ds);
+}
+
+/* fstat is a few hundred nanoseconds, so it runs per window rather than
+ * once a step: a file truncated between two windows of one batch is still
+ * caught before the read that would fault.  (A window read can still race
+ * a truncation in the instant after the fstat; catching that needs a
+ * SIGBUS handler around every copy, which we do not install.) */
+static mt_status_t check_plain(const mt_dataset_t *ds, int64_t start, int64_t n)
+{
+    if (n <= 0)
+        return MT_OK;
+    uint64_t first = ds->tok_off + (uint64_t)start * (uint64_t)ds->token_bytes;
+    uint64_t end = first + (uint64_t)n * (uint64_t)ds->token_bytes;
+    if (ds->tok_len > 0 && ds->tok_fd >= 0) { /* a zeroed struct has no file */
+        struct stat st;
+        if (fstat(ds->tok_fd, &st) != 0)
+            MT_FAIL(MT_ERR_IO, "%s: cannot fstat the token file before reading bytes %llu..%llu: "
+                    "%s", ds->tok_file, (unsigned long long)first, (unsigned long long)end,
+                    strerror(errno));
+        if ((uint64_t)st.st_size < end) {
+            mt_error_set(MT_ERR_IO, __FILE__, __LINE__,
+                         "%s: truncated while mapped: %llu bytes now, %zu when opened; the "
+                         "window of tokens %lld..%lld (bytes %llu..%llu) is gone",
+                         ds->tok_file, (unsigned long long)st.st_size, ds->tok_len,
+                         (long long)start, (long long)(start + n), (unsigned long long)first,
+                         (unsigned long long)end);
+            mt_error_hint("a token file must not change while a run reads it; write a new "
+                          "file and point dataset.path at it");
+            return MT_ERR_IO;
+        }
+    }
+    int64_t v = ds->vocab_size;
+    const unsigned char *p = (const unsigned char *)ds->tokens + (size_t)start * ds->token_bytes;
+    if (ds->token_bytes == 2) {
+        /* the common case: one compare per id, no early exit, so the loop
+         * vectorises; the offending id is looked for only on failure */
+        unsigned bad = 0;
+        for (int64_t i = 0; i < n; i++)
+            bad |= (int64_t)(p[2 * i] | p[2 * i + 1] << 8) >= v;
+        if (!bad)
+            return MT_OK;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        int32_t t = token_at(ds, start + i);
+        if (t < 0 || t >= v) {
+            unsigned long long off = ds->tok_off +
+                                     (unsigned long long)(start + i) * (unsigned)ds->token_bytes;
+            mt_error_set(MT_ERR_IO, __FILE__, __LINE__,
+                         "%s: token %d at byte offset %llu (token %lld) is out of range "
+                         "[0, %lld): the file changed after it was opened and checked",
+                         ds->tok_file, (int)t, off, (long long)(start + i), (long long)v);
+            mt_error_hint("a token file must not change while a run reads it; write a new "
+                          "file and point dataset.path at it");
+            return MT_ERR_IO;
+        }
+    }
+    return MT_OK;
+}
+
+mt_status_t mt_dataset_check(const mt_dataset_t *ds, int64_t start, int64_t n)
+{
+    if (ds->n_parts == 0)
+        return check_plain(ds, start, n);
+    for (int p = 0; p < ds->n_parts && n > 0; p++) {
+        int64_t a = ds->part_start[p], b = ds->part_start[p + 1];
+        if (start >= b)
+            continue;
+        int64_t k = b - start < n ? b - start : n;
+        MT_TRY(check_plain(&ds->parts[p], start - a, k));
+        start += k;
+        n -= k;
+    }
+    return MT_OK;
 }
 
 static void read_part(const mt_dataset_t *part, int64_t at, int64_t k, void *out)
@@ -494,26 +583,29 @@ int64_t mt_batch_first(int64_t step, int64_t global, int64_t dp_rank, int64_t dp
     return step * global + dp_rank * per_rank + micro * local;
 }
 
-void mt_data_fill_batch(const mt_dataset_t *ds, const mt_sampler_t *s, int64_t step,
-                        int64_t global, int64_t dp_rank, int64_t dp_size, int64_t micro,
-                        int64_t local, int32_t *inputs, int32_t *targets)
+mt_status_t mt_data_fill_batch(const mt_dataset_t *ds, const mt_sampler_t *s, int64_t step,
+                               int64_t global, int64_t dp_rank, int64_t dp_size,
+                               int64_t micro, int64_t local, int32_t *inputs,
+                               int32_t *targets)
 {
     int64_t S = s->seq_len;
     assert(S > 0);
     int64_t first = mt_batch_first(step, global, dp_rank, dp_size, micro, local);
     for (int64_t j = 0; j < local; j++)
-        mt_data_fill_sample(ds, mt_sampler_index(s, first + j), S, inputs + j * S,
-                            targets + j * S);
+        MT_TRY(mt_data_fill_sample(ds, mt_sampler_index(s, first + j), S, inputs + j * S,
+                                   targets + j * S));
+    return MT_OK;
 }
 
-void mt_data_fill_sample(const mt_dataset_t *ds, int64_t i, int64_t S, int32_t *inputs,
-                         int32_t *targets)
+mt_status_t mt_data_fill_sample(const mt_dataset_t *ds, int64_t i, int64_t S, int32_t *inputs,
+                                int32_t *targets)
 {
     assert(i >= 0 && (i + 1) * S + 1 <= ds->n_tokens);
+    MT_TRY(mt_dataset_check(ds, i * S, S + 1));
     mt_dataset_read(ds, i * S, S, inputs);
     mt_dataset_read(ds, i * S + 1, S, targets);
     if (!ds->mask && ds->n_parts == 0)
-        return;
+        return MT_OK;
     unsigned char m[512]; /* the targets' masks, a block at a time */
     for (int64_t a = 0; a < S; a += (int64_t)sizeof m) {
         int64_t k = S - a < (int64_t)sizeof m ? S - a : (int64_t)sizeof m;
@@ -522,4 +614,5 @@ void mt_data_fill_sample(const mt_dataset_t *ds, int64_t i, int64_t S, int32_t *
             if (!m[t])
                 targets[a + t] = MT_IGNORE_INDEX;
     }
+    return MT_OK;
 }

@@ -194,9 +194,9 @@ int64_t mt_blend_num_samples(const mt_blend_t *b)
     return n;
 }
 
-void mt_blend_fill_batch(const mt_blend_t *b, int64_t step, int64_t global, int64_t dp_rank,
-                         int64_t dp_size, int64_t micro, int64_t local, int32_t *inputs,
-                         int32_t *targets, int32_t *pos, int32_t *docs)
+mt_status_t mt_blend_fill_batch(const mt_blend_t *b, int64_t step, int64_t global,
+                                int64_t dp_rank, int64_t dp_size, int64_t micro, int64_t local,
+                                int32_t *inputs, int32_t *targets, int32_t *pos, int32_t *docs)
 {
     int64_t S = b->o.seq_len, first = mt_batch_first(step, global, dp_rank, dp_size, micro, local);
     for (int64_t j = 0; j < local; j++) {
@@ -204,11 +204,12 @@ void mt_blend_fill_batch(const mt_blend_t *b, int64_t step, int64_t global, int6
         int64_t i;
         mt_blend_sample(b, first + j, &e, &i);
         if (b->o.packed)
-            mt_pack_fill_row(&b->pk[e], &b->ds[e], i, inputs + j * S, targets + j * S,
-                             pos + j * S, docs + j * S);
+            MT_TRY(mt_pack_fill_row(&b->pk[e], &b->ds[e], i, inputs + j * S, targets + j * S,
+                                    pos + j * S, docs + j * S));
         else
-            mt_data_fill_sample(&b->ds[e], i, S, inputs + j * S, targets + j * S);
+            MT_TRY(mt_data_fill_sample(&b->ds[e], i, S, inputs + j * S, targets + j * S));
     }
+    return MT_OK;
 }
 
 void mt_blend_report(const mt_blend_t *b, const char *what, int64_t draws, FILE *out)

@@ -72,11 +72,12 @@ int64_t mt_blend_draws(const mt_blend_t *b, int64_t d, int e);
 /* Samples of all entries together. */
 int64_t mt_blend_num_samples(const mt_blend_t *b);
 
-/* One micro-batch as mt_data_fill_batch; pos and docs ([local, S]) are
+/* One micro-batch as mt_data_fill_batch (every window checked:
+ * mt_dataset_check); pos and docs ([local, S]) are
  * filled for packed rows only (may be NULL otherwise). */
-void mt_blend_fill_batch(const mt_blend_t *b, int64_t step, int64_t global, int64_t dp_rank,
-                         int64_t dp_size, int64_t micro, int64_t local, int32_t *inputs,
-                         int32_t *targets, int32_t *pos, int32_t *docs);
+mt_status_t mt_blend_fill_batch(const mt_blend_t *b, int64_t step, int64_t global,
+                                int64_t dp_rank, int64_t dp_size, int64_t micro, int64_t local,
+                                int32_t *inputs, int32_t *targets, int32_t *pos, int32_t *docs);
 
 /* The log's lines on the entries: files, masks, samples, weights and the
  * realised proportions, and each entry's draws over `draws` draws. */

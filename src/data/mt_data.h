@@ -7,8 +7,11 @@
  *  - Megatron-LM indexed datasets: PREFIX.idx (magic "MMIDIDX\0\0",
  *    version 1, a dtype code, sequence sizes and pointers, document index)
  *    plus PREFIX.bin.
- * Every token is checked against the vocabulary once, at open.  A bad file
- * is an MT_ERR_IO error naming the file and what is wrong.
+ * Every token is checked against the vocabulary at open, and again in
+ * every window handed out for training (mt_dataset_check): the file is a
+ * shared mapping, so a file rewritten or truncated under a running job
+ * must not reach the embedding (ids past the table) or fault (SIGBUS).
+ * A bad file is an MT_ERR_IO error naming the file and what is wrong.
  *
  * Sampling is fixed by contract so runs compare across meshes and tools
  * (doc/data.md): sample i is tokens[i*S .. i*S+S] (inputs the first S,
@@ -53,6 +56,12 @@ typedef struct mt_dataset {
     /* mappings (owned) */
     void *map[2];
     size_t map_len[2];
+    /* ---- the per-batch checks (mt_dataset_check) ---- */
+    int64_t vocab_size;       /* as opened: every token handed out is below it */
+    int tok_fd;               /* the token file, kept open for fstat; -1 none */
+    size_t tok_len;           /* its size when mapped */
+    size_t tok_off;           /* byte offset of token 0 in it (the llm.c header) */
+    char tok_file[MT_PATH_MAX + 8]; /* its name (PREFIX.bin for Megatron) */
     /* ---- loss masks and concatenations (data_mask.c) ---- */
     const unsigned char *mask; /* n_tokens bytes, 0 or 1, into mask_map; NULL: none */
     void *mask_map;
@@ -74,6 +83,13 @@ void mt_dataset_close(mt_dataset_t *ds);
 
 /* Copy tokens [start, start+n) as int32. */
 void mt_dataset_read(const mt_dataset_t *ds, int64_t start, int64_t n, int32_t *out);
+
+/* The checks before tokens [start, start+n) are handed out: the token
+ * file still holds the window (fstat against the mapped size, so a shrunk
+ * file is an error, not SIGBUS on the read) and every id in it is in
+ * [0, vocab_size).  Errors name the file and the byte offset.  A
+ * concatenation checks the parts the window covers. */
+mt_status_t mt_dataset_check(const mt_dataset_t *ds, int64_t start, int64_t n);
 
 /* Samples of length seq_len: floor((n_tokens - 1) / seq_len). */
 int64_t mt_dataset_num_samples(const mt_dataset_t *ds, int64_t seq_len);
@@ -98,14 +114,16 @@ int64_t mt_batch_first(int64_t step, int64_t global, int64_t dp_rank, int64_t dp
 /* Fill one micro-batch: `local` samples for DP rank dp_rank of dp_size at
  * optimizer step `step` (0-based), micro-step `micro`, with global batch
  * `global`.  inputs and targets are [local, seq_len]. */
-void mt_data_fill_batch(const mt_dataset_t *ds, const mt_sampler_t *s, int64_t step,
-                        int64_t global, int64_t dp_rank, int64_t dp_size, int64_t micro,
-                        int64_t local, int32_t *inputs, int32_t *targets);
+mt_status_t mt_data_fill_batch(const mt_dataset_t *ds, const mt_sampler_t *s, int64_t step,
+                               int64_t global, int64_t dp_rank, int64_t dp_size,
+                               int64_t micro, int64_t local, int32_t *inputs,
+                               int32_t *targets);
 
 /* Sample i of length S: inputs tokens[i*S, i*S+S), targets one token on,
- * MT_IGNORE_INDEX where the loss mask is 0. */
-void mt_data_fill_sample(const mt_dataset_t *ds, int64_t i, int64_t S, int32_t *inputs,
-                         int32_t *targets);
+ * MT_IGNORE_INDEX where the loss mask is 0; its window mt_dataset_check'ed
+ * first (the batch fillers return its error). */
+mt_status_t mt_data_fill_sample(const mt_dataset_t *ds, int64_t i, int64_t S, int32_t *inputs,
+                                int32_t *targets);
 
 /* ---- loss masks and concatenations (data_mask.c) ----
  *

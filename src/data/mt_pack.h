@@ -49,12 +49,13 @@ mt_status_t mt_pack_init(mt_packing_t *pk, const mt_dataset_t *ds, int64_t S, bo
 void mt_pack_free(mt_packing_t *pk);
 
 /* Row r: inputs, targets, pos and doc_start, each [S]. */
-void mt_pack_fill_row(const mt_packing_t *pk, const mt_dataset_t *ds, int64_t r, int32_t *inputs,
+mt_status_t mt_pack_fill_row(const mt_packing_t *pk, const mt_dataset_t *ds, int64_t r,
+                             int32_t *inputs,
                       int32_t *targets, int32_t *pos, int32_t *doc_start);
 
 /* mt_data_fill_batch for packed rows (s->num_samples = pk->rows): `local`
  * rows, each with its pos and doc_start. */
-void mt_pack_fill_batch(const mt_packing_t *pk, const mt_dataset_t *ds, const mt_sampler_t *s,
+mt_status_t mt_pack_fill_batch(const mt_packing_t *pk, const mt_dataset_t *ds, const mt_sampler_t *s,
                         int64_t step, int64_t global, int64_t dp_rank, int64_t dp_size,
                         int64_t micro, int64_t local, int32_t *inputs, int32_t *targets,
                         int32_t *pos, int32_t *doc_start);

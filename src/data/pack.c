@@ -118,13 +118,14 @@ void mt_pack_free(mt_packing_t *pk)
     memset(pk, 0, sizeof *pk);
 }
 
-void mt_pack_fill_row(const mt_packing_t *pk, const mt_dataset_t *ds, int64_t r, int32_t *inputs,
-                      int32_t *targets, int32_t *pos, int32_t *doc_start)
+mt_status_t mt_pack_fill_row(const mt_packing_t *pk, const mt_dataset_t *ds, int64_t r,
+                             int32_t *inputs, int32_t *targets, int32_t *pos, int32_t *doc_start)
 {
     assert(r >= 0 && r < pk->rows);
     int64_t t = 0;
     for (int64_t k = pk->row_seg[r]; k < pk->row_seg[r + 1]; k++) {
         int64_t n = pk->seg_len[k];
+        MT_TRY(mt_dataset_check(ds, pk->seg_start[k], n));
         mt_dataset_read(ds, pk->seg_start[k], n, inputs + t);
         for (int64_t i = 0; i < n; i++) {
             targets[t + i] = i + 1 < n ? inputs[t + i + 1] : MT_IGNORE_INDEX;
@@ -150,15 +151,17 @@ void mt_pack_fill_row(const mt_packing_t *pk, const mt_dataset_t *ds, int64_t r,
         pos[i] = (int32_t)(i - t);
         doc_start[i] = (int32_t)t;
     }
+    return MT_OK;
 }
 
-void mt_pack_fill_batch(const mt_packing_t *pk, const mt_dataset_t *ds, const mt_sampler_t *s,
+mt_status_t mt_pack_fill_batch(const mt_packing_t *pk, const mt_dataset_t *ds, const mt_sampler_t *s,
                         int64_t step, int64_t global, int64_t dp_rank, int64_t dp_size,
                         int64_t micro, int64_t local, int32_t *inputs, int32_t *targets,
                         int32_t *pos, int32_t *doc_start)
 {
     int64_t first = mt_batch_first(step, global, dp_rank, dp_size, micro, local), S = pk->S;
     for (int64_t j = 0; j < local; j++)
-        mt_pack_fill_row(pk, ds, mt_sampler_index(s, first + j), inputs + j * S, targets + j * S,
-                         pos + j * S, doc_start + j * S);
+        MT_TRY(mt_pack_fill_row(pk, ds, mt_sampler_index(s, first + j), inputs + j * S,
+                                targets + j * S, pos + j * S, doc_start + j * S));
+    return MT_OK;
 }

@@ -68,7 +68,7 @@ static mt_status_t validation_loss(mt_model_t *m, mt_pp_exec_t *pipe, const mt_b
     double sum = 0;
     int64_t count = 0;
     for (int64_t i = 0; i < batches; i++) {
-        mt_blend_fill_batch(val, i, rows, 0, 1, 0, rows, tok, tgt, NULL, NULL);
+        MT_TRY(mt_blend_fill_batch(val, i, rows, 0, 1, 0, rows, tok, tgt, NULL, NULL));
         for (int64_t j = 0; j < rows / m->B; j++) {
             int64_t c = 0;
             double l;
@@ -282,23 +282,28 @@ static mt_status_t begin_run(mt_train_run_t *r, loop_t *lp, const mt_config_t *c
 
 /* The micro-step batches of step `step` for this rank, into the run's
  * buffers; returns how many of their tokens have a target. */
-static int64_t fill_batches(mt_train_run_t *r, const loop_t *lp, int64_t step)
+static mt_status_t fill_batches(mt_train_run_t *r, const loop_t *lp, int64_t step,
+                                int64_t *count)
 {
     int64_t N = lp->N, G = lp->G, local_count = 0;
-    for (int64_t u = 0; u < lp->accum; u++) {
+    mt_status_t s = MT_OK;
+    for (int64_t u = 0; u < lp->accum && s == MT_OK; u++) {
         if (r->cp.size > 1)
-            mt_train_cp_fill(&r->cp, &r->data, step - 1, G, lp->dp_rank, lp->dp_size, u,
-                             r->tokens + u * N, r->targets + u * N, r->pos + u * N,
-                             r->docs + u * N);
+            s = mt_train_cp_fill(&r->cp, &r->data, step - 1, G, lp->dp_rank, lp->dp_size, u,
+                                 r->tokens + u * N, r->targets + u * N, r->pos + u * N,
+                                 r->docs + u * N);
         else
-            mt_blend_fill_batch(&r->data, step - 1, G, lp->dp_rank, lp->dp_size, u, r->rows,
-                                r->tokens + u * N, r->targets + u * N,
-                                r->packed ? r->pos + u * N : NULL,
-                                r->packed ? r->docs + u * N : NULL);
-        for (int64_t i = 0; i < N; i++)
+            s = mt_blend_fill_batch(&r->data, step - 1, G, lp->dp_rank, lp->dp_size, u, r->rows,
+                                    r->tokens + u * N, r->targets + u * N,
+                                    r->packed ? r->pos + u * N : NULL,
+                                    r->packed ? r->docs + u * N : NULL);
+        for (int64_t i = 0; i < N && s == MT_OK; i++)
             local_count += r->targets[u * N + i] != MT_IGNORE_INDEX;
     }
-    return local_count;
+    *count = local_count;
+    /* a bad window on one rank stops every rank here, before any id
+     * reaches the embedding or a collective waits for the one that left */
+    return mt_agree(lp->comm, s);
 }
 
 /* The micro-steps' forward and backward, each opened with the
@@ -536,7 +541,8 @@ static mt_status_t train_step(mt_train_run_t *r, loop_t *lp, const mt_config_t *
                               int64_t step, step_figures_t *f)
 {
     double t0 = mt_now_s(), w0 = mt_comm_wait_seconds();
-    int64_t count = 0, local_count = fill_batches(r, lp, step);
+    int64_t count = 0, local_count = 0;
+    MT_TRY(fill_batches(r, lp, step, &local_count));
     /* the loss is a token mean over the whole global batch */
     MT_TRY(mt_allreduce(&local_count, &count, 1, MPI_INT64_T, MPI_SUM, lp->dpcp));
     mt_model_zero_grad(&r->model);

@@ -103,13 +103,13 @@ static void row_positions(mt_train_cp_t *cp)
         cp->pos[i] = (int32_t)(i % cp->T);
 }
 
-void mt_train_cp_fill(mt_train_cp_t *cp, const mt_blend_t *data, int64_t step, int64_t global,
+mt_status_t mt_train_cp_fill(mt_train_cp_t *cp, const mt_blend_t *data, int64_t step, int64_t global,
                       int64_t dp_rank, int64_t dp_size, int64_t micro, int32_t *tokens,
                       int32_t *targets, int32_t *pos, int32_t *docs)
 {
     bool pk = data->o.packed;
-    mt_blend_fill_batch(data, step, global, dp_rank, dp_size, micro, cp->B, cp->tokens,
-                        cp->targets, cp->pos, cp->docs);
+    MT_TRY(mt_blend_fill_batch(data, step, global, dp_rank, dp_size, micro, cp->B, cp->tokens,
+                               cp->targets, cp->pos, cp->docs));
     if (!pk)
         row_positions(cp);
     keep_chunks(cp, cp->tokens, tokens);
@@ -117,6 +117,7 @@ void mt_train_cp_fill(mt_train_cp_t *cp, const mt_blend_t *data, int64_t step, i
     keep_chunks(cp, cp->pos, pos);
     if (pk) /* doc_start values are row indices already: global, as the ring wants */
         keep_chunks(cp, cp->docs, docs);
+    return MT_OK;
 }
 
 mt_status_t mt_train_cp_validation_loss(mt_train_cp_t *cp, mt_model_t *m, mt_pp_exec_t *pipe,
@@ -130,7 +131,8 @@ mt_status_t mt_train_cp_validation_loss(mt_train_cp_t *cp, mt_model_t *m, mt_pp_
     row_positions(cp);
     keep_chunks(cp, cp->pos, pos);
     for (int64_t i = 0; i < batches; i++) {
-        mt_blend_fill_batch(val, i, cp->B, 0, 1, 0, cp->B, cp->tokens, cp->targets, NULL, NULL);
+        MT_TRY(mt_blend_fill_batch(val, i, cp->B, 0, 1, 0, cp->B, cp->tokens, cp->targets, NULL,
+                                   NULL));
         keep_chunks(cp, cp->tokens, tok);
         keep_chunks(cp, cp->targets, tgt);
         /* the model's micro-batches: all cp->B rows, or a pipeline's

@@ -38,7 +38,7 @@ void mt_train_cp_free(mt_train_cp_t *cp);
  * targets and positions (global ones: restarting per document when
  * packed, 0..T-1 along the row otherwise) and, packed, doc_start (global
  * row indices).  Outputs are [B * T / cp]; docs is untouched unpacked. */
-void mt_train_cp_fill(mt_train_cp_t *cp, const mt_blend_t *data, int64_t step, int64_t global,
+mt_status_t mt_train_cp_fill(mt_train_cp_t *cp, const mt_blend_t *data, int64_t step, int64_t global,
                       int64_t dp_rank, int64_t dp_size, int64_t micro, int32_t *tokens,
                       int32_t *targets, int32_t *pos, int32_t *docs);
 
