@@ -12,3 +12,6 @@ EXTRA_DIST += tests/train/loss_mask.sh tests/train/blend.sh tests/train/lossmask
 # metrics.jsonl stays JSON when the loss goes non-finite
 TESTS += tests/train/metrics_nonfinite.sh
 EXTRA_DIST += tests/train/metrics_nonfinite.sh
+# a token file rewritten or truncated under a running job stops it cleanly
+TESTS += tests/train/data_changed.sh
+EXTRA_DIST += tests/train/data_changed.sh
