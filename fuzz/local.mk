@@ -12,6 +12,7 @@ fuzz_fuzz_safetensors_SOURCES = fuzz/fuzz_safetensors.c
 fuzz_fuzz_data_llmc_SOURCES = fuzz/fuzz_data_llmc.c
 fuzz_fuzz_config_LDFLAGS = -fsanitize=fuzzer
 fuzz_fuzz_hf_config_LDFLAGS = -fsanitize=fuzzer
+fuzz_fuzz_hf_config_LDADD = $(LDADD) $(JANSSON_LIBS)
 fuzz_fuzz_safetensors_LDFLAGS = -fsanitize=fuzzer
 fuzz_fuzz_data_llmc_LDFLAGS = -fsanitize=fuzzer
 TESTS += fuzz/run-fuzz
