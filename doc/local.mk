@@ -33,6 +33,7 @@ dist_doc_DATA += README.md NEWS LICENSE \
 	doc/plan.md \
 	doc/rope-scaling.md \
 	doc/testing.md \
+	doc/fuzzing.md \
 	doc/sliding-window.md \
 	doc/tokenizer.md \
 	doc/training.md \
